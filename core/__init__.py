@@ -1,0 +1,26 @@
+"""AttnScope core: multi-head attention and per-layer, per-head attention extraction.
+
+The contract every other package relies on: ``AttentionResult.attentions`` is a
+float32 CPU tensor shaped ``[layers, heads, q, k]``.
+"""
+
+from .attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from .custom_model import (
+    TINY_PRESETS,
+    AttnScopeTransformer,
+    TransformerConfig,
+    load_custom_model,
+    save_custom_model,
+)
+from .device import pick_device
+from .errors import AttnScopeError, CheckpointError, ExtractionError, InputError, ModelLoadError
+from .extract import extract_attention, extract_module_attention
+from .loading import DEFAULT_MODEL, DEMO_MODELS, load_model
+from .result import AttentionResult
+
+__all__ = [
+    "AttentionResult", "AttnScopeError", "AttnScopeTransformer", "CheckpointError", "DEFAULT_MODEL",
+    "DEMO_MODELS", "ExtractionError", "InputError", "ModelLoadError", "MultiHeadAttention", "TINY_PRESETS",
+    "TransformerConfig", "causal_mask", "extract_attention", "extract_module_attention", "load_custom_model",
+    "load_model", "pick_device", "save_custom_model", "scaled_dot_product_attention",
+]

@@ -1,0 +1,139 @@
+"""AttnScope's own small Transformer family, built from ``MultiHeadAttention``.
+
+The encoder variant (bidirectional, ``causal=False``) and the decoder variant
+(``causal=True``) share one code path, as in nanoGPT. A model is saved as
+``model.safetensors`` plus ``config.json`` whose ``model_type`` is
+``"attnscope"``; this is the "custom model" format the app supports natively.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .errors import ModelLoadError
+
+MODEL_TYPE = "attnscope"
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int = 1000  # size of the token embedding table
+    d_model: int = 64  # width of the residual stream
+    n_heads: int = 4  # attention heads per layer; d_model % n_heads == 0
+    n_layers: int = 2  # number of Transformer blocks
+    d_ff: int = 256  # hidden width of each block's MLP
+    max_positions: int = 512  # longest input the learned position table covers
+    causal: bool = False  # True: decoder (causal mask); False: encoder
+    dropout: float = 0.0  # dropout on attention weights and residual branches
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TransformerConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+TINY_PRESETS = {
+    "attnscope-nano-encoder": TransformerConfig(vocab_size=99, d_model=32, n_heads=4, n_layers=2, d_ff=64),
+    "attnscope-nano-decoder": TransformerConfig(vocab_size=99, d_model=32, n_heads=4, n_layers=2, d_ff=64, causal=True),
+}
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.d_model)
+        self.attn = MultiHeadAttention(config.d_model, config.n_heads, dropout=config.dropout)
+        self.ln_2 = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, config.d_ff), nn.GELU(), nn.Linear(config.d_ff, config.d_model)
+        )
+        self.drop = nn.Dropout(config.dropout)
+        self.causal = config.causal
+
+    def forward(self, x, key_padding_mask=None):
+        attn_out, weights = self.attn(self.ln_1(x), key_padding_mask=key_padding_mask, causal=self.causal)
+        x = x + self.drop(attn_out)  # (B, T, C)
+        x = x + self.drop(self.mlp(self.ln_2(x)))  # (B, T, C)
+        return x, weights
+
+
+class AttnScopeTransformer(nn.Module):
+    """Token + position embeddings, ``n_layers`` blocks, a tied LM head."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_emb = nn.Embedding(config.max_positions, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+
+    def forward(self, input_ids, attention_mask=None, output_attentions=False):
+        """Return ``{"logits": (B, T, V), "attentions": tuple of (B, nh, T, T) | None}``.
+
+        ``attention_mask`` follows Hugging Face: 1 = real token, 0 = padding.
+        """
+        length = input_ids.size(1)
+        if length > self.config.max_positions:
+            raise ValueError(f"input has {length} tokens; this model takes at most {self.config.max_positions}")
+        positions = torch.arange(length, device=input_ids.device)  # (T,)
+        x = self.tok_emb(input_ids) + self.pos_emb(positions)  # (B, T, C)
+        padding = None if attention_mask is None else attention_mask == 0  # (B, T)
+        attentions = []
+        for block in self.blocks:
+            x, weights = block(x, key_padding_mask=padding)
+            attentions.append(weights)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        return {"logits": logits, "attentions": tuple(attentions) if output_attentions else None}
+
+
+def save_custom_model(model: AttnScopeTransformer, folder: str | Path) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"model_type": MODEL_TYPE, **asdict(model.config)}
+    (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2))
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, str(folder / WEIGHTS_NAME))
+    return folder
+
+
+def is_custom_config(config: dict) -> bool:
+    return isinstance(config, dict) and config.get("model_type") == MODEL_TYPE
+
+
+def load_custom_model(folder: str | Path, config: dict | None = None) -> AttnScopeTransformer:
+    """Load a model written by ``save_custom_model`` (safetensors only: no pickle)."""
+    folder = Path(folder)
+    if config is None:
+        config = json.loads((folder / CONFIG_NAME).read_text())
+    model = AttnScopeTransformer(TransformerConfig.from_dict(config))
+    state = load_file(str(folder / WEIGHTS_NAME))
+    return load_custom_state(model, state)
+
+
+def load_custom_state(model: AttnScopeTransformer, state: dict) -> AttnScopeTransformer:
+    state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatch
+        raise ModelLoadError(f"custom model weights do not match its config: {str(err).splitlines()[1:2]}") from None
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"custom model weights do not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    return model.eval()

@@ -1,0 +1,67 @@
+"""Turn user text into model input, truncating to the model's limit with a warning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import InputError
+
+# A tokenizer without a real limit reports a huge sentinel as model_max_length.
+_NO_LIMIT = 1_000_000
+# Learned position tables of these families hold ``padding_idx + 1`` unusable rows.
+_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
+
+
+@dataclass
+class Encoded:
+    input_ids: torch.Tensor  # (1, T) int64
+    special: list[bool]  # per token: added by the tokenizer ([CLS], [SEP], <s>, ...)
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_text(text, name: str = "text") -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"{name} is empty; type a sentence to inspect")
+    return text
+
+
+def max_positions(config, tokenizer=None) -> int | None:
+    """Longest input the model accepts, or None when it has no fixed limit (e.g. T5)."""
+    limits = []
+    for name in ("max_position_embeddings", "n_positions", "max_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            limits.append(value - _POSITION_OFFSET.get(getattr(config, "model_type", ""), 0))
+            break
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < _NO_LIMIT:
+        limits.append(tokenizer_limit)
+    return min(limits) if limits else None
+
+
+def encode(tokenizer, text: str, text_pair: str | None = None, limit: int | None = None) -> Encoded:
+    """Tokenize ``text`` (and ``text_pair``) into one batch, truncated to ``limit`` tokens."""
+    check_text(text)
+    if text_pair is not None and not text_pair.strip():
+        text_pair = None
+    full_length = len(tokenizer(text, text_pair)["input_ids"])
+    truncate = limit is not None and full_length > limit
+    batch = tokenizer(
+        text, text_pair, return_special_tokens_mask=True, truncation=truncate,
+        max_length=limit if truncate else None, return_tensors="pt",
+    )
+    warnings = []
+    if truncate:
+        warnings.append(f"input has {full_length} tokens; truncated to the model's limit of {limit}")
+    if batch["input_ids"].numel() == 0:
+        raise InputError("the text produced no tokens; type a sentence with words in it")
+    special = [bool(s) for s in batch["special_tokens_mask"][0].tolist()]
+    return Encoded(batch["input_ids"], special, warnings)
+
+
+def special_flags(tokenizer, token_ids: list[int]) -> list[bool]:
+    """Special-token flags for ids that already carry their special tokens."""
+    mask = tokenizer.get_special_tokens_mask(token_ids, already_has_special_tokens=True)
+    return [bool(m) for m in mask]

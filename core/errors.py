@@ -1,0 +1,26 @@
+"""AttnScope's own exception types.
+
+Every error a user can cause ends in one of these, with a message that says
+what went wrong and what would work instead. The app and the CLI show the
+message; they never show a traceback.
+"""
+
+
+class AttnScopeError(Exception):
+    """Base class of every error AttnScope raises on purpose."""
+
+
+class InputError(AttnScopeError, ValueError):
+    """The caller's input (text, tensor, option) cannot be used as given."""
+
+
+class ModelLoadError(AttnScopeError):
+    """A model or tokenizer could not be loaded from the given source."""
+
+
+class ExtractionError(AttnScopeError):
+    """Attention weights could not be extracted from a model."""
+
+
+class CheckpointError(ModelLoadError):
+    """An uploaded or local checkpoint is unreadable, unsafe or unsupported."""

@@ -1,0 +1,120 @@
+"""``extract_attention``: one function, three adapters.
+
+Hugging Face models go through ``hf_extract``, AttnScope's own models through
+their ``output_attentions`` flag, and any other module built from
+``nn.MultiheadAttention`` through hooks (``module_extract``). Every adapter
+returns an ``AttentionResult`` with ``attentions`` shaped ``[layers, heads, q, k]``.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from .custom_model import AttnScopeTransformer
+from .device import model_device
+from .encode import check_text, encode, max_positions
+from .errors import ExtractionError
+from .hf_extract import extract_hf
+from .module_extract import attention_modules, run_with_hooks
+from .result import AttentionResult
+from .tokens import display_tokens
+
+
+@contextmanager
+def eval_mode(model: nn.Module):
+    """Dropout off for the call (it would make rows not sum to 1), training state restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def extract_attention(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None) -> AttentionResult:
+    """Per-layer, per-head attention of ``model`` on ``text``.
+
+    ``text_pair`` is the second segment of pair models (BERT's sentence B);
+    ``target`` is the decoder text of an encoder-decoder model (defaults to
+    ``text``). Inputs longer than the model's limit are truncated and the
+    result's ``warnings`` say so. Empty text raises ``InputError`` (a ValueError).
+    """
+    check_text(text)
+    if tokenizer is None:
+        raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
+    start = time.perf_counter()
+    with eval_mode(model):
+        if isinstance(model, PreTrainedModel):
+            result = extract_hf(model, tokenizer, text, text_pair, target)
+        elif isinstance(model, AttnScopeTransformer):
+            result = _extract_custom(model, tokenizer, text, text_pair)
+        elif attention_modules(model):
+            result = _extract_module(model, tokenizer, text, text_pair)
+        else:
+            raise ExtractionError(
+                f"{type(model).__name__} is not a Hugging Face model, an AttnScope model, or a module "
+                "containing torch.nn.MultiheadAttention; AttnScope cannot read its attention"
+            )
+    result.model_name = _model_name(model)
+    result.device = str(model_device(model))
+    result.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    result.elapsed_s = time.perf_counter() - start
+    return result
+
+
+def _model_name(model) -> str:
+    name = getattr(getattr(model, "config", None), "name_or_path", "") or ""
+    return name or type(model).__name__
+
+
+def _result(tokenizer, enc, attentions, causal) -> AttentionResult:
+    ids = enc.input_ids[0].tolist()
+    return AttentionResult(
+        tokens=display_tokens(tokenizer, ids), attentions=attentions, causal=causal, special=enc.special,
+        padding=[False] * len(ids), token_ids=ids, warnings=enc.warnings,
+    )
+
+
+def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> AttentionResult:
+    enc = encode(tokenizer, text, text_pair, max_positions(model.config, tokenizer))
+    with torch.inference_mode():
+        out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
+    attentions = torch.stack([a[0].float().cpu() for a in out["attentions"]])  # (L, H, T, T)
+    return _result(tokenizer, enc, attentions, model.config.causal)
+
+
+def _extract_module(model: nn.Module, tokenizer, text, text_pair) -> AttentionResult:
+    limit = getattr(tokenizer, "model_max_length", None)
+    enc = encode(tokenizer, text, text_pair, limit if isinstance(limit, int) and limit < 1_000_000 else None)
+    try:
+        attentions, causal = run_with_hooks(model, enc.input_ids.to(model_device(model)))
+    except ExtractionError:
+        raise
+    except Exception as err:  # the module's own forward rejected token ids
+        raise ExtractionError(
+            f"{type(model).__name__}(input_ids) failed ({type(err).__name__}: {err}); for a module that takes "
+            "embeddings, call core.extract_module_attention(module, inputs, tokens=...) instead"
+        ) from None
+    return _result(tokenizer, enc, attentions, causal)
+
+
+def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | None = None, **kwargs) -> AttentionResult:
+    """Attention of any ``nn.MultiheadAttention``-based module run on arbitrary ``inputs``.
+
+    For modules such as ``nn.TransformerEncoder`` that take embeddings rather
+    than token ids. ``tokens`` labels the positions (defaults to their indices).
+    """
+    start = time.perf_counter()
+    with eval_mode(module):
+        attentions, causal = run_with_hooks(module, *inputs, **kwargs)  # (L, H, q, k)
+    length = attentions.shape[-1]
+    tokens = list(tokens) if tokens is not None else [str(i) for i in range(length)]
+    result = AttentionResult(tokens, attentions, causal, [False] * length, [False] * length)
+    result.model_name, result.elapsed_s = type(module).__name__, time.perf_counter() - start
+    result.device = str(model_device(module))
+    return result

@@ -1,0 +1,101 @@
+"""``load_model``: a demo model name, a local folder or a Hub id -> ``(model, tokenizer)``.
+
+Demo models ship inside the repository (``core/demo_models``), so AttnScope
+works offline. ``trust_remote_code`` stays off unless the caller passes it:
+a checkpoint must never run its own Python code by default.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+from .custom_model import CONFIG_NAME, is_custom_config, load_custom_model
+from .device import pick_device
+from .errors import ModelLoadError
+
+DEMO_DIR = Path(__file__).resolve().parent / "demo_models"
+DEMO_MODELS = {"demo-bert": DEMO_DIR / "demo-bert", "demo-gpt2": DEMO_DIR / "demo-gpt2"}
+DEFAULT_MODEL = "demo-bert"
+
+
+def resolve_source(source: str | Path) -> str:
+    """A demo name becomes its folder; anything else is returned as a string."""
+    name = str(source).strip()
+    if not name:
+        raise ModelLoadError(f"no model given; choose a demo model ({', '.join(DEMO_MODELS)}) or a folder path")
+    return str(DEMO_MODELS[name]) if name in DEMO_MODELS else name
+
+
+def load_model(
+    source: str | Path,
+    device: str | torch.device | None = None,
+    trust_remote_code: bool = False,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+):
+    """Return ``(model, tokenizer)`` in eval mode, on ``device`` (default: best available).
+
+    ``device_map="auto"`` (with optional ``max_memory``) spreads a large Hugging
+    Face model over the available GPUs and CPU memory through accelerate.
+    """
+    path = resolve_source(source)
+    if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
+        config = _read_json(Path(path) / CONFIG_NAME)
+        if is_custom_config(config):
+            model, tokenizer = load_custom_model(path, config), _tokenizer_or_none(path)
+            return model.to(pick_device(device)), tokenizer
+    elif Path(path).exists():
+        raise ModelLoadError(f"{path} is not a model folder: it has no {CONFIG_NAME}")
+    model, tokenizer = _load_hf(path, trust_remote_code, device_map, max_memory)
+    if device_map is None:
+        model = model.to(pick_device(device))
+    return model.eval(), tokenizer
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
+
+
+def _tokenizer_or_none(path: str):
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception:  # a custom model may ship without tokenizer files
+        return None
+
+
+def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
+    local = Path(path).is_dir()
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as err:
+        raise ModelLoadError(_not_found_message(path, local, err)) from None
+    extra = {"device_map": device_map, "max_memory": max_memory} if device_map is not None else {}
+    try:
+        model = AutoModel.from_pretrained(
+            path, config=config, trust_remote_code=trust_remote_code, attn_implementation="eager", **extra
+        )
+    except Exception as err:
+        raise ModelLoadError(f"could not load the weights of {path!r}: {_first_line(err)}") from None
+    return model, _tokenizer_or_none(path)
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+def _not_found_message(path: str, local: bool, err: Exception) -> str:
+    if local:
+        return f"{path} has a config.json that transformers cannot read ({_first_line(err)})"
+    return (
+        f"could not load model {path!r}: it is not a local folder and it could not be fetched from the "
+        f"Hugging Face Hub or found in the local cache (offline, or an unknown id?). Use a local model "
+        f"folder path or a demo model: {', '.join(DEMO_MODELS)}. [{_first_line(err)}]"
+    )

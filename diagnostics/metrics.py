@@ -1,0 +1,206 @@
+"""Per-head attention metrics over ``[..., q, k]`` maps, computable query chunk by query chunk.
+
+Every metric is a weighted mean of a row-local quantity, or built from column
+sums, so ``MetricAccumulator`` can take the map in query-row chunks (layer by
+layer, never the whole map) and ``finalize`` gives exactly what one pass gives.
+Rows are weighted by ``1 - 1/n`` (``n`` = the row's valid keys, see
+``row_stats``): rows forced onto few keys by causality count little or nothing.
+
+Metrics (each shaped ``[...]``, one value per head, unless noted):
+- ``entropy``: mean row entropy divided by ``log n`` of that row; 1 = uniform,
+  0 = one-hot. Clark et al. 2019 ("What Does BERT Look At?", Sec. 3.2) use raw
+  row entropy; normalising makes rows of different lengths comparable.
+- ``confidence``: mean row maximum (Voita et al. 2019, "Analyzing Multi-Head
+  Self-Attention", Sec. 4: a head's confidence).
+- ``diag_mass`` ``[..., 7]``: mean mass on key ``i + d`` for d = -3..+3 (+1 = next
+  token, -1 = previous), over rows where that key is valid; ``best_offset`` and
+  ``best_offset_mass`` are its argmax and max. Positional heads in Clark et al.
+  2019 Sec. 3 and Voita et al. 2019 Sec. 4.2.
+- ``column_mass`` ``[..., k]``: mass each key receives, divided by the (weighted)
+  number of queries that can see it, floored at ``SINK_MIN_AUDIENCE`` of all
+  queries so a key seen by a handful of late causal queries is not a sink.
+  ``sink_score``/``sink_key``: its max and argmax; ``sink2_score``: the sum of the
+  two largest. Attention sinks: Clark et al. 2019 ([CLS]/[SEP]/punctuation),
+  Kovaleva et al. 2019 ("Revealing the Dark Secrets of BERT", vertical pattern),
+  Gu et al. 2024 ("When Attention Sink Emerges in Language Models").
+- ``topk_mass``: mean mass of the ``top_k`` largest weights of a row, over rows
+  with more than ``top_k`` valid keys (sparse, focused heads).
+- ``block_score``: mean mass of the contiguous run of strong keys around the
+  query beyond its single strongest key (``row_stats.local_run_mass``);
+  Kovaleva et al. 2019's "block" pattern (attention within a segment).
+- ``special_mass``: mean mass on keys marked special ([CLS], [SEP], ...); 0 when
+  none are marked. Clark et al. 2019 Sec. 3.2.
+- ``mean_distance``: mean expected |query - key| in tokens (Vig & Belinkov 2019,
+  "Analyzing the Structure of Attention in a Transformer Language Model").
+"""
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from core.errors import InputError
+from diagnostics import row_stats
+from diagnostics.row_stats import OFFSETS
+
+# A key counts as a sink by the mass it gets from *most* queries: its received
+# mass is divided by at least half of all (weighted) queries. Without this floor
+# the last key of a causal map, seen only by the last query, scores 1 for any
+# head that attends to itself.
+SINK_MIN_AUDIENCE = 0.5
+# Block runs: a key is "strong" at >= 0.3 x the row max and >= 1.5 x uniform, so
+# near-uniform rows never form runs and a noisy block still forms one run.
+BLOCK_REL = 0.3
+BLOCK_UNIFORM_FACTOR = 1.5
+# Rows are processed in chunks of about this many floats by ``head_metrics``.
+CHUNK_FLOATS = 1 << 24
+DEFAULT_TOP_K = 3
+
+_ROW_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance")
+
+
+@dataclass
+class HeadMetrics:
+    """Metrics of a batch of heads; every tensor is ``[...]`` unless noted."""
+
+    entropy: torch.Tensor
+    confidence: torch.Tensor
+    topk_mass: torch.Tensor
+    block_score: torch.Tensor
+    special_mass: torch.Tensor
+    mean_distance: torch.Tensor
+    diag_mass: torch.Tensor  # [..., 7], offsets OFFSETS
+    best_offset: torch.Tensor  # [...] long, one of OFFSETS
+    best_offset_mass: torch.Tensor
+    column_mass: torch.Tensor  # [..., k]
+    sink_score: torch.Tensor
+    sink_key: torch.Tensor  # [...] long
+    sink2_score: torch.Tensor
+
+    @property
+    def shape(self):
+        return tuple(self.entropy.shape)
+
+    def __getitem__(self, index):
+        """The metrics of a sub-batch, e.g. ``m[layer]`` or ``m[layer, head]``."""
+        return HeadMetrics(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def scalars(self):
+        """Plain floats/ints of one head (``shape == ()``), without the per-key column."""
+        if self.shape != ():
+            raise InputError(f"scalars() needs the metrics of one head; these have shape {self.shape}.")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "column_mass"}
+        out["diag_mass"] = {d: float(v) for d, v in zip(OFFSETS, out["diag_mass"].tolist())}
+        return {k: v if isinstance(v, dict) else v.item() for k, v in out.items()}
+
+
+class MetricAccumulator:
+    """Accumulates the metrics of ``[..., q, k]`` maps fed as query-row chunks.
+
+    causal: row at position p sees keys 0..p. special/padding: bool ``[k]``.
+    query_offset: absolute position of query row 0 (``k - q`` when the queries
+    are the last q tokens). Chunks may come in any order, each row once.
+    """
+
+    def __init__(self, n_keys, causal, special=None, padding=None, query_offset=0, top_k=DEFAULT_TOP_K):
+        self.n_keys, self.causal, self.query_offset, self.top_k = n_keys, bool(causal), query_offset, top_k
+        self.special = _key_mask(special, n_keys, "special")
+        self.padding = _key_mask(padding, n_keys, "padding")
+        self._sums = None
+
+    def update(self, chunk, q_start):
+        """Add rows ``q_start .. q_start + qc - 1`` given as ``chunk [..., qc, k]``."""
+        if chunk.dim() < 2 or chunk.shape[-1] != self.n_keys:
+            raise InputError(f"Expected a chunk [..., q, {self.n_keys}], got shape {tuple(chunk.shape)}.")
+        a = chunk.detach().float()  # (..., qc, k)
+        dev = a.device
+        pos = torch.arange(a.shape[-2], device=dev) + q_start + self.query_offset  # (qc,)
+        padding = torch.zeros(self.n_keys, dtype=torch.bool, device=dev) if self.padding is None else self.padding.to(dev)
+        valid = row_stats.valid_keys(pos, self.n_keys, self.causal, ~padding)  # (qc, k)
+        query_ok = ~padding[pos.clamp(max=self.n_keys - 1)] & (pos < self.n_keys)  # (qc,)
+        w, n = row_stats.row_weights(valid, query_ok)  # (qc,), (qc,)
+        a = a * valid  # (..., qc, k)
+        self._add(a, pos, valid, w, n)
+
+    def _add(self, a, pos, valid, w, n):
+        s = self._sums or self._zeros(a)
+        w_topk = w * (n > self.top_k)  # (qc,)
+        per_row = {
+            "entropy": row_stats.normalised_entropy(a, n),
+            "confidence": a.amax(-1),
+            "topk_mass": row_stats.top_k_mass(a, self.top_k),
+            "block_score": row_stats.local_run_mass(a, pos, valid, n, BLOCK_REL, BLOCK_UNIFORM_FACTOR),
+            "special_mass": (a * self.special.to(a.device)).sum(-1) if self.special is not None else a.sum(-1) * 0,
+            "mean_distance": row_stats.mean_distance(a, pos),
+        }  # each (..., qc)
+        for name, x in per_row.items():
+            wn = w_topk if name == "topk_mass" else w
+            s[name] += (x.double() * wn).sum(-1)  # (...)
+        s["w"] += w.sum()
+        s["w_topk"] += w_topk.sum()
+        diag, ok = row_stats.diagonal_mass(a, pos, valid)  # (..., qc, 7), (qc, 7)
+        s["diag"] += (diag.double() * w.unsqueeze(1)).sum(-2)  # (..., 7)
+        s["diag_w"] += (ok.double() * w.unsqueeze(1)).sum(0)  # (7,)
+        s["col"] += (a.double() * w.unsqueeze(1)).sum(-2)  # (..., k)
+        s["audience"] += (valid.double() * w.unsqueeze(1)).sum(0)  # (k,)
+        self._sums = s
+
+    def _zeros(self, a):
+        batch, dev = a.shape[:-2], a.device
+        z = {name: torch.zeros(batch, dtype=torch.float64, device=dev) for name in _ROW_METRICS}
+        z["w"] = torch.zeros((), dtype=torch.float64, device=dev)
+        z["w_topk"] = torch.zeros((), dtype=torch.float64, device=dev)
+        z["diag"] = torch.zeros(*batch, len(OFFSETS), dtype=torch.float64, device=dev)
+        z["diag_w"] = torch.zeros(len(OFFSETS), dtype=torch.float64, device=dev)
+        z["col"] = torch.zeros(*batch, self.n_keys, dtype=torch.float64, device=dev)
+        z["audience"] = torch.zeros(self.n_keys, dtype=torch.float64, device=dev)
+        return z
+
+    def finalize(self):
+        """The metrics of every head so far, as a ``HeadMetrics`` of float32 tensors."""
+        if self._sums is None:
+            raise InputError("No rows were added; call update() with at least one chunk first.")
+        s = self._sums
+        out = {name: s[name] / s["w"].clamp(min=1e-12) for name in _ROW_METRICS}
+        out["topk_mass"] = s["topk_mass"] / s["w_topk"].clamp(min=1e-12)
+        diag = s["diag"] / s["diag_w"].clamp(min=1e-12)  # (..., 7)
+        best_mass, best_idx = diag.max(-1)  # (...), (...)
+        col = s["col"] / s["audience"].clamp(min=max(SINK_MIN_AUDIENCE * float(s["w"]), 1e-12))  # (..., k)
+        top2 = col.topk(min(2, self.n_keys), dim=-1)  # (..., 2)
+        out = {k: v.float() for k, v in out.items()}
+        return HeadMetrics(
+            **out,
+            diag_mass=diag.float(),
+            best_offset=torch.tensor(OFFSETS, device=diag.device)[best_idx],
+            best_offset_mass=best_mass.float(),
+            column_mass=col.float(),
+            sink_score=top2.values[..., 0].float(),
+            sink_key=top2.indices[..., 0],
+            sink2_score=top2.values.sum(-1).float(),
+        )
+
+
+def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_TOP_K):
+    """Metrics of every head of ``attn [..., q, k]`` (e.g. ``[layers, heads, q, k]``).
+
+    Same as one ``MetricAccumulator`` fed every row; rows go in chunks only to
+    bound temporary memory. The queries are taken to be the last q keys.
+    """
+    attn = torch.as_tensor(attn)
+    if attn.dim() < 2 or attn.shape[-2] > attn.shape[-1] or attn.shape[-1] == 0:
+        raise InputError(f"Expected attention [..., q, k] with 1 <= q <= k, got shape {tuple(attn.shape)}.")
+    q, k = attn.shape[-2:]
+    acc = MetricAccumulator(k, causal, special, padding, query_offset=k - q, top_k=top_k)
+    batch = max(1, attn[..., 0, 0].numel())
+    rows = max(1, CHUNK_FLOATS // (batch * k))
+    for start in range(0, q, rows):
+        acc.update(attn[..., start:start + rows, :], start)
+    return acc.finalize()
+
+
+def _key_mask(mask, n_keys, name):
+    if mask is None:
+        return None
+    mask = torch.as_tensor(mask, dtype=torch.bool).flatten()
+    if mask.numel() != n_keys:
+        raise InputError(f"`{name}` must be a bool mask of {n_keys} keys, got {mask.numel()} values.")
+    return mask

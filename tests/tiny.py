@@ -1,0 +1,81 @@
+"""Tiny random models and tokenizers built in-process, as transformers' own tests do.
+
+Nothing is downloaded: tokenizers are trained on a few sentences and models are
+built from configs (hidden 32, 2 layers, 4 heads). Shared by every test package.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import (
+    BartConfig, BartModel, BertConfig, BertModel, BertTokenizerFast, GPT2Config, GPT2Model,
+    GPT2TokenizerFast, T5Config, T5Model,
+)
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Attention is all you need, said the paper in 2017.",
+    "A head that looks at the previous token is a positional head.",
+    "Some heads attend to the separator token; others spread their attention widely.",
+] * 4
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@lru_cache(maxsize=None)
+def wordpiece_tokenizer(vocab_size: int = 200) -> BertTokenizerFast:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tok.decoder = decoders.WordPiece()
+    return BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                             sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+
+
+@lru_cache(maxsize=None)
+def bpe_tokenizer(vocab_size: int = 300) -> GPT2TokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    return GPT2TokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                             unk_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=64)
+
+
+def _seeded(build):
+    torch.manual_seed(0)
+    return build().eval()
+
+
+def tiny_bert(max_positions: int = 64) -> BertModel:
+    config = BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=max_positions)
+    return _seeded(lambda: BertModel(config, add_pooling_layer=False))
+
+
+def tiny_gpt2(max_positions: int = 64) -> GPT2Model:
+    config = GPT2Config(vocab_size=300, n_embd=32, n_layer=2, n_head=4, n_positions=max_positions,
+                        bos_token_id=0, eos_token_id=0)
+    return _seeded(lambda: GPT2Model(config))
+
+
+def tiny_bart() -> BartModel:
+    config = BartConfig(vocab_size=200, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
+                        pad_token_id=0, bos_token_id=2, eos_token_id=3, decoder_start_token_id=3)
+    return _seeded(lambda: BartModel(config))
+
+
+def tiny_t5() -> T5Model:
+    config = T5Config(vocab_size=200, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=4,
+                      pad_token_id=0, eos_token_id=3, decoder_start_token_id=0)
+    return _seeded(lambda: T5Model(config))
