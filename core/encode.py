@@ -41,8 +41,13 @@ def max_positions(config, tokenizer=None) -> int | None:
     return min(limits) if limits else None
 
 
-def encode(tokenizer, text: str, text_pair: str | None = None, limit: int | None = None) -> Encoded:
-    """Tokenize ``text`` (and ``text_pair``) into one batch, truncated to ``limit`` tokens."""
+def encode(
+    tokenizer, text: str, text_pair: str | None = None, limit: int | None = None, vocab_size: int | None = None
+) -> Encoded:
+    """Tokenize ``text`` (and ``text_pair``) into one batch, truncated to ``limit`` tokens.
+
+    ``vocab_size`` is the model's: ids beyond it mean the tokenizer does not belong to the model.
+    """
     check_text(text)
     if text_pair is not None and not text_pair.strip():
         text_pair = None
@@ -57,8 +62,18 @@ def encode(tokenizer, text: str, text_pair: str | None = None, limit: int | None
         warnings.append(f"input has {full_length} tokens; truncated to the model's limit of {limit}")
     if batch["input_ids"].numel() == 0:
         raise InputError("the text produced no tokens; type a sentence with words in it")
+    _check_vocab(batch["input_ids"], vocab_size)
     special = [bool(s) for s in batch["special_tokens_mask"][0].tolist()]
     return Encoded(batch["input_ids"], special, warnings)
+
+
+def _check_vocab(input_ids: torch.Tensor, vocab_size: int | None) -> None:
+    largest = int(input_ids.max())
+    if isinstance(vocab_size, int) and largest >= vocab_size:
+        raise InputError(
+            f"the tokenizer produced token id {largest} but the model's vocabulary has {vocab_size} entries; "
+            "use the tokenizer that belongs to this model"
+        )
 
 
 def special_flags(tokenizer, token_ids: list[int]) -> list[bool]:

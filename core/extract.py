@@ -81,7 +81,7 @@ def _result(tokenizer, enc, attentions, causal) -> AttentionResult:
 
 
 def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> AttentionResult:
-    enc = encode(tokenizer, text, text_pair, max_positions(model.config, tokenizer))
+    enc = encode(tokenizer, text, text_pair, max_positions(model.config, tokenizer), model.config.vocab_size)
     with torch.inference_mode():
         out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
     attentions = torch.stack([a[0].float().cpu() for a in out["attentions"]])  # (L, H, T, T)

@@ -58,7 +58,7 @@ def stack_layers(attentions, what: str, model) -> torch.Tensor:
 
 def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> AttentionResult:
     limit = max_positions(model.config, tokenizer)
-    enc = encode(tokenizer, text, text_pair, limit)
+    enc = encode(tokenizer, text, text_pair, limit, getattr(model.config, "vocab_size", None))
     device = model_device(model)
     with eager_attention(model), torch.inference_mode():
         if getattr(model.config, "is_encoder_decoder", False):
@@ -74,7 +74,8 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
 
 def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> list[int]:
     """Teacher-forced decoder input: the start token followed by the target shifted right."""
-    labels = encode(tokenizer, target, limit=limit).input_ids[0].tolist()
+    labels = encode(tokenizer, target, limit=limit, vocab_size=getattr(model.config, "vocab_size", None))
+    labels = labels.input_ids[0].tolist()
     config = model.config
     start = getattr(config, "decoder_start_token_id", None)
     if start is None:

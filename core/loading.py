@@ -8,8 +8,11 @@ a checkpoint must never run its own Python code by default.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
+import huggingface_hub
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -63,27 +66,57 @@ def _read_json(path: Path) -> dict:
         raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
 
 
-def _tokenizer_or_none(path: str):
+def _tokenizer_or_none(path: str, offline: bool = True):
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(path, local_files_only=offline)
     except Exception:  # a custom model may ship without tokenizer files
         return None
 
 
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    """One quick connection attempt, so an offline machine fails in seconds, not after minutes of retries."""
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(huggingface_hub.constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _check_hub_id(path: str) -> None:
+    """A missing folder or a malformed id fails here, with a message naming what would work."""
+    demos = ", ".join(DEMO_MODELS)
+    if path.startswith(("/", "./", "../", "~", "\\")):
+        raise ModelLoadError(f"folder {path} does not exist; check the path, or use a demo model: {demos}")
+    try:
+        huggingface_hub.utils.validate_repo_id(path)
+    except Exception:
+        raise ModelLoadError(
+            f"{path!r} is neither a local model folder nor a valid Hugging Face model id "
+            f"(like 'bert-base-uncased' or 'org/name'); demo models: {demos}"
+        ) from None
+
+
 def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
     local = Path(path).is_dir()
+    if not local:
+        _check_hub_id(path)
+    offline = not local and not _hub_reachable()
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=offline)
     except Exception as err:
         raise ModelLoadError(_not_found_message(path, local, err)) from None
     extra = {"device_map": device_map, "max_memory": max_memory} if device_map is not None else {}
     try:
         model = AutoModel.from_pretrained(
-            path, config=config, trust_remote_code=trust_remote_code, attn_implementation="eager", **extra
+            path, config=config, trust_remote_code=trust_remote_code, attn_implementation="eager",
+            local_files_only=offline, **extra,
         )
     except Exception as err:
         raise ModelLoadError(f"could not load the weights of {path!r}: {_first_line(err)}") from None
-    return model, _tokenizer_or_none(path)
+    return model, _tokenizer_or_none(path, offline)
 
 
 def _first_line(err: Exception) -> str:

@@ -1,0 +1,93 @@
+"""Parity of the written-out attention with PyTorch's fused kernels."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+
+ATOL = 1e-5
+
+
+def _qkv(q_len=5, k_len=5, batch=2, heads=3, d=8):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(batch, heads, q_len, d, generator=g), torch.randn(batch, heads, k_len, d, generator=g),
+            torch.randn(batch, heads, k_len, d, generator=g))
+
+
+@pytest.mark.parametrize("q_len,k_len", [(5, 5), (3, 7)])
+def test_sdpa_matches_torch(q_len, k_len):
+    q, k, v = _qkv(q_len, k_len)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, q_len), atol=ATOL, rtol=0)
+
+
+def test_sdpa_causal_matches_torch_and_upper_triangle_is_zero():
+    q, k, v = _qkv(6, 6)
+    out, weights = scaled_dot_product_attention(q, k, v, causal_mask(6, 6))
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=ATOL, rtol=0)
+    assert torch.all(weights.triu(diagonal=1) == 0)
+
+
+def test_fully_masked_row_is_zero_not_nan():
+    q, k, v = _qkv(4, 4)
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    mask[2] = False
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert not torch.isnan(out).any() and not torch.isnan(weights).any()
+    assert torch.all(weights[..., 2, :] == 0) and torch.all(out[..., 2, :] == 0)
+
+
+def _paired_modules(d_model=16, heads=4):
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(d_model, heads).eval()
+    theirs = torch.nn.MultiheadAttention(d_model, heads, batch_first=True).eval()
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        theirs.out_proj.weight.copy_(ours.out_proj.weight)
+        theirs.out_proj.bias.copy_(ours.out_proj.bias)
+    return ours, theirs
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_mha_matches_torch_multihead_attention(causal):
+    ours, theirs = _paired_modules()
+    x = torch.randn(2, 7, 16)
+    padding = torch.zeros(2, 7, dtype=torch.bool)
+    padding[1, 5:] = True
+    mask = ~causal_mask(7, 7) if causal else None  # torch: True = blocked
+    out, weights = ours(x, key_padding_mask=padding, causal=causal)
+    ref_out, ref_weights = theirs(x, x, x, key_padding_mask=padding, attn_mask=mask, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights, ref_weights, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 7), atol=ATOL, rtol=0)
+    assert torch.all(weights[1, :, :, 5:] == 0)
+
+
+def test_mha_cross_attention_shapes_and_parity():
+    ours, theirs = _paired_modules()
+    query, memory = torch.randn(2, 3, 16), torch.randn(2, 9, 16)
+    out, weights = ours(query, memory)
+    ref_out, ref_weights = theirs(query, memory, memory, average_attn_weights=False)
+    assert weights.shape == (2, 4, 3, 9)
+    torch.testing.assert_close(out, ref_out, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights, ref_weights, atol=ATOL, rtol=0)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    module = MultiHeadAttention(16, 4, dropout=0.5)
+    x = torch.randn(1, 6, 16)
+    module.eval()
+    _, weights = module(x)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 4, 6), atol=ATOL, rtol=0)
+    module.train()
+    _, weights = module(x)
+    assert not torch.allclose(weights.sum(-1), torch.ones(1, 4, 6))
+
+
+def test_rejects_indivisible_width():
+    with pytest.raises(ValueError, match="divisible"):
+        MultiHeadAttention(10, 3)

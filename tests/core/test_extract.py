@@ -1,0 +1,174 @@
+"""extract_attention equals the eager model's output_attentions, for every adapter."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+import tiny
+from core import (
+    AttnScopeTransformer, ExtractionError, InputError, TINY_PRESETS, extract_attention, extract_module_attention,
+)
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+def _reference(model, **inputs):
+    with torch.no_grad():
+        return model(**inputs, output_attentions=True, return_dict=True)
+
+
+def _stacked(attentions):
+    return torch.stack([a[0] for a in attentions])  # (L, H, q, k)
+
+
+@pytest.mark.parametrize("build,tokenizer,causal", [
+    (tiny.tiny_bert, tiny.wordpiece_tokenizer, False),
+    (tiny.tiny_gpt2, tiny.bpe_tokenizer, True),
+])
+def test_equals_eager_output_attentions(build, tokenizer, causal):
+    model, tok = build(), tokenizer()
+    result = extract_attention(model, tok, TEXT)
+    ids = tok(TEXT, return_tensors="pt")["input_ids"]
+    model.set_attn_implementation("eager")
+    expected = _stacked(_reference(model, input_ids=ids).attentions)
+    assert torch.equal(result.attentions, expected)
+    assert result.attentions.dtype == torch.float32 and result.attentions.device.type == "cpu"
+    assert len(result.tokens) == ids.shape[1] == result.attentions.shape[-1]
+    assert result.token_ids == ids[0].tolist()
+    assert result.causal is causal
+    torch.testing.assert_close(result.attentions.sum(-1), torch.ones(result.attentions.shape[:-1]))
+    if causal:
+        assert torch.all(result.attentions.triu(diagonal=1) == 0)
+
+
+def test_special_tokens_flagged_and_pair_text():
+    result = extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), "the fox", text_pair="the dog")
+    assert result.tokens[0] == "[CLS]" and result.special[0]
+    sep = [i for i, t in enumerate(result.tokens) if t == "[SEP]"]
+    assert len(sep) == 2 and all(result.special[i] for i in sep)
+    assert sum(result.special) == 3 and not any(result.padding)
+
+
+def test_byte_level_markers_prettified():
+    result = extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), "the fox the dog")
+    assert not any("Ġ" in t for t in result.tokens)
+
+
+@pytest.mark.parametrize("build", [tiny.tiny_bart, tiny.tiny_t5])
+def test_encoder_decoder_parts_equal_eager(build):
+    model, tok = build(), tiny.wordpiece_tokenizer()
+    result = extract_attention(model, tok, TEXT, target="A dog sleeps.")
+    enc_ids = tok(TEXT, return_tensors="pt")["input_ids"]
+    dec_ids = torch.tensor([result.decoder.token_ids])
+    model.set_attn_implementation("eager")
+    ref = _reference(model, input_ids=enc_ids, decoder_input_ids=dec_ids)
+    assert torch.equal(result.encoder.attentions, _stacked(ref.encoder_attentions))
+    assert torch.equal(result.decoder.attentions, _stacked(ref.decoder_attentions))
+    assert torch.equal(result.cross.attentions, _stacked(ref.cross_attentions))
+    assert result.decoder.causal and not result.encoder.causal
+    assert result.cross.attentions.shape[-2:] == (len(result.decoder.tokens), len(result.encoder.tokens))
+    assert result.cross.keys == result.encoder.tokens
+    assert result.decoder.token_ids[0] == model.config.decoder_start_token_id
+
+
+def test_sdpa_model_gives_weights_and_is_restored():
+    model = tiny.tiny_bert()
+    model.set_attn_implementation("sdpa")
+    result = extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
+    assert result.attentions.shape[:2] == (2, 4)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_long_input_truncated_with_warning():
+    model = tiny.tiny_bert(max_positions=16)
+    result = extract_attention(model, tiny.wordpiece_tokenizer(), " ".join(["fox"] * 40))
+    assert result.attentions.shape[-1] == 16
+    assert result.warnings and "truncated" in result.warnings[0]
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_empty_text_is_value_error(text):
+    with pytest.raises(ValueError, match="empty"):
+        extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), text)
+    with pytest.raises(InputError):
+        extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), text)
+
+
+def test_training_model_is_evaluated_and_restored():
+    model = tiny.tiny_bert().train()
+    model.config.attention_probs_dropout_prob = 0.5
+    result = extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
+    torch.testing.assert_close(result.attentions.sum(-1), torch.ones(result.attentions.shape[:-1]))
+    assert model.training
+
+
+def test_custom_model_matches_its_output_attentions():
+    torch.manual_seed(0)
+    model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-decoder"], vocab_size=200)).eval()
+    tok = tiny.wordpiece_tokenizer()
+    result = extract_attention(model, tok, TEXT)
+    ids = tok(TEXT, return_tensors="pt")["input_ids"]
+    expected = _stacked(model(ids, output_attentions=True)["attentions"])
+    assert torch.equal(result.attentions, expected)
+    assert result.causal and torch.all(result.attentions.triu(diagonal=1) == 0)
+
+
+class EncoderLM(nn.Module):
+    """A plain PyTorch model: embeddings + nn.TransformerEncoder."""
+
+    def __init__(self, vocab=200, d_model=32, heads=4, layers=3, causal=False):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=64, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.causal = causal
+
+    def forward(self, input_ids):
+        length = input_ids.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(length) if self.causal else None
+        return self.encoder(self.embed(input_ids), mask=mask, is_causal=self.causal)
+
+
+def _manual_layer_weights(model, input_ids):
+    """Per-head weights recomputed by calling each layer's self_attn directly."""
+    x, maps = model.embed(input_ids), []
+    for layer in model.encoder.layers:
+        _, w = layer.self_attn(x, x, x, need_weights=True, average_attn_weights=False)
+        maps.append(w[0])
+        x = layer(x)
+    return torch.stack(maps)
+
+
+def test_torch_transformer_encoder_per_head():
+    torch.manual_seed(0)
+    model = EncoderLM().eval()
+    tok = tiny.wordpiece_tokenizer()
+    result = extract_attention(model, tok, TEXT)
+    ids = tok(TEXT, return_tensors="pt")["input_ids"]
+    assert result.attentions.shape == (3, 4, ids.shape[1], ids.shape[1])
+    with torch.no_grad():
+        torch.testing.assert_close(result.attentions, _manual_layer_weights(model, ids), atol=1e-5, rtol=0)
+    assert not result.causal
+    assert not model.encoder.layers[0].self_attn._forward_hooks  # hooks removed
+
+
+def test_torch_causal_encoder_detected_and_bare_module():
+    torch.manual_seed(0)
+    model = EncoderLM(causal=True).eval()
+    result = extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
+    assert result.causal and torch.all(result.attentions.triu(diagonal=1) == 0)
+    bare = extract_module_attention(model.encoder, torch.randn(1, 5, 32))
+    assert bare.attentions.shape == (3, 4, 5, 5) and bare.tokens == ["0", "1", "2", "3", "4"]
+
+
+def test_tokenizer_larger_than_vocabulary_is_clear_error():
+    model = AttnScopeTransformer(TINY_PRESETS["attnscope-nano-encoder"])  # vocabulary of 99
+    with pytest.raises(InputError, match="vocabulary has 99"):
+        extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
+
+
+def test_module_without_attention_is_clear_error():
+    with pytest.raises(ExtractionError, match="MultiheadAttention"):
+        extract_attention(nn.Linear(3, 3), tiny.wordpiece_tokenizer(), TEXT)

@@ -1,0 +1,84 @@
+"""load_model: local folders, custom models, devices and clear errors offline."""
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+import transformers
+
+import tiny
+from core import (
+    AttnScopeTransformer, InputError, ModelLoadError, TINY_PRESETS, extract_attention, load_model, pick_device,
+    save_custom_model,
+)
+
+TEXT = "the quick brown fox"
+
+
+def test_hf_folder_round_trip(tmp_path):
+    model, tok = tiny.tiny_bert(), tiny.wordpiece_tokenizer()
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, loaded_tok = load_model(str(tmp_path), device="cpu")
+    assert not loaded.training
+    expected = extract_attention(model, tok, TEXT).attentions
+    assert torch.equal(extract_attention(loaded, loaded_tok, TEXT).attentions, expected)
+
+
+def test_custom_folder_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-encoder"], vocab_size=200)).eval()
+    save_custom_model(model, tmp_path)
+    tiny.wordpiece_tokenizer().save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "attnscope"
+    loaded, tok = load_model(tmp_path, device="cpu")
+    assert isinstance(loaded, AttnScopeTransformer) and tok is not None
+    assert torch.equal(extract_attention(loaded, tok, TEXT).attentions, extract_attention(model, tok, TEXT).attentions)
+
+
+def test_trust_remote_code_off_by_default(tmp_path, monkeypatch):
+    tiny.tiny_bert().save_pretrained(tmp_path)
+    seen = []
+    original = transformers.AutoConfig.from_pretrained
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
+                        lambda *a, **k: seen.append(k.get("trust_remote_code")) or original(*a, **k))
+    load_model(str(tmp_path), device="cpu")
+    assert seen and not any(seen)
+
+
+def test_unknown_hub_id_offline_fails_fast_with_pointer(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    start = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="demo-bert"):
+        load_model("someone/surely-not-a-model")
+    assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("source,message", [
+    ("not a model id!!", "valid Hugging Face model id"),
+    ("/no/such/folder", "does not exist"),
+    ("", "no model given"),
+])
+def test_bad_sources_are_clear_errors(source, message):
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(source)
+
+
+def test_folder_without_config(tmp_path):
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(str(tmp_path))
+
+
+def test_pick_device():
+    assert pick_device("cpu") == torch.device("cpu")
+    assert pick_device().type in ("cpu", "cuda", "mps")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA"):
+            pick_device("cuda")
+    with pytest.raises(InputError, match="unknown device"):
+        pick_device("quantum")
