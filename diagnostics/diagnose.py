@@ -1,0 +1,170 @@
+"""``diagnose``: run probe texts through a model, label every head, and collect findings.
+
+Per part of the model ("self", or "encoder"/"decoder"/"cross" of an
+encoder-decoder) and per probe text: the metrics of ``metrics.head_metrics``,
+the labels of ``patterns.classify_metrics`` and the pairwise head distances of
+``redundancy.js_distance``. Metrics and distances are averaged over the texts;
+a head's pattern is the label most texts gave it (ties go to the higher mean
+confidence). Findings come from the averaged metrics (``findings``) and from
+the weights alone (``weight_checks``).
+"""
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import core
+from core.device import model_device
+from core.errors import InputError
+from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
+from diagnostics.metrics import head_metrics
+from diagnostics.patterns import classify_metrics
+from diagnostics.probes import RANDOM_PROBES, as_probes, random_probe
+from diagnostics.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
+from diagnostics.report import HeadReport, Report
+from diagnostics.row_stats import OFFSETS
+from diagnostics.weight_checks import check_weights
+
+SCALAR_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance",
+                  "sink_score", "sink2_score")
+
+
+def diagnose(source, texts=None, device=None, progress=None) -> Report:
+    """Diagnose ``source``: a ``(model, tokenizer)`` pair, a module, or anything ``core.load_model`` takes.
+
+    texts: probe strings or ``(text, text_pair)`` tuples (default: ``probes.DEFAULT_PROBES``).
+    progress: optional ``callable(fraction, message)``, called as the work advances.
+    """
+    start = time.perf_counter()
+    tell = progress or (lambda fraction, message: None)
+    tell(0.0, "loading the model")
+    model, tokenizer, name = _resolve(source, device)
+    probes = as_probes(texts) if tokenizer is not None else []
+    samples, notes = _run_probes(model, tokenizer, probes, tell)
+    tell(0.85, "measuring heads")
+    heads, findings = [], list(notes)
+    for part, results in _parts(samples).items():
+        part_heads, part_findings = diagnose_part(part, results)
+        heads += part_heads
+        findings += part_findings
+    tell(0.95, "checking weights")
+    weight_findings, weight_numbers = check_weights(model)
+    for head in heads:
+        head.metrics.update(weight_numbers.get((head.part, head.layer, head.head), {}))
+    summary = _model_summary(model, tokenizer, name, samples, weight_numbers, time.perf_counter() - start)
+    tell(1.0, "done")
+    return Report(summary, heads, sort_findings(findings + weight_findings), samples,
+                  [p.to_dict() for p in probes])
+
+
+def _resolve(source, device):
+    if isinstance(source, (tuple, list)):
+        if len(source) != 2 or not isinstance(source[0], nn.Module):
+            raise InputError("source must be a (model, tokenizer) pair, a model, or a model name or folder")
+        model, tokenizer = source
+        return model, tokenizer, _name(model)
+    if isinstance(source, nn.Module):
+        return source, None, _name(source)
+    if not isinstance(source, (str, Path)):
+        raise InputError(f"cannot diagnose a {type(source).__name__}; pass a model name, a folder or (model, tokenizer)")
+    model, tokenizer = core.load_model(source, device=device)
+    return model, tokenizer, str(source)
+
+
+def _name(model):
+    return getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__
+
+
+def _run_probes(model, tokenizer, probes, tell):
+    """``(samples, notes)``: one ``AttentionResult`` per probe; random-id probes without a tokenizer."""
+    if tokenizer is not None:
+        samples = []
+        for i, probe in enumerate(probes):
+            tell(0.05 + 0.8 * i / len(probes), f"probe {i + 1}/{len(probes)}")
+            samples.append(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
+        return samples, []
+    try:
+        samples = [random_probe(model, seed) for seed in range(RANDOM_PROBES)]
+    except core.ExtractionError as err:
+        return [], [note("no_tokenizer", detail=f"only the weights were checked ({err})")]
+    return samples, [note("no_tokenizer", detail="probed with random token ids; text views are unavailable")]
+
+
+def _parts(samples):
+    """``{part: [AttentionResult per probe]}``; encoder-decoders split into their three parts."""
+    if not samples:
+        return {}
+    if samples[0].encoder is not None:
+        return {part: [s.part(part) for s in samples] for part in ("encoder", "decoder", "cross")}
+    return {"self": samples}
+
+
+def diagnose_part(part, results):
+    """``(heads, findings)`` of one part measured on ``results`` (one per probe)."""
+    per_text, labels, distances, sinks = [], [], [], []
+    for r in results:
+        attn = r.attentions[..., : r.attentions.shape[-1], :]  # cross-attention: at most k query rows
+        m = head_metrics(attn, causal=r.causal, special=r.keys_special, padding=r.keys_padding)
+        per_text.append(m)
+        labels.append(classify_metrics(m))
+        distances.append(js_distance(attn, r.causal, r.keys_padding))  # (L, H, H)
+        sinks.append([[r.keys[int(k)] for k in row] for row in m.sink_key.tolist()])
+    avg = _average(per_text)
+    n_layers, n_heads = avg["entropy"].shape
+    sink_tokens = [[Counter(s[l][h] for s in sinks).most_common(1)[0][0] for h in range(n_heads)]
+                   for l in range(n_layers)]
+    findings = attention_findings(avg, part, sink_tokens)
+    pairs = redundant_pairs(torch.stack(distances).mean(0), exclude=avg["entropy"] >= DIFFUSE_ENTROPY)
+    redundant = pairs_finding("redundant_heads", pairs, n_layers * n_heads, part, REDUNDANT_JS)
+    heads = [_head_report(part, l, h, avg, [t[l][h] for t in labels], sink_tokens[l][h])
+             for l in range(n_layers) for h in range(n_heads)]
+    return heads, findings + ([redundant] if redundant else [])
+
+
+def _average(per_text):
+    """Mean over texts of each scalar metric (``[L, H]``) and of the diagonal masses."""
+    avg = {name: torch.stack([getattr(m, name) for m in per_text]).mean(0) for name in SCALAR_METRICS}
+    diag = torch.stack([m.diag_mass for m in per_text]).mean(0)  # (L, H, 7)
+    best_mass, best_idx = diag.max(-1)  # (L, H)
+    avg.update(diag_mass=diag, best_offset_mass=best_mass, best_offset=torch.tensor(OFFSETS)[best_idx])
+    return avg
+
+
+def _head_report(part, layer, head, avg, patterns, sink_token):
+    votes = Counter(p.label for p in patterns)
+    top = max(votes.values())
+    mean_conf = {label: sum(p.confidence for p in patterns if p.label == label) / n for label, n in votes.items()}
+    label = max((l for l, n in votes.items() if n == top), key=lambda l: mean_conf[l])
+    metrics = {name: round(float(avg[name][layer, head]), 4) for name in SCALAR_METRICS}
+    metrics.update(best_offset=int(avg["best_offset"][layer, head]),
+                   best_offset_mass=round(float(avg["best_offset_mass"][layer, head]), 4),
+                   diag_mass={str(d): round(float(v), 4) for d, v in zip(OFFSETS, avg["diag_mass"][layer, head])},
+                   sink_token=sink_token, agreement=round(top / len(patterns), 4))
+    offset = metrics["best_offset"] if label == "diagonal" else None
+    return HeadReport(part, layer, head, label, round(mean_conf[label], 4), offset, metrics)
+
+
+def _model_summary(model, tokenizer, name, samples, weight_numbers, elapsed):
+    config = getattr(model, "config", None)
+    parts = {part: {"layers": rs[0].n_layers, "heads": rs[0].n_heads} for part, rs in _parts(samples).items()}
+    if not parts and weight_numbers:
+        for part, layer, head in weight_numbers:
+            shape = parts.setdefault(part, {"layers": 0, "heads": 0})
+            shape["layers"], shape["heads"] = max(shape["layers"], layer + 1), max(shape["heads"], head + 1)
+    first = next(iter(parts.values()), {"layers": 0, "heads": 0})
+    return {
+        "name": name,
+        "architecture": type(model).__name__,
+        "model_type": getattr(config, "model_type", None),
+        "layers": first["layers"],
+        "heads": first["heads"],
+        "parts": parts,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "causal": bool(samples[0].causal) if samples and samples[0].encoder is None else False,
+        "device": str(model_device(model)),
+        "tokenizer": tokenizer is not None,
+        "elapsed_s": round(elapsed, 3),
+    }

@@ -1,0 +1,160 @@
+"""Model-level findings: what is wrong (or notable) with which heads, and how bad it is.
+
+A ``Finding`` names its heads as ``[layer, head]`` pairs within one ``part``
+("self" for single-stack models; "encoder", "decoder" or "cross" for
+encoder-decoders). Its wording comes from ``texts.FINDING_TEXTS``.
+
+Severity scale rule (the issue: "one diffuse head in twelve is information;
+most heads saturated or uniform is an error"): the share of the part's heads a
+finding covers picks one of three levels, and each code maps the levels to a
+severity (``LEVELS``):
+- below ``WARNING_SHARE`` (a quarter): a few heads, the model can route around
+  them; Michel et al. 2019 prune 20-40% of BERT's heads at no cost;
+- from ``WARNING_SHARE``: a sizeable part of the model is affected;
+- from ``ERROR_SHARE`` (half): most heads are affected, the model is broken.
+Benign or early-warning codes (sinks, positional heads, redundancy, spectral
+norm) never go above "warning"; sinks and positional heads only warn when they
+are the majority, since trained models routinely have several (Clark et al.
+2019; Gu et al. 2024).
+
+Thresholds on the attention metrics (``metrics.head_metrics``, averaged over
+the probe texts) are named below with their rationale.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from diagnostics.texts import FINDING_TEXTS
+
+SEVERITIES = ("error", "warning", "info")  # most severe first
+WARNING_SHARE = 0.25
+ERROR_SHARE = 0.5
+LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
+    "diffuse_heads": ("info", "warning", "error"),
+    "saturated_heads": ("info", "warning", "error"),
+    "dead_heads": ("info", "warning", "error"),
+    "qk_scale_small": ("warning", "warning", "error"),
+    "qk_scale_large": ("warning", "warning", "error"),
+    "redundant_heads": ("info", "warning", "warning"),
+    "similar_head_weights": ("info", "warning", "warning"),
+    "qk_spectral_norm": ("info", "warning", "warning"),
+    "sink_heads": ("info", "info", "warning"),
+    "positional_heads": ("info", "info", "warning"),
+}
+
+# Normalised entropy (1 = uniform). A row with one key at 0.3 and the rest
+# uniform over 12 keys already scores 0.92; 0.95 leaves only rows that barely
+# prefer any key. Q/K x 0 gives exactly 1.
+DIFFUSE_ENTROPY = 0.95
+# Near one-hot: entropy <= 0.1 of uniform and a mean row max >= 0.9. Trained
+# previous-token heads come close, so a few such heads are only "info"; entropy
+# collapse (Zhai et al. 2023) saturates most heads at once.
+SATURATED_ENTROPY = 0.1
+SATURATED_CONFIDENCE = 0.9
+# A key that receives half the attention of the queries that can see it.
+SINK_SCORE = 0.5
+# Half or more of the mass on one diagonal offset, the whole row's majority.
+POSITIONAL_MASS = 0.5
+
+
+@dataclass
+class Finding:
+    code: str  # stable identifier, a key of FINDING_TEXTS
+    severity: str  # "info", "warning" or "error"
+    heads: list  # [[layer, head], ...] within `part`
+    message: str  # what was measured, with numbers
+    suggestion: str  # what to do
+    details: dict = field(default_factory=dict)  # JSON-serialisable numbers behind the finding
+    part: str = "self"  # "self", "encoder", "decoder" or "cross"
+
+    @property
+    def title(self):
+        return FINDING_TEXTS[self.code].title
+
+    def to_dict(self):
+        return {"code": self.code, "severity": self.severity, "part": self.part, "heads": self.heads,
+                "message": self.message, "suggestion": self.suggestion, "details": self.details}
+
+
+def severity_for(code, n_heads, total):
+    """The severity of ``code`` covering ``n_heads`` of ``total`` heads (see the module docstring)."""
+    low, mid, high = LEVELS.get(code, ("info", "info", "info"))
+    share = n_heads / max(total, 1)
+    return high if share >= ERROR_SHARE else mid if share >= WARNING_SHARE else low
+
+
+def severity_rank(severity):
+    return SEVERITIES.index(severity)
+
+
+def head_names(heads, part="self", limit=12):
+    """``L0H1, L2H3, …`` (prefixed by the part of encoder-decoder models), at most ``limit``."""
+    prefix = "" if part == "self" else f"{part} "
+    names = [f"{prefix}L{layer}H{head}" for layer, head in heads[:limit]]
+    more = f", … and {len(heads) - limit} more" if len(heads) > limit else ""
+    return ", ".join(names) + more
+
+
+def make_finding(code, heads, total, part="self", details=None, **fields):
+    """A finding on ``heads`` (sorted ``[layer, head]`` lists) out of ``total`` heads."""
+    heads = sorted([int(layer), int(head)] for layer, head in heads)
+    text = FINDING_TEXTS[code]
+    values = {"count": len(heads), "total": total, "percent": f"{100 * len(heads) / max(total, 1):.0f}%",
+              "heads": head_names(heads, part), **fields}
+    return Finding(code, severity_for(code, len(heads), total), heads, text.message.format(**values),
+                   text.suggestion, details or {}, part)
+
+
+def note(code, part="self", **fields):
+    """An "info" finding that covers no heads (skipped checks, missing tokenizer)."""
+    text = FINDING_TEXTS[code]
+    return Finding(code, "info", [], text.message.format(**fields), text.suggestion, dict(fields), part)
+
+
+def _flagged(mask):
+    """``[[layer, head], ...]`` where the bool ``[L, H]`` mask is True."""
+    return [[int(layer), int(head)] for layer, head in torch.nonzero(mask).tolist()]
+
+
+def _per_head(values, heads):
+    return {f"L{layer}H{head}": round(float(values[layer, head]), 4) for layer, head in heads}
+
+
+def attention_findings(metrics, part="self", sink_tokens=None):
+    """Findings read off per-head metrics averaged over the probes (each a ``[L, H]`` tensor).
+
+    ``metrics`` needs ``entropy``, ``confidence``, ``sink_score`` and
+    ``best_offset_mass``/``best_offset``; ``sink_tokens`` (``[L][H]`` strings)
+    names each head's sink key when known.
+    """
+    total = metrics["entropy"].numel()
+    out = []
+    entropy, confidence = metrics["entropy"], metrics["confidence"]
+    diffuse = entropy >= DIFFUSE_ENTROPY  # (L, H)
+    saturated = (entropy <= SATURATED_ENTROPY) & (confidence >= SATURATED_CONFIDENCE)  # (L, H)
+    checks = [
+        ("diffuse_heads", diffuse, entropy, {"threshold": DIFFUSE_ENTROPY}),
+        ("saturated_heads", saturated, entropy,
+         {"threshold": SATURATED_ENTROPY, "confidence": SATURATED_CONFIDENCE}),
+        ("sink_heads", (metrics["sink_score"] >= SINK_SCORE) & ~saturated, metrics["sink_score"],
+         {"threshold": SINK_SCORE}),
+        ("positional_heads", (metrics["best_offset_mass"] >= POSITIONAL_MASS) & ~saturated,
+         metrics["best_offset_mass"], {"threshold": POSITIONAL_MASS}),
+    ]
+    for code, mask, values, fields in checks:
+        heads = _flagged(mask)
+        if not heads:
+            continue
+        details = {**fields, "values": _per_head(values, heads)}
+        if code == "positional_heads":
+            details["offsets"] = {f"L{l}H{h}": int(metrics["best_offset"][l, h]) for l, h in heads}
+        if code == "sink_heads" and sink_tokens is not None:
+            details["sink_tokens"] = {f"L{l}H{h}": sink_tokens[l][h] for l, h in heads}
+        out.append(make_finding(code, heads, total, part, details, **fields))
+    return out
+
+
+def sort_findings(findings):
+    """Most severe first, then by how many heads they cover."""
+    return sorted(findings, key=lambda f: (severity_rank(f.severity), -len(f.heads), f.code))

@@ -1,0 +1,126 @@
+"""Standalone HTML rendering of a ``Report``: one file, inline CSS and SVG, no scripts, no CDN.
+
+The page holds the model summary, the findings (wording from ``texts``), the
+pattern map of each part (layers × heads, coloured by pattern) and, for every
+finding that names heads, heatmaps of up to ``HEATMAPS_PER_FINDING`` of them on
+the first probe text, drawn as inline SVG so the file opens offline.
+"""
+
+from html import escape
+
+from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, SEVERITY_TITLES
+
+HEATMAPS_PER_FINDING = 4
+HEATMAP_PX = 180  # side of one heatmap
+MAX_CELLS = 64  # longer probes are shown on their first 64 tokens
+SEVERITY_COLORS = {"error": "#C0392B", "warning": "#D68910", "info": "#2874A6"}
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
+h1{font-size:1.5rem}h2{margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .5rem;border:1px solid #ddd;font-size:.85rem}
+.grid td{width:5.5rem;text-align:center;color:#fff;font-weight:600;font-size:.75rem}
+.finding{border-left:5px solid;padding:.25rem 1rem;margin:1rem 0;background:#fafafa}
+.badge{color:#fff;border-radius:3px;padding:0 .4rem;font-size:.8rem;margin-right:.4rem}
+.maps{display:flex;flex-wrap:wrap;gap:1rem}.maps figure{margin:0}.maps figcaption{font-size:.8rem;text-align:center}
+.legend span{display:inline-block;padding:.1rem .5rem;margin:.1rem;color:#fff;border-radius:3px;font-size:.8rem}
+"""
+
+
+def render_html(report):
+    m = report.model
+    body = [f"<h1>AttnScope diagnosis: {escape(str(m['name']))}</h1>", _summary(report)]
+    counts = ", ".join(f"{report.count(s)} {s}" for s in ("error", "warning", "info"))
+    body.append(f"<h2>Findings ({counts})</h2>")
+    if not report.findings:
+        body.append("<p>No findings: every head looks ordinary on the probe texts.</p>")
+    body += [_finding(report, f) for f in report.findings]
+    for part in report.parts:
+        body.append(_grid(report, part))
+    body.append(_legend())
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>AttnScope diagnosis: {escape(str(m['name']))}</title><style>{CSS}</style></head>"
+            f"<body>{''.join(body)}</body></html>")
+
+
+def _summary(report):
+    m = report.model
+    shape = ", ".join(f"{p}: {s['layers']} × {s['heads']}" for p, s in m["parts"].items()) or "unknown"
+    rows = [("architecture", f"{m['architecture']} ({m.get('model_type') or 'custom'})"), ("layers × heads", shape),
+            ("parameters", f"{m['parameters']:,}"), ("causal", "yes" if m["causal"] else "no"),
+            ("device", m["device"]), ("probes", len(report.probes) or "random token ids"),
+            ("time", f"{m['elapsed_s']:.1f} s")]
+    return "<table>" + "".join(f"<tr><th>{k}</th><td>{escape(str(v))}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _finding(report, f):
+    color = SEVERITY_COLORS[f.severity]
+    text = FINDING_TEXTS[f.code]
+    maps = _finding_maps(report, f)
+    return (f"<div class='finding' style='border-color:{color}'><h3><span class='badge' style='background:{color}'>"
+            f"{SEVERITY_TITLES[f.severity]}</span>{escape(text.title)} <code>{f.code}</code></h3>"
+            f"<p>{escape(f.message)}</p><p><em>What it means:</em> {escape(text.meaning)}</p>"
+            f"<p><em>What to do:</em> {escape(f.suggestion)}</p>{maps}</div>")
+
+
+def _finding_maps(report, f):
+    sample = _sample(report, f.part)
+    if sample is None or not f.heads:
+        return ""
+    figures = []
+    for layer, head in f.heads[:HEATMAPS_PER_FINDING]:
+        if layer < sample.n_layers and head < sample.n_heads:
+            caption = f"L{layer}H{head}" if f.part == "self" else f"{f.part} L{layer}H{head}"
+            figures.append(f"<figure>{heatmap_svg(sample.attentions[layer, head])}"
+                           f"<figcaption>{caption}</figcaption></figure>")
+    return f"<div class='maps'>{''.join(figures)}</div>"
+
+
+def _sample(report, part):
+    if not report.samples:
+        return None
+    first = report.samples[0]
+    return first.part(part) if first.encoder is not None else first
+
+
+def heatmap_svg(weights, size=HEATMAP_PX):
+    """An inline SVG heatmap of one map ``[q, k]`` (white = 0, dark blue = the map's max)."""
+    w = weights[:MAX_CELLS, :MAX_CELLS].float()
+    q, k = w.shape
+    top = float(w.max()) or 1.0
+    cw, ch = size / k, size / q
+    rects = []
+    for i in range(q):
+        for j in range(k):
+            v = float(w[i, j]) / top
+            if v > 0.02:
+                shade = int(255 * (1 - v))
+                rects.append(f"<rect x='{j * cw:.1f}' y='{i * ch:.1f}' width='{cw + 0.3:.1f}' height='{ch + 0.3:.1f}' "
+                             f"fill='rgb({shade},{shade},255)'/>")
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{size}' height='{size}' viewBox='0 0 {size} {size}'>"
+            f"<rect width='{size}' height='{size}' fill='#fff' stroke='#999'/>{''.join(rects)}</svg>")
+
+
+def _grid(report, part):
+    grid = report.pattern_grid(part)
+    title = "Pattern map" if part == "self" else f"Pattern map: {part}"
+    head_row = "<tr><th>layer</th>" + "".join(f"<th>H{h}</th>" for h in range(len(grid[0]))) + "</tr>"
+    rows = []
+    for layer, labels in enumerate(grid):
+        cells = []
+        for h, label in enumerate(labels):
+            head = report.head(layer, h, part)
+            offset = f" {head.offset:+d}" if head.offset is not None else ""
+            tip = f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
+            color = PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else "#777"
+            cells.append(f"<td style='background:{color}' title='{tip}'>{label}{offset}</td>")
+        rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
+    return f"<h2>{title}</h2><table class='grid'>{head_row}{''.join(rows)}</table>"
+
+
+def _legend():
+    spans = "".join(f"<span style='background:{t.color}'>{escape(t.title)}</span>" for t in PATTERN_TEXTS.values())
+    rows = "".join(f"<tr><th>{escape(t.title)}</th><td>{escape(t.looks_like)}</td><td>{escape(t.reading)}</td>"
+                   f"<td>{escape(t.action)}</td></tr>" for t in PATTERN_TEXTS.values())
+    return (f"<h2>Patterns</h2><p class='legend'>{spans}</p><table><tr><th>pattern</th><th>looks like</th>"
+            f"<th>usual reading</th><th>what to do</th></tr>{rows}</table>")

@@ -1,0 +1,53 @@
+"""Markdown rendering of a ``Report``: model summary, findings, pattern map per part, legend.
+
+All wording about patterns and findings comes from ``texts``.
+"""
+
+from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, SEVERITY_TITLES
+
+
+def render_markdown(report):
+    m = report.model
+    lines = [f"# AttnScope diagnosis: {m['name']}", ""]
+    lines += [
+        "| | |", "|---|---|",
+        f"| architecture | {m['architecture']} ({m.get('model_type') or 'custom'}) |",
+        f"| layers × heads | {_shape(m)} |",
+        f"| parameters | {m['parameters']:,} |",
+        f"| causal | {'yes' if m['causal'] else 'no'} |",
+        f"| device | {m['device']} |",
+        f"| probes | {len(report.probes) or 'random token ids'} |",
+        f"| time | {m['elapsed_s']:.1f} s |", "",
+    ]
+    counts = ", ".join(f"{report.count(s)} {s}" for s in ("error", "warning", "info"))
+    lines += [f"## Findings ({counts})", ""]
+    if not report.findings:
+        lines += ["No findings: every head looks ordinary on the probe texts.", ""]
+    for f in report.findings:
+        lines += [f"### {SEVERITY_TITLES[f.severity]}: {FINDING_TEXTS[f.code].title} (`{f.code}`)", "",
+                  f.message, "", f"*What it means:* {FINDING_TEXTS[f.code].meaning}", "",
+                  f"*What to do:* {f.suggestion}", ""]
+    for part in report.parts:
+        lines += _pattern_table(report, part)
+    lines += ["## Patterns", "", "| pattern | looks like | usual reading | what to do |", "|---|---|---|---|"]
+    lines += [f"| {t.title} | {t.looks_like} | {t.reading} | {t.action} |" for t in PATTERN_TEXTS.values()]
+    return "\n".join(lines) + "\n"
+
+
+def _shape(model):
+    return ", ".join(f"{p}: {s['layers']} × {s['heads']}" for p, s in model["parts"].items()) or "unknown"
+
+
+def _pattern_table(report, part):
+    grid = report.pattern_grid(part)
+    title = "Pattern map" if part == "self" else f"Pattern map: {part}"
+    lines = [f"## {title}", "", "| layer | " + " | ".join(f"H{h}" for h in range(len(grid[0]))) + " |",
+             "|---" * (len(grid[0]) + 1) + "|"]
+    for layer, row in enumerate(grid):
+        cells = []
+        for h, label in enumerate(row):
+            head = report.head(layer, h, part)
+            offset = f" {head.offset:+d}" if head.offset is not None else ""
+            cells.append(f"{label}{offset}")
+        lines.append(f"| L{layer} | " + " | ".join(cells) + " |")
+    return lines + [""]

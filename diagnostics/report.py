@@ -1,0 +1,99 @@
+"""``Report``: the result of ``diagnose``, and its versioned JSON form.
+
+``to_dict()`` follows the schema ``attnscope.report/1`` documented in
+docs/report_schema.md; a field is only ever added within a version, and a
+rename or removal bumps the version. ``samples`` (the probe texts'
+``AttentionResult``s, for the app's head explorer) are never serialised.
+Markdown and HTML renderings live in ``markdown_report`` and ``html_report``.
+"""
+
+import json
+from dataclasses import dataclass, field
+
+from core.errors import InputError
+from diagnostics.findings import SEVERITIES, Finding
+
+SCHEMA = "attnscope.report/1"
+
+
+@dataclass
+class HeadReport:
+    part: str  # "self", "encoder", "decoder" or "cross"
+    layer: int
+    head: int
+    pattern: str  # one of patterns.PATTERNS
+    confidence: float  # mean classifier confidence over the probes that voted for `pattern`
+    offset: int | None  # the diagonal's offset (+1 = next token), diagonal heads only
+    metrics: dict  # averaged metrics (see docs/report_schema.md)
+
+    def to_dict(self):
+        return {"part": self.part, "layer": self.layer, "head": self.head, "pattern": self.pattern,
+                "confidence": self.confidence, "offset": self.offset, "metrics": self.metrics}
+
+
+@dataclass
+class Report:
+    model: dict  # name, architecture, model_type, layers, heads, parts, parameters, causal, device, ...
+    heads: list[HeadReport]
+    findings: list[Finding]  # most severe first
+    samples: list = field(default_factory=list, repr=False)  # AttentionResult per probe; not serialised
+    probes: list[dict] = field(default_factory=list)  # {"text", "text_pair"} per probe
+
+    @property
+    def parts(self):
+        """The parts with heads, in model order ("self", or "encoder", "decoder", "cross")."""
+        return list(dict.fromkeys(h.part for h in self.heads))
+
+    def pattern_grid(self, part=None):
+        """Pattern labels as ``[layers][heads]`` of ``part`` (default: the first part)."""
+        part = part or (self.parts[0] if self.parts else "self")
+        chosen = [h for h in self.heads if h.part == part]
+        if not chosen:
+            raise InputError(f"this report has no part {part!r}; it has {self.parts}")
+        grid = [[""] * (max(h.head for h in chosen) + 1) for _ in range(max(h.layer for h in chosen) + 1)]
+        for h in chosen:
+            grid[h.layer][h.head] = h.pattern
+        return grid
+
+    def head(self, layer, head, part=None):
+        part = part or (self.parts[0] if self.parts else "self")
+        for h in self.heads:
+            if (h.part, h.layer, h.head) == (part, layer, head):
+                return h
+        raise InputError(f"no head L{layer}H{head} in part {part!r}")
+
+    def count(self, severity):
+        return sum(f.severity == severity for f in self.findings)
+
+    @property
+    def has_errors(self):
+        return self.count("error") > 0
+
+    def finding(self, code):
+        """The first finding with ``code``, or None."""
+        return next((f for f in self.findings if f.code == code), None)
+
+    def to_dict(self):
+        patterns = {}
+        for h in self.heads:
+            patterns.setdefault(h.part, {}).setdefault(h.pattern, 0)
+            patterns[h.part][h.pattern] += 1
+        return {
+            "schema": SCHEMA,
+            "model": self.model,
+            "summary": {**{s: self.count(s) for s in SEVERITIES}, "patterns": patterns},
+            "probes": self.probes,
+            "heads": [h.to_dict() for h in self.heads],
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+    def to_json(self, indent=2):
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    def to_markdown(self):
+        from diagnostics.markdown_report import render_markdown
+        return render_markdown(self)
+
+    def to_html(self):
+        from diagnostics.html_report import render_html
+        return render_html(self)

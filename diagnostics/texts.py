@@ -1,0 +1,186 @@
+"""Every text a user reads about patterns and findings: the one place to change wording.
+
+The CLI, the Markdown/HTML reports and the app's Guide page all render from
+``PATTERN_TEXTS`` and ``FINDING_TEXTS``; nothing else writes prose about what a
+pattern means or what to do about a finding.
+
+Sources behind the readings and suggestions:
+- Clark et al. 2019, "What Does BERT Look At? An Analysis of BERT's Attention":
+  positional (previous/next token) heads, heads on [CLS]/[SEP]/punctuation.
+- Kovaleva et al. 2019, "Revealing the Dark Secrets of BERT": the diagonal,
+  vertical, block and heterogeneous patterns.
+- Michel et al. 2019, "Are Sixteen Heads Really Better than One?" and Voita et
+  al. 2019, "Analyzing Multi-Head Self-Attention: Specialized Heads Do the Heavy
+  Lifting, the Rest Can Be Pruned": many heads are redundant and can be pruned.
+- Zhai et al. 2023, "Stabilizing Transformer Training by Preventing Attention
+  Entropy Collapse": σReparam (spectral reparametrisation of Q/K), entropy collapse.
+- Gu et al. 2024, "When Attention Sink Emerges in Language Models": sinks on the
+  first token are near universal and mostly benign.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PatternText:
+    title: str  # short name shown in legends
+    looks_like: str  # what the map looks like
+    reading: str  # the usual interpretation
+    action: str  # what to do about it
+    color: str  # colour of the pattern in maps and reports (hex)
+
+
+@dataclass(frozen=True)
+class FindingText:
+    title: str  # one-line headline
+    meaning: str  # what the finding says about the model
+    suggestion: str  # a concrete next step
+    message: str  # str.format template; fields: count, total, percent, heads, plus per-code extras
+
+
+PATTERN_TEXTS = {
+    "diagonal": PatternText(
+        "Diagonal (positional)",
+        "Mass on one diagonal offset: each token looks at itself, the previous or the next token.",
+        "A positional head (Clark et al. 2019). If it dominates many heads the model may lean too much on "
+        "position.",
+        "Fine for a few heads; if many heads are diagonal, check that position information is not "
+        "overwhelming content.",
+        "#4C78A8",
+    ),
+    "block": PatternText(
+        "Block (segment)",
+        "Mass inside contiguous segments: phrases, or sentence A and sentence B.",
+        "The head tracks phrase or segment structure (Kovaleva et al. 2019).",
+        "Check that the blocks match the input's real segments.",
+        "#F58518",
+    ),
+    "diffuse": PatternText(
+        "Diffuse (uniform)",
+        "Rows are near uniform: every token spreads its attention evenly.",
+        "The head does little (\"attention failure\"); it averages its input.",
+        "Check that gradients reach Q/K and how Q/K were initialised (std ≈ 1/√d_k).",
+        "#BAB0AC",
+    ),
+    "sparse": PatternText(
+        "Sparse (focused)",
+        "A few strong, content-dependent peaks per row.",
+        "Normal focused behaviour: the head picks out related tokens.",
+        "Nothing to do.",
+        "#54A24B",
+    ),
+    "vertical": PatternText(
+        "Vertical (sink)",
+        "Most queries put their mass on one or two keys: [CLS], [SEP], the first token or punctuation.",
+        "An attention sink or \"no-op\" head (Clark et al. 2019; Gu et al. 2024).",
+        "Usually benign. A classifier once failed because a layer-6 head over-attended to [CLS]; it was "
+        "fixed by constraining that attention.",
+        "#B279A2",
+    ),
+}
+
+FINDING_TEXTS = {
+    "diffuse_heads": FindingText(
+        "Near-uniform heads",
+        "These heads spread attention almost evenly over the input, so they pass on an average of it and "
+        "select nothing (attention failure).",
+        "Check the Q/K initialisation (std ≈ 1/√d_k) and that the attention weights receive non-zero "
+        "gradients; a learnable softmax temperature can help. If the model is trained and the heads stay "
+        "uniform, they are candidates for pruning (Michel et al. 2019).",
+        "{count} of {total} heads ({percent}) are near uniform (mean normalised entropy ≥ {threshold}): {heads}.",
+    ),
+    "saturated_heads": FindingText(
+        "Saturated heads (entropy collapse)",
+        "These heads put nearly all their mass on a single key on almost every row, whatever the input: "
+        "the softmax is saturated, a sign of attention entropy collapse.",
+        "Constrain the Q/K scale: σReparam or spectral normalisation of W_Q/W_K (Zhai et al. 2023), clamp the "
+        "scaled scores (e.g. to ±5), lower the learning rate and add warm-up.",
+        "{count} of {total} heads ({percent}) are near one-hot (mean normalised entropy ≤ {threshold}, "
+        "mean row max ≥ {confidence}): {heads}.",
+    ),
+    "redundant_heads": FindingText(
+        "Redundant heads",
+        "Pairs of heads in the same layer produce nearly the same attention maps on the probe texts, so "
+        "one of each pair adds little.",
+        "Prune one head of each pair (Michel et al. 2019; Voita et al. 2019), or add an orthogonality "
+        "penalty on the per-head Q/K/V projections while training.",
+        "{count} of {total} heads ({percent}) form {n_pairs} near-identical pair(s) (Jensen–Shannon distance "
+        "< {threshold}): {pairs}.",
+    ),
+    "sink_heads": FindingText(
+        "Attention-sink heads",
+        "Most queries of these heads put their mass on one key such as [CLS], [SEP] or the first token: an "
+        "attention sink, often a \"no-op\" head.",
+        "Usually benign (Gu et al. 2024). If a downstream task misbehaves, look at these heads first: a "
+        "classifier once failed because a head over-attended to [CLS], fixed by constraining that attention.",
+        "{count} of {total} heads ({percent}) are attention sinks (one key receives ≥ {threshold} of the "
+        "attention of the queries that see it): {heads}.",
+    ),
+    "positional_heads": FindingText(
+        "Positional heads",
+        "These heads attend to a fixed offset (themselves, the previous or the next token) whatever the "
+        "content (Clark et al. 2019).",
+        "Fine for a few heads. If most heads are positional, check that position information is not "
+        "overwhelming content; for quality drops on long inputs, try relative position encodings.",
+        "{count} of {total} heads ({percent}) are positional (≥ {threshold} of their mass on one offset): "
+        "{heads}.",
+    ),
+    "dead_heads": FindingText(
+        "Dead heads",
+        "The value/output projection of these heads is tiny next to the other heads of their layer, so "
+        "whatever they attend to barely reaches the residual stream.",
+        "Check whether the heads were pruned or zeroed on purpose; otherwise check weight decay and the "
+        "gradients of W_V/W_O. Dead heads can be removed (Michel et al. 2019).",
+        "{count} of {total} heads ({percent}) contribute < {threshold} of their layer's median "
+        "‖W_V·W_O‖: {heads}.",
+    ),
+    "qk_scale_small": FindingText(
+        "Q/K weights too small",
+        "The query/key weights are far below the usual initialisation scale, so all attention scores are "
+        "near zero and every head is near uniform.",
+        "Re-initialise W_Q/W_K with std ≈ 1/√d (fan-in), and check that the attention weights receive "
+        "gradients; a learnable softmax temperature can help.",
+        "{count} of {total} heads ({percent}) have Q/K weights with RMS·√d_in < {threshold}: {heads}.",
+    ),
+    "qk_scale_large": FindingText(
+        "Q/K weights too large",
+        "The query/key weights are far above the usual scale, so attention scores are huge and the softmax "
+        "saturates (entropy collapse).",
+        "Rescale or re-initialise W_Q/W_K (std ≈ 1/√d), use σReparam/spectral normalisation (Zhai et al. "
+        "2023), clamp the scaled scores (e.g. to ±5), lower the learning rate.",
+        "{count} of {total} heads ({percent}) have Q/K weights with RMS·√d_in > {threshold}: {heads}.",
+    ),
+    "qk_spectral_norm": FindingText(
+        "Large Q/K spectral norm",
+        "The spectral norm of W_Q·W_Kᵀ/√d_k bounds how large a score a pair of unit-RMS tokens can get. "
+        "A large bound is an early warning of attention entropy collapse (Zhai et al. 2023).",
+        "Watch these heads' entropy while training; σReparam/spectral normalisation of Q/K, a lower "
+        "learning rate and warm-up keep the norm in check.",
+        "{count} of {total} heads ({percent}) can reach attention scores above {threshold} on unit-RMS "
+        "inputs: {heads}.",
+    ),
+    "similar_head_weights": FindingText(
+        "Near-identical head weights",
+        "Pairs of heads in one layer have nearly the same Q·Kᵀ weight product, so they attend alike on any "
+        "input.",
+        "Prune one head of each pair (Michel et al. 2019; Voita et al. 2019), or add an orthogonality "
+        "penalty on the per-head projections; if heads were copied on purpose, re-initialise them.",
+        "{count} of {total} heads ({percent}) form {n_pairs} pair(s) whose Q·Kᵀ weights have cosine "
+        "similarity > {threshold}: {pairs}.",
+    ),
+    "weights_unavailable": FindingText(
+        "Weight checks skipped",
+        "AttnScope does not know where this architecture keeps its per-head Q/K/V/O weights.",
+        "Nothing to fix in the model; the attention-map findings still apply.",
+        "Weight checks were skipped: {reason}.",
+    ),
+    "no_tokenizer": FindingText(
+        "No tokenizer",
+        "The model came without a tokenizer, so it was probed with random token ids and text views are "
+        "unavailable.",
+        "Save the tokenizer next to the model (tokenizer.save_pretrained(folder)) to diagnose it on real text.",
+        "No tokenizer: {detail}.",
+    ),
+}
+
+SEVERITY_TITLES = {"error": "Error", "warning": "Warning", "info": "Info"}

@@ -1,0 +1,153 @@
+"""The CLI on checkpoints broken on purpose (issue 3, "Done when"), exit codes 0/1/2, output formats.
+
+Each broken checkpoint is checked against its healthy starting point, so the
+test fails if a detector stops telling them apart.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broken_checkpoints import copy_head, scale_qk, structured_bert, structured_gpt2
+from diagnostics import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_DIR = ROOT / "core" / "demo_models"
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    return structured_bert(tmp_path_factory.mktemp("models") / "bert")
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    return structured_gpt2(tmp_path_factory.mktemp("models") / "gpt2")
+
+
+def run_json(folder, tmp_path, *extra):
+    """``(exit status, report dict)`` of ``python -m diagnostics folder --format json``, in process."""
+    out = tmp_path / "report.json"
+    status = cli.main([str(folder), "--format", "json", "--out", str(out), "--quiet", *extra])
+    return status, json.loads(out.read_text())
+
+
+def finding(report, code):
+    return next((f for f in report["findings"] if f["code"] == code), None)
+
+
+def errors(report):
+    return [f["code"] for f in report["findings"] if f["severity"] == "error"]
+
+
+@pytest.mark.parametrize("which", ["bert", "gpt2"])
+def test_healthy_structured_model_exits_0(which, bert_dir, gpt2_dir, tmp_path):
+    status, report = run_json(bert_dir if which == "bert" else gpt2_dir, tmp_path)
+    assert status == 0, errors(report)
+    entropies = [h["metrics"]["entropy"] for h in report["heads"]]
+    assert 0.3 < min(entropies) and max(entropies) < 0.9  # peaked, neither uniform nor one-hot
+    assert finding(report, "saturated_heads") is None and finding(report, "diffuse_heads") is None
+
+
+@pytest.mark.parametrize("which", ["bert", "gpt2"])
+def test_qk_times_30_is_saturated_error(which, bert_dir, gpt2_dir, tmp_path):
+    broken = scale_qk(bert_dir if which == "bert" else gpt2_dir, tmp_path / "x30", 30.0)
+    status, report = run_json(broken, tmp_path)
+    assert status == 1
+    saturated = finding(report, "saturated_heads")
+    assert saturated["severity"] == "error"
+    assert len(saturated["heads"]) == 8  # every head of 2 layers x 4
+    assert max(h["metrics"]["entropy"] for h in report["heads"]) < 0.05
+    assert finding(report, "qk_scale_large")["severity"] == "error"
+
+
+@pytest.mark.parametrize("which", ["bert", "gpt2"])
+def test_qk_times_0_is_diffuse_error(which, bert_dir, gpt2_dir, tmp_path):
+    broken = scale_qk(bert_dir if which == "bert" else gpt2_dir, tmp_path / "x0", 0.0)
+    status, report = run_json(broken, tmp_path)
+    assert status == 1
+    diffuse = finding(report, "diffuse_heads")
+    assert diffuse["severity"] == "error" and len(diffuse["heads"]) == 8
+    assert min(h["metrics"]["entropy"] for h in report["heads"]) > 0.999
+    assert finding(report, "redundant_heads") is None  # uniform heads coincide, but are reported as diffuse
+
+
+@pytest.mark.parametrize("which", ["bert", "gpt2"])
+def test_copied_head_is_redundant_naming_the_pairs(which, bert_dir, gpt2_dir, tmp_path):
+    broken = copy_head(bert_dir if which == "bert" else gpt2_dir, tmp_path / "copied", layer=1, source_head=0)
+    _, report = run_json(broken, tmp_path)
+    redundant = finding(report, "redundant_heads")
+    pairs = {(a[1], b[1]) for a, b, _ in redundant["details"]["pairs"]}
+    assert pairs == {(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)}
+    assert all(a[0] == 1 == b[0] for a, b, _ in redundant["details"]["pairs"])
+    assert redundant["heads"] == [[1, 0], [1, 1], [1, 2], [1, 3]]
+    assert "L1H0~L1H1" in redundant["message"]
+    similar = finding(report, "similar_head_weights")
+    assert {(a[1], b[1]) for a, b, _ in similar["details"]["pairs"]} == pairs
+    _, healthy = run_json(bert_dir if which == "bert" else gpt2_dir, tmp_path)
+    assert finding(healthy, "redundant_heads") is None
+
+
+DEMOS = ["demo-bert", "demo-gpt2"]
+
+
+def demo_or_skip(name):
+    if not (DEMO_DIR / name / "config.json").is_file():
+        pytest.skip(f"{name} is not shipped yet (core/demo_models/{name} missing)")
+    return DEMO_DIR / name
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_healthy_demo_model_has_no_error(name, tmp_path):
+    demo_or_skip(name)
+    status, report = run_json(name, tmp_path)
+    assert status == 0, [f["message"] for f in report["findings"] if f["severity"] == "error"]
+    assert not errors(report)
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_broken_demo_models(name, tmp_path):
+    folder = demo_or_skip(name)
+    _, saturated = run_json(scale_qk(folder, tmp_path / "x30", 30.0), tmp_path)
+    assert finding(saturated, "saturated_heads")["severity"] == "error"
+    _, diffuse = run_json(scale_qk(folder, tmp_path / "x0", 0.0), tmp_path)
+    assert finding(diffuse, "diffuse_heads")["severity"] == "error"
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    assert cli.main([str(tmp_path / "missing"), "--quiet"]) == 2
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "config.json").write_text("{not json")
+    assert cli.main([str(garbage), "--quiet"]) == 2
+    assert cli.main(["demo-bert", "--format", "pdf"]) == 2
+    assert cli.main([]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("error: ") for line in lines)
+    assert "Traceback" not in "".join(lines)
+
+
+def test_formats_and_text_option(bert_dir, tmp_path, capsys):
+    assert cli.main([str(bert_dir), "--text", "A short probe.", "--quiet"]) == 0
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("# AttnScope diagnosis") and "## Pattern map" in markdown
+    out = tmp_path / "report.html"
+    assert cli.main([str(bert_dir), "--format", "html", "--out", str(out), "--quiet"]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    _, report = run_json(bert_dir, tmp_path, "--text", "One.", "--text", "Two words here.")
+    assert [p["text"] for p in report["probes"]] == ["One.", "Two words here."]
+
+
+@pytest.mark.slow  # two interpreter start-ups importing torch and transformers
+def test_python_m_diagnostics(bert_dir, tmp_path):
+    broken = scale_qk(bert_dir, tmp_path / "x30", 30.0)
+    run = subprocess.run([sys.executable, "-m", "diagnostics", str(broken), "--format", "json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert json.loads(run.stdout)["schema"] == "attnscope.report/1"
+    bad = subprocess.run([sys.executable, "-m", "diagnostics", str(tmp_path / "nope")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and bad.stdout == ""

@@ -1,0 +1,111 @@
+"""Findings: the severity scale rule, the metric thresholds on hand-built metrics, redundancy by JS distance."""
+
+import pytest
+import torch
+
+from diagnostics import FINDING_TEXTS, Finding
+from diagnostics.findings import (
+    DIFFUSE_ENTROPY, attention_findings, head_names, make_finding, severity_for, sort_findings,
+)
+from diagnostics.redundancy import js_distance, redundant_pairs
+
+
+def test_severity_scales_with_the_share_of_heads():
+    assert severity_for("diffuse_heads", 1, 12) == "info"  # the issue's "one diffuse head in twelve"
+    assert severity_for("diffuse_heads", 3, 12) == "warning"
+    assert severity_for("diffuse_heads", 6, 12) == "error"
+    assert severity_for("saturated_heads", 12, 12) == "error"
+    assert severity_for("sink_heads", 12, 12) == "warning"  # benign codes never reach error
+    assert severity_for("sink_heads", 5, 12) == "info"
+    assert severity_for("redundant_heads", 12, 12) == "warning"
+
+
+def metrics(n_layers=2, n_heads=4, **overrides):
+    """Per-head metrics of ordinary sparse heads, with some heads overridden: name -> {(l, h): value}."""
+    base = {"entropy": 0.6, "confidence": 0.4, "sink_score": 0.2, "best_offset_mass": 0.2}
+    out = {name: torch.full((n_layers, n_heads), value) for name, value in base.items()}
+    out["best_offset"] = torch.zeros(n_layers, n_heads, dtype=torch.long)
+    for name, cells in overrides.items():
+        for (layer, head), value in cells.items():
+            out[name][layer, head] = value
+    return out
+
+
+def codes(findings):
+    return {f.code: f for f in findings}
+
+
+def test_ordinary_heads_give_no_findings():
+    assert attention_findings(metrics()) == []
+
+
+def test_diffuse_saturated_sink_and_positional_thresholds():
+    m = metrics(
+        entropy={(0, 0): 0.99, (0, 1): 0.02, (1, 3): 0.5},
+        confidence={(0, 1): 0.97},
+        sink_score={(1, 2): 0.8, (0, 1): 0.9},  # the saturated head is not also called a sink
+        best_offset_mass={(1, 3): 0.9},
+        best_offset={(1, 3): -1},
+    )
+    found = codes(attention_findings(m, sink_tokens=[["a"] * 4, ["b", "b", "[CLS]", "b"]]))
+    assert found["diffuse_heads"].heads == [[0, 0]] and found["diffuse_heads"].severity == "info"
+    assert found["saturated_heads"].heads == [[0, 1]]
+    assert found["sink_heads"].heads == [[1, 2]]
+    assert found["sink_heads"].details["sink_tokens"] == {"L1H2": "[CLS]"}
+    assert found["positional_heads"].details["offsets"] == {"L1H3": -1}
+    assert found["diffuse_heads"].suggestion == FINDING_TEXTS["diffuse_heads"].suggestion
+
+
+def test_most_heads_uniform_is_an_error_and_sorted_first():
+    m = metrics(entropy={(l, h): 1.0 for l in range(2) for h in range(4) if (l, h) != (1, 3)},
+                sink_score={(1, 3): 0.9})
+    found = sort_findings(attention_findings(m))
+    assert [f.code for f in found] == ["diffuse_heads", "sink_heads"]
+    assert found[0].severity == "error" and "7 of 8 heads (88%)" in found[0].message
+    assert str(DIFFUSE_ENTROPY) in found[0].message
+
+
+def test_finding_wording_and_part_names():
+    f = make_finding("saturated_heads", [[1, 0], [0, 2]], 8, part="decoder", threshold=0.1, confidence=0.9)
+    assert isinstance(f, Finding) and f.heads == [[0, 2], [1, 0]] and f.part == "decoder"
+    assert "decoder L0H2, decoder L1H0" in f.message
+    assert f.to_dict()["code"] == "saturated_heads"
+    assert head_names([[0, i] for i in range(15)], limit=12).endswith("… and 3 more")
+
+
+def test_every_finding_text_formats():
+    for code, text in FINDING_TEXTS.items():
+        assert text.title and text.meaning and text.suggestion, code
+    for code in ("diffuse_heads", "sink_heads", "dead_heads", "qk_scale_small"):
+        assert make_finding(code, [[0, 0]], 12, threshold=0.5).severity in ("info", "warning")
+
+
+def causal_rows(q, peak):
+    """A causal [q, q] map putting `peak` of each row on the previous token, rest uniform over visible keys."""
+    a = torch.zeros(q, q)
+    for i in range(q):
+        a[i, : i + 1] = (1 - peak) / (i + 1)
+        a[i, max(i - 1, 0)] += peak
+    return a
+
+
+def test_js_distance_identical_zero_distinct_large():
+    q = 10
+    uniform = torch.tril(torch.ones(q, q)) / torch.arange(1, q + 1).unsqueeze(1)
+    heads = torch.stack([causal_rows(q, 0.9), causal_rows(q, 0.9), uniform, torch.eye(q)]).unsqueeze(0)  # (1, 4, q, q)
+    d = js_distance(heads, causal=True)[0]  # (4, 4)
+    assert d[0, 1] == pytest.approx(0.0, abs=1e-4)
+    assert d[0, 2] > 0.4 and d[0, 3] > 0.5
+    assert torch.allclose(d, d.T, atol=1e-6)
+    assert redundant_pairs(d.unsqueeze(0)) == [(0, 0, 1, pytest.approx(0.0, abs=1e-4))]
+    exclude = torch.tensor([[True, False, False, False]])
+    assert redundant_pairs(d.unsqueeze(0), exclude=exclude) == []
+
+
+def test_js_distance_ignores_row_zero_of_causal_maps():
+    a = causal_rows(6, 0.9)
+    b = a.clone()
+    c = a.clone()
+    c[1:] = causal_rows(6, 0.2)[1:]  # differs everywhere but row 0, which is forced anyway
+    d = js_distance(torch.stack([a, b, c]).unsqueeze(0), causal=True)[0]
+    assert d[0, 1] < 1e-4 and d[0, 2] > 0.2

@@ -1,0 +1,100 @@
+"""``diagnose`` and ``Report``: schema, pattern grid, Markdown, standalone HTML, encoder-decoders, no tokenizer."""
+
+import json
+import re
+
+import pytest
+from torch import nn
+
+from broken_checkpoints import structured_bert
+from diagnostics import PATTERN_TEXTS, Report, diagnose
+from diagnostics.patterns import PATTERNS
+from diagnostics.probes import DEFAULT_PROBES
+import core
+from tiny import tiny_bart, tiny_gpt2, wordpiece_tokenizer
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    folder = structured_bert(tmp_path_factory.mktemp("bert") / "bert")
+    calls = []
+    result = diagnose(str(folder), progress=lambda fraction, message: calls.append((fraction, message)))
+    result.progress_calls = calls
+    return result
+
+
+def test_report_shape_and_progress(report):
+    assert isinstance(report, Report)
+    assert report.model["layers"] == 2 and report.model["heads"] == 4 and report.model["causal"] is False
+    assert report.model["parameters"] > 0 and report.model["tokenizer"] is True
+    assert len(report.heads) == 8 and len(report.samples) == len(DEFAULT_PROBES)
+    assert all(h.pattern in PATTERNS and 0 <= h.confidence <= 1 for h in report.heads)
+    fractions = [f for f, _ in report.progress_calls]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
+
+
+def test_pattern_grid(report):
+    grid = report.pattern_grid()
+    assert len(grid) == 2 and all(len(row) == 4 for row in grid)
+    assert grid[1][2] == report.head(1, 2).pattern
+    with pytest.raises(core.InputError, match="no part 'cross'"):
+        report.pattern_grid("cross")
+
+
+def test_to_dict_follows_schema(report):
+    data = json.loads(report.to_json())
+    assert data["schema"] == "attnscope.report/1"
+    assert set(data) == {"schema", "model", "summary", "probes", "heads", "findings"}
+    head = data["heads"][0]
+    assert set(head) == {"part", "layer", "head", "pattern", "confidence", "offset", "metrics"}
+    for name in ("entropy", "confidence", "sink_score", "best_offset", "diag_mass", "qk_scale", "max_score", "ov_norm"):
+        assert name in head["metrics"], name
+    assert sum(data["summary"]["patterns"]["self"].values()) == 8
+    assert "samples" not in data and data["probes"][5]["text_pair"]
+
+
+def test_markdown_and_html_render_from_texts(report):
+    markdown = report.to_markdown()
+    assert "## Pattern map" in markdown and PATTERN_TEXTS["vertical"].reading in markdown
+    html = report.to_html()
+    assert html.startswith("<!DOCTYPE html>") and PATTERN_TEXTS["diffuse"].color in html
+    assert "<script" not in html and not re.search(r"(src|href)=['\"]?https?:", html)
+
+
+def test_html_shows_heatmaps_of_finding_heads():
+    model = tiny_gpt2()
+    report = diagnose((model, None))  # random heads are diffuse: an error finding with heads
+    assert report.finding("diffuse_heads").severity == "error"
+    html = report.to_html()
+    assert html.count("<svg") == 4 and "<figcaption>L0H0</figcaption>" in html
+
+
+def test_encoder_decoder_parts():
+    report = diagnose((tiny_bart(), wordpiece_tokenizer()), texts=["The cat sat on the mat.", "A dog barked."])
+    assert report.parts == ["encoder", "decoder", "cross"]
+    assert set(report.model["parts"]) == {"encoder", "decoder", "cross"}
+    assert len(report.pattern_grid("cross")) == 2
+    assert {f.part for f in report.findings if f.heads} <= {"encoder", "decoder", "cross"}
+    assert "encoder L0H0" in report.finding("diffuse_heads").message
+    assert "Pattern map: cross" in report.to_markdown()
+
+
+def test_model_without_tokenizer_uses_random_ids():
+    report = diagnose(tiny_gpt2())
+    assert report.finding("no_tokenizer").severity == "info" and report.probes == []
+    assert len(report.heads) == 8 and report.samples[0].tokens[0].startswith("#")
+    assert report.model["causal"] is True
+
+
+def test_module_without_known_attention_gets_notes_not_a_crash():
+    report = diagnose(nn.Sequential(nn.Linear(2, 2)))
+    assert {f.code for f in report.findings} == {"no_tokenizer", "weights_unavailable"}
+    assert report.heads == [] and not report.has_errors
+    assert "No tokenizer" in report.to_markdown() and report.to_html()
+
+
+def test_bad_sources():
+    with pytest.raises(core.InputError):
+        diagnose(42)
+    with pytest.raises(core.ModelLoadError):
+        diagnose("/definitely/not/a/model/folder")
