@@ -17,10 +17,13 @@ from .errors import AttnScopeError, CheckpointError, ExtractionError, InputError
 from .extract import extract_attention, extract_module_attention
 from .loading import DEFAULT_MODEL, DEMO_MODELS, load_model
 from .result import AttentionResult
+from .archive import Limits
+from .checkpoint import LoadedCheckpoint, load_checkpoint
 
 __all__ = [
     "AttentionResult", "AttnScopeError", "AttnScopeTransformer", "CheckpointError", "DEFAULT_MODEL",
     "DEMO_MODELS", "ExtractionError", "InputError", "ModelLoadError", "MultiHeadAttention", "TINY_PRESETS",
     "TransformerConfig", "causal_mask", "extract_attention", "extract_module_attention", "load_custom_model",
     "load_model", "pick_device", "save_custom_model", "scaled_dot_product_attention",
+    "Limits", "LoadedCheckpoint", "load_checkpoint",
 ]

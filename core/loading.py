@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
 import huggingface_hub
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from .custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from .device import pick_device
@@ -39,13 +41,21 @@ def load_model(
     trust_remote_code: bool = False,
     device_map: str | dict | None = None,
     max_memory: dict | None = None,
+    n_heads: int | None = None,
 ):
     """Return ``(model, tokenizer)`` in eval mode, on ``device`` (default: best available).
 
     ``device_map="auto"`` (with optional ``max_memory``) spreads a large Hugging
     Face model over the available GPUs and CPU memory through accelerate.
+    An archive, a single weights file or a folder without config.json goes
+    through ``core.checkpoint.load_checkpoint`` (``n_heads`` is for bare state
+    dicts, whose weights do not say how many heads they have).
     """
     path = resolve_source(source)
+    if is_checkpoint_path(Path(path)):
+        from .checkpoint import load_checkpoint  # imported late: checkpoint imports this module
+
+        return tuple(load_checkpoint(path, n_heads=n_heads, device=device))
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
         if is_custom_config(config):
@@ -57,6 +67,18 @@ def load_model(
     if device_map is None:
         model = model.to(pick_device(device))
     return model.eval(), tokenizer
+
+
+def is_checkpoint_path(path: Path) -> bool:
+    """True for what ``load_checkpoint`` reads: an archive, a weights file, a folder of bare weights."""
+    from .archive import is_archive
+    from .state_dict import WEIGHT_SUFFIXES
+
+    if path.is_file():
+        return is_archive(path) or path.name.lower().endswith(WEIGHT_SUFFIXES)
+    if path.is_dir() and not (path / CONFIG_NAME).is_file():
+        return any(p.name.lower().endswith(WEIGHT_SUFFIXES) for p in path.iterdir())
+    return False
 
 
 def _read_json(path: Path) -> dict:
@@ -71,6 +93,19 @@ def _tokenizer_or_none(path: str, offline: bool = True):
         return AutoTokenizer.from_pretrained(path, local_files_only=offline)
     except Exception:  # a custom model may ship without tokenizer files
         return None
+
+
+@contextmanager
+def quiet_transformers():
+    """Silence transformers' load report and progress bars (a head-less LM checkpoint is expected)."""
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
@@ -110,10 +145,11 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
         raise ModelLoadError(_not_found_message(path, local, err)) from None
     extra = {"device_map": device_map, "max_memory": max_memory} if device_map is not None else {}
     try:
-        model = AutoModel.from_pretrained(
-            path, config=config, trust_remote_code=trust_remote_code, attn_implementation="eager",
-            local_files_only=offline, **extra,
-        )
+        with quiet_transformers():
+            model = AutoModel.from_pretrained(
+                path, config=config, trust_remote_code=trust_remote_code, attn_implementation="eager",
+                local_files_only=offline, **extra,
+            )
     except Exception as err:
         raise ModelLoadError(f"could not load the weights of {path!r}: {_first_line(err)}") from None
     return model, _tokenizer_or_none(path, offline)

@@ -33,6 +33,8 @@ def build_parser():
                         help="probe text (repeatable); default: AttnScope's built-in probe sentences")
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="report format (default: markdown)")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
+    parser.add_argument("--heads", type=int, metavar="N",
+                        help="attention heads per layer, for a bare state dict whose weights do not say it")
     parser.add_argument("--device", help="cpu, cuda, cuda:0 or mps (default: best available)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     return parser
@@ -47,7 +49,8 @@ def main(argv=None):
     try:
         from diagnostics.diagnose import diagnose
         with _progress(args.quiet) as progress:
-            report = diagnose(args.source, texts=args.text, device=args.device, progress=progress)
+            report = diagnose(args.source, texts=args.text, device=args.device, progress=progress,
+                              n_heads=args.heads)
         text = {"json": report.to_json, "markdown": report.to_markdown, "html": report.to_html}[args.format]()
         if args.out:
             Path(args.out).write_text(text, encoding="utf-8")

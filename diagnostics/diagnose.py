@@ -32,16 +32,17 @@ SCALAR_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_
                   "sink_score", "sink2_score")
 
 
-def diagnose(source, texts=None, device=None, progress=None) -> Report:
+def diagnose(source, texts=None, device=None, progress=None, n_heads=None) -> Report:
     """Diagnose ``source``: a ``(model, tokenizer)`` pair, a module, or anything ``core.load_model`` takes.
 
     texts: probe strings or ``(text, text_pair)`` tuples (default: ``probes.DEFAULT_PROBES``).
     progress: optional ``callable(fraction, message)``, called as the work advances.
+    n_heads: heads per layer, for a bare state dict whose weights do not say it.
     """
     start = time.perf_counter()
     tell = progress or (lambda fraction, message: None)
     tell(0.0, "loading the model")
-    model, tokenizer, name = _resolve(source, device)
+    model, tokenizer, name = _resolve(source, device, n_heads)
     probes = as_probes(texts) if tokenizer is not None else []
     samples, notes = _run_probes(model, tokenizer, probes, tell)
     tell(0.85, "measuring heads")
@@ -60,7 +61,7 @@ def diagnose(source, texts=None, device=None, progress=None) -> Report:
                   [p.to_dict() for p in probes])
 
 
-def _resolve(source, device):
+def _resolve(source, device, n_heads=None):
     if isinstance(source, (tuple, list)):
         if len(source) != 2 or not isinstance(source[0], nn.Module):
             raise InputError("source must be a (model, tokenizer) pair, a model, or a model name or folder")
@@ -70,7 +71,7 @@ def _resolve(source, device):
         return source, None, _name(source)
     if not isinstance(source, (str, Path)):
         raise InputError(f"cannot diagnose a {type(source).__name__}; pass a model name, a folder or (model, tokenizer)")
-    model, tokenizer = core.load_model(source, device=device)
+    model, tokenizer = core.load_model(source, device=device, n_heads=n_heads)
     return model, tokenizer, str(source)
 
 

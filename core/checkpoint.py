@@ -1,0 +1,222 @@
+"""``load_checkpoint``: one safe entry point for uploaded or local checkpoints.
+
+Accepted: a Hugging Face model folder (as a folder, a .zip / .tar.gz of it, or
+its loose files) with ``config.json`` and ``model.safetensors`` /
+``pytorch_model.bin`` / a sharded index; an AttnScope model folder; or a bare
+state dict (.safetensors, .bin, .pt, .pth) whose architecture is read from its
+key names (``infer_arch``). Everything is read into memory and the private
+temporary folder is removed before returning. Every failure is a
+``CheckpointError`` with one line saying what is wrong and what would work.
+See docs/checkpoints.md for the limits and the table of rejected inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .archive import Limits, check_upload_size, extract_archive, is_archive, write_loose_files
+from .checkpoint_build import build_custom, build_hf, check_model_config
+from .checkpoint_tokenizer import choose_tokenizer, copy_tokenizer_files
+from .custom_model import CONFIG_NAME, MODEL_TYPE
+from .device import pick_device
+from .errors import CheckpointError
+from .infer_arch import infer_architecture
+from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
+
+ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
+_IGNORED_DIRS = ("__MACOSX", ".git", "__pycache__")
+
+NOT_FOUND = "{path} does not exist; give the path of a model folder, an archive or a weights file"
+OUTSIDE = "{path} is outside the folders AttnScope may read ({roots}); move it there or add a folder to {env}"
+NO_MODEL = ("{name} holds no model: no config.json and no weights file (.safetensors, .bin, .pt, .pth) among its "
+            "{count} files; upload a model folder (zipped or as files) or a state dict")
+SEVERAL_MODELS = "{name} holds several model folders ({folders}); upload one model at a time"
+NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
+              "upload the whole folder written by save_pretrained")
+NOT_JSON = "config.json is not valid JSON ({err}); upload the config.json written by save_pretrained"
+BAD_INPUT = "cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes) uploads"
+PYTHON_IGNORED = "ignored {n} Python file(s) in the upload ({names}): AttnScope never runs code from a checkpoint"
+REMOTE_CODE_IGNORED = "config.json asks for custom code (auto_map); it was ignored and the built-in {model_type} used"
+HEADS_IGNORED = "n_heads={given} ignored: config.json says {actual}"
+
+Upload = tuple  # (filename, bytes)
+
+
+@dataclass
+class LoadedCheckpoint:
+    model: torch.nn.Module
+    tokenizer: object | None  # a transformers tokenizer, or None when none fits (see notes)
+    notes: list[str] = field(default_factory=list)  # what was inferred, borrowed or ignored, for the user
+    architecture: str = ""  # model_type: "bert", "gpt2", "attnscope", ...
+
+    def __iter__(self):  # model, tokenizer = load_checkpoint(...)
+        return iter((self.model, self.tokenizer))
+
+
+def load_checkpoint(inputs, *, n_heads: int | None = None, limits: Limits | None = None,
+                    allowed_roots=None, device=None) -> LoadedCheckpoint:
+    """Load ``inputs`` — a path, or a list of uploaded ``(filename, bytes)`` pairs / paths — safely.
+
+    ``n_heads`` is needed only for a bare state dict (the weights do not hold
+    it). ``allowed_roots`` bounds local paths (default: ``$ATTNSCOPE_ALLOWED_ROOTS``
+    or the current folder and the home folder).
+    """
+    limits = limits or Limits()
+    roots = resolve_roots(allowed_roots)
+    with private_dir() as work:
+        folder, label, notes = _stage(inputs, work, limits, roots)
+        loaded = _load_folder(folder, label, work / "clean", n_heads, limits, notes)
+    loaded.model = loaded.model.to(pick_device(device)).eval()
+    return loaded
+
+
+@contextmanager
+def private_dir():
+    """A fresh 0700 folder (``mkdtemp``), removed with everything in it on exit."""
+    path = Path(tempfile.mkdtemp(prefix="attnscope-upload-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def resolve_roots(roots=None) -> list[Path]:
+    if roots is None:
+        env = os.environ.get(ENV_ROOTS, "")
+        roots = env.split(os.pathsep) if env.strip() else [Path.cwd(), Path.home()]
+    return [Path(r).expanduser().resolve() for r in roots if str(r).strip()]
+
+
+def check_allowed(path: Path, roots: list[Path]) -> Path:
+    resolved = Path(path).expanduser().resolve()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        shown = ", ".join(str(r) for r in roots) or "none"
+        raise CheckpointError(OUTSIDE.format(path=path, roots=shown, env=ENV_ROOTS))
+    if not resolved.exists():
+        raise CheckpointError(NOT_FOUND.format(path=path))
+    return resolved
+
+
+def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[str]]:
+    """Put the input where it can be read: (model folder, label for messages, notes)."""
+    upload = work / "upload"
+    upload.mkdir(mode=0o700)
+    if isinstance(inputs, (str, Path)):
+        path = check_allowed(Path(inputs), roots)
+        if path.is_dir():
+            _check_folder_files(path, roots)
+            return path, path.name, _ignored_code(path, recursive=False)
+        check_upload_size(path.name, path.stat().st_size, limits)
+        if is_archive(path):
+            extract_archive(path, upload, limits)
+            return _model_root(upload, path.name)
+        shutil.copyfile(path, upload / path.name)
+        return upload, path.name, []
+    if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[1], (bytes, bytearray)):
+        inputs = [inputs]
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise CheckpointError(BAD_INPUT.format(kind=type(inputs).__name__ if inputs != [] else "empty list"))
+    write_loose_files([_as_upload(item, roots, limits) for item in inputs], upload, limits)
+    files = list(upload.iterdir())
+    if len(files) == 1 and is_archive(files[0]):
+        archive = files[0].rename(work / files[0].name)
+        extract_archive(archive, upload, limits)
+        return _model_root(upload, archive.name)
+    return _model_root(upload, files[0].name if len(files) == 1 else "the upload")
+
+
+def _as_upload(item, roots, limits: Limits) -> Upload:
+    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], (bytes, bytearray)):
+        return str(item[0]), bytes(item[1])
+    if isinstance(item, (str, Path)):
+        path = check_allowed(Path(item), roots)
+        if not path.is_file():
+            raise CheckpointError(f"{item} is not a file; list the files of the model folder, or pass the folder")
+        check_upload_size(path.name, path.stat().st_size, limits)
+        return path.name, path.read_bytes()
+    raise CheckpointError(BAD_INPUT.format(kind=f"list holding a {type(item).__name__}"))
+
+
+def _check_folder_files(folder: Path, roots) -> None:
+    """A local folder is read in place: none of its files may link outside the allowed roots."""
+    for path in folder.iterdir():
+        check_allowed(path, roots)
+
+
+def _model_root(upload: Path, label: str) -> tuple[Path, str, list[str]]:
+    """The one folder of the unpacked upload that holds config.json, or else weights."""
+    files = [p for p in upload.rglob("*") if p.is_file() and not any(d in p.parts for d in _IGNORED_DIRS)]
+    files = [p for p in files if not p.name.startswith("._")]  # macOS resource forks
+    for wanted in (lambda p: p.name == CONFIG_NAME, lambda p: p.name.lower().endswith(WEIGHT_SUFFIXES)):
+        folders = sorted({p.parent for p in files if wanted(p)})
+        if len(folders) > 1:
+            names = ", ".join(str(f.relative_to(upload)) + "/" for f in folders[:4])
+            raise CheckpointError(SEVERAL_MODELS.format(name=label, folders=names))
+        if folders:
+            return folders[0], label, _ignored_code(upload, recursive=True)
+    raise CheckpointError(NO_MODEL.format(name=label, count=len(files)))
+
+
+def _ignored_code(folder: Path, recursive: bool) -> list[str]:
+    code = sorted((folder.rglob("*.py") if recursive else folder.glob("*.py")), key=str)
+    if not code:
+        return []
+    return [PYTHON_IGNORED.format(n=len(code), names=", ".join(p.name for p in code[:3]))]
+
+
+def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits, notes: list[str]) -> LoadedCheckpoint:
+    config_path = folder / CONFIG_NAME
+    if config_path.is_file():
+        config = _read_config(config_path)
+        check_model_config(config)
+        state = _read_weights(folder, label)
+        _note_heads(config, n_heads, notes)
+    else:
+        state = _read_weights(folder, label)
+        inferred = infer_architecture(state, n_heads)
+        config, state = inferred.config, inferred.state
+        notes.extend(inferred.notes)
+    model_type = config.get("model_type", MODEL_TYPE)
+    if model_type == MODEL_TYPE:
+        model = build_custom(config, state, limits)
+        vocab, causal = model.config.vocab_size, model.config.causal
+    else:
+        if "auto_map" in config:
+            notes.append(REMOTE_CODE_IGNORED.format(model_type=model_type))
+        model = build_hf(config, state, clean, limits)
+        vocab = model.get_input_embeddings().num_embeddings
+        causal = model_type in ("gpt2",) or bool(getattr(model.config, "is_decoder", False))
+    tokenizer_dir = clean if copy_tokenizer_files(folder, clean) else None
+    tokenizer = choose_tokenizer(tokenizer_dir, vocab, causal, notes)
+    return LoadedCheckpoint(model, tokenizer, notes, model_type)
+
+
+def _read_config(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise CheckpointError(NOT_JSON.format(err=str(err).splitlines()[0][:120])) from None
+
+
+def _read_weights(folder: Path, label: str) -> dict[str, torch.Tensor]:
+    weights = find_weights(folder)
+    if not weights and (folder / CONFIG_NAME).is_file():
+        raise CheckpointError(NO_WEIGHTS.format(name=label))
+    if not weights:
+        count = sum(1 for p in folder.iterdir() if p.is_file())
+        raise CheckpointError(NO_MODEL.format(name=label, count=count))
+    return read_state_dict(weights[0])
+
+
+def _note_heads(config: dict, n_heads, notes: list[str]) -> None:
+    actual = next((config[k] for k in ("num_attention_heads", "n_head", "n_heads") if k in config), None)
+    if n_heads is not None and actual is not None and n_heads != actual:
+        notes.append(HEADS_IGNORED.format(given=n_heads, actual=actual))

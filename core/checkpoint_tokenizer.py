@@ -1,0 +1,75 @@
+"""Choose the tokenizer for a loaded checkpoint: its own, a demo model's, or none (with the reason).
+
+Only data files of known names are passed to ``AutoTokenizer`` (never a
+``tokenization_*.py``). Without tokenizer files, a demo model's tokenizer is
+borrowed when its vocabulary size equals the model's embedding rows — the
+only compatibility the weights can show; the note says so.
+"""
+
+from __future__ import annotations
+
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from .loading import DEMO_MODELS
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")
+
+UNREADABLE = "the checkpoint's tokenizer files could not be loaded ({err}); "
+TOO_LARGE = "the checkpoint's tokenizer has {n} tokens but the model only {vocab} embeddings, so it was not used; "
+BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because the vocabulary sizes match ({vocab}) — "
+            "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")
+NONE = ("no tokenizer in the checkpoint and no demo tokenizer has {vocab} entries: text-level views are unavailable; "
+        "diagnostics run weight-only checks and probes of random token ids — add the tokenizer files "
+        "(tokenizer.json, vocab.txt, ...) to the upload to enable them")
+
+
+def copy_tokenizer_files(source: Path, clean: Path) -> bool:
+    """Copy the known tokenizer data files of ``source`` into ``clean``; True if any was found."""
+    found = [source / name for name in TOKENIZER_FILES if (source / name).is_file()]
+    clean.mkdir(mode=0o700, exist_ok=True)
+    for path in found:
+        shutil.copyfile(path, clean / path.name)
+    return bool(found)
+
+
+def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: list[str]):
+    """The tokenizer to use with a model of ``vocab_size`` embeddings; appends the reason to ``notes``."""
+    prefix = ""
+    if clean is not None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False)
+        except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
+            prefix = UNREADABLE.format(err=_short(err))
+        else:
+            if len(tokenizer) <= vocab_size:
+                return tokenizer
+            prefix = TOO_LARGE.format(n=len(tokenizer), vocab=vocab_size)
+    order = ["demo-gpt2", "demo-bert"] if causal else ["demo-bert", "demo-gpt2"]
+    for demo in order:
+        tokenizer = _demo_tokenizer(str(DEMO_MODELS.get(demo, "")))
+        if tokenizer is not None and len(tokenizer) == vocab_size:
+            notes.append(prefix + BORROWED.format(demo=demo, vocab=vocab_size))
+            return tokenizer
+    notes.append(prefix + NONE.format(vocab=vocab_size))
+    return None
+
+
+@lru_cache(maxsize=4)
+def _demo_tokenizer(folder: str):
+    if not folder or not Path(folder).is_dir():
+        return None  # demo models not trained yet
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _short(err: Exception) -> str:
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0][:120]}" if lines else type(err).__name__

@@ -1,0 +1,147 @@
+"""Read weights without running code: safetensors, ``torch.load(weights_only=True)``, sharded indexes.
+
+safetensors files are parsed from bytes after their header has been checked
+against the file size, so a truncated file gets a precise message. Pickle-based
+files (.bin, .pt, .pth) go only through PyTorch's restricted unpickler
+(``weights_only=True``), which refuses any global outside plain tensors and
+containers; a payload that would call ``os.system`` is reported, never run.
+See https://huggingface.co/docs/safetensors and torch.load's security notes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import torch
+from safetensors.torch import load as load_safetensors_bytes
+
+from .errors import CheckpointError
+
+SAFETENSORS_SUFFIX = ".safetensors"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+WEIGHT_SUFFIXES = (SAFETENSORS_SUFFIX, *PICKLE_SUFFIXES)
+# Preferred order, as in transformers: safetensors first, pickle last.
+PREFERRED = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "weights")  # training-loop checkpoints
+_MAX_HEADER = 100 * 2**20
+
+EMPTY = "{name} is empty (0 bytes); upload the complete weights file"
+NOT_SAFETENSORS = "{name} is not a safetensors file ({why}); upload the file written by save_file / save_pretrained"
+TRUNCATED = ("{name} is truncated: its header says the tensors end at byte {end:,} but the file has {size:,} bytes; "
+             "upload the complete file")
+PICKLE_CODE = ("{name} is a pickle that would run code ({what}) when loaded; AttnScope loads only plain tensors — "
+               "save the weights with torch.save(model.state_dict(), ...) or as .safetensors")
+NOT_PICKLE = "{name} is not a PyTorch weights file ({why}); upload a .safetensors file or a torch.save'd state dict"
+NO_TENSORS = "{name} holds no tensors ({what}); upload a state dict: a mapping of parameter names to tensors"
+BAD_INDEX = "{name} is not a usable shard index ({why}); upload the index with every shard it names"
+SEVERAL = "found several weight files ({names}) and no index naming which belong together; upload one model at a time"
+
+
+def find_weights(folder: Path) -> list[Path]:
+    """The weight file (or index) to read in ``folder``: HF names first, else the single weights file."""
+    for name in PREFERRED:
+        if (folder / name).is_file():
+            return [folder / name]
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(WEIGHT_SUFFIXES))
+    found += sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(".index.json"))
+    if len(found) > 1:
+        raise CheckpointError(SEVERAL.format(names=", ".join(p.name for p in found[:5])))
+    return found
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a weights file or shard index, on CPU."""
+    if path.name.endswith(".index.json"):
+        return _read_sharded(path)
+    if path.stat().st_size == 0:
+        raise CheckpointError(EMPTY.format(name=path.name))
+    if path.name.lower().endswith(SAFETENSORS_SUFFIX):
+        return read_safetensors(path)
+    return read_pickle(path)
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    data = path.read_bytes()
+    _check_safetensors_header(path.name, data)
+    try:
+        state = load_safetensors_bytes(data)
+    except Exception as err:  # the Rust parser rejects anything malformed with SafetensorError
+        raise CheckpointError(NOT_SAFETENSORS.format(name=path.name, why=_first_line(err))) from None
+    return _require_tensors(path.name, state)
+
+
+def _check_safetensors_header(name: str, data: bytes) -> None:
+    """Format: u64 little-endian header length, JSON header of dtype/shape/data_offsets, raw bytes."""
+    if len(data) < 8:
+        raise CheckpointError(NOT_SAFETENSORS.format(name=name, why=f"only {len(data)} bytes"))
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > min(_MAX_HEADER, len(data) - 8):
+        if length <= _MAX_HEADER and data[8:9] == b"{":
+            raise CheckpointError(TRUNCATED.format(name=name, end=8 + length, size=len(data)))
+        raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="no valid header at the start"))
+    try:
+        header = json.loads(data[8:8 + length])
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except Exception:  # noqa: BLE001 - any malformed header is the same user error
+        raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="its header is not valid JSON")) from None
+    end = 8 + length + max(ends, default=0)
+    if end > len(data):
+        raise CheckpointError(TRUNCATED.format(name=name, end=end, size=len(data)))
+
+
+def read_pickle(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all mean "not loadable safely"
+        text = str(err)
+        code = re.search(r"GLOBAL ([\w.]+)", text)
+        if code:
+            raise CheckpointError(PICKLE_CODE.format(name=path.name, what=f"it calls {code.group(1)}")) from None
+        detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
+        why = f"{type(err).__name__}: {detail.group(1).strip()[:120]}" if detail else _first_line(err)
+        raise CheckpointError(NOT_PICKLE.format(name=path.name, why=why)) from None
+    return _require_tensors(path.name, _unwrap(obj))
+
+
+def _unwrap(obj):
+    """Training checkpoints nest the weights one level down, e.g. ``{"state_dict": {...}, "epoch": 3}``."""
+    if isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
+        for key in _WRAPPER_KEYS:
+            if isinstance(obj.get(key), dict):
+                return obj[key]
+    return obj
+
+
+def _require_tensors(name: str, obj) -> dict[str, torch.Tensor]:
+    if not isinstance(obj, dict):
+        raise CheckpointError(NO_TENSORS.format(name=name, what=f"it holds a {type(obj).__name__}"))
+    state = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if not state:
+        raise CheckpointError(NO_TENSORS.format(name=name, what="a mapping without tensors"))
+    return state
+
+
+def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except Exception:  # noqa: BLE001
+        raise CheckpointError(BAD_INDEX.format(name=index.name, why='it has no "weight_map" of names to files')) from None
+    state = {}
+    for shard in shards:
+        plain = isinstance(shard, str) and Path(shard).name == shard and shard.lower().endswith(WEIGHT_SUFFIXES)
+        if not plain or not (index.parent / shard).is_file():
+            raise CheckpointError(BAD_INDEX.format(name=index.name, why=f"shard {shard!r} is missing"))
+        state.update(read_state_dict(index.parent / shard))
+    missing = [k for k in weight_map if k not in state]
+    if missing:
+        raise CheckpointError(BAD_INDEX.format(name=index.name, why=f"{len(missing)} tensors missing, e.g. {missing[0]}"))
+    return state
+
+
+def _first_line(err: Exception) -> str:
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0][:160]}" if lines else type(err).__name__

@@ -1,0 +1,210 @@
+"""Builders of bad and hostile checkpoint files, one per row of docs/checkpoints.md's table.
+
+Each builder writes one file into a folder and returns its path. ``BAD_INPUTS``
+maps the table's row id to its builder; ``table_rows()`` reads the expected
+messages from the docs, so the docs table is the single source of truth.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import tarfile
+import zipfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import save, save_file
+
+from tiny import tiny_bert, tiny_gpt2
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md"
+MARKER = "attnscope-pwned"  # the file a hostile pickle would create next to itself
+
+
+class _RunsCode:
+    """Pickles as a call of ``func(*args)``: what a malicious .pt file does on load."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def _state(model) -> dict:
+    return {k: v.contiguous() for k, v in model.state_dict().items()}
+
+
+def _zip(path: Path, entries: dict) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as archive:
+        for info, data in members:
+            archive.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _info(name: str, kind=tarfile.REGTYPE, size: int = 0, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.size, info.linkname = kind, size, link
+    return info
+
+
+def _folder_zip(path: Path, config: dict, weights: bytes) -> Path:
+    return _zip(path, {"model/config.json": json.dumps(config), "model/model.safetensors": weights})
+
+
+def _bert_config(**changes) -> dict:
+    config = tiny_bert().config.to_dict()
+    config.update(changes)
+    return config
+
+
+def empty_file(d: Path) -> Path:
+    (d / "empty.safetensors").write_bytes(b"")
+    return d / "empty.safetensors"
+
+
+def random_safetensors(d: Path) -> Path:
+    (d / "random.safetensors").write_bytes(random.Random(0).randbytes(4096))
+    return d / "random.safetensors"
+
+
+def random_bin(d: Path) -> Path:
+    (d / "random.bin").write_bytes(random.Random(1).randbytes(4096))
+    return d / "random.bin"
+
+
+def truncated_safetensors(d: Path) -> Path:
+    data = save(_state(tiny_bert()))
+    (d / "truncated.safetensors").write_bytes(data[: len(data) // 2])
+    return d / "truncated.safetensors"
+
+
+def pickle_os_system(d: Path) -> Path:
+    torch.save({"w": _RunsCode(os.system, f"touch {d / MARKER}")}, d / "evil.pt")
+    return d / "evil.pt"
+
+
+def pickle_open(d: Path) -> Path:
+    torch.save({"w": _RunsCode(open, str(d / MARKER), "w")}, d / "evil_open.pth")
+    return d / "evil_open.pth"
+
+
+def pickle_not_state_dict(d: Path) -> Path:
+    torch.save([torch.zeros(2)], d / "list.pt")
+    return d / "list.pt"
+
+
+def config_not_model(d: Path) -> Path:
+    return _folder_zip(d / "not_a_model.zip", {"name": "my tokenizer", "lowercase": True}, save(_state(tiny_bert())))
+
+
+def config_not_json(d: Path) -> Path:
+    return _zip(d / "bad_json.zip", {"config.json": "{model_type: bert", "model.safetensors": save(_state(tiny_bert()))})
+
+
+def shape_mismatch(d: Path) -> Path:
+    return _folder_zip(d / "mismatch.zip", _bert_config(intermediate_size=40), save(_state(tiny_bert())))
+
+
+def wrong_family(d: Path) -> Path:
+    return _folder_zip(d / "wrong_family.zip", _bert_config(), save(_state(tiny_gpt2())))
+
+
+def unsupported_architecture(d: Path) -> Path:
+    config = _bert_config(model_type="evilformer", auto_map={"AutoModel": "modeling_evil.EvilModel"})
+    return _zip(d / "unsupported.zip", {"config.json": json.dumps(config), "model.safetensors": save(_state(tiny_bert())),
+                                        "modeling_evil.py": f"open({MARKER!r}, 'w')"})
+
+
+def unknown_state_dict(d: Path) -> Path:
+    save_file({"conv1.weight": torch.zeros(4, 3, 3, 3), "fc.weight": torch.zeros(10, 4)}, d / "resnet.safetensors")
+    return d / "resnet.safetensors"
+
+
+def state_dict_without_heads(d: Path) -> Path:
+    save_file(_state(tiny_bert()), d / "bert.safetensors")
+    return d / "bert.safetensors"
+
+
+def zip_without_model(d: Path) -> Path:
+    return _zip(d / "no_model.zip", {"README.md": "# my model", "notes/train.log": "loss 1.0"})
+
+
+def zip_config_without_weights(d: Path) -> Path:
+    return _zip(d / "config_only.zip", {"config.json": json.dumps(_bert_config())})
+
+
+def zip_traversal(d: Path) -> Path:
+    return _zip(d / "traversal.zip", {"../evil": "x", "config.json": "{}"})
+
+
+def zip_absolute(d: Path) -> Path:
+    return _zip(d / "absolute.zip", {"/tmp/attnscope-evil": "x"})
+
+
+def zip_many_entries(d: Path) -> Path:
+    return _zip(d / "many.zip", {f"f{i}.txt": "" for i in range(1001)})
+
+
+def zip_huge_declared(d: Path) -> Path:
+    """A 10-byte entry whose central directory claims 4,294,967,280 bytes (zip bomb by declaration)."""
+    data = bytearray(_zip(d / "bomb.zip", {"weights.bin": "0123456789"}).read_bytes())
+    central = data.rindex(b"PK\x01\x02")
+    data[central + 24:central + 28] = (0xFFFFFFF0).to_bytes(4, "little")
+    (d / "bomb.zip").write_bytes(bytes(data))
+    return d / "bomb.zip"
+
+
+def tar_symlink(d: Path) -> Path:
+    return _tar(d / "symlink.tar.gz", [(_info("model.safetensors", tarfile.SYMTYPE, link="/etc/passwd"), None)])
+
+
+def tar_hardlink(d: Path) -> Path:
+    return _tar(d / "hardlink.tar.gz", [(_info("config.json", tarfile.LNKTYPE, link="/etc/passwd"), None)])
+
+
+def tar_device(d: Path) -> Path:
+    return _tar(d / "device.tar.gz", [(_info("model.bin", tarfile.CHRTYPE), None)])
+
+
+def tar_traversal(d: Path) -> Path:
+    return _tar(d / "traversal.tar.gz", [(_info("model/../../evil.txt", size=1), b"x")])
+
+
+def tar_garbage(d: Path) -> Path:
+    (d / "garbage.tar.gz").write_bytes(random.Random(2).randbytes(2048))
+    return d / "garbage.tar.gz"
+
+
+def several_weight_files(d: Path) -> Path:
+    state = save(_state(tiny_bert()))
+    return _zip(d / "two_models.zip", {"a.safetensors": state, "b.safetensors": state})
+
+
+BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
+    empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open,
+    pickle_not_state_dict, config_not_model, config_not_json, shape_mismatch, wrong_family, unsupported_architecture,
+    unknown_state_dict, state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal,
+    zip_absolute, zip_many_entries, zip_huge_declared, tar_symlink, tar_hardlink, tar_device, tar_traversal,
+    tar_garbage, several_weight_files,
+]}
+
+
+def table_rows() -> list[tuple[str, str]]:
+    """(row id, exact message) for every row of the bad-input table in docs/checkpoints.md."""
+    rows = []
+    for line in DOCS.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[2].startswith("`"):
+            rows.append((cells[0].strip("`"), cells[2][1:-1]))
+    return rows

@@ -1,0 +1,287 @@
+"""Round trips of every supported checkpoint format, and the bad-input table of docs/checkpoints.md."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import BertModel, RobertaConfig, RobertaModel
+
+import core
+from core import CheckpointError, Limits, extract_attention, load_checkpoint, load_model
+from core import checkpoint_build, checkpoint_tokenizer
+from hostile_inputs import BAD_INPUTS, MARKER, table_rows
+from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(autouse=True)
+def private_temp(tmp_path, monkeypatch):
+    """Local paths allowed under tmp_path; temp folders under tmp_path/tmp (checked empty after); no demo tokenizers."""
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {})
+    checkpoint_tokenizer._demo_tokenizer.cache_clear()
+    yield
+    assert list(temp.iterdir()) == [], "the loader left files in its temporary folder"
+
+
+load = load_checkpoint  # local paths are allowed under tmp_path by the fixture
+
+
+def assert_same_attention(original, tokenizer, loaded_model):
+    expected = extract_attention(original, tokenizer, TEXT).attentions  # (L, H, q, k)
+    got = extract_attention(loaded_model, tokenizer, TEXT).attentions
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+
+
+def hf_folder(tmp_path, model, tokenizer, name="model", **save_kwargs) -> Path:
+    folder = tmp_path / name
+    model.save_pretrained(folder, **save_kwargs)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def zip_folder(folder: Path, path: Path, top: str = "") -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for file in sorted(folder.iterdir()):
+            archive.write(file, f"{top}{file.name}")
+    return path
+
+
+def state(model) -> dict:
+    return {k: v.contiguous() for k, v in model.state_dict().items()}
+
+
+# ---------------------------------------------------------------- round trips
+
+def test_hf_folder_round_trip(tmp_path):
+    model, tok = tiny_bert(), wordpiece_tokenizer()
+    loaded = load(hf_folder(tmp_path, model, tok))
+    assert loaded.architecture == "bert" and loaded.tokenizer is not None and loaded.notes == []
+    assert_same_attention(model, loaded.tokenizer, loaded.model)
+
+
+def test_zip_with_top_folder_round_trip(tmp_path):
+    model, tok = tiny_gpt2(), bpe_tokenizer()
+    archive = zip_folder(hf_folder(tmp_path, model, tok), tmp_path / "gpt2.zip", top="my-gpt2/")
+    loaded = load(archive)
+    assert loaded.architecture == "gpt2" and len(loaded.tokenizer) == len(tok)
+    assert_same_attention(model, tok, loaded.model)
+
+
+def test_tar_gz_round_trip(tmp_path):
+    model, tok = tiny_bert(), wordpiece_tokenizer()
+    folder = hf_folder(tmp_path, model, tok)
+    with tarfile.open(tmp_path / "bert.tar.gz", "w:gz") as archive:
+        archive.add(folder, arcname="bert")
+    assert_same_attention(model, tok, load(tmp_path / "bert.tar.gz").model)
+
+
+def test_loose_uploaded_files_round_trip(tmp_path):
+    model, tok = tiny_gpt2(), bpe_tokenizer()
+    folder = hf_folder(tmp_path, model, tok)
+    uploads = [(p.name, p.read_bytes()) for p in folder.iterdir()]
+    loaded = load_checkpoint(uploads)
+    assert_same_attention(model, tok, loaded.model)
+    assert load_checkpoint(sorted(folder.iterdir()), allowed_roots=[tmp_path]).architecture == "gpt2"
+
+
+def test_uploaded_zip_bytes_round_trip(tmp_path):
+    model, tok = tiny_bert(), wordpiece_tokenizer()
+    archive = zip_folder(hf_folder(tmp_path, model, tok), tmp_path / "m.zip")
+    assert_same_attention(model, tok, load_checkpoint([("m.zip", archive.read_bytes())]).model)
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_sharded_safetensors_round_trip(tmp_path, zipped):
+    model, tok = tiny_bert(), wordpiece_tokenizer()
+    folder = hf_folder(tmp_path, model, tok, max_shard_size="20KB")
+    assert (folder / "model.safetensors.index.json").is_file()
+    source = zip_folder(folder, tmp_path / "sharded.zip") if zipped else folder
+    assert_same_attention(model, tok, load(source).model)
+
+
+def test_pytorch_model_bin_and_sharded_bin_index(tmp_path):
+    model, tok = tiny_gpt2(), bpe_tokenizer()
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "config.json").write_text(model.config.to_json_string())
+    weights = state(model)
+    keys = sorted(weights)
+    halves = {"a.bin": keys[: len(keys) // 2], "b.bin": keys[len(keys) // 2:]}
+    for name, part in halves.items():
+        torch.save({k: weights[k] for k in part}, folder / name)
+    index = {"weight_map": {k: name for name, part in halves.items() for k in part}}
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    assert_same_attention(model, tok, load(folder).model)
+    for name in halves:
+        (folder / name).unlink()
+    (folder / "pytorch_model.bin.index.json").unlink()
+    torch.save(weights, folder / "pytorch_model.bin")
+    assert_same_attention(model, tok, load(folder).model)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".bin", ".pt", ".pth"])
+def test_bare_bert_state_dict_needs_heads(tmp_path, suffix):
+    model = tiny_bert()
+    path = tmp_path / f"bert{suffix}"
+    save_file(state(model), path) if suffix == ".safetensors" else torch.save(model.state_dict(), path)
+    with pytest.raises(CheckpointError, match=r"pass n_heads \(--heads N / the Heads field\)$"):
+        load(path)
+    with pytest.raises(CheckpointError, match="n_heads=5 does not divide d_model 32"):
+        load(path, n_heads=5)
+    loaded = load(path, n_heads=4)
+    assert loaded.architecture == "bert" and loaded.tokenizer is None
+    assert "4 heads (as given)" in loaded.notes[0] and "text-level views are unavailable" in loaded.notes[-1]
+    assert_same_attention(model, wordpiece_tokenizer(), loaded.model)
+
+
+def test_bare_gpt2_lm_head_state_dict_with_prefix_and_tied_weights(tmp_path):
+    from transformers import GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    lm = GPT2LMHeadModel(tiny_gpt2().config).eval()
+    torch.save(lm.state_dict(), tmp_path / "gpt2_lm.pt")  # transformer.* keys, lm_head tied to wte
+    loaded = load(tmp_path / "gpt2_lm.pt", n_heads=4)
+    assert loaded.architecture == "gpt2"
+    assert_same_attention(lm.transformer, bpe_tokenizer(), loaded.model)
+
+
+def test_bare_prefixed_roberta_state_dict(tmp_path):
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=37, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1)
+    model = RobertaModel(config, add_pooling_layer=False).eval()
+    save_file({f"roberta.{k}": v for k, v in state(model).items()}, tmp_path / "roberta.safetensors")
+    loaded = load(tmp_path / "roberta.safetensors", n_heads=4)
+    assert loaded.architecture == "roberta" and "RoBERTa" in loaded.notes[0]
+    assert_same_attention(model, wordpiece_tokenizer(), loaded.model)
+
+
+def test_custom_model_folder_zip_and_bare_state_dict(tmp_path):
+    torch.manual_seed(0)
+    model = core.AttnScopeTransformer(core.TINY_PRESETS["attnscope-nano-encoder"]).eval()
+    folder = core.save_custom_model(model, tmp_path / "custom")
+    tok = wordpiece_tokenizer(99)
+    tok.save_pretrained(folder)
+    loaded = load(zip_folder(folder, tmp_path / "custom.zip"))
+    assert loaded.architecture == "attnscope" and loaded.tokenizer is not None
+    assert_same_attention(model, tok, loaded.model)
+    with pytest.raises(CheckpointError, match="number of attention heads cannot be read"):
+        load(folder / "model.safetensors")
+    bare = load(folder / "model.safetensors", n_heads=4)
+    assert any("loaded as an encoder" in note for note in bare.notes)
+    assert_same_attention(model, tok, bare.model)
+
+
+def test_demo_tokenizer_is_borrowed_when_vocabulary_matches(tmp_path, monkeypatch):
+    tok = wordpiece_tokenizer()
+    tok.save_pretrained(tmp_path / "demo-bert")
+    monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {"demo-bert": tmp_path / "demo-bert"})
+    config = tiny_bert().config
+    config.vocab_size = len(tok)  # a demo model's embedding has exactly its tokenizer's size
+    save_file(state(BertModel(config, add_pooling_layer=False)), tmp_path / "bert.safetensors")
+    loaded = load(tmp_path / "bert.safetensors", n_heads=4)
+    assert loaded.tokenizer is not None and len(loaded.tokenizer) == len(tok)
+    assert f"using demo-bert's tokenizer because the vocabulary sizes match ({len(tok)})" in loaded.notes[-1]
+
+
+# ---------------------------------------------------------------- safety and routing
+
+def test_from_pretrained_is_called_eager_local_and_without_remote_code(tmp_path, monkeypatch):
+    calls = []
+    real = checkpoint_build.AutoModel.from_pretrained
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_build.AutoModel, "from_pretrained", spy)
+    load(hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer()))
+    assert calls and all(c["attn_implementation"] == "eager" and c["trust_remote_code"] is False
+                         and c["local_files_only"] is True for c in calls)
+
+
+def test_python_files_and_auto_map_are_ignored(tmp_path):
+    folder = hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer())
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_x.X"}}))
+    (folder / "modeling_x.py").write_text(f"open({str(tmp_path / MARKER)!r}, 'w')")
+    loaded = load(zip_folder(folder, tmp_path / "code.zip"))
+    assert any("ignored 1 Python file(s)" in n for n in loaded.notes)
+    assert any("auto_map" in n for n in loaded.notes)
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_local_paths_outside_allowed_roots_are_refused(tmp_path, monkeypatch):
+    save_file(state(tiny_bert()), tmp_path / "bert.safetensors")
+    with pytest.raises(CheckpointError, match="is outside the folders AttnScope may read"):
+        load_checkpoint(tmp_path / "bert.safetensors", allowed_roots=[tmp_path / "elsewhere"], n_heads=4)
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path / "elsewhere"))
+    with pytest.raises(CheckpointError, match="ATTNSCOPE_ALLOWED_ROOTS"):
+        load_checkpoint(tmp_path / "bert.safetensors", n_heads=4)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "link.safetensors").symlink_to(tmp_path / "bert.safetensors")
+    with pytest.raises(CheckpointError, match="outside the folders"):
+        load_checkpoint(tmp_path / "elsewhere" / "link.safetensors", n_heads=4)
+
+
+def test_limits_from_arguments_and_environment(tmp_path, monkeypatch):
+    archive = zip_folder(hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer()), tmp_path / "m.zip")
+    with pytest.raises(CheckpointError, match="more than the 1,000-byte upload limit"):
+        load(archive, limits=Limits(max_upload_bytes=1000))
+    with pytest.raises(CheckpointError, match="would unpack to more than 10,000 bytes"):
+        load(archive, limits=Limits(max_total_bytes=10_000))
+    monkeypatch.setenv("ATTNSCOPE_MAX_ENTRIES", "3")
+    with pytest.raises(CheckpointError, match="more than 3 entries"):
+        load(archive)
+    monkeypatch.setenv("ATTNSCOPE_MAX_UPLOAD_BYTES", "lots")
+    with pytest.raises(CheckpointError, match="is not a size"):
+        Limits()
+    monkeypatch.setenv("ATTNSCOPE_MAX_UPLOAD_BYTES", "1.5GB")
+    assert Limits().max_upload_bytes == 1_500_000_000
+
+
+def test_load_model_routes_archives_and_weights_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    model, tok = tiny_gpt2(), bpe_tokenizer()
+    archive = zip_folder(hf_folder(tmp_path, model, tok), tmp_path / "gpt2.zip")
+    loaded_model, loaded_tok = load_model(str(archive))
+    assert_same_attention(model, tok, loaded_model)
+    torch.save(model.state_dict(), tmp_path / "gpt2.bin")
+    with pytest.raises(CheckpointError, match="pass n_heads"):
+        load_model(tmp_path / "gpt2.bin")
+    assert_same_attention(model, tok, load_model(tmp_path / "gpt2.bin", n_heads=4)[0])
+
+
+# ---------------------------------------------------------------- the docs table
+
+ROWS = table_rows()
+
+
+def test_docs_table_covers_every_builder():
+    assert sorted(row for row, _ in ROWS) == sorted(BAD_INPUTS)
+
+
+@pytest.mark.parametrize("row, message", ROWS, ids=[row for row, _ in ROWS])
+def test_bad_input_message(tmp_path, row, message):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    path = BAD_INPUTS[row](bad)
+    before = sorted(p.name for p in bad.iterdir())
+    with pytest.raises(CheckpointError) as caught:
+        load(path)
+    assert str(caught.value) == message
+    assert "\n" not in message
+    assert sorted(p.name for p in bad.iterdir()) == before  # nothing written next to the input (no marker)

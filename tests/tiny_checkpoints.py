@@ -1,0 +1,21 @@
+"""A tiny BERT checkpoint on disk and as a zip, for the app and browser tests (nothing downloaded)."""
+
+import io
+import zipfile
+from pathlib import Path
+
+from tiny import tiny_bert, wordpiece_tokenizer
+
+
+def save_tiny_bert(folder: Path) -> Path:
+    tiny_bert().save_pretrained(folder)
+    wordpiece_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def zip_folder(folder: Path, prefix: str = "tiny-bert") -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path in sorted(folder.iterdir()):
+            zf.write(path, f"{prefix}/{path.name}")
+    return buf.getvalue()
