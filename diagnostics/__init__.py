@@ -1,0 +1,27 @@
+"""AttnScope diagnostics: per-head attention metrics, pattern labels, findings and reports.
+
+Pure Python/torch; never imports streamlit.
+"""
+
+from diagnostics.diagnose import diagnose
+from diagnostics.findings import Finding
+from diagnostics.metrics import HeadMetrics, MetricAccumulator, head_metrics
+from diagnostics.patterns import PATTERNS, HeadPattern, classify_head, classify_heads, classify_metrics
+from diagnostics.report import Report
+from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS
+
+__all__ = [
+    "FINDING_TEXTS",
+    "PATTERNS",
+    "PATTERN_TEXTS",
+    "Finding",
+    "HeadMetrics",
+    "HeadPattern",
+    "MetricAccumulator",
+    "Report",
+    "classify_head",
+    "classify_heads",
+    "classify_metrics",
+    "diagnose",
+    "head_metrics",
+]

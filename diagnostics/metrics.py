@@ -13,20 +13,25 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
 - ``confidence``: mean row maximum (Voita et al. 2019, "Analyzing Multi-Head
   Self-Attention", Sec. 4: a head's confidence).
 - ``diag_mass`` ``[..., 7]``: mean mass on key ``i + d`` for d = -3..+3 (+1 = next
-  token, -1 = previous), over rows where that key is valid; ``best_offset`` and
+  token, -1 = previous), over rows where that key is valid (at least
+  ``MIN_AUDIENCE`` of all rows, so offset +3 of a 4-token map, which exists for
+  one row, cannot reach 1 from that row alone); ``best_offset`` and
   ``best_offset_mass`` are its argmax and max. Positional heads in Clark et al.
   2019 Sec. 3 and Voita et al. 2019 Sec. 4.2.
 - ``column_mass`` ``[..., k]``: mass each key receives, divided by the (weighted)
-  number of queries that can see it, floored at ``SINK_MIN_AUDIENCE`` of all
+  number of queries that can see it, floored at ``MIN_AUDIENCE`` of all
   queries so a key seen by a handful of late causal queries is not a sink.
-  ``sink_score``/``sink_key``: its max and argmax; ``sink2_score``: the sum of the
-  two largest. Attention sinks: Clark et al. 2019 ([CLS]/[SEP]/punctuation),
+  ``sink_score``/``sink_key``: the largest *excess* column mass (received mass
+  minus what a uniform head would give that key, same normalisation) and its
+  key; ``sink2_score``: the sum of the two largest excesses. The excess keeps
+  short maps, where every key gets ~1/n anyway, from looking like sinks. Attention sinks: Clark et al. 2019 ([CLS]/[SEP]/punctuation),
   Kovaleva et al. 2019 ("Revealing the Dark Secrets of BERT", vertical pattern),
   Gu et al. 2024 ("When Attention Sink Emerges in Language Models").
 - ``topk_mass``: mean mass of the ``top_k`` largest weights of a row, over rows
   with more than ``top_k`` valid keys (sparse, focused heads).
-- ``block_score``: mean mass of the contiguous run of strong keys around the
-  query beyond its single strongest key (``row_stats.local_run_mass``);
+- ``block_score``: mean excess mass (above uniform) of the best contiguous
+  stretch of keys around the query, beyond its single strongest key
+  (``row_stats.local_run_mass``);
   Kovaleva et al. 2019's "block" pattern (attention within a segment).
 - ``special_mass``: mean mass on keys marked special ([CLS], [SEP], ...); 0 when
   none are marked. Clark et al. 2019 Sec. 3.2.
@@ -42,15 +47,11 @@ from core.errors import InputError
 from diagnostics import row_stats
 from diagnostics.row_stats import OFFSETS
 
-# A key counts as a sink by the mass it gets from *most* queries: its received
-# mass is divided by at least half of all (weighted) queries. Without this floor
-# the last key of a causal map, seen only by the last query, scores 1 for any
-# head that attends to itself.
-SINK_MIN_AUDIENCE = 0.5
-# Block runs: a key is "strong" at >= 0.3 x the row max and >= 1.5 x uniform, so
-# near-uniform rows never form runs and a noisy block still forms one run.
-BLOCK_REL = 0.3
-BLOCK_UNIFORM_FACTOR = 1.5
+# A key (or a diagonal) counts by the mass it gets from *most* queries: its mass
+# is divided by at least half of all (weighted) queries. Without this floor the
+# last key of a causal map, seen only by the last query, scores 1 for any head
+# that attends to itself, and offset +3 of a 4-token map is one row's choice.
+MIN_AUDIENCE = 0.5
 # Rows are processed in chunks of about this many floats by ``head_metrics``.
 CHUNK_FLOATS = 1 << 24
 DEFAULT_TOP_K = 3
@@ -128,7 +129,7 @@ class MetricAccumulator:
             "entropy": row_stats.normalised_entropy(a, n),
             "confidence": a.amax(-1),
             "topk_mass": row_stats.top_k_mass(a, self.top_k),
-            "block_score": row_stats.local_run_mass(a, pos, valid, n, BLOCK_REL, BLOCK_UNIFORM_FACTOR),
+            "block_score": row_stats.local_run_mass(a, pos, valid, n),
             "special_mass": (a * self.special.to(a.device)).sum(-1) if self.special is not None else a.sum(-1) * 0,
             "mean_distance": row_stats.mean_distance(a, pos),
         }  # each (..., qc)
@@ -142,6 +143,7 @@ class MetricAccumulator:
         s["diag_w"] += (ok.double() * w.unsqueeze(1)).sum(0)  # (7,)
         s["col"] += (a.double() * w.unsqueeze(1)).sum(-2)  # (..., k)
         s["audience"] += (valid.double() * w.unsqueeze(1)).sum(0)  # (k,)
+        s["col_uniform"] += (valid.double() * (w / n.clamp(min=1)).unsqueeze(1)).sum(0)  # (k,)
         self._sums = s
 
     def _zeros(self, a):
@@ -153,6 +155,7 @@ class MetricAccumulator:
         z["diag_w"] = torch.zeros(len(OFFSETS), dtype=torch.float64, device=dev)
         z["col"] = torch.zeros(*batch, self.n_keys, dtype=torch.float64, device=dev)
         z["audience"] = torch.zeros(self.n_keys, dtype=torch.float64, device=dev)
+        z["col_uniform"] = torch.zeros(self.n_keys, dtype=torch.float64, device=dev)
         return z
 
     def finalize(self):
@@ -162,10 +165,12 @@ class MetricAccumulator:
         s = self._sums
         out = {name: s[name] / s["w"].clamp(min=1e-12) for name in _ROW_METRICS}
         out["topk_mass"] = s["topk_mass"] / s["w_topk"].clamp(min=1e-12)
-        diag = s["diag"] / s["diag_w"].clamp(min=1e-12)  # (..., 7)
+        floor = max(MIN_AUDIENCE * float(s["w"]), 1e-12)
+        diag = s["diag"] / s["diag_w"].clamp(min=floor)  # (..., 7)
         best_mass, best_idx = diag.max(-1)  # (...), (...)
-        col = s["col"] / s["audience"].clamp(min=max(SINK_MIN_AUDIENCE * float(s["w"]), 1e-12))  # (..., k)
-        top2 = col.topk(min(2, self.n_keys), dim=-1)  # (..., 2)
+        col = s["col"] / s["audience"].clamp(min=floor)  # (..., k)
+        excess = col - s["col_uniform"] / s["audience"].clamp(min=floor)  # (..., k)
+        top2 = excess.topk(min(2, self.n_keys), dim=-1)  # (..., 2)
         out = {k: v.float() for k, v in out.items()}
         return HeadMetrics(
             **out,

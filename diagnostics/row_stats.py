@@ -77,31 +77,31 @@ def mean_distance(a, positions):
     return (a * dist).sum(-1)  # (..., qc)
 
 
-def local_run_mass(a, positions, valid, n, rel, uniform_factor):
-    """Mass of the contiguous run of strong keys around each query, beyond its strongest key.
+def local_run_mass(a, positions, valid, n):
+    """Excess mass of the best contiguous stretch of keys around each query, beyond its strongest key.
 
-    A key is strong when its weight is at least ``rel`` x the row maximum and at
-    least ``uniform_factor`` x the uniform weight ``1/n``. The run is the maximal
-    interval of strong keys that contains the query's own position (empty when
-    that key is not strong). The row's score is the run's mass minus its largest
-    weight: 0 for a one-hot diagonal, ``1 - 1/w`` for a uniform block of width w.
-    This is the row-local form of a block score: inside a segment (phrase,
-    sentence A/B) each token spreads its mass over the segment around it.
-    ``(..., qc)``.
+    Excess weight is ``a_ij - 1/n`` (above uniform). The stretch is the interval
+    of keys containing the query's own position with the largest total excess
+    (a maximum-subarray constrained to contain that key, found with prefix sums;
+    noise dips inside a segment do not cut it). The row's score is that total
+    minus the largest single excess inside the stretch, floored at 0: 0 for a
+    one-hot diagonal or a far-away sink, ``1 - w/n - 1/w + 1/n`` for a uniform
+    block of width w. This is the row-local form of a block score: inside a
+    segment (phrase, sentence A/B) each token spreads its mass over the segment
+    around it. ``(..., qc)``.
     """
     n_keys = a.shape[-1]
-    row_max = a.amax(-1, keepdim=True)  # (..., qc, 1)
-    floor = (uniform_factor / n.clamp(min=1).to(a.dtype)).unsqueeze(1)  # (qc, 1)
-    strong = (a >= torch.maximum(rel * row_max, floor)) & valid  # (..., qc, k)
-    weak = (~strong).to(torch.int32)  # (..., qc, k)
-    cum = weak.cumsum(-1)  # (..., qc, k)
-    p = positions.clamp(0, n_keys - 1).unsqueeze(1)  # (qc, 1)
-    p_idx = p.expand(*a.shape[:-1], 1)  # (..., qc, 1)
-    cum_p = torch.gather(cum, -1, p_idx)  # (..., qc, 1)
-    weak_p = torch.gather(weak, -1, p_idx)  # (..., qc, 1)
+    x = (a - 1.0 / n.clamp(min=1).to(a.dtype).unsqueeze(1)) * valid  # (..., qc, k)
+    s = x.cumsum(-1)  # (..., qc, k) sum of keys 0..j
+    s_before = s - x  # (..., qc, k) sum of keys 0..j-1
+    p = positions.clamp(0, n_keys - 1).unsqueeze(1).expand(*a.shape[:-1], 1)  # (..., qc, 1)
+    low, start = s_before.cummin(-1)  # (..., qc, k) best left end L <= j
+    high, end = s.flip(-1).cummax(-1)  # (..., qc, k) best right end R >= j, flipped
+    high, end = high.flip(-1), n_keys - 1 - end.flip(-1)
+    total = torch.gather(high - low, -1, p).squeeze(-1)  # (..., qc)
     keys = torch.arange(n_keys, device=a.device)  # (k,)
-    left = keys.unsqueeze(0) <= p  # (qc, k)
-    no_gap = torch.where(left, cum_p - cum + weak, cum - cum_p + weak_p) == 0  # (..., qc, k)
-    in_run = no_gap & (positions < n_keys).unsqueeze(1)  # (..., qc, k)
-    run = a * in_run  # (..., qc, k)
-    return run.sum(-1) - run.amax(-1)  # (..., qc)
+    lo, hi = torch.gather(start, -1, p), torch.gather(end, -1, p)  # (..., qc, 1)
+    inside = (keys >= lo) & (keys <= hi)  # (..., qc, k)
+    strongest = torch.where(inside, x, torch.full_like(x, -1.0)).amax(-1)  # (..., qc)
+    score = (total - strongest).clamp(min=0)  # (..., qc)
+    return score * (positions < n_keys)  # (..., qc)

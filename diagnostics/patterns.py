@@ -1,0 +1,163 @@
+"""Label each attention head as diagonal, block, diffuse, sparse or vertical.
+
+The labels follow Kovaleva et al. 2019 ("Revealing the Dark Secrets of BERT",
+Sec. 3: vertical, diagonal, vertical+diagonal, block, heterogeneous) and Clark et
+al. 2019 ("What Does BERT Look At?": positional heads, heads on [CLS]/[SEP] and
+punctuation, broad heads). The decision is a short ordered list of rules on the
+metrics of ``diagnostics.metrics``, so it works from a map or from metrics that
+were accumulated chunk by chunk (``classify_metrics``):
+
+1. diagonal  best_offset_mass >= DIAGONAL_MIN   one offset carries most mass
+2. block     block_score      >= BLOCK_MIN      query spreads over its own segment
+3. vertical  sink2_score      >= vertical_min(k) one or two keys draw most queries
+4. diffuse   entropy          >= DIFFUSE_MIN    rows close to uniform
+5. sparse    otherwise                          a few content-dependent peaks
+
+Thresholds were set on the synthetic maps of ``TUNING_SEEDS`` (see
+``diagnostics.synthetic``) and checked on ``HELDOUT_SEEDS``; docs/classifier.md
+has the numbers.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from core.errors import InputError
+from diagnostics.metrics import HeadMetrics, head_metrics
+
+PATTERNS = ("diagonal", "block", "diffuse", "sparse", "vertical")
+
+# Diagonal first: Clark et al. 2019 call a head positional when most of its
+# mass sits on one offset; synthetic diagonals with 25% noise keep ~0.6 on
+# theirs, while sinks and blocks of 4-8 tokens reach ~0.5-0.6 on some offset by
+# coincidence. A diagonal smeared onto its neighbours would pass as a narrow
+# block, hence before the block rule.
+DIAGONAL_MIN = 0.6
+# A uniform block of width w among n keys scores 1 - w/n - 1/w + 1/n (0.375 for
+# two halves of 8 tokens); one-hot diagonals score 0 and sinks or random peaks
+# only score where they touch the query's own position.
+BLOCK_MIN = 0.05
+# Excess mass (above uniform) the one or two strongest keys draw, per query that
+# sees them. Vertical heads keep >= 0.45 from 12 tokens on, even with the sink
+# split over two keys and 25% noise; random peaks of sparse heads coincide on
+# the same keys by chance in short maps (0.37 at 8-12 tokens, 0.05 at 128), so
+# short maps need more: vertical_min(k) = VERTICAL_MIN + VERTICAL_SHORT / sqrt(k)
+# (0.4 at 16 tokens, 0.33 at 64).
+VERTICAL_MIN = 0.3
+VERTICAL_SHORT = 0.2
+# Normalised entropy: near-uniform rows score > 0.95 even at 25% noise, sparse
+# and vertical heads < 0.9 (a sparse row of 3 peaks over 4096 keys with 30%
+# background spread is ~0.6); 0.92 sits in the gap.
+DIFFUSE_MIN = 0.92
+# Confidence is 0.5 at a threshold and 1 this far beyond it (see _confidence).
+MARGIN_SCALE = 0.2
+# An upper triangle this close to 0 means the map is causal (when not told).
+CAUSAL_ATOL = 1e-6
+
+
+@dataclass
+class HeadPattern:
+    """The label of one head, how sure the rule is, and the scores behind it."""
+
+    label: str
+    confidence: float
+    scores: dict = field(default_factory=dict)
+    offset: int | None = None  # the diagonal's offset (+1 = next token), diagonal only
+
+
+def classify_metrics(metrics: HeadMetrics):
+    """Label every head of precomputed metrics; a ``HeadPattern`` or nested lists of them."""
+    labels, conf = _decide(metrics)  # [...], [...]
+    flat = [_pattern(metrics, idx, int(labels[idx]), float(conf[idx])) for idx in np.ndindex(*metrics.shape)]
+    return _nest(flat, metrics.shape)
+
+
+def classify_head(weights, causal=None):
+    """Label one map ``[q, k]`` (numpy or torch, rows summing to 1); ``causal=None`` infers it."""
+    attn = _as_tensor(weights)
+    if attn.dim() != 2:
+        raise InputError(f"classify_head takes one map [q, k]; got shape {tuple(attn.shape)}. Use classify_heads for batches.")
+    return classify_heads(attn, causal=causal)
+
+
+def classify_heads(attn, causal=None, special=None, padding=None):
+    """Label every head of ``attn [..., q, k]``: nested lists of ``HeadPattern`` shaped like ``[...]``.
+
+    ``causal=None`` infers causality from the whole batch (all upper triangles ~0).
+    """
+    attn = _as_tensor(attn)
+    if causal is None:
+        causal = infer_causal(attn)
+    return classify_metrics(head_metrics(attn, causal=causal, special=special, padding=padding))
+
+
+def infer_causal(attn):
+    """True when every map's strict upper triangle is ~0 (queries are the last q keys)."""
+    q, k = attn.shape[-2:]
+    upper = torch.ones(q, k, dtype=torch.bool).triu(k - q + 1)  # (q, k)
+    return bool((attn[..., upper].abs() <= CAUSAL_ATOL).all())
+
+
+def _decide(m):
+    """Label index into PATTERNS and confidence of every head, vectorised over ``[...]``."""
+    rules = [  # (label, score, threshold) in priority order
+        ("diagonal", m.best_offset_mass, DIAGONAL_MIN),
+        ("block", m.block_score, BLOCK_MIN),
+        ("vertical", m.sink2_score, vertical_min(m.column_mass.shape[-1])),
+        ("diffuse", m.entropy, DIFFUSE_MIN),
+    ]
+    labels = torch.full(m.shape, PATTERNS.index("sparse"), dtype=torch.long)
+    decided = torch.zeros(m.shape, dtype=torch.bool)
+    conf = torch.ones(m.shape)
+    for name, score, threshold in rules:
+        margin = (score.cpu().float() - threshold) / MARGIN_SCALE  # [...]
+        fires = (margin >= 0) & ~decided
+        # confidence: how far past its own threshold the winner is, and how far
+        # below theirs the earlier rules were
+        conf = torch.where(fires, torch.minimum(conf, _confidence(margin)), conf)
+        conf = torch.where(~decided & ~fires, torch.minimum(conf, _confidence(-margin)), conf)
+        labels = torch.where(fires, PATTERNS.index(name), labels)
+        decided |= fires
+    return labels, conf
+
+
+def vertical_min(n_keys):
+    """The sink2_score a map of ``n_keys`` keys needs to be vertical."""
+    return VERTICAL_MIN + VERTICAL_SHORT / n_keys**0.5
+
+
+def _confidence(margin):
+    return (0.5 + 0.5 * margin).clamp(0.0, 1.0)
+
+
+def _pattern(m, idx, label_idx, conf):
+    head = m[idx] if idx else m
+    scores = {
+        name: float(getattr(head, name))
+        for name in ("block_score", "best_offset_mass", "sink2_score", "sink_score", "entropy", "confidence", "topk_mass")
+    }
+    scores["best_offset"] = int(head.best_offset)
+    scores["sink_key"] = int(head.sink_key)
+    label = PATTERNS[label_idx]
+    return HeadPattern(label, conf, scores, scores["best_offset"] if label == "diagonal" else None)
+
+
+def _nest(flat, shape):
+    if not shape:
+        return flat[0]
+    step = len(flat) // shape[0]
+    return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _as_tensor(weights):
+    if isinstance(weights, np.ndarray):
+        weights = torch.from_numpy(weights)
+    if not isinstance(weights, torch.Tensor):
+        raise InputError(f"Attention must be a numpy array or torch tensor, got {type(weights).__name__}.")
+    if weights.dim() < 2 or weights.shape[-2] > weights.shape[-1] or weights.shape[-1] < 2:
+        raise InputError(f"Attention must be [..., q, k] with 1 <= q <= k and k >= 2; got shape {tuple(weights.shape)}.")
+    weights = weights.detach().float().cpu()
+    if not torch.isfinite(weights).all():
+        raise InputError("Attention contains NaN or infinite values; check the model's dtype and masks.")
+    return weights

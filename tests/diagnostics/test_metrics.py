@@ -1,0 +1,154 @@
+"""Metrics on hand-built maps whose values are known, causal and padded ones included."""
+
+import math
+
+import pytest
+import torch
+
+from core.errors import InputError
+from diagnostics.metrics import MetricAccumulator, head_metrics
+from diagnostics.row_stats import OFFSETS
+
+N = 8
+
+
+def causal_uniform(n):
+    m = torch.tril(torch.ones(n, n))  # (n, n)
+    return m / m.sum(-1, keepdim=True)
+
+
+def shifted(n, offset):
+    """One-hot diagonal at ``offset``; rows whose target is out of range keep themselves."""
+    rows = torch.arange(n)
+    cols = rows + offset
+    cols = torch.where((cols >= 0) & (cols < n), cols, rows)
+    m = torch.zeros(n, n)
+    m[rows, cols] = 1.0
+    return m
+
+
+def test_identity_map_is_sharp_and_on_offset_zero():
+    m = head_metrics(torch.eye(N))
+    assert m.entropy.item() == pytest.approx(0.0, abs=1e-6)
+    assert m.confidence.item() == pytest.approx(1.0)
+    assert m.best_offset.item() == 0
+    assert m.best_offset_mass.item() == pytest.approx(1.0)
+    assert m.diag_mass[OFFSETS.index(1)].item() == pytest.approx(0.0)
+    assert m.block_score.item() == pytest.approx(0.0, abs=1e-6)
+    assert m.mean_distance.item() == pytest.approx(0.0)
+
+
+def test_uniform_bidirectional_has_entropy_one_and_no_sink():
+    m = head_metrics(torch.full((N, N), 1.0 / N))
+    assert m.entropy.item() == pytest.approx(1.0, abs=1e-6)
+    assert m.confidence.item() == pytest.approx(1.0 / N)
+    assert m.sink_score.item() == pytest.approx(0.0, abs=1e-6)
+    assert m.topk_mass.item() == pytest.approx(3.0 / N)
+
+
+def test_causal_uniform_has_entropy_one():
+    m = head_metrics(causal_uniform(N), causal=True)
+    assert m.entropy.item() == pytest.approx(1.0, abs=1e-6)
+    assert m.sink_score.item() == pytest.approx(0.0, abs=1e-6)
+    assert m.diag_mass[OFFSETS.index(1)].item() == 0.0  # the next token is never visible
+
+
+def test_previous_token_causal_head_has_offset_minus_one():
+    m = head_metrics(shifted(N, -1), causal=True)  # row 0 keeps key 0
+    assert m.best_offset.item() == -1
+    assert m.best_offset_mass.item() == pytest.approx(1.0)
+
+
+def test_next_token_bidirectional_head_has_offset_plus_one():
+    m = head_metrics(shifted(N, 1))
+    assert m.best_offset.item() == 1
+    assert m.mean_distance.item() == pytest.approx((N - 1) / N)
+
+
+def test_all_mass_on_first_key_is_a_sink_on_key_zero():
+    attn = torch.zeros(N, N)
+    attn[:, 0] = 1.0
+    for causal in (False, True):
+        m = head_metrics(attn, causal=causal)
+        assert m.sink_key.item() == 0
+        assert m.sink_score.item() > 0.7
+        assert m.column_mass[0].item() == pytest.approx(1.0)
+
+
+def test_last_causal_key_seen_by_one_query_is_not_a_sink():
+    m = head_metrics(torch.eye(N), causal=True)  # the last key gets 1 from its only query
+    assert m.sink_score.item() < 0.3
+
+
+def test_block_score_of_two_uniform_halves():
+    seg = torch.arange(N) // (N // 2)
+    attn = (seg[:, None] == seg[None, :]).float()  # (N, N)
+    attn = attn / attn.sum(-1, keepdim=True)
+    w = N // 2
+    assert head_metrics(attn).block_score.item() == pytest.approx(1 - w / N - 1 / w + 1 / N, abs=1e-6)
+
+
+def test_special_mass_counts_the_marked_keys():
+    special = torch.zeros(N, dtype=torch.bool)
+    special[[0, N - 1]] = True
+    m = head_metrics(torch.full((N, N), 1.0 / N), special=special)
+    assert m.special_mass.item() == pytest.approx(2.0 / N)
+    assert head_metrics(torch.eye(N)).special_mass.item() == 0.0
+
+
+def test_padding_keys_and_queries_are_excluded():
+    real = 5
+    attn = torch.zeros(N, N)
+    attn[:, :real] = 1.0 / real  # pad rows too, as some models leave them
+    padding = torch.arange(N) >= real
+    m = head_metrics(attn, padding=padding)
+    assert m.entropy.item() == pytest.approx(1.0, abs=1e-6)  # log(5), not log(8)
+    assert m.confidence.item() == pytest.approx(1.0 / real)
+    assert m.sink_score.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_normalised_entropy_of_a_two_key_row():
+    attn = torch.zeros(4, 4)
+    attn[:, :2] = 0.5
+    assert head_metrics(attn).entropy.item() == pytest.approx(math.log(2) / math.log(4), abs=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunked_accumulation_equals_one_pass(causal):
+    g = torch.Generator().manual_seed(0)
+    n = 37
+    logits = torch.randn(2, 3, n, n, generator=g) * 3  # (L, H, q, k)
+    if causal:
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    attn = logits.softmax(-1)
+    special = torch.zeros(n, dtype=torch.bool)
+    special[0] = True
+    full = head_metrics(attn, causal=causal, special=special)
+    acc = MetricAccumulator(n, causal, special=special)
+    for start in (20, 0, 7, 33):  # uneven chunks, out of order
+        stop = {20: 33, 0: 7, 7: 20, 33: n}[start]
+        acc.update(attn[..., start:stop, :], start)
+    chunked = acc.finalize()
+    for name in ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance",
+                 "diag_mass", "best_offset_mass", "column_mass", "sink_score", "sink2_score"):
+        torch.testing.assert_close(getattr(chunked, name), getattr(full, name), atol=1e-6, rtol=0)
+    assert torch.equal(chunked.best_offset, full.best_offset)
+    assert torch.equal(chunked.sink_key, full.sink_key)
+
+
+def test_batch_shape_and_indexing():
+    attn = torch.full((2, 3, N, N), 1.0 / N)
+    m = head_metrics(attn)
+    assert m.shape == (2, 3)
+    assert m.column_mass.shape == (2, 3, N)
+    assert m[1, 2].shape == ()
+    assert m[1, 2].scalars()["entropy"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_bad_shapes_raise_input_errors():
+    with pytest.raises(InputError, match="q <= k"):
+        head_metrics(torch.ones(5, 3))
+    with pytest.raises(InputError, match="padding"):
+        head_metrics(torch.eye(4), padding=torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(InputError, match="chunk"):
+        MetricAccumulator(4, False).update(torch.ones(2, 5), 0)

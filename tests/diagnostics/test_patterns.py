@@ -1,0 +1,90 @@
+"""The head classifier on clear examples of every label, causal and bidirectional, 4 to 4096 tokens."""
+
+import numpy as np
+import pytest
+import torch
+
+from core.errors import InputError
+from diagnostics import PATTERNS, HeadPattern, classify_head, classify_heads
+from diagnostics.metrics import head_metrics
+from diagnostics.patterns import classify_metrics, infer_causal
+from diagnostics.synthetic import make_map
+
+
+def causal_uniform(n):
+    m = torch.tril(torch.ones(n, n))  # (n, n)
+    return m / m.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("label", PATTERNS)
+def test_clear_synthetic_examples(label, causal):
+    weights, _ = make_map(label, 64, causal, 0.1, np.random.default_rng(7))
+    result = classify_head(weights, causal=causal)
+    assert isinstance(result, HeadPattern)
+    assert result.label == label, result.scores
+    assert 0.0 <= result.confidence <= 1.0
+
+
+def test_diagonal_carries_its_offset():
+    weights, _ = make_map("diagonal", 32, False, 0.0, np.random.default_rng(0), offset=2)
+    result = classify_head(weights)
+    assert (result.label, result.offset) == ("diagonal", 2)
+    assert classify_head(causal_uniform(16)).offset is None
+
+
+def test_causal_row_zero_alone_does_not_make_a_head_vertical():
+    assert classify_head(causal_uniform(32)).label == "diffuse"
+    # sparse peaks everywhere, while row 0 can only put everything on key 0
+    weights, _ = make_map("sparse", 32, True, 0.0, np.random.default_rng(3))
+    assert classify_head(weights, causal=True).label == "sparse"
+
+
+def test_causality_is_inferred_from_the_upper_triangle():
+    assert infer_causal(causal_uniform(8))
+    assert not infer_causal(torch.full((8, 8), 1 / 8))
+
+
+def test_numpy_and_torch_inputs_agree():
+    weights, _ = make_map("vertical", 24, False, 0.1, np.random.default_rng(1))
+    a, b = classify_head(weights), classify_head(torch.from_numpy(weights))
+    assert a.label == b.label == "vertical"
+    assert a.scores == b.scores
+
+
+def test_batched_form_returns_nested_lists():
+    rng = np.random.default_rng(2)
+    maps = [[make_map(label, 16, False, 0.0, rng)[0] for label in ("diagonal", "vertical", "diffuse")]] * 2
+    attn = torch.from_numpy(np.array(maps))  # (2, 3, 16, 16)
+    labels = [[p.label for p in layer] for layer in classify_heads(attn, causal=False)]
+    assert labels == [["diagonal", "vertical", "diffuse"]] * 2
+
+
+def test_classify_metrics_matches_classify_head():
+    weights, _ = make_map("block", 40, True, 0.1, np.random.default_rng(4))
+    from_metrics = classify_metrics(head_metrics(torch.from_numpy(weights), causal=True))
+    assert from_metrics == classify_head(weights, causal=True)
+
+
+@pytest.mark.parametrize("label, options", [("diagonal", {"offset": -1}), ("vertical", {"sinks": [0]}), ("diffuse", {})])
+def test_four_tokens(label, options):
+    weights, _ = make_map(label, 4, False, 0.0, np.random.default_rng(5), **options)
+    assert classify_head(weights).label == label
+
+
+def test_4096_tokens_previous_token_head():
+    n = 4096
+    attn = torch.zeros(n, n)
+    rows = torch.arange(n)
+    attn[rows, (rows - 1).clamp(min=0)] = 1.0  # (n, n) causal previous-token head
+    result = classify_head(attn)
+    assert (result.label, result.offset) == ("diagonal", -1)
+
+
+def test_bad_input_names_the_shape():
+    with pytest.raises(InputError, match="one map"):
+        classify_head(np.ones((2, 4, 4)) / 4)
+    with pytest.raises(InputError, match="NaN"):
+        classify_head(np.full((4, 4), np.nan))
+    with pytest.raises(InputError, match="numpy array or torch tensor"):
+        classify_head([[1.0]])
