@@ -19,3 +19,12 @@ def zip_folder(folder: Path, prefix: str = "tiny-bert") -> bytes:
         for path in sorted(folder.iterdir()):
             zf.write(path, f"{prefix}/{path.name}")
     return buf.getvalue()
+
+
+def save_tiny_bart(folder: Path) -> Path:
+    """An encoder-decoder (BART) with the word-piece tokenizer: both have 200 ids."""
+    from tiny import tiny_bart
+
+    tiny_bart().save_pretrained(folder)
+    wordpiece_tokenizer().save_pretrained(folder)
+    return folder

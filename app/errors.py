@@ -1,0 +1,24 @@
+"""Turn any exception into one readable line on the page, never a traceback."""
+
+from __future__ import annotations
+
+import logging
+
+import streamlit as st
+
+import core
+
+log = logging.getLogger("attnscope.app")
+
+
+def message(err: Exception) -> str:
+    """AttnScope's own errors carry an actionable message; anything else gets a one-line summary."""
+    if isinstance(err, core.AttnScopeError):
+        return str(err)
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    log.exception("unexpected error in the app")
+    return f"Something went wrong ({type(err).__name__}: {first}). Try another input; details are in the server log."
+
+
+def show(err: Exception) -> None:
+    st.error(message(err), icon="⚠️")

@@ -1,0 +1,69 @@
+"""Downloads of one attention map at full resolution: PNG, SVG, CSV, NPZ and JSON.
+
+Images are drawn server-side with matplotlib (Agg backend), so export works
+offline; plotly's own image export needs kaleido, which downloads Chrome.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import torch
+
+LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th one
+
+
+def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    q, k = weights.shape
+    side = min(14.0, 3.0 + 0.18 * max(q, k))
+    fig = Figure(figsize=(side * k / max(q, k) + 1.5, side * q / max(q, k) + 1.0))
+    ax = fig.add_subplot()
+    image = ax.imshow(weights.numpy(), cmap="viridis", interpolation="nearest", aspect="auto")
+    fig.colorbar(image, ax=ax, fraction=0.04)
+    for axis, tokens, ticks in ((ax.xaxis, keys, ax.set_xticks), (ax.yaxis, queries, ax.set_yticks)):
+        step = max(1, len(tokens) // LABELLED_TOKENS)
+        ticks(range(0, len(tokens), step), [tokens[i] for i in range(0, len(tokens), step)], fontsize=7)
+    ax.tick_params(axis="x", labelrotation=90)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def image_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], title: str, fmt: str) -> bytes:
+    """The heatmap as ``fmt`` ("png" or "svg") bytes."""
+    buf = io.BytesIO()
+    _figure(weights, queries, keys, title).savefig(buf, format=fmt, dpi=150)
+    return buf.getvalue()
+
+
+def csv_text(weights: torch.Tensor, queries: list[str], keys: list[str]) -> str:
+    """One row per query: its token, then its weight on every key (header: key tokens)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["query \\ key", *keys])
+    for token, row in zip(queries, weights.tolist()):
+        writer.writerow([token, *(f"{w:.6g}" for w in row)])
+    return out.getvalue()
+
+
+def npz_bytes(weights: torch.Tensor, queries: list[str], keys: list[str]) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, weights=weights.numpy().astype(np.float32), query_tokens=np.array(queries),
+                        key_tokens=np.array(keys))
+    return buf.getvalue()
+
+
+def json_text(weights: torch.Tensor, queries: list[str], keys: list[str], info: dict) -> str:
+    """The map plus whatever describes it (model, layer, head, metrics, pattern)."""
+    return json.dumps({**info, "query_tokens": queries, "key_tokens": keys,
+                       "weights": [[round(w, 6) for w in row] for row in weights.tolist()]})

@@ -1,0 +1,133 @@
+"""The detail of one head, shared by Inspect and Diagnose: heatmap, metrics, head view, exports.
+
+Every array transform comes from ``core.views`` and every number or word about
+a head from ``diagnostics``; this module only lays them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+import torch
+
+import core
+from app import exports, plots
+from app.head_view import frame_height, head_view_html
+from core import views
+from diagnostics.texts import PATTERN_TEXTS
+
+MODES = {"head": "Selected head", "average": "Layer average (all heads)",
+         "rollout": "Attention rollout (up to this layer)"}
+BADGES = {"diagonal": "blue", "block": "orange", "diffuse": "gray", "sparse": "green", "vertical": "violet"}
+ROLLOUT_NOTE = ("Rollout (Abnar & Zuidema 2020): per layer the heads are averaged, the identity is added for the "
+                "residual path, rows are renormalised, and the layers are multiplied up to this one.")
+
+
+@dataclass
+class MapView:
+    weights: torch.Tensor  # (q, k) as shown
+    queries: list[str]
+    keys: list[str]
+    title: str
+    notes: list[str]
+
+
+def options_ui(prefix: str, result: core.AttentionResult) -> dict:
+    """Mode, special tokens and colour scale for the heatmap."""
+    cols = st.columns([2, 1, 1])
+    rollout_ok = result.attentions.shape[-1] == result.attentions.shape[-2]
+    modes = [m for m in MODES if m != "rollout" or rollout_ok]
+    mode = cols[0].radio("Show", modes, format_func=MODES.get, key=f"{prefix}mode", horizontal=True)
+    hide = cols[1].checkbox("Hide special tokens", key=f"{prefix}hide_special")
+    log = cols[2].checkbox("Log colour scale", key=f"{prefix}log_scale")
+    return {"mode": mode, "hide_special": hide, "log_scale": log}
+
+
+def build_view(result: core.AttentionResult, layer: int, head: int, options: dict) -> MapView:
+    """The map the options ask for, with the notes the page must state."""
+    mode, notes = options["mode"], []
+    if mode == "average":
+        weights = views.head_average(result.attentions[layer:layer + 1])[0]  # (q, k)
+        title = f"layer {layer}, mean of {result.n_heads} heads"
+    elif mode == "rollout":
+        weights = views.attention_rollout(result.attentions[:layer + 1])[-1]  # (t, t)
+        title, notes = f"attention rollout through layer {layer}", [ROLLOUT_NOTE]
+    else:
+        weights, title = result.attentions[layer, head], f"layer {layer}, head {head}"
+    queries, keys = list(result.tokens), list(result.keys)
+    if options["hide_special"]:
+        hidden = {t for t, s in zip(result.tokens, result.special) if s}
+        hidden = sorted(hidden | {t for t, s in zip(result.keys, result.keys_special) if s})
+        weights, kept_q, kept_k = views.hide_positions(weights, result.special, result.keys_special)
+        queries, keys = [queries[i] for i in kept_q], [keys[i] for i in kept_k]
+        if hidden:
+            notes.append(f"Special tokens hidden ({', '.join(hidden)}); each row is renormalised to sum to 1 "
+                         "over the remaining keys.")
+        else:
+            notes.append("This input has no special tokens; nothing was hidden.")
+    return MapView(weights, queries, keys, f"{result.model_name}: {title}", notes)
+
+
+def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
+    for note in view.notes:
+        st.info(note)
+    weights, queries, keys = view.weights, view.queries, view.keys
+    if max(weights.shape) > plots.MAX_CELLS:
+        lo, hi = st.slider("Zoom to query tokens", 0, len(queries), (0, len(queries)), key=f"{prefix}window")
+        hi = max(hi, lo + 1)
+        square = len(queries) == len(keys)
+        weights, queries = weights[lo:hi, lo:hi] if square else weights[lo:hi], queries[lo:hi]
+        keys = keys[lo:hi] if square else keys
+        block = views.pool_factor(max(weights.shape), plots.MAX_CELLS)
+        if block > 1:
+            st.caption(f"{len(view.queries)} tokens: each cell shows the largest weight of a {block}×{block} block. "
+                       "Narrow the zoom window for full detail; the exports hold every weight.")
+    st.plotly_chart(plots.heatmap_figure(weights, queries, keys, log_scale, view.title), key=f"{prefix}heatmap")
+
+
+def pattern_ui(pattern) -> None:
+    """Label, confidence and advice of a ``HeadPattern`` or a report's ``HeadReport``."""
+    label = plots.pattern_label(pattern)
+    if label not in PATTERN_TEXTS:
+        st.caption("This map cannot be labelled (more queries than keys).")
+        return
+    text = PATTERN_TEXTS[label]
+    offset = f", offset {pattern.offset:+d}" if pattern.offset is not None else ""
+    badge = f":{BADGES.get(label, 'gray')}[{text.title}]"
+    st.markdown(f"**Pattern: {badge}** — confidence {pattern.confidence:.0%}{offset}")
+    st.markdown(f"{text.looks_like} {text.reading}\n\n**Suggestion:** {text.action}")
+
+
+def metrics_ui(m: dict, keys: list[str]) -> None:
+    """A head's metrics (``HeadMetrics.scalars()`` or a report's averaged ``HeadReport.metrics``)."""
+    if not m:
+        return
+    cols = st.columns(5)
+    cols[0].metric("Entropy (0–1)", f"{m['entropy']:.2f}",
+                   help="Mean row entropy / log(keys): 1 = uniform, 0 = one-hot")
+    cols[1].metric("Confidence", f"{m['confidence']:.2f}", help="Mean of each row's largest weight")
+    cols[2].metric(f"Offset {m['best_offset']:+d} mass", f"{m['best_offset_mass']:.2f}",
+                   help="Mass on the best diagonal offset (+1 = next token)")
+    sink = m.get("sink_token") or (keys[m["sink_key"]] if m.get("sink_key", len(keys)) < len(keys) else "?")
+    cols[3].metric("Sink score", f"{m['sink_score']:.2f}", help=f"Share drawn by the strongest key, {sink!r}")
+    cols[4].metric("Mean distance", f"{m['mean_distance']:.1f}", help="Expected |query − key| in tokens")
+
+
+def head_view_ui(prefix: str, result: core.AttentionResult, layer: int, head: int) -> None:
+    page = head_view_html(result.attentions, list(result.tokens), list(result.keys), layer, head)
+    st.iframe(page, height=frame_height(result.tokens, result.keys))
+
+
+def exports_ui(prefix: str, view: MapView, info: dict) -> None:
+    """Download buttons; each file is made only when its button is clicked."""
+    w, q, k = view.weights, view.queries, view.keys
+    name = "".join(c if c.isalnum() or c in "-." else "_" for c in view.title)
+    files = [("PNG", "png", "image/png", lambda: exports.image_bytes(w, q, k, view.title, "png")),
+             ("SVG", "svg", "image/svg+xml", lambda: exports.image_bytes(w, q, k, view.title, "svg")),
+             ("CSV", "csv", "text/csv", lambda: exports.csv_text(w, q, k)),
+             ("NPZ", "npz", "application/octet-stream", lambda: exports.npz_bytes(w, q, k)),
+             ("JSON", "json", "application/json", lambda: exports.json_text(w, q, k, info))]
+    for col, (label, ext, mime, make) in zip(st.columns(len(files)), files):
+        col.download_button(label, make, file_name=f"{name}.{ext}", mime=mime, key=f"{prefix}export_{ext}",
+                            on_click="ignore")

@@ -1,0 +1,175 @@
+"""Plotly figures and PNG thumbnails of attention maps; the browser gets only what it can draw.
+
+Big maps are block-max pooled (``core.views.pool_map``) to ``MAX_CELLS`` per
+side before they become a figure, and numbers travel as float32 arrays (plotly
+encodes numpy arrays as base64), so a 512-token head costs a few hundred KB,
+not the 262,144 JSON numbers of the full map. Exports use the full map.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from PIL import Image
+
+from core.views import pool_map
+from diagnostics.texts import PATTERN_TEXTS
+
+MAX_CELLS = 128  # heatmap cells per side sent to the browser; bigger maps are pooled
+THUMB_PX = 40  # side of one head's thumbnail, in pixels
+TILE_PLOT_PX = 80  # side of one head's cell in the overview figure
+LOG_FLOOR = 1e-4  # weights below this share the bottom colour of the log scale
+UNKNOWN_COLOR = "#999999"
+HOVER = "query %{{y}}<br>key %{{x}}<br>weight %{{{weight}:.4f}}<extra></extra>"
+
+
+def label_color(label: str | None) -> str:
+    return PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else UNKNOWN_COLOR
+
+
+def _viridis_lut() -> np.ndarray:
+    from matplotlib import colormaps  # imported on first use: it is only needed for pixels
+
+    return (colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.uint8)  # (256, 3)
+
+
+FRAME_PX = 3  # pattern-coloured frame around each thumbnail
+LABEL_PX = 14  # room under each thumbnail for its label, drawn by plotly
+
+
+def _hex_rgb(color: str) -> tuple[int, int, int]:
+    return tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def thumbnail_sheet(attentions: torch.Tensor, labels) -> bytes:
+    """One PNG holding a ``THUMB_PX`` thumbnail per head, framed in its pattern's colour.
+
+    ``attentions`` is ``[layers, heads, q, k]``; ``labels`` is ``[layers][heads]``
+    of pattern names or None. Each map is scaled to its own maximum. One image
+    for all heads keeps the figure small and quick to build (a layout image per
+    head costs plotly a validation pass each).
+    """
+    n_layers, n_heads = attentions.shape[:2]
+    pooled, _, _ = pool_map(attentions, THUMB_PX)  # (L, H, <=THUMB_PX, <=THUMB_PX)
+    peak = pooled.amax(dim=(-2, -1), keepdim=True).clamp(min=1e-12)  # (L, H, 1, 1)
+    levels = (pooled / peak * 255).round().to(torch.uint8).numpy()
+    rgb = _viridis_lut()[levels]  # (L, H, s, s, 3)
+    tile, cell_h = THUMB_PX + 2 * FRAME_PX, THUMB_PX + 2 * FRAME_PX + LABEL_PX
+    sheet = Image.new("RGB", (n_heads * tile, n_layers * cell_h), "white")
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            x, y = head * tile, layer * cell_h
+            color = label_color(labels[layer][head] if labels else None)
+            sheet.paste(Image.new("RGB", (tile, tile), _hex_rgb(color)), (x, y))
+            thumb = Image.fromarray(rgb[layer, head]).resize((THUMB_PX, THUMB_PX), Image.NEAREST)
+            sheet.paste(thumb, (x + FRAME_PX, y + FRAME_PX))
+    buf = io.BytesIO()
+    sheet.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def pattern_label(pattern) -> str | None:
+    """The label of a ``HeadPattern`` (``.label``) or a report's ``HeadReport`` (``.pattern``)."""
+    return None if pattern is None else getattr(pattern, "label", None) or getattr(pattern, "pattern", None)
+
+
+def _pattern_text(pattern) -> str:
+    return "no label" if pattern is None else f"{pattern_label(pattern)} {pattern.confidence:.0%}"
+
+
+def overview_figure(sheet: bytes, patterns, shape: tuple[int, int], selected: tuple[int, int]) -> go.Figure:
+    """The thumbnail sheet under one invisible marker per head: hover names it, a click selects it.
+
+    ``patterns`` is ``[layers][heads]`` of ``HeadPattern`` or None; ``shape`` is
+    ``(layers, heads)``. Layer 0 is the top row.
+    """
+    n_layers, n_heads = shape
+    cells = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    row = lambda layer: n_layers - 1 - layer  # noqa: E731  layer 0 drawn at the top
+    label_at = lambda l, h: pattern_label(patterns[l][h]) if patterns else None  # noqa: E731
+    hover = [f"layer {l}, head {h}: {_pattern_text(patterns[l][h] if patterns else None)}" for l, h in cells]
+    fig = go.Figure(go.Scatter(
+        x=[h for _, h in cells], y=[row(l) - 0.36 for l, _ in cells], customdata=cells, mode="markers+text",
+        text=[label_at(l, h) or "" for l, h in cells],
+        textfont=dict(size=10, color=[label_color(label_at(l, h)) for l, h in cells]),
+        marker=dict(symbol="square", size=36, color="rgba(0,0,0,0.01)"), hovertext=hover, hoverinfo="text",
+    ))
+    layer, head = selected
+    fig.update_layout(
+        images=[dict(source=_data_uri(sheet), x=-0.5, y=n_layers - 0.5, sizex=n_heads, sizey=n_layers, xref="x",
+                     yref="y", sizing="stretch", layer="below")],
+        shapes=[dict(type="rect", x0=head - 0.5, x1=head + 0.5, y0=row(layer) - 0.5, y1=row(layer) + 0.5,
+                     line=dict(color="#d62728", width=3, dash="dot"))],
+        width=TILE_PLOT_PX * n_heads + 50, height=TILE_PLOT_PX * n_layers + 50,  # square tiles
+        margin=dict(l=40, r=10, t=40, b=10), showlegend=False, plot_bgcolor="white",
+        hoverdistance=40, dragmode=False,
+    )
+    fig.update_xaxes(range=[-0.5, n_heads - 0.5], tickvals=list(range(n_heads)),
+                     ticktext=[f"H{h}" for h in range(n_heads)],
+                     showgrid=False, zeroline=False, side="top", fixedrange=True)
+    fig.update_yaxes(range=[-0.5, n_layers - 0.5], tickvals=[row(l) for l in range(n_layers)],
+                     ticktext=[f"L{l}" for l in range(n_layers)], showgrid=False, zeroline=False, fixedrange=True)
+    return fig
+
+
+def _axis_labels(tokens: list[str], block: int) -> list[str]:
+    """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled."""
+    if block == 1:
+        return [f"{i} {t}" for i, t in enumerate(tokens)]
+    return [f"{i}–{min(i + block, len(tokens)) - 1} {tokens[i]}…" for i in range(0, len(tokens), block)]
+
+
+def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], log_scale: bool = False,
+                   title: str = "") -> go.Figure:
+    """Heatmap of one ``[q, k]`` map, queries down, keys across; hover names both tokens and the weight."""
+    pooled, bq, bk = pool_map(weights, MAX_CELLS)
+    z = pooled.numpy().astype(np.float32)
+    heat = dict(x=_axis_labels(keys, bk), y=_axis_labels(queries, bq), colorscale="Viridis")
+    if log_scale:
+        ticks = np.arange(np.log10(LOG_FLOOR), 0.5)
+        trace = go.Heatmap(z=np.log10(np.maximum(z, LOG_FLOOR)).astype(np.float32), customdata=z, zmin=ticks[0], zmax=0,
+                           colorbar=dict(tickvals=ticks, ticktext=[f"{10 ** t:g}" for t in ticks]),
+                           hovertemplate=HOVER.format(weight="customdata"), **heat)
+    else:
+        trace = go.Heatmap(z=z, zmin=0, hovertemplate=HOVER.format(weight="z"), **heat)
+    fig = go.Figure(trace)
+    fig.update_xaxes(type="category", title="key", tickangle=-60)
+    fig.update_yaxes(type="category", title="query", autorange="reversed")
+    side = min(900, 220 + 14 * len(heat["y"]))
+    fig.update_layout(title=title, height=side, margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+def pattern_map_figure(patterns, selected: tuple[int, int] | None = None) -> go.Figure:
+    """Layers × heads, one square per head coloured by its pattern; a click selects a head."""
+    n_layers, n_heads = len(patterns), len(patterns[0])
+    size = max(10, min(34, 500 // max(n_heads, n_layers)))  # marker side in px
+    fig = go.Figure()
+    for label in PATTERN_TEXTS:
+        cells = [(l, h) for l in range(n_layers) for h in range(n_heads) if pattern_label(patterns[l][h]) == label]
+        fig.add_trace(go.Scatter(
+            x=[h for _, h in cells], y=[l for l, _ in cells], customdata=cells, mode="markers", name=label,
+            marker=dict(symbol="square", size=size, color=label_color(label)),
+            hovertext=[f"layer {l}, head {h}: {_pattern_text(patterns[l][h])}" for l, h in cells], hoverinfo="text",
+        ))
+    if selected is not None:
+        fig.add_shape(type="rect", x0=selected[1] - 0.5, x1=selected[1] + 0.5, y0=selected[0] - 0.5,
+                      y1=selected[0] + 0.5, line=dict(color="#d62728", width=3))
+    fig.update_xaxes(title="head", range=[-0.6, n_heads - 0.4], dtick=1, fixedrange=True, zeroline=False)
+    fig.update_yaxes(title="layer", range=[n_layers - 0.4, -0.6], dtick=1, fixedrange=True, zeroline=False)
+    fig.update_layout(height=40 * n_layers + 120, margin=dict(l=10, r=10, t=30, b=10), dragmode=False,
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom"), plot_bgcolor="white")
+    return fig
+
+
+def figure_bytes(fig: go.Figure) -> int:
+    """Size of the JSON the browser receives for ``fig``."""
+    return len(fig.to_json().encode())

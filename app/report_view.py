@@ -1,0 +1,92 @@
+"""The Diagnose page's results: summary, pattern counts, findings, head explorer, report downloads."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from app import head_detail, plots
+from diagnostics.texts import PATTERN_TEXTS
+
+SEVERITY_BADGE = {"error": ":red-badge[:material/error: error]", "warning": ":orange-badge[:material/warning: warning]",
+                  "info": ":blue-badge[:material/info: info]"}
+
+
+def report_ui(report, name: str = "", notes: list[str] = ()) -> None:
+    """Everything a ``diagnostics.Report`` holds, for the part the user picks."""
+    summary_ui(report, name, list(notes))
+    parts = report.parts
+    part = st.radio("Part", parts, key="diag_part", horizontal=True) if len(parts) > 1 else parts[0]
+    pattern_counts_ui(report.pattern_grid(part))
+    findings_ui(report)
+    explorer_ui(report, part)
+    downloads_ui(report, name)
+
+
+def summary_ui(report, name: str, notes: list[str]) -> None:
+    model = report.model
+    st.subheader(f"Report: {name or model.get('name', 'model')}")
+    st.caption(", ".join(f"{k}: {model[k]}" for k in ("architecture", "layers", "heads", "parameters", "causal")
+                         if k in model))
+    for note in notes:
+        st.info(note)
+
+
+def pattern_counts_ui(grid) -> None:
+    labels = [label for row in grid for label in row]
+    for col, (label, text) in zip(st.columns(len(PATTERN_TEXTS)), PATTERN_TEXTS.items()):
+        col.metric(text.title, labels.count(label))
+
+
+def findings_ui(report) -> None:
+    st.subheader("Findings")
+    if not report.findings:
+        st.success("No findings: every check passed.")
+    for i, f in enumerate(report.findings):  # already most severe first
+        heads = ", ".join(f"L{l}H{h}" for l, h in f.heads[:24]) + (" …" if len(f.heads) > 24 else "")
+        with st.container(border=True, key=f"finding_{i}"):
+            st.markdown(f"{SEVERITY_BADGE.get(f.severity, f.severity)} **{f.title}** — {f.message}")
+            st.markdown(f"**Suggestion:** {f.suggestion}" + (f"  \nHeads: {heads}" if heads else ""))
+
+
+def _pick_from_map() -> None:
+    points = st.session_state.pattern_map.selection.points
+    if points:
+        st.session_state.diag_layer, st.session_state.diag_head = points[0]["customdata"]
+
+
+def explorer_ui(report, part: str) -> None:
+    st.subheader("Head explorer")
+    heads = [[report.head(l, h, part) for h in range(len(row))] for l, row in enumerate(report.pattern_grid(part))]
+    s = st.session_state
+    s.diag_layer = min(s.get("diag_layer", 0), len(heads) - 1)
+    s.diag_head = min(s.get("diag_head", 0), len(heads[0]) - 1)
+    st.caption("Click a head in the pattern map to open it below.")
+    with st.container(key="pattern_map_box"):
+        st.plotly_chart(plots.pattern_map_figure(heads, (s.diag_layer, s.diag_head)), key="pattern_map",
+                        on_select=_pick_from_map, selection_mode="points", config={"displayModeBar": False})
+    cols = st.columns(3)
+    layer = cols[0].selectbox("Layer", range(len(heads)), key="diag_layer")
+    head = cols[1].selectbox("Head", range(len(heads[0])), key="diag_head")
+    if not report.samples:
+        st.info("No attention maps to show: the model had no tokenizer, so only its weights were checked.")
+        return
+    texts = [p.get("text", "") for p in report.probes] or [f"sample {i}" for i in range(len(report.samples))]
+    sample = cols[2].selectbox("Probe text", range(len(report.samples)), format_func=lambda i: texts[i][:60],
+                               key="diag_sample")
+    result = report.samples[sample].part(part) if part != "self" else report.samples[sample]
+    head_detail.pattern_ui(heads[layer][head])
+    head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))
+    st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
+    options = head_detail.options_ui("diag_", result)
+    view = head_detail.build_view(result, layer, head, options)
+    head_detail.heatmap_ui("diag_", view, options["log_scale"])
+
+
+def downloads_ui(report, name: str) -> None:
+    name = Path(name or "model").name.split(",")[0].split(".")[0] or "model"
+    files = [("Report (JSON)", "json", "application/json", report.to_json),
+             ("Report (Markdown)", "md", "text/markdown", report.to_markdown),
+             ("Report (HTML)", "html", "text/html", report.to_html)]
+    for col, (label, ext, mime, make) in zip(st.columns(len(files)), files):
+        col.download_button(label, make, file_name=f"attnscope-{name}.{ext}", mime=mime, key=f"diag_report_{ext}",
+                            on_click="ignore")

@@ -1,0 +1,24 @@
+"""AttnScope's Streamlit app: ``streamlit run app/streamlit_app.py``.
+
+Three pages (Inspect, Diagnose, Guide); each page script only gathers input,
+calls ``core`` / ``diagnostics`` and draws.
+"""
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # streamlit puts only app/ on the path; core/ and diagnostics/ sit beside it
+    sys.path.insert(0, str(ROOT))
+
+PAGES = Path(__file__).parent / "app_pages"
+
+st.set_page_config(page_title="AttnScope", page_icon=":material/visibility:", layout="wide")
+navigation = st.navigation([
+    st.Page(PAGES / "inspect.py", title="Inspect", icon=":material/search:", default=True),
+    st.Page(PAGES / "diagnose.py", title="Diagnose", icon=":material/stethoscope:"),
+    st.Page(PAGES / "guide.py", title="Guide", icon=":material/menu_book:"),
+])
+navigation.run()

@@ -1,0 +1,154 @@
+"""Every page under streamlit's AppTest: good input draws, bad input is one st.error, never an exception."""
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+APP = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
+
+TIMEOUT = 120
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    return at
+
+
+def _inspect(at: AppTest, source: str, text: str = "The quick brown fox jumps over the lazy dog.") -> AppTest:
+    at.radio(key="model_kind").set_value("Local folder").run()
+    at.text_input(key="model_path").set_value(source)
+    at.text_area(key="text").set_value(text)
+    return at.button(key="run").click().run()
+
+
+def _charts(at: AppTest):
+    return at.get("plotly_chart")
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def test_inspect_starts_with_the_demo_model():
+    at = _app()
+    assert not at.exception
+    assert not _errors(at), _errors(at)
+    assert len(_charts(at)) == 2  # overview + heatmap
+
+
+def test_inspect_local_folder_draws_every_section(bert_folder):
+    at = _inspect(_app(), str(bert_folder))
+    assert not at.exception and not _errors(at)
+    assert len(_charts(at)) == 2
+    assert [m.label for m in at.metric][:2] == ["Entropy (0–1)", "Confidence"]
+    assert any("Pattern:" in m.value for m in at.markdown)
+    assert len(at.get("iframe")) == 1  # the head view
+    assert {b.label for b in at.download_button} == {"PNG", "SVG", "CSV", "NPZ", "JSON"}
+
+
+def test_inspect_switch_head_and_options(bert_folder):
+    at = _inspect(_app(), str(bert_folder))
+    at.selectbox(key="layer").set_value(1)
+    at.selectbox(key="head").set_value(3).run()
+    assert at.subheader[-1].value == "Layer 1, head 3"
+    at.checkbox(key="inspect_hide_special").check().run()
+    assert any("renormalised" in i.value for i in at.info)
+    for mode in ("average", "rollout"):
+        at.radio(key="inspect_mode").set_value(mode).run()
+        assert not at.exception and not _errors(at)
+    at.checkbox(key="inspect_log_scale").check().run()
+    assert not at.exception and len(_charts(at)) == 2
+
+
+def test_inspect_encoder_decoder_parts(bart_folder):
+    at = _inspect(_app(), str(bart_folder))
+    at.text_input(key="target").set_value("A short target.")
+    at.button(key="run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    for part in ("encoder", "decoder", "cross"):
+        at.radio(key="part").set_value(part).run()
+        assert not at.exception and not _errors(at), (part, _errors(at))
+        assert len(_charts(at)) == 2
+    options = at.radio(key="inspect_mode").options
+    assert len(options) == 2 and not any("rollout" in o.lower() for o in options)  # cross-attention: no rollout
+
+
+def test_inspect_empty_text_is_an_error(bert_folder):
+    at = _inspect(_app(), str(bert_folder), text="   ")
+    assert not at.exception
+    assert any("empty" in e for e in _errors(at))
+    at.text_area(key="text").set_value("Fine again.")
+    at.button(key="run").click().run()
+    assert not _errors(at) and len(_charts(at)) == 2  # the app keeps working
+
+
+def test_inspect_unknown_model_is_an_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = _inspect(_app(), "no-such-org/no-such-model-attnscope")
+    assert not at.exception
+    assert any("could not load model" in e for e in _errors(at))
+    assert not _charts(at)
+
+
+def _diagnose(at: AppTest, name: str, data: bytes) -> AppTest:
+    at.switch_page("app_pages/diagnose.py").run()
+    at.file_uploader(key="diag_upload").upload(name, data).run()
+    return at.button(key="diag_run").click().run()
+
+
+def test_diagnose_upload_zip_gives_a_report(bert_zip):
+    at = _diagnose(_app(), "tiny-bert.zip", bert_zip)
+    assert not at.exception and not _errors(at), _errors(at)
+    assert at.subheader[0].value and any(s.value == "Findings" for s in at.subheader)
+    assert len(_charts(at)) == 2  # pattern map + head heatmap
+    assert {b.label for b in at.download_button} == {"Report (JSON)", "Report (Markdown)", "Report (HTML)"}
+    at.selectbox(key="diag_head").set_value(2).run()
+    assert not at.exception
+
+
+def test_diagnose_loose_files_and_custom_model(bert_folder, tmp_path):
+    import core
+
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    files = [(p.name, p.read_bytes(), "application/octet-stream") for p in sorted(bert_folder.iterdir())]
+    at.file_uploader(key="diag_upload").set_value(files).run()
+    at.button(key="diag_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert len(_charts(at)) == 2
+
+    model = core.AttnScopeTransformer(core.TINY_PRESETS["attnscope-nano-decoder"])
+    folder = core.save_custom_model(model, tmp_path / "nano")
+    files = [(p.name, p.read_bytes(), "application/octet-stream") for p in sorted(folder.iterdir())]
+    at.file_uploader(key="diag_upload").set_value(files).run()
+    at.button(key="diag_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert len(_charts(at)) >= 1  # the pattern map; maps of random-id probes when there is no tokenizer
+
+
+def test_diagnose_bad_upload_is_an_error_then_works(bert_zip):
+    at = _diagnose(_app(), "model.zip", b"this is not a zip file")
+    assert not at.exception
+    assert any("zip" in e.lower() for e in _errors(at)), _errors(at)
+    at.file_uploader(key="diag_upload").set_value(("tiny-bert.zip", bert_zip, "application/zip")).run()
+    at.button(key="diag_run").click().run()
+    assert not _errors(at) and len(_charts(at)) == 2
+
+
+def test_diagnose_without_input_asks_for_one():
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.button(key="diag_run").click().run()
+    assert any("Upload a checkpoint" in e for e in _errors(at))
+
+
+def test_guide_renders_every_pattern_and_finding():
+    from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS
+
+    at = _app()
+    at.switch_page("app_pages/guide.py").run()
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown) + " ".join(e.label for e in at.expander)
+    for t in [*PATTERN_TEXTS.values(), *FINDING_TEXTS.values()]:
+        assert t.title in text

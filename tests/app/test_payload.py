@@ -1,0 +1,35 @@
+"""What the browser receives at 512 tokens on a 12-layer × 12-head model stays under 5 MB per view.
+
+A synthetic map (random softmax rows: noise compresses worst, so this is the
+upper end) stands in for a model; the numbers are in docs/app.md.
+"""
+
+import torch
+
+from app import head_view, plots
+
+BUDGET = 5 * 10**6  # bytes per view
+LAYERS = HEADS = 12
+TOKENS = 512
+
+
+def _attention() -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(LAYERS, HEADS, TOKENS, TOKENS, generator=g) * 3).softmax(-1)  # (L, H, T, T)
+
+
+def test_views_at_512_tokens_stay_under_budget():
+    attn = _attention()
+    tokens = [f"token{i % 97}" for i in range(TOKENS)]
+    labels = [["sparse"] * HEADS for _ in range(LAYERS)]
+    sheet = plots.thumbnail_sheet(attn, labels)
+    overview = plots.figure_bytes(plots.overview_figure(sheet, None, (LAYERS, HEADS), (0, 0)))
+    heatmap = plots.figure_bytes(plots.heatmap_figure(attn[3, 4], tokens, tokens, log_scale=True))
+    view = len(head_view.head_view_html(attn, tokens, tokens, 3, 4).encode())
+    assert overview < BUDGET and heatmap < BUDGET and view < BUDGET, (overview, heatmap, view)
+    assert heatmap < 10**6  # pooled to MAX_CELLS per side, not 262,144 cells
+
+
+def test_heatmap_hover_labels_are_unique_even_for_repeated_tokens():
+    fig = plots.heatmap_figure(torch.full((3, 3), 1 / 3), ["the", "the", "the"], ["the", "the", "the"])
+    assert len(set(fig.data[0].x)) == 3 and len(set(fig.data[0].y)) == 3

@@ -1,0 +1,70 @@
+"""core.views: head average, rollout, hiding positions, pooling, top links."""
+
+import pytest
+import torch
+
+from core.errors import InputError
+from core.views import attention_rollout, head_average, hide_positions, pool_map, top_links
+
+
+def _random_attention(layers=2, heads=3, t=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(layers, heads, t, t, generator=g).softmax(-1)  # (L, H, t, t)
+
+
+def test_head_average_is_mean_over_heads():
+    attn = _random_attention()
+    avg = head_average(attn)
+    assert avg.shape == (2, 5, 5)
+    torch.testing.assert_close(avg[1], attn[1].mean(0))
+
+
+def test_rollout_first_layer_and_recursion():
+    attn = _random_attention(layers=3)
+    rolled = attention_rollout(attn)
+    eye = torch.eye(5)
+    a = [(attn[i].mean(0) + eye) / 2 for i in range(3)]  # rows of mean + I sum to 2
+    torch.testing.assert_close(rolled[0], a[0])
+    torch.testing.assert_close(rolled[2], a[2] @ a[1] @ a[0])
+    torch.testing.assert_close(rolled.sum(-1), torch.ones(3, 5))
+
+
+def test_rollout_rejects_cross_attention():
+    with pytest.raises(InputError, match="cross-attention"):
+        attention_rollout(torch.rand(1, 1, 3, 4))
+
+
+def test_hide_positions_renormalises_rows():
+    attn = _random_attention()[0, 0]
+    hidden = [True, False, False, False, True]
+    w, kept_q, kept_k = hide_positions(attn, hidden, hidden)
+    assert kept_q == kept_k == [1, 2, 3]
+    torch.testing.assert_close(w.sum(-1), torch.ones(3))
+    expected = attn[1, 1:4] / attn[1, 1:4].sum()
+    torch.testing.assert_close(w[0], expected)
+
+
+def test_hide_positions_everything_hidden_is_an_input_error():
+    with pytest.raises(InputError, match="every token is special"):
+        hide_positions(torch.eye(2), [True, True], [True, True])
+
+
+def test_pool_map_keeps_one_token_wide_diagonal():
+    pooled, bq, bk = pool_map(torch.eye(10), max_cells=4)
+    assert (bq, bk) == (3, 3) and pooled.shape == (4, 4)
+    torch.testing.assert_close(pooled.diagonal(), torch.ones(4))
+    batch, _, _ = pool_map(torch.eye(10).expand(2, 3, 10, 10), max_cells=4)
+    assert batch.shape == (2, 3, 4, 4) and torch.equal(batch[1, 2], pooled)
+    small, b1, b2 = pool_map(torch.eye(3), max_cells=4)
+    assert (b1, b2) == (1, 1) and torch.equal(small, torch.eye(3))
+
+
+def test_top_links_per_query():
+    w = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
+    q, k, v = top_links(w, 1)
+    assert q.tolist() == [0, 1] and k.tolist() == [0, 2]
+    torch.testing.assert_close(v, torch.tensor([0.7, 0.8]))
+    q, k, v = top_links(w, 2, min_weight=0.15)
+    assert list(zip(q.tolist(), k.tolist())) == [(0, 0), (0, 1), (1, 2)]
+    q, k, v = top_links(w, 2, min_weight=0.9)  # below the floor, each query keeps its strongest key
+    assert list(zip(q.tolist(), k.tolist())) == [(0, 0), (1, 2)]
