@@ -94,15 +94,15 @@ def test_copied_head_is_redundant_naming_the_pairs(which, bert_dir, gpt2_dir, tm
 DEMOS = ["demo-bert", "demo-gpt2"]
 
 
-def demo_or_skip(name):
-    if not (DEMO_DIR / name / "config.json").is_file():
-        pytest.skip(f"{name} is not shipped yet (core/demo_models/{name} missing)")
-    return DEMO_DIR / name
+def demo_folder(name):
+    folder = DEMO_DIR / name
+    assert (folder / "config.json").is_file(), f"the demo model {name} is not shipped (core/demo_models/{name})"
+    return folder
 
 
 @pytest.mark.parametrize("name", DEMOS)
 def test_healthy_demo_model_has_no_error(name, tmp_path):
-    demo_or_skip(name)
+    demo_folder(name)
     status, report = run_json(name, tmp_path)
     assert status == 0, [f["message"] for f in report["findings"] if f["severity"] == "error"]
     assert not errors(report)
@@ -110,7 +110,7 @@ def test_healthy_demo_model_has_no_error(name, tmp_path):
 
 @pytest.mark.parametrize("name", DEMOS)
 def test_broken_demo_models(name, tmp_path):
-    folder = demo_or_skip(name)
+    folder = demo_folder(name)
     _, saturated = run_json(scale_qk(folder, tmp_path / "x30", 30.0), tmp_path)
     assert finding(saturated, "saturated_heads")["severity"] == "error"
     _, diffuse = run_json(scale_qk(folder, tmp_path / "x0", 0.0), tmp_path)
