@@ -17,6 +17,7 @@ from .errors import AttnScopeError, CheckpointError, ExtractionError, InputError
 from .extract import extract_attention, extract_module_attention
 from .loading import DEFAULT_MODEL, DEMO_MODELS, load_model
 from .result import AttentionResult
+from .streaming import STREAM_IMPLEMENTATION, StreamedAttention, stream_attention
 from .archive import Limits
 from .checkpoint import LoadedCheckpoint, load_checkpoint
 
@@ -25,5 +26,5 @@ __all__ = [
     "DEMO_MODELS", "ExtractionError", "InputError", "ModelLoadError", "MultiHeadAttention", "TINY_PRESETS",
     "TransformerConfig", "causal_mask", "extract_attention", "extract_module_attention", "load_custom_model",
     "load_model", "pick_device", "save_custom_model", "scaled_dot_product_attention",
-    "Limits", "LoadedCheckpoint", "load_checkpoint",
+    "Limits", "LoadedCheckpoint", "load_checkpoint", "STREAM_IMPLEMENTATION", "StreamedAttention", "stream_attention",
 ]

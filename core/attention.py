@@ -54,6 +54,10 @@ class MultiHeadAttention(nn.Module):
     (``key``/``value`` omitted) and cross-attention (q_len ≠ k_len).
     """
 
+    # Hook point: when set, called instead of ``scaled_dot_product_attention``
+    # with the same arguments (``core.streaming`` sets it for the call).
+    attention_fn = None
+
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if d_model % n_heads != 0:
@@ -85,7 +89,8 @@ class MultiHeadAttention(nn.Module):
         v = self._split_heads(self.v_proj(value))  # (B, nh, k, hs)
         mask = self._mask(query.size(1), key.size(1), key_padding_mask, causal, query.device)
         drop = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, drop)  # (B, nh, q, hs), (B, nh, q, k)
+        attend = self.attention_fn or scaled_dot_product_attention
+        out, weights = attend(q, k, v, mask, drop)  # (B, nh, q, hs), (B, nh, q, k) or None
         out = out.transpose(1, 2).reshape(query.size(0), query.size(1), self.d_model)  # (B, q, C)
         return self.out_proj(out), weights
 

@@ -8,6 +8,7 @@ from diagnostics.findings import Finding
 from diagnostics.metrics import HeadMetrics, MetricAccumulator, head_metrics
 from diagnostics.patterns import PATTERNS, HeadPattern, classify_head, classify_heads, classify_metrics
 from diagnostics.report import Report
+from diagnostics.streaming import StreamResult, stream_statistics, stream_token_statistics
 from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS
 
 __all__ = [
@@ -19,9 +20,12 @@ __all__ = [
     "HeadPattern",
     "MetricAccumulator",
     "Report",
+    "StreamResult",
     "classify_head",
     "classify_heads",
     "classify_metrics",
     "diagnose",
     "head_metrics",
+    "stream_statistics",
+    "stream_token_statistics",
 ]

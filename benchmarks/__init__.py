@@ -1,0 +1,1 @@
+"""Benchmarks, run on their own (``python -m benchmarks.<name>``), never by the default test run."""

@@ -1,0 +1,161 @@
+"""Per-head metrics and pattern labels of long inputs, without holding every attention map.
+
+``core.stream_attention`` recomputes each layer's weights in query-row chunks
+beside the fused attention kernel; here each layer's chunks feed one
+``metrics.MetricAccumulator``, so the result equals ``head_metrics`` on the
+full ``[layers, heads, q, k]`` maps of ``core.extract_attention`` (within float
+rounding) while memory stays near that of a plain forward pass. See
+docs/streaming.md for the design and the benchmark.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from core.custom_model import AttnScopeTransformer
+from core.encode import encode, max_positions
+from core.errors import ExtractionError
+from core.hf_extract import is_causal_config
+from core.streaming import stream_attention
+from core.tokens import display_tokens
+from diagnostics import row_stats
+from diagnostics.metrics import HeadMetrics, MetricAccumulator
+from diagnostics.patterns import classify_metrics
+
+
+@dataclass
+class StreamResult:
+    """Per-head metrics ``[layers, heads]``, their pattern labels and the maps asked to be kept."""
+
+    metrics: HeadMetrics  # every tensor [L, H] (column_mass [L, H, k]), on CPU
+    patterns: list  # [L][H] diagnostics.patterns.HeadPattern
+    causal: bool
+    tokens: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    special: list[bool] = field(default_factory=list)
+    padding: list[bool] = field(default_factory=list)
+    kept: dict = field(default_factory=dict)  # (layer, head) -> (q, k) float32 on CPU
+    distances: torch.Tensor | None = None  # [L, H, H] JS distances (redundancy=True)
+    warnings: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def labels(self) -> list[list[str]]:
+        return [[p.label for p in layer] for layer in self.patterns]
+
+    @property
+    def sink_tokens(self) -> list[list[str]]:
+        """``[L][H]`` display string of each head's strongest sink key."""
+        return [[self.tokens[k] for k in layer] for layer in self.metrics.sink_key.tolist()]
+
+
+def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None, keep=(),
+                      chunk_rows: int | None = None, redundancy: bool = False) -> StreamResult:
+    """Metrics and labels of every head of ``model`` on ``text``, layer by layer in query chunks.
+
+    Takes what ``core.extract_attention`` takes and gives what ``head_metrics``
+    + ``classify_metrics`` give on its result; ``keep`` lists the ``(layer,
+    head)`` pairs (or whole layers) whose full maps are also returned.
+    ``redundancy=True`` also gives ``redundancy.js_distance``'s pairwise
+    distances (costs heads²/2 passes over each map). Encoder-decoder models:
+    the encoder is streamed.
+    """
+    if tokenizer is None:
+        raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
+    vocab_size = getattr(model.config, "vocab_size", None)
+    enc = encode(tokenizer, text, text_pair, max_positions(model.config, tokenizer), vocab_size=vocab_size)
+    result = stream_token_statistics(model, enc.input_ids, special=enc.special, keep=keep, chunk_rows=chunk_rows,
+                                     redundancy=redundancy)
+    result.tokens = display_tokens(tokenizer, result.token_ids)
+    result.warnings = list(enc.warnings)
+    return result
+
+
+def stream_token_statistics(model, input_ids, attention_mask=None, special=None, keep=(),
+                            chunk_rows: int | None = None, redundancy: bool = False) -> StreamResult:
+    """``stream_statistics`` on token ids ``(1, T)``; ``attention_mask`` (1, T) marks padding with 0."""
+    start = time.perf_counter()
+    causal = model_is_causal(model)
+    padding = None if attention_mask is None else (torch.as_tensor(attention_mask)[0] == 0).tolist()
+
+    def consumer(layer, n_heads, n_keys):
+        metrics = MetricAccumulator(n_keys, causal, special=special, padding=padding)
+        return _Layer(metrics, PairwiseJS(n_keys, causal, padding) if redundancy else None)
+
+    streamed = stream_attention(model, input_ids, consumer, attention_mask=attention_mask, keep=keep,
+                                chunk_rows=chunk_rows)
+    metrics = stack_metrics([layer.metrics.finalize() for layer in streamed.consumers])
+    distances = torch.stack([layer.js.finalize() for layer in streamed.consumers]) if redundancy else None
+    ids = torch.as_tensor(input_ids)[0].tolist()
+    return StreamResult(
+        metrics=metrics, patterns=classify_metrics(metrics), causal=causal, token_ids=ids,
+        special=list(special) if special is not None else [False] * len(ids),
+        padding=padding or [False] * len(ids), kept=streamed.kept, distances=distances,
+        elapsed_s=time.perf_counter() - start,
+    )
+
+
+@dataclass
+class _Layer:
+    """One layer's consumers: the metrics and, optionally, the pairwise distances."""
+
+    metrics: MetricAccumulator
+    js: "PairwiseJS | None" = None
+
+    def update(self, chunk, q_start):
+        self.metrics.update(chunk, q_start)
+        if self.js is not None:
+            self.js.update(chunk, q_start)
+
+
+class PairwiseJS:
+    """``redundancy.js_distance`` of one layer, accumulated over query-row chunks ``[H, qc, k]``.
+
+    Mean over rows (weighted as in ``row_stats``) of the Jensen–Shannon distance
+    (base 2) between every two heads' rows; ``finalize`` gives ``[H, H]``.
+    """
+
+    def __init__(self, n_keys, causal, padding=None):
+        self.n_keys, self.causal = n_keys, bool(causal)
+        self.key_ok = torch.ones(n_keys, dtype=torch.bool) if padding is None else ~torch.as_tensor(padding)
+        self.sums, self.weight = None, None
+
+    def update(self, chunk, q_start):
+        a = chunk.detach().double()  # (H, qc, k)
+        key_ok = self.key_ok.to(a.device)
+        pos = torch.arange(a.shape[-2], device=a.device) + q_start  # (qc,)
+        valid = row_stats.valid_keys(pos, self.n_keys, self.causal, key_ok)  # (qc, k)
+        w, _ = row_stats.row_weights(valid, key_ok[pos.clamp(max=self.n_keys - 1)])  # (qc,)
+        if self.sums is None:
+            self.sums = torch.zeros(a.shape[0], a.shape[0], dtype=torch.float64, device=a.device)  # (H, H)
+            self.weight = torch.zeros((), dtype=torch.float64, device=a.device)
+        self_info = torch.special.xlogy(a, a).sum(-1)  # (H, qc)
+        for h in range(a.shape[0]):
+            m = (a[h:h + 1] + a) / 2  # (H, qc, k)
+            cross = torch.special.xlogy(a[h:h + 1], m).sum(-1) + torch.special.xlogy(a, m).sum(-1)  # (H, qc)
+            jsd = ((self_info[h:h + 1] + self_info - cross) / (2 * math.log(2.0))).clamp(min=0)  # (H, qc) bits
+            self.sums[h] += (jsd.sqrt() * w).sum(-1)  # (H,)
+        self.weight += w.sum()
+
+    def finalize(self):
+        return (self.sums / self.weight.clamp(min=1e-12)).float().cpu()  # (H, H)
+
+
+def model_is_causal(model) -> bool:
+    """Whether the streamed attention is causal, as ``core.extract_attention`` reports it."""
+    if isinstance(model, AttnScopeTransformer):
+        return bool(model.config.causal)
+    if getattr(model.config, "is_encoder_decoder", False):
+        return False  # the encoder is what gets streamed
+    return is_causal_config(model.config)
+
+
+def stack_metrics(per_layer: list[HeadMetrics]) -> HeadMetrics:
+    """Per-layer ``HeadMetrics`` ``[H]`` (possibly on different devices) -> one ``[L, H]`` on CPU."""
+    return HeadMetrics(**{
+        f.name: torch.stack([getattr(m, f.name).cpu() for m in per_layer]) for f in fields(HeadMetrics)
+    })

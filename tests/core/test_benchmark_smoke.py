@@ -1,0 +1,29 @@
+"""The long-input benchmark still runs: tiny models, short inputs (the full run is marked ``benchmark``)."""
+
+import pytest
+
+from benchmarks import long_inputs
+
+
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
+@pytest.mark.parametrize("mode", long_inputs.MODES)
+def test_every_measurement_runs_in_process(model, mode):
+    result = long_inputs.measure(model, "tiny", mode, 24)
+    assert result["seconds"] > 0 and result["peak_gb"] > 0
+
+
+@pytest.mark.slow
+def test_command_prints_the_table(capsys):
+    """The documented command end to end: one fresh process per measurement, naive skipped above N."""
+    assert long_inputs.main(["--size", "tiny", "--models", "gpt2", "--lengths", "24", "--skip-naive-above", "16"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| gpt2"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "skipped" and "failed" not in row, row
+    assert all(cells[i].endswith("GB") for i in (2, 4, 5)), row
+
+
+@pytest.mark.benchmark
+def test_full_benchmark(capsys):
+    """The documented run (tens of minutes on 2 cores): prints the table of docs/streaming.md."""
+    assert long_inputs.main([]) == 0
+    print(capsys.readouterr().out)

@@ -1,0 +1,181 @@
+"""Streamed per-head statistics equal the naive path: full ``output_attentions`` maps -> ``head_metrics``."""
+
+from dataclasses import fields
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaModel
+
+import tiny
+from core import TINY_PRESETS, AttnScopeTransformer, ExtractionError, InputError, extract_attention
+from core.hf_extract import eager_attention
+from core.streaming import STREAM_IMPLEMENTATION, stream_attention
+from diagnostics.findings import attention_findings
+from diagnostics.metrics import HeadMetrics, head_metrics
+from diagnostics.patterns import classify_metrics
+from diagnostics.redundancy import js_distance
+from diagnostics.streaming import stream_statistics, stream_token_statistics
+
+TOL = 1e-5  # absolute, and relative for metrics counted in tokens (mean_distance ~ 100 at 200 tokens)
+TEXT = "Attention is all you need, said the paper in 2017. The quick brown fox jumps over the lazy dog."
+
+
+def tiny_llama_gqa():
+    config = LlamaConfig(vocab_size=200, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(0)
+    return LlamaModel(config).eval()
+
+
+def custom(preset):
+    torch.manual_seed(0)
+    return AttnScopeTransformer(TINY_PRESETS[preset]).eval()
+
+
+MODELS = {
+    "bert": lambda: tiny.tiny_bert(256),
+    "gpt2": lambda: tiny.tiny_gpt2(256),
+    "llama-gqa": tiny_llama_gqa,
+    "bart-encoder": tiny.tiny_bart,
+    "custom-encoder": lambda: custom("attnscope-nano-encoder"),
+    "custom-decoder": lambda: custom("attnscope-nano-decoder"),
+}
+
+
+def naive_maps(model, ids, attention_mask=None):
+    """``[L, H, q, k]`` from ``output_attentions=True`` with the eager kernel."""
+    with torch.inference_mode():
+        if isinstance(model, AttnScopeTransformer):
+            attentions = model(ids, attention_mask=attention_mask, output_attentions=True)["attentions"]
+        else:
+            with eager_attention(model):
+                run = model.get_encoder() if model.config.is_encoder_decoder else model
+                attentions = run(input_ids=ids, attention_mask=attention_mask, output_attentions=True).attentions
+    return torch.stack([a[0].float() for a in attentions])
+
+
+def assert_metrics_close(got: HeadMetrics, want: HeadMetrics):
+    for f in fields(HeadMetrics):
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        assert a.shape == b.shape, f.name
+        torch.testing.assert_close(a.float(), b.float(), atol=TOL, rtol=TOL, msg=lambda m: f"{f.name}: {m}")
+
+
+def random_ids(length, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(5, 99, (1, length), generator=generator)
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("length,chunk_rows", [(7, 3), (64, 5), (200, 33)])
+def test_metrics_and_labels_equal_naive(name, length, chunk_rows):
+    if name == "bart-encoder" and length > 64:
+        pytest.skip("tiny BART has 64 positions")
+    model, ids = MODELS[name](), random_ids(length)
+    streamed = stream_token_statistics(model, ids, chunk_rows=chunk_rows)
+    expected = head_metrics(naive_maps(model, ids), causal=streamed.causal)
+    assert_metrics_close(streamed.metrics, expected)
+    assert streamed.labels == [[p.label for p in layer] for layer in classify_metrics(expected)]
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "custom-encoder", "custom-decoder"])
+def test_padding_mask(name):
+    model, ids = MODELS[name](), random_ids(40, seed=1)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding: padded keys are masked, padded queries weigh nothing
+    streamed = stream_token_statistics(model, ids, attention_mask=mask, chunk_rows=6)
+    expected = head_metrics(naive_maps(model, ids, mask), causal=streamed.causal, padding=mask[0] == 0)
+    assert_metrics_close(streamed.metrics, expected)
+    assert streamed.padding == [True] * 3 + [False] * 37
+
+
+@pytest.mark.parametrize("build,tokenizer", [
+    (tiny.tiny_bert, tiny.wordpiece_tokenizer), (tiny.tiny_gpt2, tiny.bpe_tokenizer),
+])
+def test_text_entry_matches_extract_attention(build, tokenizer):
+    model, tok = build(), tokenizer()
+    naive = extract_attention(model, tok, TEXT, "A second sentence." if build is tiny.tiny_bert else None)
+    streamed = stream_statistics(model, tok, TEXT, "A second sentence." if build is tiny.tiny_bert else None,
+                                 chunk_rows=4, keep=[(1, 2), 0])
+    expected = head_metrics(naive.attentions, naive.causal, naive.special, naive.padding)
+    assert_metrics_close(streamed.metrics, expected)
+    assert (streamed.tokens, streamed.special, streamed.causal) == (naive.tokens, naive.special, naive.causal)
+    assert sorted(streamed.kept) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 2)]
+    for (layer, head), kept in streamed.kept.items():
+        torch.testing.assert_close(kept, naive.attentions[layer, head], atol=1e-6, rtol=0)
+    sinks = [[naive.keys[k] for k in layer] for layer in expected.sink_key.tolist()]
+    got = attention_findings(_as_dict(streamed.metrics), sink_tokens=streamed.sink_tokens)
+    want = attention_findings(_as_dict(expected), sink_tokens=sinks)
+    assert [f.to_dict() for f in got] == [f.to_dict() for f in want]
+
+
+def _as_dict(metrics):
+    return {f.name: getattr(metrics, f.name) for f in fields(metrics)}
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_redundancy_distances_equal_js_distance(name):
+    model, ids = MODELS[name](), random_ids(50, seed=2)
+    streamed = stream_token_statistics(model, ids, chunk_rows=7, redundancy=True)
+    expected = js_distance(naive_maps(model, ids), streamed.causal)
+    torch.testing.assert_close(streamed.distances, expected, atol=TOL, rtol=0)
+
+
+def test_model_is_restored_after_streaming():
+    model, block = tiny.tiny_gpt2(), custom("attnscope-nano-decoder")
+    before = model.config._attn_implementation
+    stream_token_statistics(model, random_ids(9))
+    stream_token_statistics(block, random_ids(9))
+    assert model.config._attn_implementation == before != STREAM_IMPLEMENTATION
+    assert all(m.attention_fn is None for m in block.modules() if hasattr(m, "attention_fn"))
+    assert block(random_ids(9), output_attentions=True)["attentions"][0] is not None
+
+
+def test_consumers_see_each_row_once_in_chunks():
+    seen = []
+
+    class Rows:
+        def update(self, chunk, q_start):
+            seen.append((q_start, chunk.shape[-2]))
+            torch.testing.assert_close(chunk.sum(-1), torch.ones(chunk.shape[:-1]))
+
+    streamed = stream_attention(tiny.tiny_gpt2(), random_ids(10), lambda layer, heads, keys: Rows(), chunk_rows=4)
+    assert streamed.n_layers == 2 and streamed.n_heads == 4 and streamed.n_keys == 10
+    assert seen == [(0, 4), (4, 4), (8, 2)] * 2
+
+
+def test_bad_inputs_are_rejected():
+    with pytest.raises(InputError, match="one sequence"):
+        stream_attention(tiny.tiny_gpt2(), torch.zeros(2, 5, dtype=torch.long), lambda *a: None)
+    with pytest.raises(InputError, match="keep"):
+        stream_attention(tiny.tiny_gpt2(), random_ids(5), lambda *a: None, keep=["x"])
+    with pytest.raises(ExtractionError, match="neither"):
+        stream_attention(torch.nn.Linear(2, 2), random_ids(5), lambda *a: None)
+
+
+def test_device_map_auto_split_over_memory_budget(tmp_path):
+    """A model spread by accelerate (here CPU + disk offload under a tight ``max_memory``) streams the same."""
+    from core import load_model
+
+    model, tok = tiny.tiny_gpt2(128), tiny.bpe_tokenizer()
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    split, _ = load_model(str(tmp_path), device_map="auto", max_memory={"cpu": int(size * 0.6)})
+    assert len(set(split.hf_device_map.values())) > 1, split.hf_device_map  # really spread out
+    ids = random_ids(50, seed=3)
+    got = stream_token_statistics(split, ids, chunk_rows=8, keep=[(1, 0)])
+    want = stream_token_statistics(model, ids, chunk_rows=8, keep=[(1, 0)])
+    assert_metrics_close(got.metrics, want.metrics)
+    torch.testing.assert_close(got.kept[(1, 0)], want.kept[(1, 0)])
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama-gqa", "custom-decoder"])
+def test_forward_output_is_unchanged(name):
+    model, ids = MODELS[name](), random_ids(30, seed=4)
+    streamed = stream_attention(model, ids, lambda *a: None, chunk_rows=7)
+    with torch.inference_mode():
+        plain = model(ids) if isinstance(model, AttnScopeTransformer) else model(input_ids=ids)
+    got = streamed.output["logits"] if isinstance(model, AttnScopeTransformer) else streamed.output.last_hidden_state
+    want = plain["logits"] if isinstance(model, AttnScopeTransformer) else plain.last_hidden_state
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
