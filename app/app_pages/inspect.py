@@ -58,8 +58,11 @@ def part_ui(result: core.AttentionResult) -> tuple[str, core.AttentionResult]:
 
 def selectors_ui(result: core.AttentionResult) -> tuple[int, int]:
     s = st.session_state
-    s.layer = min(s.get("layer", 0), result.n_layers - 1)
-    s.head = min(s.get("head", 0), result.n_heads - 1)
+    # Write a selector's state only to clamp it: every write is pushed to the browser as a forced value,
+    # and one from a run still in flight would undo the user's newer choice there.
+    for key, count in (("layer", result.n_layers), ("head", result.n_heads)):
+        if s.get(key, 0) >= count:
+            s[key] = count - 1
     cols = st.columns(2)
     layer = cols[0].selectbox("Layer", range(result.n_layers), key="layer")
     head = cols[1].selectbox("Head", range(result.n_heads), key="head")

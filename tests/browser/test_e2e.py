@@ -8,6 +8,7 @@ Screenshots go to test-artifacts/.
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -28,6 +29,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 LOCAL_HOSTS = {"localhost", "127.0.0.1"}
 WAIT_MS = 30_000
+COLD_START_MS = 120_000  # the server's first run imports torch/transformers and loads the model: slow on a busy CPU
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
@@ -132,7 +134,7 @@ def _no_errors(pg) -> None:
 
 def test_run_sentence_switch_head_and_head_view(page):
     start = time.perf_counter()
-    _heatmap(page).first.wait_for()  # the demo model runs on the example sentence at start
+    _heatmap(page).first.wait_for(timeout=COLD_START_MS)  # the demo model runs on the example sentence at start
     first_heatmap_s = time.perf_counter() - start  # includes the server's first import of torch/transformers
     start = time.perf_counter()
     page.reload()
@@ -142,20 +144,23 @@ def test_run_sentence_switch_head_and_head_view(page):
         {"time_to_first_heatmap_s": round(first_heatmap_s, 2), "time_to_heatmap_warm_server_s": round(warm_s, 2)}))
     _idle(page)
     page.get_by_label("Text", exact=True).fill(SENTENCE)
-    page.get_by_role("button", name="Run").click()
     page.get_by_text("fox", exact=False).first.wait_for()
+    example_tokens = _token_labels(page)
+    page.get_by_role("button", name="Run").click()
+    page.wait_for_function(TOKENS_CHANGED, arg=example_tokens)  # the heatmap now shows the new sentence's tokens
     _heatmap(page).first.wait_for()
+    _idle(page)
     _shot(page, "inspect_heatmap")
 
-    page.locator(".st-key-head").click()
-    page.get_by_role("option", name="2", exact=True).click()
-    page.get_by_role("heading", name="Layer 0, head 2").wait_for()
+    def choose_head_2():
+        page.locator(".st-key-head").click()
+        page.get_by_role("option", name="2", exact=True).click()
+
+    _until_shown(page, choose_head_2, page.get_by_role("heading", name="Layer 0, head 2"))
     _heatmap(page).first.wait_for()
     _shot(page, "inspect_head_2")
-    _idle(page)
-    with page.expect_download(timeout=60_000) as download:  # made server-side only when clicked
-        page.get_by_role("button", name="PNG", exact=True).click()
-    assert Path(download.value.path()).read_bytes()[:4] == b"\x89PNG"
+    download = _download(page, page.get_by_role("button", name="PNG", exact=True))
+    assert Path(download.path()).read_bytes()[:4] == b"\x89PNG"
 
     page.get_by_role("tab", name="Head view").click()
     frame = page.frame_locator('[data-testid="stIFrame"]')
@@ -188,36 +193,89 @@ def test_overview_click_selects_a_head(page):
 
 
 def _idle(pg) -> None:
-    """Wait until the script run finished (its "Running…" status widget is gone)."""
-    pg.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden")
+    """Wait until no script run is in flight.
+
+    Streamlit marks its root with the run state; the "Running…" status widget is
+    no signal, as it appears only after a run has lasted 500 ms. Right after an
+    interaction the state still reads idle until the server has answered, so wait
+    for an effect of the interaction first (or use ``_until_shown``).
+    """
+    pg.locator('[data-testid="stApp"][data-test-connection-state="CONNECTED"]'
+               '[data-test-script-state="notRunning"]').wait_for()
 
 
-def _click_point(pg, point, shows, tries: int = 3) -> None:
-    """Click a plotly marker (its drag layer covers it, so by position) until ``shows`` appears.
+def _until_shown(pg, act, shows, tries: int = 3) -> None:
+    """Do ``act`` on an idle app until ``shows`` appears; re-do it only when the app went idle without it.
 
-    A click that lands while the chart is still being redrawn is lost, hence the retries.
+    An interaction that lands while a rerun replaces the widget under it is lost.
     """
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for attempt in range(tries):
         _idle(pg)
-        point.scroll_into_view_if_needed()
-        box = point.bounding_box()
-        pg.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        act()
         try:
             shows.wait_for(timeout=10_000)
             return
+        except PlaywrightTimeout:
+            _idle(pg)  # a slow run is not a lost interaction
+            try:
+                shows.wait_for(timeout=2_000)
+                return
+            except PlaywrightTimeout:
+                if attempt == tries - 1:
+                    raise
+
+
+def _download(pg, button, tries: int = 2):
+    """Click a download button on an idle app and return the download.
+
+    Streamlit gives a deferred download a new file id on every run and drops the
+    old one when the run ends: a click that still holds the old id yields nothing.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(tries):
+        _idle(pg)
+        try:
+            with pg.expect_download(timeout=60_000) as download:  # made server-side only when clicked
+                button.click()
+            return download.value
         except PlaywrightTimeout:
             if attempt == tries - 1:
                 raise
 
 
-def _upload(pg, path: Path) -> None:
-    """Put one file in the Diagnose uploader and press Diagnose."""
+def _token_labels(pg) -> list[str]:
+    return pg.locator(TOKEN_LABELS).all_text_contents()
+
+
+TOKEN_LABELS = '.st-key-inspect_heatmap .ytick text'
+TOKENS_CHANGED = f"""before => {{
+    const now = [...document.querySelectorAll('{TOKEN_LABELS}')].map(e => e.textContent);
+    return now.length > 0 && now.join('|') !== before.join('|');
+}}"""
+
+
+def _click_point(pg, point, shows) -> None:
+    """Click a plotly marker (its drag layer covers it, so by position) until ``shows`` appears.
+
+    A click that lands while the chart is still being redrawn is lost, hence ``_until_shown``.
+    """
+    def click():
+        point.scroll_into_view_if_needed()
+        box = point.bounding_box()
+        pg.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+    _until_shown(pg, click, shows)
+
+
+def _upload(pg, path: Path, shows) -> None:
+    """Put one file in the Diagnose uploader and press Diagnose until ``shows`` appears."""
     pg.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(path))
     pg.get_by_text(path.name).first.wait_for()
-    _idle(pg)  # a click during the upload's own rerun would be lost
-    pg.get_by_role("button", name="Diagnose", exact=True).click()
+    # a click during the upload's own rerun can be lost
+    _until_shown(pg, pg.get_by_role("button", name="Diagnose", exact=True).click, shows)
 
 
 def test_diagnose_upload_then_bad_upload(page, tmp_path, bert_zip):
@@ -225,8 +283,7 @@ def test_diagnose_upload_then_bad_upload(page, tmp_path, bert_zip):
     page.get_by_role("heading", name="Diagnose a checkpoint").wait_for()
     good = tmp_path / "tiny-bert.zip"
     good.write_bytes(bert_zip)
-    _upload(page, good)
-    page.get_by_role("heading", name="Findings").wait_for()
+    _upload(page, good, page.get_by_role("heading", name="Findings"))
     pattern_map = page.locator('.st-key-pattern_map_box [data-testid="stPlotlyChart"]')
     pattern_map.locator(".scatterlayer .point").first.wait_for()
     _click_point(page, pattern_map.locator(".scatterlayer .point").nth(1),
@@ -237,9 +294,8 @@ def test_diagnose_upload_then_bad_upload(page, tmp_path, bert_zip):
     bad.write_bytes(b"this is not a zip archive")
     page.reload()  # a new session: an empty uploader
     page.get_by_role("heading", name="Diagnose a checkpoint").wait_for()
-    _upload(page, bad)
     error = page.locator('[data-testid="stAlertContentError"]')
-    error.first.wait_for()
+    _upload(page, bad, error.filter(has_text=re.compile("zip", re.IGNORECASE)).first)  # not "upload … first"
     assert "zip" in error.first.inner_text().lower()
     _shot(page, "diagnose_bad_upload")
 
