@@ -109,41 +109,53 @@ class MetricAccumulator:
         self._sums = None
 
     def update(self, chunk, q_start):
-        """Add rows ``q_start .. q_start + qc - 1`` given as ``chunk [..., qc, k]``."""
-        if chunk.dim() < 2 or chunk.shape[-1] != self.n_keys:
+        """Add rows ``q_start .. q_start + qc - 1`` given as ``chunk [..., qc, k]``.
+
+        A causal chunk may stop after the last key its last row sees (the keys
+        after it are zero): ``k`` is then less than ``n_keys``.
+        """
+        qc = chunk.shape[-2] if chunk.dim() >= 2 else 0
+        last = q_start + self.query_offset + qc  # keys a causal chunk can see
+        width = min(self.n_keys, last) if self.causal else self.n_keys
+        if chunk.dim() < 2 or not width <= chunk.shape[-1] <= self.n_keys or (
+                not self.causal and chunk.shape[-1] != self.n_keys):
             raise InputError(f"Expected a chunk [..., q, {self.n_keys}], got shape {tuple(chunk.shape)}.")
-        a = chunk.detach().float()  # (..., qc, k)
-        dev = a.device
-        pos = torch.arange(a.shape[-2], device=dev) + q_start + self.query_offset  # (qc,)
+        dev = chunk.device
+        pos = torch.arange(qc, device=dev) + q_start + self.query_offset  # (qc,)
         padding = torch.zeros(self.n_keys, dtype=torch.bool, device=dev) if self.padding is None else self.padding.to(dev)
-        valid = row_stats.valid_keys(pos, self.n_keys, self.causal, ~padding)  # (qc, k)
+        # Keys after ``width`` are invalid for every row of a causal chunk: leave them out of every reduction.
+        valid = row_stats.valid_keys(pos, width, self.causal, ~padding[:width])  # (qc, width)
         query_ok = ~padding[pos.clamp(max=self.n_keys - 1)] & (pos < self.n_keys)  # (qc,)
         w, n = row_stats.row_weights(valid, query_ok)  # (qc,), (qc,)
-        a = a * valid  # (..., qc, k)
+        a = chunk.detach()[..., :width].float()  # (..., qc, width)
+        if _has_hidden_mass(a, valid):
+            a = torch.where(valid, a, 0.0)  # (..., qc, width)
         self._add(a, pos, valid, w, n)
 
     def _add(self, a, pos, valid, w, n):
+        """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64."""
         s = self._sums or self._zeros(a)
+        width = a.shape[-1]
         w_topk = w * (n > self.top_k)  # (qc,)
+        special = self.special[:width].to(a) if self.special is not None else None
         per_row = {
             "entropy": row_stats.normalised_entropy(a, n),
             "confidence": a.amax(-1),
             "topk_mass": row_stats.top_k_mass(a, self.top_k),
             "block_score": row_stats.local_run_mass(a, pos, valid, n),
-            "special_mass": (a * self.special.to(a.device)).sum(-1) if self.special is not None else a.sum(-1) * 0,
+            "special_mass": a @ special if special is not None else a.new_zeros(a.shape[:-1]),
             "mean_distance": row_stats.mean_distance(a, pos),
         }  # each (..., qc)
         for name, x in per_row.items():
-            wn = w_topk if name == "topk_mass" else w
-            s[name] += (x.double() * wn).sum(-1)  # (...)
+            s[name] += x.double() @ (w_topk if name == "topk_mass" else w)  # (...)
         s["w"] += w.sum()
         s["w_topk"] += w_topk.sum()
         diag, ok = row_stats.diagonal_mass(a, pos, valid)  # (..., qc, 7), (qc, 7)
         s["diag"] += (diag.double() * w.unsqueeze(1)).sum(-2)  # (..., 7)
         s["diag_w"] += (ok.double() * w.unsqueeze(1)).sum(0)  # (7,)
-        s["col"] += (a.double() * w.unsqueeze(1)).sum(-2)  # (..., k)
-        s["audience"] += (valid.double() * w.unsqueeze(1)).sum(0)  # (k,)
-        s["col_uniform"] += (valid.double() * (w / n.clamp(min=1)).unsqueeze(1)).sum(0)  # (k,)
+        s["col"][..., :width] += (w.to(a.dtype) @ a).double()  # (..., width)
+        s["audience"][:width] += w @ valid.double()  # (width,)
+        s["col_uniform"][:width] += (w / n.clamp(min=1)) @ valid.double()  # (width,)
         self._sums = s
 
     def _zeros(self, a):
@@ -200,6 +212,17 @@ def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_T
     for start in range(0, q, rows):
         acc.update(attn[..., start:start + rows, :], start)
     return acc.finalize()
+
+
+def _has_hidden_mass(a, valid):
+    """Whether ``a [..., qc, k]`` puts any weight on keys its rows may not see.
+
+    Streamed chunks are already zero there, and the hidden keys of a causal
+    chunk are its last few columns: checking those is cheaper than masking all.
+    """
+    hidden = ~valid  # (qc, k)
+    cols = hidden.any(0).nonzero().squeeze(1)  # (c,)
+    return cols.numel() > 0 and bool(a.index_select(-1, cols).masked_select(hidden[:, cols]).any())
 
 
 def _key_mask(mask, n_keys, name):

@@ -45,7 +45,7 @@ def normalised_entropy(a, n):
 
     Rows with ``n <= 1`` come out 0; their row weight is 0 anyway.
     """
-    h = -torch.special.xlogy(a, a).sum(-1)  # (..., qc)
+    h = torch.special.entr(a).sum(-1)  # (..., qc)
     return h / torch.log(n.clamp(min=2).to(a.dtype))  # (..., qc)
 
 
@@ -74,7 +74,7 @@ def mean_distance(a, positions):
     """Expected distance ``sum_j a_ij |pos_i - j|`` of each row, in tokens. ``(..., qc)``."""
     keys = torch.arange(a.shape[-1], device=a.device)  # (k,)
     dist = (positions.unsqueeze(1) - keys.unsqueeze(0)).abs().to(a.dtype)  # (qc, k)
-    return (a * dist).sum(-1)  # (..., qc)
+    return torch.einsum("...qk,qk->...q", a, dist)  # (..., qc)
 
 
 def local_run_mass(a, positions, valid, n):
@@ -88,20 +88,35 @@ def local_run_mass(a, positions, valid, n):
     one-hot diagonal or a far-away sink, ``1 - w/n - 1/w + 1/n`` for a uniform
     block of width w. This is the row-local form of a block score: inside a
     segment (phrase, sentence A/B) each token spreads its mass over the segment
-    around it. ``(..., qc)``.
+    around it. ``a`` is zero on keys that are not valid. ``(..., qc)``.
+
+    Only the prefix sums at the query's own key matter, so the best ends are
+    masked reductions, not running minima/maxima over every key. Ties go where
+    a running scan would put them: the left end to the last minimum, the right
+    end to the first maximum.
     """
     n_keys = a.shape[-1]
-    x = (a - 1.0 / n.clamp(min=1).to(a.dtype).unsqueeze(1)) * valid  # (..., qc, k)
-    s = x.cumsum(-1)  # (..., qc, k) sum of keys 0..j
-    s_before = s - x  # (..., qc, k) sum of keys 0..j-1
-    p = positions.clamp(0, n_keys - 1).unsqueeze(1).expand(*a.shape[:-1], 1)  # (..., qc, 1)
-    low, start = s_before.cummin(-1)  # (..., qc, k) best left end L <= j
-    high, end = s.flip(-1).cummax(-1)  # (..., qc, k) best right end R >= j, flipped
-    high, end = high.flip(-1), n_keys - 1 - end.flip(-1)
-    total = torch.gather(high - low, -1, p).squeeze(-1)  # (..., qc)
     keys = torch.arange(n_keys, device=a.device)  # (k,)
-    lo, hi = torch.gather(start, -1, p), torch.gather(end, -1, p)  # (..., qc, 1)
-    inside = (keys >= lo) & (keys <= hi)  # (..., qc, k)
-    strongest = torch.where(inside, x, torch.full_like(x, -1.0)).amax(-1)  # (..., qc)
+    p = positions.clamp(0, n_keys - 1).unsqueeze(1)  # (qc, 1)
+    x = a - valid.to(a.dtype) * (1.0 / n.clamp(min=1).to(a.dtype)).unsqueeze(1)  # (..., qc, k), 0 where invalid
+    s = x.cumsum(-1)  # (..., qc, k) sum of keys 0..j
+    # sums of keys 0..j-1 for j <= p, in reverse key order so that min() finds the *last* minimum
+    s_before = torch.where((keys > p).flip(-1), float("inf"), torch.sub(s, x).flip(-1))  # (..., qc, k)
+    low, lo = s_before.min(-1, keepdim=True)  # (..., qc, 1)
+    lo = n_keys - 1 - lo
+    high, hi = _best_right_end(s, p, keys, valid)  # (..., qc, 1) each
+    total = (high - low).squeeze(-1)  # (..., qc)
+    strongest = torch.where((keys < lo) | (keys > hi), -1.0, x).amax(-1)  # (..., qc)
     score = (total - strongest).clamp(min=0)  # (..., qc)
     return score * (positions < n_keys)  # (..., qc)
+
+
+def _best_right_end(s, p, keys, valid):
+    """Largest prefix sum ``s`` at keys j >= p and its first such j: ``(..., qc, 1)`` each.
+
+    When no key after p is valid (causal rows), every later prefix sum equals
+    ``s[p]``, so the answer is p itself (returned as ``(qc, 1)``).
+    """
+    if not (valid & (keys > p)).any():
+        return torch.gather(s, -1, p.expand(*s.shape[:-1], 1)), p
+    return torch.where(keys < p, float("-inf"), s).max(-1, keepdim=True)  # first maximum

@@ -136,6 +136,22 @@ def test_chunked_accumulation_equals_one_pass(causal):
     assert torch.equal(chunked.sink_key, full.sink_key)
 
 
+def test_causal_chunks_may_stop_at_the_last_visible_key():
+    g = torch.Generator().manual_seed(1)
+    n = 23
+    logits = torch.randn(3, n, n, generator=g).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    attn = logits.softmax(-1)  # (H, q, k)
+    full = head_metrics(attn, causal=True)
+    acc = MetricAccumulator(n, True)
+    for start, stop in ((0, 5), (5, 16), (16, n)):
+        acc.update(attn[:, start:stop, :stop], start)  # keys after the chunk's last row are all zero
+    narrow = acc.finalize()
+    for name in ("entropy", "block_score", "mean_distance", "diag_mass", "column_mass", "sink_score"):
+        torch.testing.assert_close(getattr(narrow, name), getattr(full, name), atol=1e-6, rtol=0)
+    with pytest.raises(InputError, match="chunk"):
+        MetricAccumulator(n, True).update(attn[:, 5:16, :15], 5)  # row 15 sees key 15
+
+
 def test_batch_shape_and_indexing():
     attn = torch.full((2, 3, N, N), 1.0 / N)
     m = head_metrics(attn)
