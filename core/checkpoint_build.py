@@ -11,17 +11,17 @@ upload itself, so no pickle or Python file of it can reach the library.
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModel
-from transformers.utils import logging as hf_logging
 
 from .archive import ENV_MAX_TOTAL, Limits
 from .custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state
 from .errors import CheckpointError, ModelLoadError
+from .errors import first_line as _short
+from .loading import quiet_transformers
 
 MAX_LAYERS = 1000  # far above any real model; stops a config from building a million modules
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers")
@@ -93,7 +93,7 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         raise CheckpointError(UNSUPPORTED.format(model_type=model_type))
     clean.mkdir(mode=0o700, exist_ok=True)
     (clean / CONFIG_NAME).write_text(json.dumps(config))
-    with _quiet():
+    with quiet_transformers():  # the caller reports what matters, not transformers' load report
         try:
             hf_config = AutoConfig.from_pretrained(clean, trust_remote_code=False, local_files_only=True)
             with torch.device("meta"):
@@ -136,21 +136,3 @@ def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         seen.add(ptr)
     return out
 
-
-@contextmanager
-def _quiet():
-    """transformers prints a load report for every unexpected key; the caller reports what matters."""
-    previous, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(previous)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
-def _short(err: Exception) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[0][:160]}" if lines else type(err).__name__

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from .errors import first_line
 from .loading import DEMO_MODELS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -45,7 +46,7 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
         try:
             tokenizer = AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False)
         except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
-            prefix = UNREADABLE.format(err=_short(err))
+            prefix = UNREADABLE.format(err=first_line(err, 120))
         else:
             if len(tokenizer) <= vocab_size:
                 return tokenizer
@@ -69,7 +70,3 @@ def _demo_tokenizer(folder: str):
     except Exception:  # noqa: BLE001
         return None
 
-
-def _short(err: Exception) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[0][:120]}" if lines else type(err).__name__

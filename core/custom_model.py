@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .attention import MultiHeadAttention
-from .errors import ModelLoadError
+from .errors import InputError, ModelLoadError, first_line
 
 MODEL_TYPE = "attnscope"
 CONFIG_NAME = "config.json"
@@ -88,7 +88,7 @@ class AttnScopeTransformer(nn.Module):
         """
         length = input_ids.size(1)
         if length > self.config.max_positions:
-            raise ValueError(f"input has {length} tokens; this model takes at most {self.config.max_positions}")
+            raise InputError(f"input has {length} tokens; this model takes at most {self.config.max_positions}")
         positions = torch.arange(length, device=input_ids.device)  # (T,)
         x = self.tok_emb(input_ids) + self.pos_emb(positions)  # (B, T, C)
         padding = None if attention_mask is None else attention_mask == 0  # (B, T)
@@ -120,8 +120,16 @@ def load_custom_model(folder: str | Path, config: dict | None = None) -> AttnSco
     folder = Path(folder)
     if config is None:
         config = json.loads((folder / CONFIG_NAME).read_text())
-    model = AttnScopeTransformer(TransformerConfig.from_dict(config))
-    state = load_file(str(folder / WEIGHTS_NAME))
+    try:
+        model = AttnScopeTransformer(TransformerConfig.from_dict(config))
+    except Exception as err:  # noqa: BLE001 - a wrong type or value in any field
+        raise ModelLoadError(f"{folder / CONFIG_NAME} cannot build an AttnScope model ({first_line(err)})") from None
+    try:
+        state = load_file(str(folder / WEIGHTS_NAME))
+    except Exception as err:  # noqa: BLE001 - missing file, or safetensors' parser rejecting it
+        raise ModelLoadError(
+            f"cannot read {folder / WEIGHTS_NAME} ({first_line(err)}); save the model with save_custom_model"
+        ) from None
     return load_custom_state(model, state)
 
 

@@ -51,12 +51,13 @@ def encode(
     check_text(text)
     if text_pair is not None and not text_pair.strip():
         text_pair = None
-    full_length = len(tokenizer(text, text_pair)["input_ids"])
+    batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt")
+    full_length = batch["input_ids"].shape[-1]
     truncate = limit is not None and full_length > limit
-    batch = tokenizer(
-        text, text_pair, return_special_tokens_mask=True, truncation=truncate,
-        max_length=limit if truncate else None, return_tensors="pt",
-    )
+    if truncate:  # tokenize again: the tokenizer keeps the closing special tokens ([SEP], </s>) when cutting
+        batch = tokenizer(
+            text, text_pair, return_special_tokens_mask=True, truncation=True, max_length=limit, return_tensors="pt"
+        )
     warnings = []
     if truncate:
         warnings.append(f"input has {full_length} tokens; truncated to the model's limit of {limit}")

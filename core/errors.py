@@ -24,3 +24,9 @@ class ExtractionError(AttnScopeError):
 
 class CheckpointError(ModelLoadError):
     """An uploaded or local checkpoint is unreadable, unsafe or unsupported."""
+
+
+def first_line(err: Exception, limit: int = 160) -> str:
+    """``"TypeName: first non-blank line"`` of ``err``, cut to ``limit`` characters, for one-line messages."""
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0][:limit]}" if lines else type(err).__name__

@@ -89,8 +89,7 @@ def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> 
 
 
 def _extract_module(model: nn.Module, tokenizer, text, text_pair) -> AttentionResult:
-    limit = getattr(tokenizer, "model_max_length", None)
-    enc = encode(tokenizer, text, text_pair, limit if isinstance(limit, int) and limit < 1_000_000 else None)
+    enc = encode(tokenizer, text, text_pair, max_positions(None, tokenizer))  # the tokenizer's limit only
     try:
         attentions, causal = run_with_hooks(model, enc.input_ids.to(model_device(model)))
     except ExtractionError:

@@ -98,14 +98,15 @@ def _tokenizer_or_none(path: str, offline: bool = True):
 @contextmanager
 def quiet_transformers():
     """Silence transformers' load report and progress bars (a head-less LM checkpoint is expected)."""
-    verbosity = hf_logging.get_verbosity()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load as load_safetensors_bytes
 
 from .errors import CheckpointError
+from .errors import first_line as _first_line
 
 SAFETENSORS_SUFFIX = ".safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
@@ -141,7 +142,3 @@ def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(BAD_INDEX.format(name=index.name, why=f"{len(missing)} tensors missing, e.g. {missing[0]}"))
     return state
 
-
-def _first_line(err: Exception) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[0][:160]}" if lines else type(err).__name__

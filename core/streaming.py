@@ -38,6 +38,7 @@ from .attention import MultiHeadAttention
 from .custom_model import AttnScopeTransformer
 from .device import model_device
 from .errors import ExtractionError, InputError
+from .extract import eval_mode
 
 STREAM_IMPLEMENTATION = "attnscope_stream"
 # Attention weights per chunk (heads × rows × keys): 2 M floats = 8 MB, about 42
@@ -248,14 +249,11 @@ def stream_attention(
     attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).to(device)
     start = time.perf_counter()
     token = _ACTIVE.set(stream)
-    was_training = model.training
     try:
-        model.eval()
-        with _streaming_kernels(model), torch.inference_mode():
+        with eval_mode(model), _streaming_kernels(model), torch.inference_mode():
             output = _forward(model, input_ids, attention_mask)
     finally:
         _ACTIVE.reset(token)
-        model.train(was_training)
     if not stream.consumers:
         raise ExtractionError(f"{type(model).__name__} ran no attention layer through the streaming function")
     return StreamedAttention(stream.consumers, stream.n_heads, stream.n_keys, stream.kept, output,
