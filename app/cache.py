@@ -47,12 +47,6 @@ def attention(source: str, text: str, text_pair: str = "", target: str = "") -> 
         return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
 
 
-def extract_for(loaded: LoadedModel, text: str, text_pair: str = "", target: str = "") -> core.AttentionResult:
-    """Attention of an already loaded model (an upload on the Diagnose page), under its lock."""
-    with loaded.lock:
-        return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
-
-
 @st.cache_data(max_entries=32, show_spinner=False)
 def head_patterns(result_id: str, _result: core.AttentionResult):
     """``[layers][heads]`` of ``HeadPattern``, or None when the map cannot be classified (q > k)."""

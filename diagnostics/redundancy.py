@@ -12,6 +12,8 @@ concatenated into the same output projection, so one can stand in for the
 other; heads in different layers read different inputs.
 """
 
+import math
+
 import torch
 
 from diagnostics import row_stats
@@ -22,27 +24,54 @@ from diagnostics.findings import make_finding
 REDUNDANT_JS = 0.1
 
 
+class PairwiseJS:
+    """``js_distance`` of one layer, accumulated over query-row chunks ``[H, qc, k]``.
+
+    Mean over rows (weighted as in ``row_stats``) of the Jensen–Shannon distance
+    (base 2) between every two heads' rows; ``finalize`` gives ``[H, H]``.
+    """
+
+    def __init__(self, n_keys, causal, padding=None):
+        self.n_keys, self.causal = n_keys, bool(causal)
+        padding = torch.zeros(n_keys, dtype=torch.bool) if padding is None else torch.as_tensor(padding, dtype=torch.bool)
+        self.key_ok = ~padding  # (k,)
+        self.sums, self.weight = None, None
+
+    def update(self, chunk, q_start):
+        a = chunk.detach().double()  # (H, qc, k)
+        key_ok = self.key_ok.to(a.device)
+        pos = torch.arange(a.shape[-2], device=a.device) + q_start  # (qc,)
+        valid = row_stats.valid_keys(pos, self.n_keys, self.causal, key_ok)  # (qc, k)
+        w, _ = row_stats.row_weights(valid, key_ok[pos.clamp(max=self.n_keys - 1)])  # (qc,)
+        if self.sums is None:
+            self.sums = torch.zeros(a.shape[0], a.shape[0], dtype=torch.float64, device=a.device)  # (H, H)
+            self.weight = torch.zeros((), dtype=torch.float64, device=a.device)
+        self_info = torch.special.xlogy(a, a).sum(-1)  # (H, qc)
+        for h in range(a.shape[0]):
+            m = (a[h:h + 1] + a) / 2  # (H, qc, k)
+            cross = torch.special.xlogy(a[h:h + 1], m).sum(-1) + torch.special.xlogy(a, m).sum(-1)  # (H, qc)
+            jsd = ((self_info[h:h + 1] + self_info - cross) / (2 * math.log(2.0))).clamp(min=0)  # (H, qc) bits
+            self.sums[h] += (jsd.sqrt() * w).sum(-1)  # (H,)
+        self.weight += w.sum()
+
+    def finalize(self):
+        return (self.sums / self.weight.clamp(min=1e-12)).float().cpu()  # (H, H)
+
+
 def js_distance(attn, causal=False, padding=None):
     """Mean JS distance between every pair of heads of each layer: ``[L, H, H]``.
 
     attn: ``[L, H, q, k]`` (queries are the last q keys, as in ``metrics``).
+    One ``PairwiseJS`` per layer, fed the whole layer as one chunk.
     """
-    attn = torch.as_tensor(attn).double()
-    n_layers, n_heads, q, k = attn.shape
-    pos = torch.arange(q) + (k - q)  # (q,)
-    key_ok = torch.ones(k, dtype=torch.bool) if padding is None else ~torch.as_tensor(padding, dtype=torch.bool)
-    valid = row_stats.valid_keys(pos, k, causal, key_ok)  # (q, k)
-    w, _ = row_stats.row_weights(valid, key_ok[pos.clamp(max=k - 1)])  # (q,)
-    out = torch.zeros(n_layers, n_heads, n_heads, dtype=torch.float64)
-    for layer in range(n_layers):
-        p = attn[layer].unsqueeze(1)  # (H, 1, q, k)
-        r = attn[layer].unsqueeze(0)  # (1, H, q, k)
-        m = (p + r) / 2  # (H, H, q, k)
-        kl_p = (torch.special.xlogy(p, p) - torch.special.xlogy(p, m)).sum(-1)  # (H, H, q)
-        kl_r = (torch.special.xlogy(r, r) - torch.special.xlogy(r, m)).sum(-1)  # (H, H, q)
-        jsd = ((kl_p + kl_r) / (2 * torch.log(torch.tensor(2.0)))).clamp(min=0)  # (H, H, q) bits
-        out[layer] = (jsd.sqrt() * w).sum(-1) / w.sum().clamp(min=1e-12)  # (H, H)
-    return out.float()
+    attn = torch.as_tensor(attn)
+    q, k = attn.shape[-2:]
+    out = []
+    for layer_maps in attn:  # (H, q, k)
+        js = PairwiseJS(k, causal, padding)
+        js.update(layer_maps, k - q)
+        out.append(js.finalize())  # (H, H)
+    return torch.stack(out)  # (L, H, H)
 
 
 def redundant_pairs(distance, exclude=None, threshold=REDUNDANT_JS):

@@ -10,7 +10,6 @@ docs/streaming.md for the design and the benchmark.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, fields
 
@@ -22,9 +21,9 @@ from core.errors import ExtractionError
 from core.hf_extract import is_causal_config
 from core.streaming import stream_attention
 from core.tokens import display_tokens
-from diagnostics import row_stats
 from diagnostics.metrics import HeadMetrics, MetricAccumulator
 from diagnostics.patterns import classify_metrics
+from diagnostics.redundancy import PairwiseJS
 
 
 @dataclass
@@ -104,45 +103,12 @@ class _Layer:
     """One layer's consumers: the metrics and, optionally, the pairwise distances."""
 
     metrics: MetricAccumulator
-    js: "PairwiseJS | None" = None
+    js: PairwiseJS | None = None
 
     def update(self, chunk, q_start):
         self.metrics.update(chunk, q_start)
         if self.js is not None:
             self.js.update(chunk, q_start)
-
-
-class PairwiseJS:
-    """``redundancy.js_distance`` of one layer, accumulated over query-row chunks ``[H, qc, k]``.
-
-    Mean over rows (weighted as in ``row_stats``) of the Jensen–Shannon distance
-    (base 2) between every two heads' rows; ``finalize`` gives ``[H, H]``.
-    """
-
-    def __init__(self, n_keys, causal, padding=None):
-        self.n_keys, self.causal = n_keys, bool(causal)
-        self.key_ok = torch.ones(n_keys, dtype=torch.bool) if padding is None else ~torch.as_tensor(padding)
-        self.sums, self.weight = None, None
-
-    def update(self, chunk, q_start):
-        a = chunk.detach().double()  # (H, qc, k)
-        key_ok = self.key_ok.to(a.device)
-        pos = torch.arange(a.shape[-2], device=a.device) + q_start  # (qc,)
-        valid = row_stats.valid_keys(pos, self.n_keys, self.causal, key_ok)  # (qc, k)
-        w, _ = row_stats.row_weights(valid, key_ok[pos.clamp(max=self.n_keys - 1)])  # (qc,)
-        if self.sums is None:
-            self.sums = torch.zeros(a.shape[0], a.shape[0], dtype=torch.float64, device=a.device)  # (H, H)
-            self.weight = torch.zeros((), dtype=torch.float64, device=a.device)
-        self_info = torch.special.xlogy(a, a).sum(-1)  # (H, qc)
-        for h in range(a.shape[0]):
-            m = (a[h:h + 1] + a) / 2  # (H, qc, k)
-            cross = torch.special.xlogy(a[h:h + 1], m).sum(-1) + torch.special.xlogy(a, m).sum(-1)  # (H, qc)
-            jsd = ((self_info[h:h + 1] + self_info - cross) / (2 * math.log(2.0))).clamp(min=0)  # (H, qc) bits
-            self.sums[h] += (jsd.sqrt() * w).sum(-1)  # (H,)
-        self.weight += w.sum()
-
-    def finalize(self):
-        return (self.sums / self.weight.clamp(min=1e-12)).float().cpu()  # (H, H)
 
 
 def model_is_causal(model) -> bool:
