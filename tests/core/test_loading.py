@@ -82,3 +82,17 @@ def test_pick_device():
             pick_device("cuda")
     with pytest.raises(InputError, match="unknown device"):
         pick_device("quantum")
+
+
+@pytest.mark.parametrize("damage", ["missing weights", "corrupt weights", "bad config field"])
+def test_broken_custom_folder_is_a_clear_error(tmp_path, damage):
+    save_custom_model(AttnScopeTransformer(TINY_PRESETS["attnscope-nano-encoder"]), tmp_path)
+    weights, config = tmp_path / "model.safetensors", tmp_path / "config.json"
+    if damage == "missing weights":
+        weights.unlink()
+    elif damage == "corrupt weights":
+        weights.write_bytes(b"not a safetensors file at all")
+    else:
+        config.write_text(json.dumps({**json.loads(config.read_text()), "n_heads": "four"}))
+    with pytest.raises(ModelLoadError):
+        load_model(tmp_path, device="cpu")
