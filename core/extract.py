@@ -19,7 +19,7 @@ from .custom_model import AttnScopeTransformer
 from .device import model_device
 from .encode import check_text, encode, max_positions
 from .errors import ExtractionError
-from .hf_extract import extract_hf
+from .hf_extract import extract_hf, stack_layers
 from .module_extract import attention_modules, run_with_hooks
 from .result import AttentionResult
 from .tokens import display_tokens
@@ -84,7 +84,7 @@ def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> 
     enc = encode(tokenizer, text, text_pair, max_positions(model.config, tokenizer), model.config.vocab_size)
     with torch.inference_mode():
         out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
-    attentions = torch.stack([a[0].float().cpu() for a in out["attentions"]])  # (L, H, T, T)
+    attentions = stack_layers(out["attentions"], "self", model)  # (L, H, T, T)
     return _result(tokenizer, enc, attentions, model.config.causal)
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .errors import ExtractionError
+from .hf_extract import stack_layers
 
 _MHA_POSITIONAL = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
 
@@ -75,5 +76,5 @@ def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, b
     shapes = {tuple(w.shape[1:]) for w, _ in captured}
     if len(shapes) > 1:
         raise ExtractionError(f"attention layers disagree on [heads, q, k]: {sorted(shapes)}")
-    attentions = torch.stack([w[0].float().cpu() for w, _ in captured])  # (L, H, q, k)
+    attentions = stack_layers([w for w, _ in captured], "self", model)  # (L, H, q, k)
     return attentions, all(causal for _, causal in captured)
