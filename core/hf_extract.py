@@ -48,7 +48,7 @@ def eager_attention(model):
 def stack_layers(attentions, what: str, model) -> torch.Tensor:
     """Tuple of per-layer ``(1, H, q, k)`` tensors -> ``(L, H, q, k)`` float32 on CPU."""
     if not attentions or any(a is None for a in attentions):
-        impl = getattr(model.config, "_attn_implementation", "unknown")
+        impl = getattr(getattr(model, "config", None), "_attn_implementation", "unknown")
         raise ExtractionError(
             f"{type(model).__name__} returned no {what} attention weights (attention implementation "
             f"{impl!r}); only the eager implementation exposes them"
@@ -62,7 +62,7 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
     device = model_device(model)
     with eager_attention(model), torch.inference_mode():
         if getattr(model.config, "is_encoder_decoder", False):
-            return _encoder_decoder(model, tokenizer, enc, target if target else text, limit, device)
+            return _encoder_decoder(model, tokenizer, enc, target if target and target.strip() else text, limit, device)
         out = model(input_ids=enc.input_ids.to(device), output_attentions=True, return_dict=True)
     attentions = stack_layers(out.attentions, "self", model)  # (L, H, T, T)
     ids = enc.input_ids[0].tolist()

@@ -172,3 +172,9 @@ def test_tokenizer_larger_than_vocabulary_is_clear_error():
 def test_module_without_attention_is_clear_error():
     with pytest.raises(ExtractionError, match="MultiheadAttention"):
         extract_attention(nn.Linear(3, 3), tiny.wordpiece_tokenizer(), TEXT)
+
+
+def test_blank_target_falls_back_to_the_text_like_a_blank_pair():
+    model, tok = tiny.tiny_bart(), tiny.wordpiece_tokenizer()
+    blank = extract_attention(model, tok, TEXT, target="   ")
+    assert blank.decoder.token_ids == extract_attention(model, tok, TEXT).decoder.token_ids
