@@ -5,9 +5,9 @@ the eager kernel over whole maps. Here each layer computes softmax(QKᵀ·scale 
 mask) for a few query rows at a time, multiplies that chunk by V for the
 layer's output (so rows come out as the eager path computes them, and the
 weights are computed once), hands the chunk ``[heads, rows, k]`` to the layer's
-*consumer* (anything with ``update(chunk, q_start)``, e.g.
-``diagnostics.metrics.MetricAccumulator``) and drops it. Memory stays at one
-chunk beyond a plain forward pass; full maps are kept only for the ``(layer,
+*consumer* (anything with ``update(chunk, q_start, logits)``, e.g.
+``diagnostics.metrics.MetricAccumulator``) and drops it. Memory stays a few
+chunks above a plain forward pass; full maps are kept only for the ``(layer,
 head)`` pairs asked for. Causal layers skip the keys no row of a chunk can see.
 
 Hugging Face models are switched, for the call, to an attention function
@@ -39,19 +39,24 @@ from .custom_model import AttnScopeTransformer
 from .device import model_device
 from .errors import ExtractionError, InputError
 from .extract import eval_mode
+from .scratch import Scratch, buffer
 
 STREAM_IMPLEMENTATION = "attnscope_stream"
-# Attention weights per chunk (heads × rows × keys): 2 M floats = 8 MB, about 42
-# rows of a 12-head layer at 4096 tokens. Consumers make a dozen temporaries of
-# this size (some float64), so this bounds the extra memory near 200 MB.
-CHUNK_FLOATS = 1 << 21
+# Attention weights per chunk (heads × rows × keys): 8 M floats = 32 MB, about
+# 168 rows of a 12-head layer at 4096 tokens. Fewer rows make the two matmuls
+# slow (at 42 rows Q·Kᵀ and weights·V take 1.6× as long); the stream and its
+# metrics keep about five buffers this size (``core.scratch``), ~200 MB in all.
+CHUNK_FLOATS = 1 << 23
 
 
 class ChunkConsumer(Protocol):
-    def update(self, chunk: torch.Tensor, q_start: int) -> None:
+    def update(self, chunk: torch.Tensor, q_start: int, logits: torch.Tensor) -> None:
         """Take rows ``q_start .. q_start + rows - 1`` of one layer's maps, ``chunk [heads, rows, k]``.
 
-        The chunk is a buffer reused for the next rows: copy what must outlive the call.
+        ``logits [heads, rows, seen]``: the finite scores whose softmax the
+        chunk is, shifted so each row's maximum is 0 (``seen`` ≤ k: the keys a
+        causal chunk can see), for consumers that want logs of the weights.
+        Both are buffers reused for the next rows: copy what must outlive the call.
         """
 
 
@@ -83,6 +88,7 @@ class _Stream:
     keep: set  # (layer, head) pairs
     chunk_floats: int
     chunk_rows: int | None
+    scratch: Scratch = field(default_factory=Scratch)
     consumers: list = field(default_factory=list)
     kept: dict = field(default_factory=dict)
     n_heads: int = 0
@@ -113,10 +119,11 @@ class _Stream:
         q = q * scale  # scaling Q, not every score
         for start in range(0, q_len, rows):
             stop = min(start + rows, q_len)
-            weights = chunk_weights(q, k, mask, causal, start, stop, chunk[:, :stop - start])  # (H, rows, seen)
+            weights, logits = chunk_weights(q, k, mask, causal, start, stop, chunk[:, :stop - start],
+                                            self.scratch)  # (H, rows, seen) each
             out[:, start:stop] = torch.matmul(weights, v[:, :weights.shape[-1]])  # (H, rows, dv)
             if consumer is not None:
-                consumer.update(chunk[:, :stop - start], start)
+                consumer.update(chunk[:, :stop - start], start, logits)
             if kept is not None:
                 kept[:, start:stop] = chunk[heads, :stop - start]
         if kept is not None:
@@ -125,32 +132,47 @@ class _Stream:
         return out.unsqueeze(0).to(value.dtype)  # (1, H, q, dv)
 
 
-def chunk_weights(q, k, mask, causal: bool, start: int, stop: int, into: torch.Tensor) -> torch.Tensor:
+def chunk_weights(q, k, mask, causal: bool, start: int, stop: int, into: torch.Tensor,
+                  scratch: Scratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q Kᵀ + mask) of query rows ``start:stop`` (Q already scaled), written into ``into``.
 
-    ``into`` is ``(H, rows, k)``; returns its first ``seen`` keys ``(H, rows,
-    seen)``. ``mask``: None, bool (True = may attend) or additive float,
-    broadcastable to ``(B, H, q, k)``. ``causal`` (with no mask): query i sees
-    keys ≤ i + k − q, and ``seen`` stops at the last key the chunk's last row
-    sees (the keys after it are left as they are: zero); otherwise ``seen`` is
-    every key. Masked scores are set to the dtype's minimum, as transformers'
-    eager path does, so no row turns to NaN.
+    ``into`` is ``(H, rows, k)``. Returns the weights, its first ``seen`` keys
+    ``(H, rows, seen)``, and the scores they come from, shifted so that each
+    row's maximum is 0 (same shape, in ``scratch``; see ``shifted_softmax``).
+    ``mask``: None, bool (True = may attend) or additive float, broadcastable
+    to ``(B, H, q, k)``. ``causal`` (with no mask): query i sees keys ≤ i + k −
+    q, and ``seen`` stops at the last key the chunk's last row sees (the keys
+    after it are left as they are: zero); otherwise ``seen`` is every key.
+    Masked scores are set to the dtype's minimum, as transformers' eager path
+    does, so no row turns to NaN and every score stays finite.
     """
     q_len, k_len = q.shape[1], k.shape[1]
     seen = min(k_len, stop + k_len - q_len) if causal else k_len  # keys visible to the chunk's last row
-    scores = torch.matmul(q[:, start:stop], k[:, :seen].transpose(-1, -2))  # (H, rows, seen)
+    scores = buffer(scratch, "scores", (q.shape[0], stop - start, seen), q)  # (H, rows, seen)
+    torch.matmul(q[:, start:stop], k[:, :seen].transpose(-1, -2), out=scores)
     lowest = torch.finfo(scores.dtype).min
     if mask is not None:
         chunk_mask = _mask_rows(mask, start, stop)[..., :seen]  # (1|H, rows|1, seen)
         if chunk_mask.dtype == torch.bool:
             scores.masked_fill_(~chunk_mask, lowest)
         else:
-            scores += chunk_mask.float()
+            scores.add_(chunk_mask.float()).clamp_(min=lowest)  # a -inf in the mask becomes the minimum
     if causal:  # only the last (rows × rows) block holds future keys: row r sees block keys <= r
         rows, first = stop - start, start + k_len - q_len
         future = torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu(1)  # (rows, rows)
         scores[..., first:seen].masked_fill_(future[:, :seen - first], lowest)
-    return torch.softmax(scores, dim=-1, out=into[..., :seen])  # (H, rows, seen)
+    return shifted_softmax(scores, into[..., :seen])
+
+
+def shifted_softmax(scores: torch.Tensor, into: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax of ``scores [..., k]`` over the last dim into ``into``; ``scores`` shifted so each row's max is 0.
+
+    The shifted scores are the log of the weights up to a constant per row
+    (log a = scores − log Σ exp(scores)), which is all an entropy needs: taking
+    the log of every weight afterwards costs about as much as the softmax.
+    """
+    scores -= scores.amax(-1, keepdim=True)  # (..., k)
+    return torch.softmax(scores, dim=-1, out=into), scores
 
 
 def _mask_rows(mask: torch.Tensor, start: int, stop: int) -> torch.Tensor:

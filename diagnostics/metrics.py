@@ -44,6 +44,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from core.errors import InputError
+from core.scratch import Scratch
 from diagnostics import row_stats
 from diagnostics.row_stats import OFFSETS
 
@@ -100,19 +101,26 @@ class MetricAccumulator:
     causal: row at position p sees keys 0..p. special/padding: bool ``[k]``.
     query_offset: absolute position of query row 0 (``k - q`` when the queries
     are the last q tokens). Chunks may come in any order, each row once.
+    scratch: where chunk-sized temporaries live (``core.scratch.Scratch``); the
+    accumulators of one computation may share one, e.g. every layer's.
     """
 
-    def __init__(self, n_keys, causal, special=None, padding=None, query_offset=0, top_k=DEFAULT_TOP_K):
+    def __init__(self, n_keys, causal, special=None, padding=None, query_offset=0, top_k=DEFAULT_TOP_K,
+                 scratch=None):
         self.n_keys, self.causal, self.query_offset, self.top_k = n_keys, bool(causal), query_offset, top_k
+        self.scratch = Scratch() if scratch is None else scratch
         self.special = _key_mask(special, n_keys, "special")
         self.padding = _key_mask(padding, n_keys, "padding")
         self._sums = None
 
-    def update(self, chunk, q_start):
+    def update(self, chunk, q_start, logits=None):
         """Add rows ``q_start .. q_start + qc - 1`` given as ``chunk [..., qc, k]``.
 
         A causal chunk may stop after the last key its last row sees (the keys
-        after it are zero): ``k`` is then less than ``n_keys``.
+        after it are zero): ``k`` is then less than ``n_keys``. ``logits``: the
+        finite scores whose softmax the chunk is, shifted so that each row's
+        maximum is 0, when the caller has them; they spare the entropy a log of
+        every weight (see ``row_stats.normalised_entropy``).
         """
         qc = chunk.shape[-2] if chunk.dim() >= 2 else 0
         last = q_start + self.query_offset + qc  # keys a causal chunk can see
@@ -128,23 +136,25 @@ class MetricAccumulator:
         query_ok = ~padding[pos.clamp(max=self.n_keys - 1)] & (pos < self.n_keys)  # (qc,)
         w, n = row_stats.row_weights(valid, query_ok)  # (qc,), (qc,)
         a = chunk.detach()[..., :width].float()  # (..., qc, width)
-        if _has_hidden_mass(a, valid):
-            a = torch.where(valid, a, 0.0)  # (..., qc, width)
-        self._add(a, pos, valid, w, n)
+        logits = None if logits is None else logits.detach()[..., :width].float()  # (..., qc, width)
+        if _has_hidden_mass(a, valid):  # e.g. padded queries: zero what they may not see; the logits no longer fit
+            a, logits = torch.where(valid, a, 0.0), None  # (..., qc, width)
+        self._add(a, pos, valid, w, n, logits)
 
-    def _add(self, a, pos, valid, w, n):
+    def _add(self, a, pos, valid, w, n, logits=None):
         """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64."""
         s = self._sums or self._zeros(a)
         width = a.shape[-1]
         w_topk = w * (n > self.top_k)  # (qc,)
         special = self.special[:width].to(a) if self.special is not None else None
+        top = row_stats.top_k_weights(a, self.top_k)  # (..., qc, top_k)
         per_row = {
-            "entropy": row_stats.normalised_entropy(a, n),
-            "confidence": a.amax(-1),
-            "topk_mass": row_stats.top_k_mass(a, self.top_k),
-            "block_score": row_stats.local_run_mass(a, pos, valid, n),
+            "entropy": row_stats.normalised_entropy(a, n, self.scratch, logits, peak=top[..., 0]),
+            "confidence": top[..., 0],
+            "topk_mass": top.sum(-1),
+            "block_score": row_stats.local_run_mass(a, pos, valid, n, self.scratch),
             "special_mass": a @ special if special is not None else a.new_zeros(a.shape[:-1]),
-            "mean_distance": row_stats.mean_distance(a, pos),
+            "mean_distance": row_stats.mean_distance(a, pos, self.scratch),
         }  # each (..., qc)
         for name, x in per_row.items():
             s[name] += x.double() @ (w_topk if name == "topk_mass" else w)  # (...)
@@ -218,11 +228,15 @@ def _has_hidden_mass(a, valid):
     """Whether ``a [..., qc, k]`` puts any weight on keys its rows may not see.
 
     Streamed chunks are already zero there, and the hidden keys of a causal
-    chunk are its last few columns: checking those is cheaper than masking all.
+    chunk are its last few columns: checking from the first hidden column on
+    is cheaper than masking all.
     """
     hidden = ~valid  # (qc, k)
-    cols = hidden.any(0).nonzero().squeeze(1)  # (c,)
-    return cols.numel() > 0 and bool(a.index_select(-1, cols).masked_select(hidden[:, cols]).any())
+    cols = hidden.any(0).nonzero()  # (c, 1)
+    if cols.numel() == 0:
+        return False
+    first = int(cols[0])
+    return bool(torch.where(hidden[:, first:], a[..., first:], 0.0).any())
 
 
 def _key_mask(mask, n_keys, name):

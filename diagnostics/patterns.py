@@ -69,7 +69,9 @@ class HeadPattern:
 def classify_metrics(metrics: HeadMetrics):
     """Label every head of precomputed metrics; a ``HeadPattern`` or nested lists of them."""
     labels, conf = _decide(metrics)  # [...], [...]
-    flat = [_pattern(metrics, idx, int(labels[idx]), float(conf[idx])) for idx in np.ndindex(*metrics.shape)]
+    columns = {name: getattr(metrics, name).reshape(-1).tolist() for name in _SCORES + ("best_offset", "sink_key")}
+    flat = [_pattern({name: values[i] for name, values in columns.items()}, label, c)
+            for i, (label, c) in enumerate(zip(labels.reshape(-1).tolist(), conf.reshape(-1).tolist()))]
     return _nest(flat, metrics.shape)
 
 
@@ -131,14 +133,13 @@ def _confidence(margin):
     return (0.5 + 0.5 * margin).clamp(0.0, 1.0)
 
 
-def _pattern(m, idx, label_idx, conf):
-    head = m[idx] if idx else m
-    scores = {
-        name: float(getattr(head, name))
-        for name in ("block_score", "best_offset_mass", "sink2_score", "sink_score", "entropy", "confidence", "topk_mass")
-    }
-    scores["best_offset"] = int(head.best_offset)
-    scores["sink_key"] = int(head.sink_key)
+_SCORES = ("block_score", "best_offset_mass", "sink2_score", "sink_score", "entropy", "confidence", "topk_mass")
+
+
+def _pattern(scores, label_idx, conf):
+    """One head's ``HeadPattern`` from its plain-number ``scores`` (``_SCORES``, best_offset, sink_key)."""
+    scores = {name: float(scores[name]) for name in _SCORES} | {
+        name: int(scores[name]) for name in ("best_offset", "sink_key")}
     label = PATTERNS[label_idx]
     return HeadPattern(label, conf, scores, scores["best_offset"] if label == "diagonal" else None)
 

@@ -13,7 +13,11 @@ half. This is why the first rows of a causal map, which are concentrated by
 construction, do not make a head look sharp, diagonal or like a sink.
 """
 
+import math
+
 import torch
+
+from core.scratch import buffer
 
 # Offsets of the diagonals measured: key = query position + offset, so +1 is the
 # next token and -1 the previous one (Clark et al. 2019, Sec. 3).
@@ -40,12 +44,23 @@ def row_weights(valid, query_ok):
     return w, n
 
 
-def normalised_entropy(a, n):
+def normalised_entropy(a, n, scratch=None, logits=None, peak=None):
     """Entropy of each row divided by ``log n`` (1 = uniform over the valid keys). ``(..., qc)``.
 
-    Rows with ``n <= 1`` come out 0; their row weight is 0 anyway.
+    ``logits``: the scores whose softmax ``a`` is, shifted so each row's max is
+    0 (finite), if the caller has them. Then ``log a = logits - c`` with ``c =
+    -log(max a)`` per row, and the entropy is ``c - sum(a * logits)``: no log of
+    every weight. Otherwise the logs are taken, with zero weights clamped to the
+    dtype's smallest normal so that they contribute 0. ``peak``: ``a.amax(-1)``
+    if known. Rows with ``n <= 1`` come out 0; their row weight is 0 anyway.
     """
-    h = torch.special.entr(a).sum(-1)  # (..., qc)
+    temp = buffer(scratch, "temp", a.shape, a)  # (..., qc, k)
+    if logits is None:
+        a_log_a = torch.clamp(a, min=torch.finfo(a.dtype).tiny, out=temp).log_().mul_(a)  # (..., qc, k)
+        h = -a_log_a.sum(-1)  # (..., qc)
+    else:
+        peak = a.amax(-1) if peak is None else peak  # (..., qc)
+        h = -torch.log(peak.clamp(min=torch.finfo(a.dtype).tiny)) - torch.mul(a, logits, out=temp).sum(-1)
     return h / torch.log(n.clamp(min=2).to(a.dtype))  # (..., qc)
 
 
@@ -64,59 +79,163 @@ def diagonal_mass(a, positions, valid):
     return mass * ok, ok
 
 
-def top_k_mass(a, k):
-    """Sum of the k largest weights of each row. ``(..., qc)``."""
-    k = min(k, a.shape[-1])
-    return a.topk(k, dim=-1).values.sum(-1)  # (..., qc)
+def top_k_weights(a, k):
+    """The k largest weights of each row, largest first. ``(..., qc, k)``.
+
+    Exact, but without sorting whole rows: the k largest weights all lie in the
+    k blocks of keys with the largest maxima (or the keys after the last whole
+    block). Any weight outside them is exceeded by those k block maxima.
+    """
+    n_keys = a.shape[-1]
+    k = min(k, n_keys)
+    size = _block_size(n_keys)
+    whole = n_keys // size * size  # keys in whole blocks
+    if whole // size <= k:  # too few blocks to leave any out
+        return a.topk(k, dim=-1).values  # (..., qc, k)
+    blocks = a[..., :whole].unflatten(-1, (-1, size))  # (..., qc, nb, B)
+    best = blocks.amax(-1).topk(k, dim=-1).indices  # (..., qc, k)
+    picked = blocks.gather(-2, best.unsqueeze(-1).expand(*best.shape, size)).flatten(-2)  # (..., qc, k*B)
+    candidates = torch.cat([picked, a[..., whole:]], dim=-1)  # (..., qc, k*B + tail)
+    return candidates.topk(k, dim=-1).values  # (..., qc, k)
 
 
-def mean_distance(a, positions):
+def mean_distance(a, positions, scratch=None):
     """Expected distance ``sum_j a_ij |pos_i - j|`` of each row, in tokens. ``(..., qc)``."""
     keys = torch.arange(a.shape[-1], device=a.device)  # (k,)
     dist = (positions.unsqueeze(1) - keys.unsqueeze(0)).abs().to(a.dtype)  # (qc, k)
-    return torch.einsum("...qk,qk->...q", a, dist)  # (..., qc)
+    return torch.mul(a, dist, out=buffer(scratch, "temp", a.shape, a)).sum(-1)  # (..., qc)
 
 
-def local_run_mass(a, positions, valid, n):
+def local_run_mass(a, positions, valid, n, scratch=None):
     """Excess mass of the best contiguous stretch of keys around each query, beyond its strongest key.
 
-    Excess weight is ``a_ij - 1/n`` (above uniform). The stretch is the interval
-    of keys containing the query's own position with the largest total excess
-    (a maximum-subarray constrained to contain that key, found with prefix sums;
-    noise dips inside a segment do not cut it). The row's score is that total
-    minus the largest single excess inside the stretch, floored at 0: 0 for a
-    one-hot diagonal or a far-away sink, ``1 - w/n - 1/w + 1/n`` for a uniform
-    block of width w. This is the row-local form of a block score: inside a
-    segment (phrase, sentence A/B) each token spreads its mass over the segment
-    around it. ``a`` is zero on keys that are not valid. ``(..., qc)``.
+    Excess weight is ``x_ij = a_ij - 1/n`` (above uniform; 0 on keys that are
+    not valid, where ``a`` is 0). The stretch ``[lo, hi]`` is the interval of
+    keys containing the query's own position p with the largest total excess
+    (a maximum subarray constrained to contain p; noise dips inside a segment
+    do not cut it); of equally good ones, the shortest. The row's score is that
+    total minus the largest single excess inside the stretch, floored at 0: 0
+    for a one-hot diagonal or a far-away sink, ``1 - w/n - 1/w + 1/n`` for a
+    uniform block of width w. This is the row-local form of a block score:
+    inside a segment (phrase, sentence A/B) each token spreads its mass over
+    the segment around it. ``(..., qc)``.
 
-    Only the prefix sums at the query's own key matter, so the best ends are
-    masked reductions, not running minima/maxima over every key. Ties go where
-    a running scan would put them: the left end to the last minimum, the right
-    end to the first maximum.
+    With prefix sums ``s_j = x_0 + ... + x_j`` (and ``s_-1 = 0``), the total is
+    ``max_{j>=p} s_j - min_{-1<=j<p} s_j``; ``hi`` is the first maximum, ``lo``
+    one past the last minimum. Keys are cut into blocks so that only per-block
+    minima/maxima and the few blocks holding p, lo and hi are searched; see
+    ``_Blocks``.
     """
     n_keys = a.shape[-1]
-    keys = torch.arange(n_keys, device=a.device)  # (k,)
-    p = positions.clamp(0, n_keys - 1).unsqueeze(1)  # (qc, 1)
-    x = a - valid.to(a.dtype) * (1.0 / n.clamp(min=1).to(a.dtype)).unsqueeze(1)  # (..., qc, k), 0 where invalid
-    s = x.cumsum(-1)  # (..., qc, k) sum of keys 0..j
-    # sums of keys 0..j-1 for j <= p, in reverse key order so that min() finds the *last* minimum
-    s_before = torch.where((keys > p).flip(-1), float("inf"), torch.sub(s, x).flip(-1))  # (..., qc, k)
-    low, lo = s_before.min(-1, keepdim=True)  # (..., qc, 1)
-    lo = n_keys - 1 - lo
-    high, hi = _best_right_end(s, p, keys, valid)  # (..., qc, 1) each
-    total = (high - low).squeeze(-1)  # (..., qc)
-    strongest = torch.where((keys < lo) | (keys > hi), -1.0, x).amax(-1)  # (..., qc)
-    score = (total - strongest).clamp(min=0)  # (..., qc)
+    p = positions.clamp(0, n_keys - 1)  # (qc,)
+    u = valid.to(a.dtype) / n.clamp(min=1).to(a.dtype).unsqueeze(1)  # (qc, k) uniform share of each valid key
+    blocks = _Blocks(n_keys, a.device)
+    x = buffer(scratch, "excess", (*a.shape[:-1], blocks.padded), a)  # (..., qc, K)
+    x[..., n_keys:] = 0  # keys past n_keys count as invalid keys do
+    torch.sub(a, u, out=x[..., :n_keys])
+    s = torch.cumsum(x, -1, out=buffer(scratch, "prefix", x.shape, x))  # (..., qc, K)
+    low, lo = blocks.last_min_before(s, p)  # (..., qc) each
+    high, hi = blocks.first_max_from(s, p)  # (..., qc) each
+    strongest = blocks.max_between(x, lo, hi)  # (..., qc)
+    score = (high - low - strongest).clamp(min=0)  # (..., qc)
     return score * (positions < n_keys)  # (..., qc)
 
 
-def _best_right_end(s, p, keys, valid):
-    """Largest prefix sum ``s`` at keys j >= p and its first such j: ``(..., qc, 1)`` each.
+class _Blocks:
+    """Searches of each row of ``[..., qc, K]`` prefix sums around a per-row key, block by block.
 
-    When no key after p is valid (causal rows), every later prefix sum equals
-    ``s[p]``, so the answer is p itself (returned as ``(qc, 1)``).
+    Scanning every key with a mask costs a dozen passes over the chunk; instead
+    each row's keys are cut into blocks of B (K = blocks × B, the tail padded
+    with zeros). A whole block is reduced with one vectorised min/max; only the
+    block holding the row's own key and the one block where the answer lies
+    are then looked into key by key, ``[..., qc, B]`` at a time. Short rows are
+    one block, and the search is a plain masked scan.
     """
-    if not (valid & (keys > p)).any():
-        return torch.gather(s, -1, p.expand(*s.shape[:-1], 1)), p
-    return torch.where(keys < p, float("-inf"), s).max(-1, keepdim=True)  # first maximum
+
+    def __init__(self, n_keys, device):
+        self.size = _block_size(n_keys)
+        self.count = -(-n_keys // self.size)
+        self.padded = self.count * self.size
+        self.index = torch.arange(self.count, device=device, dtype=torch.int32)  # (nb,)
+        self.offset = torch.arange(self.size, device=device, dtype=torch.int32)  # (B,)
+
+    def block(self, v, b):
+        """Block ``b`` ``(..., qc)`` of each row of ``v [..., qc, K]``: ``(..., qc, B)``."""
+        if self.count == 1:
+            return v
+        rows = torch.arange(math.prod(v.shape[:-1]), device=v.device).view(v.shape[:-1])  # (..., qc)
+        picked = (rows * self.count + b).flatten()  # (rows,) block number in v viewed as (rows * nb, B)
+        return v.reshape(-1, self.size).index_select(0, picked).view(*v.shape[:-1], self.size)  # (..., qc, B)
+
+    def reduce(self, v, how):
+        return getattr(v.unflatten(-1, (self.count, self.size)), how)(-1)  # (..., qc, nb)
+
+    def last_min_before(self, s, p):
+        """``min(0, s_j for j < p)`` and one past the last j where it is reached (0 if only by s_-1)."""
+        pb, po = p // self.size, p % self.size  # (qc,)
+        part = torch.where(self.offset < po.unsqueeze(1), self.block(s, pb), math.inf)  # (..., qc, B)
+        low = part.amin(-1).clamp(max=0)  # (..., qc)
+        if self.count > 1:
+            full = torch.where(self.index < pb.unsqueeze(1), self.reduce(s, "amin"), math.inf)  # (..., qc, nb)
+            low = torch.minimum(low, full.amin(-1))
+        j = _last(part == low.unsqueeze(-1), self.offset)  # (..., qc), -1 if absent
+        j = torch.where(j >= 0, pb * self.size + j, -1)
+        if self.count > 1:
+            b = _last(full == low.unsqueeze(-1), self.index)  # (..., qc)
+            in_b = _last(self.block(s, b.clamp(min=0)) == low.unsqueeze(-1), self.offset)  # (..., qc)
+            j = torch.where((j < 0) & (b >= 0), b * self.size + in_b, j)
+        return low, j + 1
+
+    def first_max_from(self, s, p):
+        """``max(s_j for j >= p)`` and the first j where it is reached."""
+        pb, po = p // self.size, p % self.size  # (qc,)
+        part = torch.where(self.offset >= po.unsqueeze(1), self.block(s, pb), -math.inf)  # (..., qc, B)
+        high = part.amax(-1)  # (..., qc)
+        if self.count > 1:
+            full = torch.where(self.index > pb.unsqueeze(1), self.reduce(s, "amax"), -math.inf)  # (..., qc, nb)
+            high = torch.maximum(high, full.amax(-1))
+        j = _first(part == high.unsqueeze(-1), self.offset)  # (..., qc), -1 if absent
+        j = torch.where(j >= 0, pb * self.size + j, -1)
+        if self.count > 1:
+            b = _first(full == high.unsqueeze(-1), self.index)  # (..., qc)
+            in_b = _first(self.block(s, b.clamp(min=0)) == high.unsqueeze(-1), self.offset)  # (..., qc)
+            j = torch.where(j < 0, b * self.size + in_b, j)
+        return high, j
+
+    def max_between(self, x, lo, hi):
+        """``max(x_j for lo <= j <= hi)`` of each row; ``lo <= hi`` ``(..., qc)``."""
+        lb, hb = lo // self.size, hi // self.size  # (..., qc)
+        best = self._max_in_block(x, lb, lo, hi)  # (..., qc)
+        if self.count > 1:
+            inner = torch.where((self.index > lb.unsqueeze(-1)) & (self.index < hb.unsqueeze(-1)),
+                                self.reduce(x, "amax"), -math.inf)  # (..., qc, nb)
+            best = torch.maximum(best, torch.maximum(inner.amax(-1), self._max_in_block(x, hb, lo, hi)))
+        return best
+
+    def _max_in_block(self, x, b, lo, hi):
+        """``max(x_j for lo <= j <= hi)`` over the keys of block ``b`` of each row (-inf if none)."""
+        first, last = (lo - b * self.size).unsqueeze(-1), (hi - b * self.size).unsqueeze(-1)  # (..., qc, 1)
+        inside = (self.offset >= first) & (self.offset <= last)  # (..., qc, B)
+        return torch.where(inside, self.block(x, b), -math.inf).amax(-1)  # (..., qc)
+
+
+def _block_size(n_keys):
+    """Keys per block: up to 512 keys, one block; beyond, a power of two near sqrt(n_keys), at least 64.
+
+    Blocks shorter than 64 reduce slowly, and with few blocks the block-level
+    search costs more than it saves.
+    """
+    if n_keys <= 512:
+        return -(-max(n_keys, 1) // 64) * 64
+    return max(64, 1 << math.ceil(math.log2(math.sqrt(n_keys))))
+
+
+def _last(hit, index):
+    """Largest ``index`` where ``hit [..., m]`` is True, -1 where none is."""
+    return torch.where(hit, index, -1).amax(-1)  # (...)
+
+
+def _first(hit, index):
+    """Smallest ``index`` where ``hit [..., m]`` is True, -1 where none is."""
+    first = torch.where(hit, index, index.numel()).amin(-1)  # (...)
+    return torch.where(first < index.numel(), first, -1)

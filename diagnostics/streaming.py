@@ -19,6 +19,7 @@ from core.custom_model import AttnScopeTransformer
 from core.encode import encode, max_positions
 from core.errors import ExtractionError
 from core.hf_extract import is_causal_config
+from core.scratch import Scratch
 from core.streaming import stream_attention
 from core.tokens import display_tokens
 from diagnostics.metrics import HeadMetrics, MetricAccumulator
@@ -41,6 +42,7 @@ class StreamResult:
     distances: torch.Tensor | None = None  # [L, H, H] JS distances (redundancy=True)
     warnings: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    metrics_s: float = 0.0  # of elapsed_s, the part spent on metrics, distances and labels (the rest: the model)
 
     @property
     def labels(self) -> list[list[str]]:
@@ -80,21 +82,25 @@ def stream_token_statistics(model, input_ids, attention_mask=None, special=None,
     start = time.perf_counter()
     causal = model_is_causal(model)
     padding = None if attention_mask is None else (torch.as_tensor(attention_mask)[0] == 0).tolist()
+    scratch = Scratch()  # one set of chunk-sized temporaries for every layer
 
     def consumer(layer, n_heads, n_keys):
-        metrics = MetricAccumulator(n_keys, causal, special=special, padding=padding)
+        metrics = MetricAccumulator(n_keys, causal, special=special, padding=padding, scratch=scratch)
         return _Layer(metrics, PairwiseJS(n_keys, causal, padding) if redundancy else None)
 
     streamed = stream_attention(model, input_ids, consumer, attention_mask=attention_mask, keep=keep,
                                 chunk_rows=chunk_rows)
+    finishing = time.perf_counter()
     metrics = stack_metrics([layer.metrics.finalize() for layer in streamed.consumers])
     distances = torch.stack([layer.js.finalize() for layer in streamed.consumers]) if redundancy else None
+    patterns = classify_metrics(metrics)
     ids = torch.as_tensor(input_ids)[0].tolist()
+    end = time.perf_counter()
     return StreamResult(
-        metrics=metrics, patterns=classify_metrics(metrics), causal=causal, token_ids=ids,
+        metrics=metrics, patterns=patterns, causal=causal, token_ids=ids,
         special=list(special) if special is not None else [False] * len(ids),
         padding=padding or [False] * len(ids), kept=streamed.kept, distances=distances,
-        elapsed_s=time.perf_counter() - start,
+        elapsed_s=end - start, metrics_s=end - finishing + sum(layer.seconds for layer in streamed.consumers),
     )
 
 
@@ -104,11 +110,14 @@ class _Layer:
 
     metrics: MetricAccumulator
     js: PairwiseJS | None = None
+    seconds: float = 0.0  # spent in update (wall time: on CUDA, only what the host waited for)
 
-    def update(self, chunk, q_start):
-        self.metrics.update(chunk, q_start)
+    def update(self, chunk, q_start, logits=None):
+        start = time.perf_counter()
+        self.metrics.update(chunk, q_start, logits)
         if self.js is not None:
             self.js.update(chunk, q_start)
+        self.seconds += time.perf_counter() - start
 
 
 def model_is_causal(model) -> bool:

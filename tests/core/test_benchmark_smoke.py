@@ -10,6 +10,8 @@ from benchmarks import long_inputs
 def test_every_measurement_runs_in_process(model, mode):
     result = long_inputs.measure(model, "tiny", mode, 24)
     assert result["seconds"] > 0 and result["peak_gb"] > 0
+    if mode == "stream":  # the time spent on metrics and labels, part of the call's
+        assert 0 < result["metrics_s"] < result["seconds"]
 
 
 @pytest.mark.slow

@@ -66,6 +66,17 @@ def random_ids(length, seed=0):
     return torch.randint(5, 99, (1, length), generator=generator)
 
 
+@pytest.mark.parametrize("build", [tiny.tiny_bert, tiny.tiny_gpt2])
+def test_long_rows_searched_in_blocks_equal_naive(build):
+    """Past 512 keys the block score searches blocks of keys (``row_stats._Blocks``): still the naive result."""
+    model, ids = build(1024), random_ids(700, seed=2)
+    streamed = stream_token_statistics(model, ids, chunk_rows=97)
+    expected = head_metrics(naive_maps(model, ids), causal=streamed.causal)
+    assert_metrics_close(streamed.metrics, expected)
+    assert streamed.labels == [[p.label for p in layer] for layer in classify_metrics(expected)]
+    assert 0 < streamed.metrics_s < streamed.elapsed_s
+
+
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("length,chunk_rows", [(7, 3), (64, 5), (200, 33)])
 def test_metrics_and_labels_equal_naive(name, length, chunk_rows):
@@ -135,9 +146,11 @@ def test_consumers_see_each_row_once_in_chunks():
     seen = []
 
     class Rows:
-        def update(self, chunk, q_start):
+        def update(self, chunk, q_start, logits):
             seen.append((q_start, chunk.shape[-2]))
             torch.testing.assert_close(chunk.sum(-1), torch.ones(chunk.shape[:-1]))
+            torch.testing.assert_close(logits.softmax(-1), chunk[..., :logits.shape[-1]])
+            assert torch.isfinite(logits).all() and (logits.amax(-1) == 0).all()
 
     streamed = stream_attention(tiny.tiny_gpt2(), random_ids(10), lambda layer, heads, keys: Rows(), chunk_rows=4)
     assert streamed.n_layers == 2 and streamed.n_heads == 4 and streamed.n_keys == 10
