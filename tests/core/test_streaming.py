@@ -68,7 +68,7 @@ def random_ids(length, seed=0):
 
 @pytest.mark.parametrize("build", [tiny.tiny_bert, tiny.tiny_gpt2])
 def test_long_rows_searched_in_blocks_equal_naive(build):
-    """Past 512 keys the block score searches blocks of keys (``row_stats._Blocks``): still the naive result."""
+    """Long rows: the block score searches blocks of keys (``row_stats._Blocks``): still the naive result."""
     model, ids = build(1024), random_ids(700, seed=2)
     streamed = stream_token_statistics(model, ids, chunk_rows=97)
     expected = head_metrics(naive_maps(model, ids), causal=streamed.causal)

@@ -31,7 +31,7 @@ def rows(kind, heads, positions, n_keys, causal, key_ok, generator):
     return attn, valid
 
 
-@pytest.mark.parametrize("n_keys", [5, 64, 300, 700, 1500])  # one block up to 512 keys, blocks of 64 beyond
+@pytest.mark.parametrize("n_keys", [5, 64, 300, 700, 1500])  # one block up to 128 keys, blocks of 64 beyond
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("kind", ["peaked", "uniform", "one-hot"])
 def test_block_score_matches_its_definition(n_keys, causal, kind):
