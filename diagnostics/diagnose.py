@@ -7,55 +7,84 @@ the labels of ``patterns.classify_metrics`` and the pairwise head distances of
 a head's pattern is the label most texts gave it (ties go to the higher mean
 confidence). Findings come from the averaged metrics (``findings``) and from
 the weights alone (``weight_checks``).
+
+Long probes (over ``STREAM_ABOVE_TOKENS``) are streamed: the same numbers come
+from ``streaming.stream_statistics`` without holding every attention map, and
+the report then carries no maps (``Report.samples`` is empty).
 """
 
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 import core
+from core.custom_model import AttnScopeTransformer
 from core.device import model_device
 from core.errors import InputError
 from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
-from diagnostics.metrics import head_metrics
+from diagnostics.metrics import HeadMetrics, head_metrics
 from diagnostics.patterns import classify_metrics
 from diagnostics.probes import RANDOM_PROBES, as_probes, random_probe
 from diagnostics.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.report import HeadReport, Report
 from diagnostics.row_stats import OFFSETS
+from diagnostics.streaming import stream_statistics
 from diagnostics.weight_checks import check_weights
 
 SCALAR_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance",
                   "sink_score", "sink2_score")
+# Probes longer than this (in tokens) are streamed: their maps would take layers × heads × n² floats.
+STREAM_ABOVE_TOKENS = 1024
 
 
-def diagnose(source, texts=None, device=None, progress=None, n_heads=None) -> Report:
+@dataclass
+class Measured:
+    """What one probe gives one part of the model."""
+
+    metrics: HeadMetrics  # every tensor [L, H]
+    patterns: list  # [L][H] HeadPattern
+    distances: torch.Tensor  # [L, H, H] pairwise JS distances
+    sinks: list  # [L][H] display string of each head's strongest sink key
+    causal: bool
+
+
+def diagnose(source, texts=None, device=None, progress=None, n_heads=None, stream=None) -> Report:
     """Diagnose ``source``: a ``(model, tokenizer)`` pair, a module, or anything ``core.load_model`` takes.
 
     texts: probe strings or ``(text, text_pair)`` tuples (default: ``probes.DEFAULT_PROBES``).
     progress: optional ``callable(fraction, message)``, called as the work advances.
     n_heads: heads per layer, for a bare state dict whose weights do not say it.
+    stream: stream the probes (``diagnostics.streaming``) instead of extracting whole maps; None (default)
+    streams when a probe is longer than ``STREAM_ABOVE_TOKENS`` tokens and the model can be streamed.
     """
     start = time.perf_counter()
     tell = progress or (lambda fraction, message: None)
     tell(0.0, "loading the model")
     model, tokenizer, name = _resolve(source, device, n_heads)
     probes = as_probes(texts) if tokenizer is not None else []
-    samples, notes = _run_probes(model, tokenizer, probes, tell)
+    streamed = _streams(model, tokenizer, probes, stream)
+    if streamed:
+        samples, parts, notes = [], {"self": _stream_probes(model, tokenizer, probes, tell)}, []
+    else:
+        samples, notes = _run_probes(model, tokenizer, probes, tell)
+        parts = {part: [measure(r) for r in results] for part, results in _parts(samples).items()}
     tell(0.85, "measuring heads")
     heads, findings = [], list(notes)
-    for part, results in _parts(samples).items():
-        part_heads, part_findings = diagnose_part(part, results)
+    for part, measured in parts.items():
+        part_heads, part_findings = diagnose_part(part, measured)
         heads += part_heads
         findings += part_findings
     tell(0.95, "checking weights")
     weight_findings, weight_numbers = check_weights(model)
     for head in heads:
         head.metrics.update(weight_numbers.get((head.part, head.layer, head.head), {}))
-    summary = _model_summary(model, tokenizer, name, samples, weight_numbers, time.perf_counter() - start)
+    summary = _model_summary(model, tokenizer, name, parts, weight_numbers, time.perf_counter() - start)
+    summary["streamed"] = streamed
     tell(1.0, "done")
     return Report(summary, heads, sort_findings(findings + weight_findings), samples,
                   [p.to_dict() for p in probes])
@@ -94,6 +123,31 @@ def _run_probes(model, tokenizer, probes, tell):
     return samples, [note("no_tokenizer", detail="probed with random token ids; text views are unavailable")]
 
 
+def _streams(model, tokenizer, probes, stream) -> bool:
+    """Whether to stream the probes: asked for, or (``stream=None``) one probe is long and streaming fits."""
+    if stream is False or tokenizer is None:
+        return False
+    streamable = isinstance(model, AttnScopeTransformer) or (
+        isinstance(model, PreTrainedModel) and not getattr(model.config, "is_encoder_decoder", False))
+    if stream:
+        if not streamable:
+            raise InputError(f"streaming covers Hugging Face and AttnScope encoders and decoders, not "
+                             f"{type(model).__name__}; diagnose it with stream=False")
+        return True
+    lengths = (len(tokenizer(p.text, p.text_pair)["input_ids"]) for p in probes)
+    return streamable and max(lengths, default=0) > STREAM_ABOVE_TOKENS
+
+
+def _stream_probes(model, tokenizer, probes, tell):
+    """One ``Measured`` per probe, streamed layer by layer (no attention maps are kept)."""
+    measured = []
+    for i, probe in enumerate(probes):
+        tell(0.05 + 0.8 * i / len(probes), f"probe {i + 1}/{len(probes)} (streamed)")
+        r = stream_statistics(model, tokenizer, probe.text, probe.text_pair, redundancy=True)
+        measured.append(Measured(r.metrics, r.patterns, r.distances, r.sink_tokens, r.causal))
+    return measured
+
+
 def _parts(samples):
     """``{part: [AttentionResult per probe]}``; encoder-decoders split into their three parts."""
     if not samples:
@@ -103,16 +157,20 @@ def _parts(samples):
     return {"self": samples}
 
 
-def diagnose_part(part, results):
-    """``(heads, findings)`` of one part measured on ``results`` (one per probe)."""
-    per_text, labels, distances, sinks = [], [], [], []
-    for r in results:
-        attn = r.attentions[..., : r.attentions.shape[-1], :]  # cross-attention: at most k query rows
-        m = head_metrics(attn, causal=r.causal, special=r.keys_special, padding=r.keys_padding)
-        per_text.append(m)
-        labels.append(classify_metrics(m))
-        distances.append(js_distance(attn, r.causal, r.keys_padding))  # (L, H, H)
-        sinks.append([[r.keys[int(k)] for k in row] for row in m.sink_key.tolist()])
+def measure(r) -> Measured:
+    """The metrics, labels, distances and sink tokens of one ``AttentionResult`` (one part of one probe)."""
+    attn = r.attentions[..., : r.attentions.shape[-1], :]  # cross-attention: at most k query rows
+    m = head_metrics(attn, causal=r.causal, special=r.keys_special, padding=r.keys_padding)
+    sinks = [[r.keys[int(k)] for k in row] for row in m.sink_key.tolist()]
+    return Measured(m, classify_metrics(m), js_distance(attn, r.causal, r.keys_padding), sinks, r.causal)
+
+
+def diagnose_part(part, measured):
+    """``(heads, findings)`` of one part from its ``Measured`` probes."""
+    per_text = [m.metrics for m in measured]
+    labels = [m.patterns for m in measured]
+    distances = [m.distances for m in measured]  # each (L, H, H)
+    sinks = [m.sinks for m in measured]
     avg = _average(per_text)
     n_layers, n_heads = avg["entropy"].shape
     sink_tokens = [[Counter(s[l][h] for s in sinks).most_common(1)[0][0] for h in range(n_heads)]
@@ -148,9 +206,9 @@ def _head_report(part, layer, head, avg, patterns, sink_token):
     return HeadReport(part, layer, head, label, round(mean_conf[label], 4), offset, metrics)
 
 
-def _model_summary(model, tokenizer, name, samples, weight_numbers, elapsed):
+def _model_summary(model, tokenizer, name, measured, weight_numbers, elapsed):
     config = getattr(model, "config", None)
-    parts = {part: {"layers": rs[0].n_layers, "heads": rs[0].n_heads} for part, rs in _parts(samples).items()}
+    parts = {part: dict(zip(("layers", "heads"), ms[0].metrics.shape)) for part, ms in measured.items()}
     if not parts and weight_numbers:
         for part, layer, head in weight_numbers:
             shape = parts.setdefault(part, {"layers": 0, "heads": 0})
@@ -164,7 +222,7 @@ def _model_summary(model, tokenizer, name, samples, weight_numbers, elapsed):
         "heads": first["heads"],
         "parts": parts,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "causal": bool(samples[0].causal) if samples and samples[0].encoder is None else False,
+        "causal": bool(measured["self"][0].causal) if "self" in measured else False,
         "device": str(model_device(model)),
         "tokenizer": tokenizer is not None,
         "elapsed_s": round(elapsed, 3),

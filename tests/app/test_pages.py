@@ -107,6 +107,17 @@ def test_diagnose_upload_zip_gives_a_report(bert_zip):
     assert not at.exception
 
 
+def test_diagnose_long_probe_is_streamed_and_says_so(bert_zip):
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.text_area(key="diag_probes").set_value("the cat sat on the mat " * 200)  # > 1024 tokens
+    at.file_uploader(key="diag_upload").upload("tiny-bert.zip", bert_zip).run()
+    at = at.button(key="diag_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert any(s.value == "Findings" for s in at.subheader)
+    assert any("streamed" in i.value for i in at.info), [i.value for i in at.info]
+
+
 def test_diagnose_loose_files_and_custom_model(bert_folder, tmp_path):
     import core
 

@@ -45,6 +45,7 @@ def test_to_dict_follows_schema(report):
     data = json.loads(report.to_json())
     assert data["schema"] == "attnscope.report/1"
     assert set(data) == {"schema", "model", "summary", "probes", "heads", "findings"}
+    assert data["model"]["streamed"] is False  # short probes: whole maps
     head = data["heads"][0]
     assert set(head) == {"part", "layer", "head", "pattern", "confidence", "offset", "metrics"}
     for name in ("entropy", "confidence", "sink_score", "best_offset", "diag_mass", "qk_scale", "max_score", "ov_norm"):

@@ -1,0 +1,58 @@
+"""``diagnose`` on long probes streams them (no maps held) and reports what whole maps give."""
+
+import importlib
+
+import pytest
+
+import core
+from broken_checkpoints import structured_bert
+from diagnostics import diagnose
+from tiny import bpe_tokenizer, tiny_bart, tiny_gpt2, wordpiece_tokenizer
+
+diagnose_module = importlib.import_module("diagnostics.diagnose")  # the package re-exports the function
+TEXTS = ["The cat sat on the mat and looked out of the window at the rain.",
+         ("My sister bought a new bicycle.", "Her old one was stolen last week.")]
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    return {"bert": str(structured_bert(tmp_path_factory.mktemp("bert") / "bert")),
+            "gpt2": (tiny_gpt2(256), bpe_tokenizer())}
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_streamed_report_equals_the_whole_maps_report(sources, name):
+    texts = TEXTS if name == "bert" else TEXTS[:1]
+    whole = diagnose(sources[name], texts, stream=False)
+    streamed = diagnose(sources[name], texts, stream=True)
+    assert streamed.model["streamed"] is True and whole.model["streamed"] is False
+    assert streamed.samples == [] and len(whole.samples) == len(texts)
+    drop = {"elapsed_s", "streamed"}
+    assert {k: v for k, v in streamed.model.items() if k not in drop} == \
+           {k: v for k, v in whole.model.items() if k not in drop}
+    for got, want in zip(streamed.heads, whole.heads, strict=True):
+        assert (got.part, got.layer, got.head, got.pattern, got.offset) == \
+               (want.part, want.layer, want.head, want.pattern, want.offset)
+        for metric, value in want.metrics.items():
+            if isinstance(value, float):
+                assert got.metrics[metric] == pytest.approx(value, abs=2e-4), metric  # both rounded to 4 places
+            elif not isinstance(value, dict):
+                assert got.metrics[metric] == value, metric
+    assert [(f.code, f.severity, f.part, f.heads) for f in streamed.findings] == \
+           [(f.code, f.severity, f.part, f.heads) for f in whole.findings]
+    assert "Pattern map" in streamed.to_markdown() and streamed.to_html().startswith("<!DOCTYPE html>")
+
+
+def test_a_probe_longer_than_the_limit_is_streamed(sources, monkeypatch):
+    monkeypatch.setattr(diagnose_module, "STREAM_ABOVE_TOKENS", 12)
+    assert diagnose(sources["gpt2"], ["short text"]).model["streamed"] is False
+    assert diagnose(sources["gpt2"], [TEXTS[0]]).model["streamed"] is True
+
+
+def test_encoder_decoders_are_not_streamed(monkeypatch):
+    source = (tiny_bart(), wordpiece_tokenizer())
+    with pytest.raises(core.InputError, match="stream=False"):
+        diagnose(source, ["A dog barked."], stream=True)
+    monkeypatch.setattr(diagnose_module, "STREAM_ABOVE_TOKENS", 2)  # long, but only whole maps cover all parts
+    report = diagnose(source, ["A dog barked at the cat."])
+    assert report.model["streamed"] is False and report.parts == ["encoder", "decoder", "cross"]
