@@ -72,8 +72,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
         samples, parts, notes = [], {"self": _stream_probes(model, tokenizer, probes, tell)}, []
     else:
         samples, notes = _run_probes(model, tokenizer, probes, tell)
+        tell(0.85, "measuring heads")
         parts = {part: [measure(r) for r in results] for part, results in _parts(samples).items()}
-    tell(0.85, "measuring heads")
     heads, findings = [], list(notes)
     for part, measured in parts.items():
         part_heads, part_findings = diagnose_part(part, measured)
