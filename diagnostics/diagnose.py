@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 
 import core
 from core.custom_model import AttnScopeTransformer
+from core.encode import max_positions
 from core.device import model_device
 from core.errors import InputError
 from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
@@ -60,7 +61,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     progress: optional ``callable(fraction, message)``, called as the work advances.
     n_heads: heads per layer, for a bare state dict whose weights do not say it.
     stream: stream the probes (``diagnostics.streaming``) instead of extracting whole maps; None (default)
-    streams when a probe is longer than ``STREAM_ABOVE_TOKENS`` tokens and the model can be streamed.
+    streams when a probe is longer than ``STREAM_ABOVE_TOKENS`` tokens (of those the model accepts) and the
+    model can be streamed. Probes cut to the model's limit get a ``probe_truncated`` note.
     """
     start = time.perf_counter()
     tell = progress or (lambda fraction, message: None)
@@ -69,12 +71,14 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     probes = as_probes(texts) if tokenizer is not None else []
     streamed = _streams(model, tokenizer, probes, stream)
     if streamed:
-        samples, parts, notes = [], {"self": _stream_probes(model, tokenizer, probes, tell)}, []
+        results = [_stream_probe(model, tokenizer, probe, i, len(probes), tell) for i, probe in enumerate(probes)]
+        samples, parts, notes = [], {"self": [_measured(r) for r in results]}, []
     else:
         samples, notes = _run_probes(model, tokenizer, probes, tell)
+        results = samples if tokenizer is not None else []
         tell(0.85, "measuring heads")
-        parts = {part: [measure(r) for r in results] for part, results in _parts(samples).items()}
-    heads, findings = [], list(notes)
+        parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
+    heads, findings = [], notes + _truncation_notes(results)
     for part, measured in parts.items():
         part_heads, part_findings = diagnose_part(part, measured)
         heads += part_heads
@@ -134,18 +138,30 @@ def _streams(model, tokenizer, probes, stream) -> bool:
             raise InputError(f"streaming covers Hugging Face and AttnScope encoders and decoders, not "
                              f"{type(model).__name__}; diagnose it with stream=False")
         return True
-    lengths = (len(tokenizer(p.text, p.text_pair)["input_ids"]) for p in probes)
-    return streamable and max(lengths, default=0) > STREAM_ABOVE_TOKENS
+    if not streamable:
+        return False
+    limit = max_positions(model.config, tokenizer) or float("inf")  # what the model will actually see
+    lengths = (min(len(tokenizer(p.text, p.text_pair, verbose=False)["input_ids"]), limit) for p in probes)
+    return max(lengths, default=0) > STREAM_ABOVE_TOKENS
 
 
-def _stream_probes(model, tokenizer, probes, tell):
-    """One ``Measured`` per probe, streamed layer by layer (no attention maps are kept)."""
-    measured = []
-    for i, probe in enumerate(probes):
-        tell(0.05 + 0.8 * i / len(probes), f"probe {i + 1}/{len(probes)} (streamed)")
-        r = stream_statistics(model, tokenizer, probe.text, probe.text_pair, redundancy=True)
-        measured.append(Measured(r.metrics, r.patterns, r.distances, r.sink_tokens, r.causal))
-    return measured
+def _stream_probe(model, tokenizer, probe, i, count, tell):
+    """A probe's ``StreamResult``, streamed layer by layer with pairwise distances (no maps kept)."""
+    tell(0.05 + 0.8 * i / count, f"probe {i + 1}/{count} (streamed)")
+    return stream_statistics(model, tokenizer, probe.text, probe.text_pair, redundancy=True)
+
+
+def _measured(r) -> Measured:
+    """A ``StreamResult`` as the ``Measured`` of its probe."""
+    return Measured(r.metrics, r.patterns, r.distances, r.sink_tokens, r.causal)
+
+
+def _truncation_notes(results):
+    """One ``probe_truncated`` note for the probes whose text was cut to the model's limit."""
+    cut = [w for r in results for w in r.warnings if "truncated" in w]
+    if not cut:
+        return []
+    return [note("probe_truncated", detail=f"{len(cut)} of {len(results)} probes; {cut[0]}")]
 
 
 def _parts(samples):

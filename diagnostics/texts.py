@@ -174,6 +174,12 @@ FINDING_TEXTS = {
         "Nothing to fix in the model; the attention-map findings still apply.",
         "Weight checks were skipped: {reason}.",
     ),
+    "probe_truncated": FindingText(
+        "Probe text truncated",
+        "A probe text was longer than the model accepts, so only its first tokens were measured.",
+        "Use shorter probe texts, or a model with more positions, to measure a whole text.",
+        "Probe text truncated: {detail}.",
+    ),
     "no_tokenizer": FindingText(
         "No tokenizer",
         "The model came without a tokenizer, so it was probed with random token ids and text views are "

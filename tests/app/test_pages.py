@@ -1,5 +1,6 @@
 """Every page under streamlit's AppTest: good input draws, bad input is one st.error, never an exception."""
 
+import importlib
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -107,10 +108,11 @@ def test_diagnose_upload_zip_gives_a_report(bert_zip):
     assert not at.exception
 
 
-def test_diagnose_long_probe_is_streamed_and_says_so(bert_zip):
+def test_diagnose_long_probe_is_streamed_and_says_so(bert_zip, monkeypatch):
+    monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 20)
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
-    at.text_area(key="diag_probes").set_value("the cat sat on the mat " * 200)  # > 1024 tokens
+    at.text_area(key="diag_probes").set_value("the cat sat on the mat " * 5)  # 30 tokens: "long" here
     at.file_uploader(key="diag_upload").upload("tiny-bert.zip", bert_zip).run()
     at = at.button(key="diag_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)

@@ -56,3 +56,13 @@ def test_encoder_decoders_are_not_streamed(monkeypatch):
     monkeypatch.setattr(diagnose_module, "STREAM_ABOVE_TOKENS", 2)  # long, but only whole maps cover all parts
     report = diagnose(source, ["A dog barked at the cat."])
     assert report.model["streamed"] is False and report.parts == ["encoder", "decoder", "cross"]
+
+
+def test_a_probe_cut_to_the_model_limit_is_noted_and_counted_as_cut(monkeypatch):
+    monkeypatch.setattr(diagnose_module, "STREAM_ABOVE_TOKENS", 100)
+    long_text = "the cat sat on the mat " * 50  # ~300 tokens; the model takes 64
+    report = diagnose((tiny_gpt2(64), bpe_tokenizer()), [long_text, "short"])
+    assert report.model["streamed"] is False  # what the model sees is 64 tokens: no need to stream
+    note = report.finding("probe_truncated")
+    assert note.severity == "info" and "1 of 2 probes" in note.message and "limit of 64" in note.message
+    assert diagnose((tiny_gpt2(64), bpe_tokenizer()), ["short"]).finding("probe_truncated") is None
