@@ -27,6 +27,10 @@ def check_text(text, name: str = "text") -> str:
     return text
 
 
+# The words every truncation warning carries (``AttentionResult.warnings``), for callers that count them.
+TRUNCATED = "truncated to the model's limit"
+
+
 def max_positions(config, tokenizer=None) -> int | None:
     """Longest input the model accepts, or None when it has no fixed limit (e.g. T5)."""
     limits = []
@@ -60,7 +64,7 @@ def encode(
         )
     warnings = []
     if truncate:
-        warnings.append(f"input has {full_length} tokens; truncated to the model's limit of {limit}")
+        warnings.append(f"input has {full_length} tokens; {TRUNCATED} of {limit}")
     if batch["input_ids"].numel() == 0:
         raise InputError("the text produced no tokens; type a sentence with words in it")
     _check_vocab(batch["input_ids"], vocab_size)

@@ -217,6 +217,11 @@ AttentionInterface.register(STREAM_IMPLEMENTATION, _hf_attention)
 AttentionMaskInterface.register(STREAM_IMPLEMENTATION, sdpa_mask)
 
 
+def can_stream(model) -> bool:
+    """Whether ``stream_attention`` takes ``model``: a Hugging Face or an AttnScope model."""
+    return isinstance(model, (PreTrainedModel, AttnScopeTransformer))
+
+
 @contextmanager
 def _streaming_kernels(model):
     """Route every attention layer of ``model`` through the streaming function; undo it after."""

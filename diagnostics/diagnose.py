@@ -20,13 +20,12 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 
 import core
-from core.custom_model import AttnScopeTransformer
-from core.encode import max_positions
 from core.device import model_device
+from core.encode import TRUNCATED, max_positions
 from core.errors import InputError
+from core.streaming import can_stream
 from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
 from diagnostics.metrics import HeadMetrics, head_metrics
 from diagnostics.patterns import classify_metrics
@@ -75,7 +74,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
         samples, parts, notes = [], {"self": [_measured(r) for r in results]}, []
     else:
         samples, notes = _run_probes(model, tokenizer, probes, tell)
-        results = samples if tokenizer is not None else []
+        results = samples
         tell(0.85, "measuring heads")
         parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
     heads, findings = [], notes + _truncation_notes(results)
@@ -131,8 +130,7 @@ def _streams(model, tokenizer, probes, stream) -> bool:
     """Whether to stream the probes: asked for, or (``stream=None``) one probe is long and streaming fits."""
     if stream is False or tokenizer is None:
         return False
-    streamable = isinstance(model, AttnScopeTransformer) or (
-        isinstance(model, PreTrainedModel) and not getattr(model.config, "is_encoder_decoder", False))
+    streamable = can_stream(model) and not getattr(model.config, "is_encoder_decoder", False)
     if stream:
         if not streamable:
             raise InputError(f"streaming covers Hugging Face and AttnScope encoders and decoders, not "
@@ -158,7 +156,7 @@ def _measured(r) -> Measured:
 
 def _truncation_notes(results):
     """One ``probe_truncated`` note for the probes whose text was cut to the model's limit."""
-    cut = [w for r in results for w in r.warnings if "truncated" in w]
+    cut = [w for r in results for w in r.warnings if TRUNCATED in w]
     if not cut:
         return []
     return [note("probe_truncated", detail=f"{len(cut)} of {len(results)} probes; {cut[0]}")]
