@@ -89,7 +89,7 @@ class _Drop:
 
 
 def run_weights(model, ids):
-    from core.streaming import stream_attention
+    from core.extraction.streaming import stream_attention
 
     stream_attention(model, ids, lambda layer, heads, keys: _Drop())
 

@@ -14,12 +14,13 @@ from .custom_model import (
 )
 from .device import pick_device
 from .errors import AttnScopeError, CheckpointError, ExtractionError, InputError, ModelLoadError
-from .extract import extract_attention, extract_module_attention
-from .loading import DEFAULT_MODEL, DEMO_MODELS, load_model
+from .extraction.extract import extract_attention, extract_module_attention
+from .checkpoints.loading import load_model
+from .checkpoints.registry import DEFAULT_MODEL, DEMO_MODELS
 from .result import AttentionResult
-from .streaming import STREAM_IMPLEMENTATION, StreamedAttention, stream_attention
-from .archive import Limits
-from .checkpoint import LoadedCheckpoint, load_checkpoint
+from .extraction.streaming import STREAM_IMPLEMENTATION, StreamedAttention, stream_attention
+from .checkpoints.archive import Limits
+from .checkpoints.checkpoint import LoadedCheckpoint, load_checkpoint
 
 __all__ = [
     "AttentionResult", "AttnScopeError", "AttnScopeTransformer", "CheckpointError", "DEFAULT_MODEL",

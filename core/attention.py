@@ -57,7 +57,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     # Hook point: when set, called instead of ``scaled_dot_product_attention``
-    # with the same arguments (``core.streaming`` sets it for the call).
+    # with the same arguments (``core.extraction.streaming`` sets it for the call).
     attention_fn = None
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):

@@ -23,9 +23,9 @@ from torch import nn
 
 import core
 from core.device import model_device
-from core.encode import TRUNCATED, max_positions
+from core.extraction.encode import TRUNCATED, max_positions
 from core.errors import InputError
-from core.streaming import can_stream
+from core.extraction.streaming import can_stream
 from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
 from diagnostics.metrics import HeadMetrics, head_metrics
 from diagnostics.patterns import classify_metrics

@@ -44,7 +44,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from core.errors import InputError
-from core.scratch import Scratch
+from core.extraction.scratch import Scratch
 from diagnostics import row_stats
 from diagnostics.row_stats import OFFSETS
 
@@ -101,7 +101,7 @@ class MetricAccumulator:
     causal: row at position p sees keys 0..p. special/padding: bool ``[k]``.
     query_offset: absolute position of query row 0 (``k - q`` when the queries
     are the last q tokens). Chunks may come in any order, each row once.
-    scratch: where chunk-sized temporaries live (``core.scratch.Scratch``); the
+    scratch: where chunk-sized temporaries live (``core.extraction.scratch.Scratch``); the
     accumulators of one computation may share one, e.g. every layer's.
     """
 

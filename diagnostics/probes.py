@@ -14,8 +14,8 @@ from transformers import PreTrainedModel
 from core.custom_model import AttnScopeTransformer
 from core.device import model_device
 from core.errors import ExtractionError
-from core.hf_extract import eager_attention, is_causal_config, stack_layers
-from core.module_extract import attention_modules, run_with_hooks
+from core.extraction.hf_extract import eager_attention, is_causal_config, stack_layers
+from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.result import AttentionResult
 
 

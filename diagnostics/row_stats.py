@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from core.scratch import buffer
+from core.extraction.scratch import buffer
 
 # Offsets of the diagonals measured: key = query position + offset, so +1 is the
 # next token and -1 the previous one (Clark et al. 2019, Sec. 3).

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from core.custom_model import AttnScopeTransformer
-from core.encode import encode, max_positions
+from core.extraction.encode import encode, max_positions
 from core.errors import ExtractionError
-from core.hf_extract import is_causal_config
-from core.scratch import Scratch
-from core.streaming import stream_attention
-from core.tokens import display_tokens
+from core.extraction.hf_extract import is_causal_config
+from core.extraction.scratch import Scratch
+from core.extraction.streaming import stream_attention
+from core.extraction.tokens import display_tokens
 from diagnostics.metrics import HeadMetrics, MetricAccumulator
 from diagnostics.patterns import classify_metrics
 from diagnostics.redundancy import PairwiseJS

@@ -15,7 +15,7 @@ from transformers import BertModel, RobertaConfig, RobertaModel
 
 import core
 from core import CheckpointError, Limits, extract_attention, load_checkpoint, load_model
-from core import checkpoint_build, checkpoint_tokenizer
+from core.checkpoints import build as checkpoint_build, tokenizer as checkpoint_tokenizer
 from hostile_inputs import BAD_INPUTS, MARKER, table_rows
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 

@@ -8,8 +8,8 @@ from transformers import LlamaConfig, LlamaModel
 
 import tiny
 from core import TINY_PRESETS, AttnScopeTransformer, ExtractionError, InputError, extract_attention
-from core.hf_extract import eager_attention
-from core.streaming import STREAM_IMPLEMENTATION, stream_attention
+from core.extraction.hf_extract import eager_attention
+from core.extraction.streaming import STREAM_IMPLEMENTATION, stream_attention
 from diagnostics.findings import attention_findings
 from diagnostics.metrics import HeadMetrics, head_metrics
 from diagnostics.patterns import classify_metrics

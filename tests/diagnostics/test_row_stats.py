@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.scratch import Scratch
+from core.extraction.scratch import Scratch
 from diagnostics import row_stats
 
 
@@ -66,7 +66,7 @@ def test_entropy_from_shifted_logits_equals_entropy_from_weights(causal):
     logits = torch.randn(4, n, n, generator=g) * 4  # (H, q, k)
     if causal:
         logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min)
-    logits -= logits.amax(-1, keepdim=True)  # each row's max is 0, as core.streaming hands them on
+    logits -= logits.amax(-1, keepdim=True)  # each row's max is 0, as core.extraction.streaming hands them on
     attn = logits.softmax(-1)
     valid = row_stats.valid_keys(torch.arange(n), n, causal, torch.ones(n, dtype=torch.bool))
     _, count = row_stats.row_weights(valid, torch.ones(n, dtype=torch.bool))

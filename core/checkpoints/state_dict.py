@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load as load_safetensors_bytes
 
-from .errors import CheckpointError
-from .errors import first_line as _first_line
+from ..errors import CheckpointError
+from ..errors import first_line as _first_line
 
 SAFETENSORS_SUFFIX = ".safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")

@@ -9,30 +9,21 @@ from __future__ import annotations
 
 import json
 import socket
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
 import huggingface_hub
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
-from transformers.utils import logging as hf_logging
 
-from .custom_model import CONFIG_NAME, is_custom_config, load_custom_model
-from .device import pick_device
-from .errors import ModelLoadError
-
-DEMO_DIR = Path(__file__).resolve().parent / "demo_models"
-DEMO_MODELS = {"demo-bert": DEMO_DIR / "demo-bert", "demo-gpt2": DEMO_DIR / "demo-gpt2"}
-DEFAULT_MODEL = "demo-bert"
-
-
-def resolve_source(source: str | Path) -> str:
-    """A demo name becomes its folder; anything else is returned as a string."""
-    name = str(source).strip()
-    if not name:
-        raise ModelLoadError(f"no model given; choose a demo model ({', '.join(DEMO_MODELS)}) or a folder path")
-    return str(DEMO_MODELS[name]) if name in DEMO_MODELS else name
+from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
+from ..device import pick_device
+from ..errors import ModelLoadError
+from .archive import is_archive
+from .checkpoint import load_checkpoint
+from .quiet import quiet_transformers
+from .registry import DEMO_MODELS, resolve_source
+from .state_dict import WEIGHT_SUFFIXES
 
 
 def load_model(
@@ -48,13 +39,11 @@ def load_model(
     ``device_map="auto"`` (with optional ``max_memory``) spreads a large Hugging
     Face model over the available GPUs and CPU memory through accelerate.
     An archive, a single weights file or a folder without config.json goes
-    through ``core.checkpoint.load_checkpoint`` (``n_heads`` is for bare state
+    through ``core.checkpoints.checkpoint.load_checkpoint`` (``n_heads`` is for bare state
     dicts, whose weights do not say how many heads they have).
     """
     path = resolve_source(source)
     if is_checkpoint_path(Path(path)):
-        from .checkpoint import load_checkpoint  # imported late: checkpoint imports this module
-
         return tuple(load_checkpoint(path, n_heads=n_heads, device=device))
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
@@ -71,9 +60,6 @@ def load_model(
 
 def is_checkpoint_path(path: Path) -> bool:
     """True for what ``load_checkpoint`` reads: an archive, a weights file, a folder of bare weights."""
-    from .archive import is_archive
-    from .state_dict import WEIGHT_SUFFIXES
-
     if path.is_file():
         return is_archive(path) or path.name.lower().endswith(WEIGHT_SUFFIXES)
     if path.is_dir() and not (path / CONFIG_NAME).is_file():
@@ -93,20 +79,6 @@ def _tokenizer_or_none(path: str, offline: bool = True):
         return AutoTokenizer.from_pretrained(path, local_files_only=offline)
     except Exception:  # a custom model may ship without tokenizer files
         return None
-
-
-@contextmanager
-def quiet_transformers():
-    """Silence transformers' load report and progress bars (a head-less LM checkpoint is expected)."""
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:

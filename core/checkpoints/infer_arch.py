@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .custom_model import MODEL_TYPE, TransformerConfig
-from .errors import CheckpointError
+from ..custom_model import MODEL_TYPE, TransformerConfig
+from ..errors import CheckpointError
 
 NEED_HEADS = ("recognised {arch} weights (d_model {d_model}, {layers} layers), but the number of attention heads "
               "cannot be read from the weights; pass n_heads (--heads N / the Heads field)")

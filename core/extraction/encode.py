@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import InputError
+from ..errors import InputError
 
 # A tokenizer without a real limit reports a huge sentinel as model_max_length.
 _NO_LIMIT = 1_000_000

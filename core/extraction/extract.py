@@ -15,13 +15,13 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from .custom_model import AttnScopeTransformer
-from .device import model_device
+from ..custom_model import AttnScopeTransformer
+from ..device import model_device
 from .encode import check_text, encode, max_positions
-from .errors import ExtractionError
+from ..errors import ExtractionError
 from .hf_extract import extract_hf, stack_layers
 from .module_extract import attention_modules, run_with_hooks
-from .result import AttentionResult
+from ..result import AttentionResult
 from .tokens import display_tokens
 
 

@@ -34,10 +34,10 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from .attention import MultiHeadAttention
-from .custom_model import AttnScopeTransformer
-from .device import model_device
-from .errors import ExtractionError, InputError
+from ..attention import MultiHeadAttention
+from ..custom_model import AttnScopeTransformer
+from ..device import model_device
+from ..errors import ExtractionError, InputError
 from .extract import eval_mode
 from .scratch import Scratch, buffer
 
@@ -45,7 +45,7 @@ STREAM_IMPLEMENTATION = "attnscope_stream"
 # Attention weights per chunk (heads × rows × keys): 8 M floats = 32 MB, about
 # 168 rows of a 12-head layer at 4096 tokens. Fewer rows make the two matmuls
 # slow (at 42 rows Q·Kᵀ and weights·V take 1.6× as long); the stream and its
-# metrics keep about five buffers this size (``core.scratch``), ~200 MB in all.
+# metrics keep about five buffers this size (``core.extraction.scratch``), ~200 MB in all.
 CHUNK_FLOATS = 1 << 23
 
 

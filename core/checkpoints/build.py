@@ -18,10 +18,10 @@ from safetensors.torch import save_file
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModel
 
 from .archive import ENV_MAX_TOTAL, Limits
-from .custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state
-from .errors import CheckpointError, ModelLoadError
-from .errors import first_line as _short
-from .loading import quiet_transformers
+from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state
+from ..errors import CheckpointError, ModelLoadError
+from ..errors import first_line as _short
+from .quiet import quiet_transformers
 
 MAX_LAYERS = 1000  # far above any real model; stops a config from building a million modules
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers")

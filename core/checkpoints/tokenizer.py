@@ -14,8 +14,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from .errors import first_line
-from .loading import DEMO_MODELS
+from ..errors import first_line
+from .registry import DEMO_MODELS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",

@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 
 from .archive import Limits, check_upload_size, extract_archive, is_archive, write_loose_files
-from .checkpoint_build import build_custom, build_hf, check_model_config
-from .checkpoint_tokenizer import choose_tokenizer, copy_tokenizer_files
-from .custom_model import CONFIG_NAME, MODEL_TYPE
-from .device import pick_device
-from .errors import CheckpointError
+from .build import build_custom, build_hf, check_model_config
+from .tokenizer import choose_tokenizer, copy_tokenizer_files
+from ..custom_model import CONFIG_NAME, MODEL_TYPE
+from ..device import pick_device
+from ..errors import CheckpointError
 from .infer_arch import infer_architecture
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 

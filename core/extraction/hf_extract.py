@@ -16,10 +16,10 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_MASKED_LM_MAPPING_NAMES,
 )
 
-from .device import model_device
+from ..device import model_device
 from .encode import encode, max_positions, special_flags
-from .errors import ExtractionError
-from .result import AttentionResult
+from ..errors import ExtractionError
+from ..result import AttentionResult
 from .tokens import display_tokens
 
 

@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 CHUNK = 1 << 20
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")

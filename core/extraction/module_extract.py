@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .errors import ExtractionError
+from ..errors import ExtractionError
 from .hf_extract import stack_layers
 
 _MHA_POSITIONAL = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
