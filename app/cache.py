@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 import core
-import diagnostics.patterns as patterns
-from diagnostics.metrics import head_metrics
+import diagnostics.classify.patterns as patterns
+from diagnostics.measure.metrics import head_metrics
 from app import plots
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)

@@ -73,8 +73,8 @@ def run_plain(model, ids):
 
 def run_naive(model, ids, causal):
     import torch
-    from diagnostics.metrics import head_metrics
-    from diagnostics.patterns import classify_metrics
+    from diagnostics.measure.metrics import head_metrics
+    from diagnostics.classify.patterns import classify_metrics
 
     model.set_attn_implementation("eager")
     with torch.inference_mode():

@@ -5,9 +5,9 @@ Pure Python/torch; never imports streamlit.
 
 from diagnostics.diagnose import diagnose
 from diagnostics.findings import Finding
-from diagnostics.metrics import HeadMetrics, MetricAccumulator, head_metrics
-from diagnostics.patterns import PATTERNS, HeadPattern, classify_head, classify_heads, classify_metrics
-from diagnostics.report import Report
+from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator, head_metrics
+from diagnostics.classify.patterns import PATTERNS, HeadPattern, classify_head, classify_heads, classify_metrics
+from diagnostics.reports.report import Report
 from diagnostics.streaming import StreamResult, stream_statistics, stream_token_statistics
 from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS
 

@@ -27,14 +27,14 @@ from core.extraction.encode import TRUNCATED, max_positions
 from core.errors import InputError
 from core.extraction.streaming import can_stream
 from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
-from diagnostics.metrics import HeadMetrics, head_metrics
-from diagnostics.patterns import classify_metrics
+from diagnostics.measure.metrics import HeadMetrics, head_metrics
+from diagnostics.classify.patterns import classify_metrics
 from diagnostics.probes import RANDOM_PROBES, as_probes, random_probe
-from diagnostics.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
-from diagnostics.report import HeadReport, Report
-from diagnostics.row_stats import OFFSETS
+from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
+from diagnostics.reports.report import HeadReport, Report
+from diagnostics.measure.row_stats import OFFSETS
 from diagnostics.streaming import stream_statistics
-from diagnostics.weight_checks import check_weights
+from diagnostics.weights.weight_checks import check_weights
 
 SCALAR_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance",
                   "sink_score", "sink2_score")

@@ -22,9 +22,9 @@ from core.extraction.hf_extract import is_causal_config
 from core.extraction.scratch import Scratch
 from core.extraction.streaming import stream_attention
 from core.extraction.tokens import display_tokens
-from diagnostics.metrics import HeadMetrics, MetricAccumulator
-from diagnostics.patterns import classify_metrics
-from diagnostics.redundancy import PairwiseJS
+from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator
+from diagnostics.classify.patterns import classify_metrics
+from diagnostics.measure.redundancy import PairwiseJS
 
 
 @dataclass
@@ -32,7 +32,7 @@ class StreamResult:
     """Per-head metrics ``[layers, heads]``, their pattern labels and the maps asked to be kept."""
 
     metrics: HeadMetrics  # every tensor [L, H] (column_mass [L, H, k]), on CPU
-    patterns: list  # [L][H] diagnostics.patterns.HeadPattern
+    patterns: list  # [L][H] diagnostics.classify.patterns.HeadPattern
     causal: bool
     tokens: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)

@@ -19,8 +19,8 @@ from transformers import BertConfig, BertModel  # noqa: E402
 import core  # noqa: E402
 from app import head_view, plots  # noqa: E402
 from app.head_detail import MODES  # noqa: E402,F401  (imports the page helpers the app uses)
-from diagnostics.metrics import head_metrics  # noqa: E402
-from diagnostics.patterns import classify_heads  # noqa: E402
+from diagnostics.measure.metrics import head_metrics  # noqa: E402
+from diagnostics.classify.patterns import classify_heads  # noqa: E402
 from tiny import wordpiece_tokenizer  # noqa: E402
 
 

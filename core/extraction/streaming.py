@@ -6,7 +6,7 @@ mask) for a few query rows at a time, multiplies that chunk by V for the
 layer's output (so rows come out as the eager path computes them, and the
 weights are computed once), hands the chunk ``[heads, rows, k]`` to the layer's
 *consumer* (anything with ``update(chunk, q_start, logits)``, e.g.
-``diagnostics.metrics.MetricAccumulator``) and drops it. Memory stays a few
+``diagnostics.measure.metrics.MetricAccumulator``) and drops it. Memory stays a few
 chunks above a plain forward pass; full maps are kept only for the ``(layer,
 head)`` pairs asked for. Causal layers skip the keys no row of a chunk can see.
 

@@ -11,9 +11,9 @@ from core import TINY_PRESETS, AttnScopeTransformer, ExtractionError, InputError
 from core.extraction.hf_extract import eager_attention
 from core.extraction.streaming import STREAM_IMPLEMENTATION, stream_attention
 from diagnostics.findings import attention_findings
-from diagnostics.metrics import HeadMetrics, head_metrics
-from diagnostics.patterns import classify_metrics
-from diagnostics.redundancy import js_distance
+from diagnostics.measure.metrics import HeadMetrics, head_metrics
+from diagnostics.classify.patterns import classify_metrics
+from diagnostics.measure.redundancy import js_distance
 from diagnostics.streaming import stream_statistics, stream_token_statistics
 
 TOL = 1e-5  # absolute, and relative for metrics counted in tokens (mean_distance ~ 100 at 200 tokens)

@@ -1,13 +1,13 @@
 """The classifier holds its macro-F1 on synthetic maps from seeds its thresholds were not tuned on.
 
-The thresholds in ``diagnostics.patterns`` were set on ``TUNING_SEEDS``; these
+The thresholds in ``diagnostics.classify.patterns`` were set on ``TUNING_SEEDS``; these
 maps come from ``HELDOUT_SEEDS``. Maps of 4-6 tokens are genuinely ambiguous (a
 weak sink on 4 keys looks like random peaks), so they get their own, lower floor;
 docs/classifier.md reports the full numbers.
 """
 
-from diagnostics.eval_classifier import evaluate_synthetic, macro_f1
-from diagnostics.synthetic import HELDOUT_SEEDS, TUNING_SEEDS
+from diagnostics.classify.eval_classifier import evaluate_synthetic, macro_f1
+from diagnostics.classify.synthetic import HELDOUT_SEEDS, TUNING_SEEDS
 
 FLOOR = 0.95  # the issue's target, from 8 tokens on
 TINY_FLOOR = 0.9  # everything from 4 tokens on

@@ -7,7 +7,7 @@ from diagnostics import FINDING_TEXTS, Finding
 from diagnostics.findings import (
     DIFFUSE_ENTROPY, attention_findings, head_names, make_finding, severity_for, sort_findings,
 )
-from diagnostics.redundancy import js_distance, redundant_pairs
+from diagnostics.measure.redundancy import js_distance, redundant_pairs
 
 
 def test_severity_scales_with_the_share_of_heads():

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from core.errors import InputError
-from diagnostics.metrics import MetricAccumulator, head_metrics
-from diagnostics.row_stats import OFFSETS
+from diagnostics.measure.metrics import MetricAccumulator, head_metrics
+from diagnostics.measure.row_stats import OFFSETS
 
 N = 8
 

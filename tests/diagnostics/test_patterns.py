@@ -6,9 +6,9 @@ import torch
 
 from core.errors import InputError
 from diagnostics import PATTERNS, HeadPattern, classify_head, classify_heads
-from diagnostics.metrics import head_metrics
-from diagnostics.patterns import classify_metrics, infer_causal
-from diagnostics.synthetic import make_map
+from diagnostics.measure.metrics import head_metrics
+from diagnostics.classify.patterns import classify_metrics, infer_causal
+from diagnostics.classify.synthetic import make_map
 
 
 def causal_uniform(n):

@@ -8,7 +8,7 @@ from torch import nn
 
 from broken_checkpoints import structured_bert
 from diagnostics import PATTERN_TEXTS, Report, diagnose
-from diagnostics.patterns import PATTERNS
+from diagnostics.classify.patterns import PATTERNS
 from diagnostics.probes import DEFAULT_PROBES
 import core
 from tiny import tiny_bart, tiny_gpt2, wordpiece_tokenizer

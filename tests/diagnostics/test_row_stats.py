@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from core.extraction.scratch import Scratch
-from diagnostics import row_stats
+from diagnostics.measure import row_stats
 
 
 def block_score_by_definition(row, p, valid):

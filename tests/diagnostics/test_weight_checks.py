@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 import core
-from diagnostics.head_weights import attention_weights
-from diagnostics.weight_checks import (
+from diagnostics.weights.head_weights import attention_weights
+from diagnostics.weights.weight_checks import (
     QK_SCALE_LARGE, QK_SCALE_SMALL, check_weights, layer_stats, weight_findings,
 )
 from tiny import tiny_bart, tiny_bert, tiny_gpt2, tiny_t5

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from diagnostics import row_stats
+from diagnostics.measure import row_stats
 from diagnostics.findings import make_finding
 
 # JS distance 0.1 = JS divergence 0.01 bits: e.g. two rows that split the same

@@ -4,7 +4,7 @@ The labels follow Kovaleva et al. 2019 ("Revealing the Dark Secrets of BERT",
 Sec. 3: vertical, diagonal, vertical+diagonal, block, heterogeneous) and Clark et
 al. 2019 ("What Does BERT Look At?": positional heads, heads on [CLS]/[SEP] and
 punctuation, broad heads). The decision is a short ordered list of rules on the
-metrics of ``diagnostics.metrics``, so it works from a map or from metrics that
+metrics of ``diagnostics.measure.metrics``, so it works from a map or from metrics that
 were accumulated chunk by chunk (``classify_metrics``):
 
 1. diagonal  best_offset_mass >= DIAGONAL_MIN   one offset carries most mass
@@ -14,7 +14,7 @@ were accumulated chunk by chunk (``classify_metrics``):
 5. sparse    otherwise                          a few content-dependent peaks
 
 Thresholds were set on the synthetic maps of ``TUNING_SEEDS`` (see
-``diagnostics.synthetic``) and checked on ``HELDOUT_SEEDS``; docs/classifier.md
+``diagnostics.classify.synthetic``) and checked on ``HELDOUT_SEEDS``; docs/classifier.md
 has the numbers.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from core.errors import InputError
-from diagnostics.metrics import HeadMetrics, head_metrics
+from diagnostics.measure.metrics import HeadMetrics, head_metrics
 
 PATTERNS = ("diagonal", "block", "diffuse", "sparse", "vertical")
 

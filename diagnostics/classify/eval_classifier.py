@@ -1,13 +1,13 @@
 """Measure the head classifier: macro-F1 and confusion matrix on labelled maps.
 
 Two sources of labelled maps:
-- held-out synthetic maps (``diagnostics.synthetic``, ``HELDOUT_SEEDS``: seeds the
+- held-out synthetic maps (``diagnostics.classify.synthetic``, ``HELDOUT_SEEDS``: seeds the
   thresholds were never tuned on);
 - hand-labelled heads of the demo models, listed in ``REAL_LABELS`` as
   ``[{"model", "text", "layer", "head", "label"}, ...]``; evaluated when that file
   and the models exist.
 
-Run: ``python -m diagnostics.eval_classifier [--seeds 1000 1001 1002] [--no-big]``
+Run: ``python -m diagnostics.classify.eval_classifier [--seeds 1000 1001 1002] [--no-big]``
 """
 
 import argparse
@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from diagnostics.metrics import head_metrics
-from diagnostics.patterns import PATTERNS, classify_metrics
-from diagnostics.synthetic import HELDOUT_SEEDS, make_dataset
+from diagnostics.measure.metrics import head_metrics
+from diagnostics.classify.patterns import PATTERNS, classify_metrics
+from diagnostics.classify.synthetic import HELDOUT_SEEDS, make_dataset
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REAL_LABELS = Path(__file__).resolve().parent / "data" / "real_labels.json"
 DEMO_MODELS = ROOT / "core" / "demo_models"
 
@@ -69,7 +69,7 @@ def evaluate_real(path=REAL_LABELS):
     """Confusion matrix over the hand-labelled demo-model heads, or None when unavailable."""
     if not path.exists():
         return None
-    from diagnostics.real_maps import load_head_maps  # needs transformers and the demo models
+    from diagnostics.classify.real_maps import load_head_maps  # needs transformers and the demo models
 
     entries = json.loads(path.read_text())
     maps = load_head_maps(entries, DEMO_MODELS)

@@ -22,8 +22,8 @@ tokens x_i, x_j is ``scale · x_iᵀ A Bᵀ x_j``; the head's output is ``W_O,h 
 import torch
 
 from diagnostics.findings import make_finding, note
-from diagnostics.head_weights import attention_weights
-from diagnostics.redundancy import pairs_finding
+from diagnostics.weights.head_weights import attention_weights
+from diagnostics.measure.redundancy import pairs_finding
 
 # 50x below the usual init: the scores are ~0 and every row near uniform.
 QK_SCALE_SMALL = 0.01

@@ -91,9 +91,9 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     def to_markdown(self):
-        from diagnostics.markdown_report import render_markdown
+        from diagnostics.reports.markdown_report import render_markdown
         return render_markdown(self)
 
     def to_html(self):
-        from diagnostics.html_report import render_html
+        from diagnostics.reports.html_report import render_html
         return render_html(self)

@@ -45,8 +45,8 @@ import torch
 
 from core.errors import InputError
 from core.extraction.scratch import Scratch
-from diagnostics import row_stats
-from diagnostics.row_stats import OFFSETS
+from diagnostics.measure import row_stats
+from diagnostics.measure.row_stats import OFFSETS
 
 # A key (or a diagonal) counts by the mass it gets from *most* queries: its mass
 # is divided by at least half of all (weighted) queries. Without this floor the

@@ -1,0 +1,1 @@
+"""Numbers → labels: the head pattern classifier, its synthetic and hand-labelled evaluation sets."""

@@ -1,0 +1,1 @@
+"""Attention maps → numbers: row statistics, per-head metrics (accumulated chunk by chunk), head distances."""

@@ -1,0 +1,1 @@
+"""``Report`` (the result of ``diagnose``) and its JSON, Markdown and HTML renderings."""
