@@ -12,10 +12,10 @@ links; click a head's swatch to show or hide it.
 from __future__ import annotations
 
 import html
-import json
 
 import torch
 
+from app.plain import json_for_html
 from core.views import top_links
 
 HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -103,7 +103,7 @@ def head_view_html(attentions: torch.Tensor, queries: list[str], keys: list[str]
     data = head_view_data(attentions, queries, keys, layer, head)
     limit = "every key" if data["top_k"] >= len(keys) else f"the {data['top_k']} strongest keys"
     caption = html.escape(f"Layer {layer}; lines show {limit} of each query (weight ≥ {MIN_WEIGHT}). Heads:")
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    payload = json_for_html(data)  # tokens are data: no "</script>" or "<!--" can end the script
     return _PAGE.format(caption=caption, data=payload, script=_SCRIPT)
 
 

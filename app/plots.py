@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 import torch
 from PIL import Image
 
+from app.plain import for_plotly
 from core.views import pool_map
 from diagnostics.texts import PATTERN_TEXTS
 
@@ -121,10 +122,13 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int], selected: tu
 
 
 def _axis_labels(tokens: list[str], block: int) -> list[str]:
-    """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled."""
+    """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled.
+
+    Tokens are escaped: plotly renders tags and entities in labels and hover text.
+    """
     if block == 1:
-        return [f"{i} {t}" for i, t in enumerate(tokens)]
-    return [f"{i}–{min(i + block, len(tokens)) - 1} {tokens[i]}…" for i in range(0, len(tokens), block)]
+        return [f"{i} {for_plotly(t)}" for i, t in enumerate(tokens)]
+    return [f"{i}–{min(i + block, len(tokens)) - 1} {for_plotly(tokens[i])}…" for i in range(0, len(tokens), block)]
 
 
 def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], log_scale: bool = False,
@@ -144,7 +148,7 @@ def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], l
     fig.update_xaxes(type="category", title="key", tickangle=-60)
     fig.update_yaxes(type="category", title="query", autorange="reversed")
     side = min(900, 220 + 14 * len(heat["y"]))
-    fig.update_layout(title=title, height=side, margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_layout(title=for_plotly(title), height=side, margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
 

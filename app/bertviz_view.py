@@ -1,0 +1,109 @@
+"""BertViz's model view (Vig 2019), offline and bounded in size.
+
+The picture and its JavaScript are bertviz's own (``bertviz/model_view.js`` of
+the installed package: a thumbnail per layer × head, click one to enlarge it).
+What changes is how the page is put together:
+
+- bertviz loads require.js, d3 and jQuery from a CDN. Here they come from the
+  app's static files (``app/static/js``, copied from their npm packages; see
+  ``app/static/README.md``), linked in the app and inlined in the export, so
+  neither makes a request outside the machine.
+- bertviz sends every weight of every head as JSON (1.7 GB at 512 tokens on a
+  12 × 12 model). Here weights are rounded to ``DECIMALS`` places (a line of
+  weight < 0.005 is invisible anyway) and only the chosen layers and heads are
+  sent, as many as fit in ``MAX_BYTES``; the page says what was left out.
+- bertviz writes its data into the page with ``json.dumps``; a token
+  ``</script>`` would end the script. Here the JSON goes through
+  ``app.plain.json_for_html``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+import torch
+
+from app.plain import json_for_html
+
+STATIC_JS = Path(__file__).parent / "static" / "js"
+SCRIPTS = ("d3-5.7.0.min.js", "jquery-2.2.4.min.js", "require-2.3.6.js")  # d3/jQuery first: globals, not modules
+STATIC_URL = "app/static/js"  # where streamlit serves app/static (server.enableStaticServing)
+MAX_BYTES = 5 * 10**6  # the page, scripts excluded (the app links them; they are 0.41 MB)
+DECIMALS = 2
+_ZERO = re.compile(r"(?<=[\[,])0\.0(?=[,\]])")  # "0.0" → "0": most weights of a long input round to zero
+# bertviz's model_view.js starts with a require.config pointing at the CDN; the modules are defined locally instead.
+_CDN_CONFIG = re.compile(r"require\.config\(\{.*?\}\);", re.DOTALL)
+_LOCAL_MODULES = "define('d3', [], function () { return d3; }); define('jquery', [], function () { return jQuery; });"
+
+
+@dataclass
+class ModelViewPage:
+    html: str  # the page (scripts linked or inlined)
+    layers: list[int]  # the layers it holds
+    heads: list[int]  # the heads of each layer it holds
+    data_bytes: int  # size of the attention data in the page
+    note: str  # what was left out to stay within MAX_BYTES, or ""
+
+
+def _map_json(weights: torch.Tensor) -> str:
+    """One ``(q, k)`` map as compact JSON, ``DECIMALS`` places."""
+    rounded = torch.round(weights.double() * 10**DECIMALS) / 10**DECIMALS  # (q, k) float64: "0.01", not "0.0099…"
+    text = str(rounded.tolist()).replace(" ", "")
+    return _ZERO.sub("0", text)
+
+
+def _bounded(attentions: torch.Tensor, layers: list[int], heads: list[int], budget: int):
+    """The layer rows (each a list of head-map JSON) that fit in ``budget`` bytes: whole layers, then heads."""
+    rows, used = [], 0
+    for layer in layers:
+        row = []
+        for head in heads:
+            text = _map_json(attentions[layer, head])  # (q, k)
+            if used + len(text) > budget and (rows or row):  # the first map is always sent
+                return rows or [row], used
+            row.append(text)
+            used += len(text) + 1
+        rows.append(row)
+    return rows, used
+
+
+def _script(inline: bool) -> str:
+    if inline:
+        return "".join(f"<script>{(STATIC_JS / name).read_text()}</script>\n" for name in SCRIPTS)
+    return "".join(f'<script src="/{STATIC_URL}/{name}"></script>\n' for name in SCRIPTS)
+
+
+def _bertviz_js(params: str) -> str:
+    source = (files("bertviz") / "model_view.js").read_text()
+    return _CDN_CONFIG.sub(_LOCAL_MODULES, source, count=1).replace("PYTHON_PARAMS", params, 1)  # once: a comment names it too
+
+
+def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str], layers: list[int],
+                    heads: list[int], title: str = "", inline: bool = False) -> ModelViewPage:
+    """BertViz's model view of ``layers`` × ``heads`` of ``attentions`` ``[layers, heads, q, k]``.
+
+    ``inline`` puts the scripts in the page (a standalone file); otherwise it links the app's static copies.
+    """
+    rows, used = _bounded(attentions, layers, heads, MAX_BYTES)
+    kept_layers, kept_heads = layers[:len(rows)], heads[:len(rows[-1])]  # a partial row only when alone
+    note = ""
+    if (kept_layers, kept_heads) != (layers, heads):
+        note = (f"At {len(keys)} tokens only {len(kept_layers)} layer(s) × {len(kept_heads)} head(s) fit in "
+                f"{MAX_BYTES / 1e6:g} MB; choose fewer layers or heads to see the others.")
+    attn = "[" + ",".join("[" + ",".join(row) + "]" for row in rows) + "]"
+    meta = json_for_html({"attention": [{"name": None, "attn": "ATTN", "left_text": queries, "right_text": keys}],
+                          "default_filter": "0", "display_mode": "light", "root_div_id": "bertviz",
+                          "include_layers": kept_layers, "include_heads": kept_heads,
+                          "total_heads": int(attentions.shape[1])})
+    params = meta.replace('"ATTN"', attn, 1)  # numbers only: nothing to escape
+    heading = html.escape(title)
+    page = ("<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>{heading or 'BertViz model view'}</title></head><body style='margin:4px'>"
+            "<div id='bertviz' style=\"font-family:'Helvetica Neue', Helvetica, Arial, sans-serif;\">"
+            "<div id='vis'></div></div>\n"
+            f"{_script(inline)}<script>{_bertviz_js(params)}</script></body></html>")
+    return ModelViewPage(page, kept_layers, kept_heads, used, note)

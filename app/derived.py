@@ -1,0 +1,40 @@
+"""Arrays and pages derived from a cached attention result, cached per session-independent key.
+
+A head switch or a view switch recomputes only what it shows: each function is
+``st.cache_data`` keyed by the result id (the result itself, ``_result``, is
+not hashed), so a rollout, a head view page or a hidden-special-tokens map is
+computed once per result and reused by every later rerun and every session.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+
+import core
+from app.head_view import head_view_html
+from core import views
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: bool, _result: core.AttentionResult):
+    """``(weights (q, k), queries, keys, hidden special tokens)`` of one view of one layer."""
+    if mode == "average":
+        weights = views.head_average(_result.attentions[layer:layer + 1])[0]  # (q, k)
+    elif mode == "rollout":
+        weights = views.attention_rollout(_result.attentions[:layer + 1])[-1]  # (t, t)
+    else:
+        weights = _result.attentions[layer, head]  # (q, k)
+    queries, keys, hidden = list(_result.tokens), list(_result.keys), []
+    if hide_special:
+        hidden = {t for t, s in zip(_result.tokens, _result.special) if s}
+        hidden = sorted(hidden | {t for t, s in zip(_result.keys, _result.keys_special) if s})
+        weights, kept_q, kept_k = views.hide_positions(weights, _result.special, _result.keys_special)
+        queries, keys = [queries[i] for i in kept_q], [keys[i] for i in kept_k]
+    return weights.contiguous(), queries, keys, hidden
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def head_view_page(result_id: str, layer: int, head: int, _result: core.AttentionResult) -> str:
+    """The offline head view of ``layer`` with ``head`` shown first (``app.head_view``)."""
+    return head_view_html(_result.attentions, list(_result.tokens), list(_result.keys), layer, head)
