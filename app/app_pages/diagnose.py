@@ -4,6 +4,7 @@ import streamlit as st
 
 import core
 from app import errors, report_view
+from app.names import display_name, upload_name
 from diagnostics.diagnose import diagnose
 
 
@@ -19,9 +20,9 @@ def source_ui():
             accept_multiple_files=True, key="diag_upload")
         st.caption(f"Limits: {limit_mb:,} MB per upload (server.maxUploadSize in .streamlit/config.toml), "
                    f"{unpacked:g} GB unpacked. Python files in an upload are never run.")
-        return ([(f.name, f.getvalue()) for f in files], ", ".join(f.name for f in files)) if files else None
+        return ([(f.name, f.getvalue()) for f in files], upload_name([f.name for f in files])) if files else None
     path = st.text_input("Model folder, archive or weights file", key="diag_path", placeholder="/models/my-bert")
-    return (path.strip(), path.strip()) if path.strip() else None
+    return (path.strip(), display_name(path)) if path.strip() else None
 
 
 def options_ui():
@@ -39,7 +40,9 @@ def run(inputs, name, texts, n_heads) -> None:
     try:
         checkpoint = core.load_checkpoint(inputs, n_heads=n_heads)
         progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
-        st.session_state.report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)
+        report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)
+        report.model["name"] = name  # the upload's file or the folder's name, never the server's temp path
+        st.session_state.report = report
         st.session_state.report_notes = checkpoint.notes
         st.session_state.report_name = name
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page
