@@ -8,7 +8,8 @@ import core
 from app.bertviz_view import MAX_BYTES, model_view_page
 from app.names import file_stem
 
-FRAME_PX = 720
+FRAME_PX = 280  # frame height per layer shown (bertviz draws one row of thumbnails per layer)
+MAX_FRAME_PX = 900
 
 
 @st.cache_data(max_entries=16, show_spinner="Drawing the BertViz model view…")
@@ -34,7 +35,7 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
                f"Weights rounded to 0.01; the view holds at most {MAX_BYTES / 1e6:g} MB of weights.")
     if page.note:
         st.info(page.note)
-    st.iframe(page.html, height=FRAME_PX)
+    st.iframe(page.html, height=min(MAX_FRAME_PX, 60 + FRAME_PX * len(page.layers)))
     name = file_stem(model, "bertviz-model-view", "layers", "-".join(map(str, page.layers)))
     st.download_button("Save this view (standalone HTML)",
                        lambda: _page(result_id, tuple(page.layers), tuple(page.heads),
