@@ -1,14 +1,105 @@
-"""Driving the Streamlit app in Playwright: wait for idle, retry lost clicks, download, upload, screenshots."""
+"""Driving the Streamlit app in Playwright: start it, open pages that refuse outside requests, wait for idle,
+retry lost clicks, download, upload, screenshots."""
 
+import os
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
+LOCAL_HOSTS = {"localhost", "127.0.0.1"}
+WAIT_MS = 30_000
+VIEWPORT = {"width": 1280, "height": 800}  # the "first five minutes" screen: the first heatmap must be in view
 TOKEN_LABELS = '.st-key-inspect_heatmap .ytick text'
 TOKENS_CHANGED = f"""before => {{
     const now = [...document.querySelectorAll('{TOKEN_LABELS}')].map(e => e.textContent);
     return now.length > 0 && now.join('|') !== before.join('|');
 }}"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(log_name: str = "streamlit.log", allowed: Path | None = None):
+    """``(url, process)`` of ``streamlit run app/streamlit_app.py`` on a free port, once healthy.
+
+    ``allowed`` is one more folder the app may read models from (the tests' temp folder), besides the
+    repository and the home folder.
+    """
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if allowed is not None:
+        roots = [str(ROOT), str(Path.home()), str(allowed)]
+        env["ATTNSCOPE_ALLOWED_ROOTS"] = ":".join(roots + [r for r in [os.environ.get("ATTNSCOPE_ALLOWED_ROOTS")] if r])
+    cmd = [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
+           "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]  # other edits must not reload modules mid-test
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / log_name, "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc.log = log
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc)
+    except Exception:
+        stop_app(proc)
+        raise
+    return url, proc
+
+
+def stop_app(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    proc.log.close()
+
+
+def _wait_healthy(url: str, proc, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}; see test-artifacts/")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("streamlit did not become healthy in time")
+
+
+def open_page(browser, url: str, viewport: dict = VIEWPORT):
+    """A new context's page on ``url`` whose outside requests are aborted and listed in ``page.blocked``."""
+    context = browser.new_context(viewport=viewport)
+    pg = context.new_page()
+    pg.blocked = []
+
+    def route(r):
+        if urlparse(r.request.url).hostname in LOCAL_HOSTS or r.request.url.startswith(("data:", "blob:")):
+            r.continue_()
+        else:
+            pg.blocked.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    pg.set_default_timeout(WAIT_MS)
+    pg.goto(url)
+    return pg
+
+
+def assert_no_outside_requests(pg) -> None:
+    assert not pg.blocked, f"the page asked for something outside the machine: {pg.blocked[:5]}"
 
 
 def shot(pg, name: str, full_page: bool = True) -> None:
