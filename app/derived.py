@@ -12,8 +12,10 @@ import streamlit as st
 
 
 import core
-from app.head_view import head_view_html
+import diagnostics.classify.patterns as patterns
+from app.head_view import head_view_data, head_view_page
 from core import views
+from diagnostics.measure.metrics import head_metrics
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -34,7 +36,25 @@ def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: boo
     return weights.contiguous(), queries, keys, hidden
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def head_view_page(result_id: str, layer: int, head: int, _result: core.AttentionResult) -> str:
-    """The offline head view of ``layer`` with ``head`` shown first (``app.head_view``)."""
-    return head_view_html(_result.attentions, list(_result.tokens), list(_result.keys), layer, head)
+@st.cache_data(max_entries=32, show_spinner=False)
+def _head_view_links(result_id: str, layer: int, _result: core.AttentionResult) -> dict:
+    return head_view_data(_result.attentions, list(_result.tokens), list(_result.keys), layer, 0)
+
+
+def head_view(result_id: str, layer: int, head: int, result: core.AttentionResult) -> str:
+    """The offline head view of ``layer`` with ``head`` selected; the links of a layer are computed once."""
+    return head_view_page(_head_view_links(result_id, layer, result), layer, head)
+
+
+@st.cache_data(max_entries=16, show_spinner="Measuring every head…")
+def head_table(result_id: str, _result: core.AttentionResult):
+    """``(patterns [layers][heads], metrics [layers][heads] of dicts)`` of every head, measured in one pass.
+
+    None when the maps cannot be measured (more queries than keys: cross-attention).
+    """
+    attn = _result.attentions  # (L, H, q, k)
+    if attn.shape[-2] > attn.shape[-1]:
+        return None
+    m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
+    scalars = [[m[layer, head].scalars() for head in range(attn.shape[1])] for layer in range(attn.shape[0])]
+    return patterns.classify_metrics(m), scalars

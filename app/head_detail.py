@@ -132,7 +132,7 @@ def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:
 
 
 def head_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int) -> None:
-    page = derived.head_view_page(result_id, layer, head, result)
+    page = derived.head_view(result_id, layer, head, result)
     st.iframe(page, height=frame_height(result.tokens, result.keys))
 
 

@@ -100,7 +100,13 @@ def head_view_data(attentions: torch.Tensor, queries: list[str], keys: list[str]
 
 def head_view_html(attentions: torch.Tensor, queries: list[str], keys: list[str], layer: int, head: int) -> str:
     """A self-contained HTML page (no external requests) showing the heads of ``layer``."""
-    data = head_view_data(attentions, queries, keys, layer, head)
+    return head_view_page(head_view_data(attentions, queries, keys, layer, head), layer, head)
+
+
+def head_view_page(data: dict, layer: int, head: int) -> str:
+    """The page of ``head_view_data`` (of any selected head) with ``head`` selected: no recomputation."""
+    data = {**data, "selected": head}
+    keys = data["keys"]
     limit = "every key" if data["top_k"] >= len(keys) else f"the {data['top_k']} strongest keys"
     caption = html.escape(f"Layer {layer}; lines show {limit} of each query (weight ≥ {MIN_WEIGHT}). Heads:")
     payload = json_for_html(data)  # tokens are data: no "</script>" or "<!--" can end the script

@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9.-]+")
 MAX_STEM = 80  # characters of an export's file name before its extension
+GENERIC_FOLDERS = {"model", "models", "checkpoint", "weights"}  # named with their parent: "all_minilm/model"
 
 
 def is_path(source: str) -> bool:
@@ -27,6 +28,8 @@ def display_name(source: str) -> str:
     if not is_path(source):
         return source or "model"
     parts = [p for p in PurePosixPath(source.replace("\\", "/")).parts if p not in ("/", "~", ".", "..")]
+    if len(parts) > 1 and parts[-1].lower() in GENERIC_FOLDERS and not parts[-2].startswith("attnscope-upload"):
+        return "/".join(parts[-2:])
     return parts[-1] if parts else "model"
 
 

@@ -9,7 +9,7 @@ a head or view switch reruns only it, and every array it draws is cached
 import streamlit as st
 
 import core
-from app import bertviz_ui, cache, errors, head_detail, plots
+from app import bertviz_ui, cache, derived, errors, head_detail, plots
 from app.names import display_name
 
 EXAMPLE = "The cat sat on the mat because it was tired."
@@ -102,6 +102,15 @@ def overview_ui(result_id: str, result: core.AttentionResult, patterns) -> None:
                     selection_mode="points", config={"displayModeBar": False})
 
 
+def head_summary(result_id: str, result: core.AttentionResult, layer: int, head: int):
+    """``(metrics, pattern)`` of one head: from the every-head table once the overview has made it."""
+    table = derived.head_table(result_id, result) if st.session_state.get("table_for") == result_id else None
+    if table is None:  # the first heatmap does not wait for every head to be measured
+        return cache.head_summary(result_id, layer, head, result)
+    patterns, metrics = table
+    return metrics[layer][head], patterns[layer][head]
+
+
 @st.fragment
 def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> None:
     """Layer, head and view pickers, the map and what describes it; a change here reruns only this."""
@@ -109,7 +118,7 @@ def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> Non
     options = head_detail.options_ui("inspect_", result, cols[2:])
     view = head_detail.build_view(result_id, result, layer, head, options, model)
     st.subheader(view.heading)
-    metrics, pattern = cache.head_summary(result_id, layer, head, result) if view.mode == "head" else ({}, None)
+    metrics, pattern = head_summary(result_id, result, layer, head) if view.mode == "head" else ({}, None)
     map_col, about_col = st.columns([3, 2])
     with map_col:
         head_detail.heatmap_ui("inspect_", view, options["log_scale"])
@@ -136,7 +145,9 @@ def results_ui(full: core.AttentionResult) -> None:
     part, result = part_ui(full)
     result_id = f"{tuple(st.session_state.inputs.values())}/{part}"
     explorer_ui(result_id, result, display_name(st.session_state.inputs["source"]))
-    overview_ui(result_id, result, cache.head_patterns(result_id, result))
+    table = derived.head_table(result_id, result)
+    st.session_state.table_for = result_id
+    overview_ui(result_id, result, table and table[0])
 
 
 st.title("Inspect attention")

