@@ -5,8 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 import core
-from app.bertviz_view import MAX_BYTES, model_view_page
+from app import cache
+from app.bertviz_view import MAX_BYTES, model_view_page, neuron_view_page
 from app.names import file_stem
+from core.extraction.query_key import query_key_vectors, supports_neuron_view
 
 FRAME_PX = 280  # frame height per layer shown (bertviz draws one row of thumbnails per layer)
 MAX_FRAME_PX = 900
@@ -41,3 +43,32 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
                        lambda: _page(result_id, tuple(page.layers), tuple(page.heads),
                                      f"{model}: BertViz model view", True, result).html,
                        file_name=f"{name}.html", mime="text/html", key=f"{prefix}bv_export", on_click="ignore")
+
+
+@st.cache_data(max_entries=16, show_spinner="Reading the query and key vectors…")
+def _neuron_page(result_id: str, source: str, layer: int, head: int, title: str, inline: bool,
+                 _result: core.AttentionResult) -> str:
+    loaded = cache.load_model(source)
+    with loaded.lock:
+        queries, keys = query_key_vectors(loaded.model, _result.token_ids, layer, head)  # (t, d) each
+    return neuron_view_page(_result.attentions[layer, head], queries, keys, list(_result.tokens),
+                            list(_result.keys), _result.causal, title, inline)
+
+
+def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int, model: str,
+                   source: str) -> None:
+    """The selected head's query and key vectors meeting (BERT-family models only)."""
+    loaded = cache.load_model(source)
+    if result.encoder is not None or not supports_neuron_view(loaded.model):
+        st.info("BertViz's neuron view needs BERT-style query and key layers whose dot product is the score "
+                "(BERT, RoBERTa, ELECTRA, MiniLM); this model's attention is computed differently.")
+        return
+    title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
+    st.caption(f"BertViz neuron view of layer {layer}, head {head}: hover a query token to see its query vector "
+               "meet every key vector (elementwise product, dot product, softmax).")
+    st.iframe(_neuron_page(result_id, source, layer, head, title, False, result),
+              height=min(900, 120 + 26 * len(result.tokens)))
+    name = file_stem(model, "bertviz-neuron-view", f"layer-{layer}", f"head-{head}")
+    st.download_button("Save this view (standalone HTML)",
+                       lambda: _neuron_page(result_id, source, layer, head, title, True, result),
+                       file_name=f"{name}.html", mime="text/html", key=f"{prefix}nv_export", on_click="ignore")

@@ -77,9 +77,11 @@ def _script(inline: bool) -> str:
     return "".join(f'<script src="/{STATIC_URL}/{name}"></script>\n' for name in SCRIPTS)
 
 
-def _bertviz_js(params: str) -> str:
-    source = (files("bertviz") / "model_view.js").read_text()
-    return _CDN_CONFIG.sub(_LOCAL_MODULES, source, count=1).replace("PYTHON_PARAMS", params, 1)  # once: a comment names it too
+def _bertviz_js(params: str, view: str = "model_view") -> str:
+    source = _CDN_CONFIG.sub(_LOCAL_MODULES, (files("bertviz") / f"{view}.js").read_text(), count=1)
+    if view == "neuron_view":  # it reads window.bertviz_params
+        return f"window.bertviz_params = {params};\n{source}"
+    return source.replace("PYTHON_PARAMS", params, 1)  # once: a comment names it too
 
 
 def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str], layers: list[int],
@@ -107,3 +109,24 @@ def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str
             "<div id='vis'></div></div>\n"
             f"{_script(inline)}<script>{_bertviz_js(params)}</script></body></html>")
     return ModelViewPage(page, kept_layers, kept_heads, used, note)
+
+
+def neuron_view_page(weights: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, query_tokens: list[str],
+                     key_tokens: list[str], causal: bool, title: str = "", inline: bool = False) -> str:
+    """BertViz's neuron view of one head: ``weights (q, k)``, ``queries (q, d)``, ``keys (k, d)``.
+
+    One head only (the app picks the layer and head), so bertviz's own layer and head menus are hidden.
+    """
+    vectors = [_map_json(torch.round(v.double() * 1000) / 1000) for v in (queries, keys)]  # (t, d) each
+    data = {"all": {"attn": "ATTN", "queries": "QUERIES", "keys": "KEYS", "left_text": query_tokens,
+                    "right_text": key_tokens}}
+    meta = json_for_html({"attention": data, "default_filter": "all", "root_div_id": "bertviz",
+                          "bidirectional": not causal, "display_mode": "light", "layer": 0, "head": 0})
+    params = (meta.replace('"ATTN"', f"[[{_map_json(weights)}]]", 1).replace('"QUERIES"', f"[[{vectors[0]}]]", 1)
+              .replace('"KEYS"', f"[[{vectors[1]}]]", 1))  # numbers only: nothing to escape
+    return ("<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title) or 'BertViz neuron view'}</title></head><body style='margin:4px'>"
+            "<div id='bertviz' style=\"font-family:'Helvetica Neue', Helvetica, Arial, sans-serif;\">"
+            "<span style='display:none'><select id='layer'></select><select id='att_head'></select></span>"
+            f"<div id='vis'></div></div>\n{_script(inline)}<script>{_bertviz_js(params, 'neuron_view')}</script>"
+            "</body></html>")

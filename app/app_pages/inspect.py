@@ -17,7 +17,7 @@ MODEL_KINDS = ("Demo model", "Hugging Face id", "Local folder")
 MAX_CHARS = 5000  # about 1,000 tokens; models truncate to their own limit and say so
 INTRO = ("Run a model on a sentence and see where every attention head looks: click a head in the overview, "
          "switch views, and export any map.")
-EXTRA_VIEWS = ("Head view", "BertViz model view", "None")
+EXTRA_VIEWS = ("Head view", "BertViz model view", "BertViz neuron view", "None")
 
 
 def inputs_ui() -> None:
@@ -137,6 +137,9 @@ def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, hea
         head_detail.head_view_ui("inspect_", result_id, result, layer, head)
     elif shown == "BertViz model view":
         bertviz_ui.model_view_ui("inspect_", result_id, result, layer, head, model)
+    elif shown == "BertViz neuron view":
+        bertviz_ui.neuron_view_ui("inspect_", result_id, result, layer, head, model,
+                                  st.session_state.inputs["source"])
 
 
 def results_ui(full: core.AttentionResult) -> None:

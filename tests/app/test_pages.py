@@ -53,6 +53,9 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
     assert not at.exception and not _errors(at)
     frame = at.get("iframe")[0].proto.srcdoc
     assert "/app/static/js/d3-5.7.0.min.js" in frame and "cdnjs" not in frame
+    at.segmented_control(key="inspect_extra_view").set_value("BertViz neuron view").run()
+    assert not at.exception and not _errors(at)
+    assert "bertviz_params" in at.get("iframe")[0].proto.srcdoc and "cdnjs" not in at.get("iframe")[0].proto.srcdoc
     assert {b.label for b in at.download_button} == {"PNG", "SVG", "CSV", "NPZ", "JSON",
                                                      "Save this view (standalone HTML)"}
 
