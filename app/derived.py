@@ -1,9 +1,11 @@
 """Arrays and pages derived from a cached attention result, cached per session-independent key.
 
 A head switch or a view switch recomputes only what it shows: each function is
-``st.cache_data`` keyed by the result id (the result itself, ``_result``, is
-not hashed), so a rollout, a head view page or a hidden-special-tokens map is
-computed once per result and reused by every later rerun and every session.
+cached by the result id (the result itself, ``_result``, is not hashed), so a
+rollout, every head's metrics or a layer's head-view links are computed once
+per result and reused by every later rerun and every session. Small arrays go
+through ``st.cache_data``; the every-head table and the head-view links, read
+on every rerun and never mutated, through ``st.cache_resource`` (no copy).
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: boo
         hidden = sorted(hidden | {t for t, s in zip(_result.keys, _result.keys_special) if s})
         weights, kept_q, kept_k = views.hide_positions(weights, _result.special, _result.keys_special)
         queries, keys = [queries[i] for i in kept_q], [keys[i] for i in kept_k]
-    return weights.contiguous(), queries, keys, hidden
+    return weights.clone(), queries, keys, hidden  # a copy: a view would pickle the whole result's storage
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+@st.cache_resource(max_entries=32, show_spinner=False)  # read-only: no copy per rerun
 def _head_view_links(result_id: str, layer: int, _result: core.AttentionResult) -> dict:
     return head_view_data(_result.attentions, list(_result.tokens), list(_result.keys), layer, 0)
 
@@ -46,7 +48,7 @@ def head_view(result_id: str, layer: int, head: int, result: core.AttentionResul
     return head_view_page(_head_view_links(result_id, layer, result), layer, head)
 
 
-@st.cache_data(max_entries=16, show_spinner="Measuring every head…")
+@st.cache_resource(max_entries=8, show_spinner="Measuring every head…")  # read-only: no copy per rerun
 def head_table(result_id: str, _result: core.AttentionResult):
     """``(patterns [layers][heads], metrics [layers][heads] of dicts)`` of every head, measured in one pass.
 

@@ -37,14 +37,18 @@ function el(tag, attrs, text) {
   svg.appendChild(e); return e;
 }
 const lines = [];
-D.heads.forEach((h, hi) => {
+function drawHead(hi) {  // a head's lines are made when it is first shown: 12 heads x 512 tokens is 49k lines
+  const h = D.heads[hi];
+  if (h.drawn) return;
+  h.drawn = true;
   for (let i = 0; i < h.q.length; i++) {
     const l = el('line', {x1: X0 + 5, y1: 25 + R * h.q[i], x2: X1 - 5, y2: 25 + R * h.k[i], stroke: h.color,
                           'stroke-width': 1 + 3 * h.w[i], 'stroke-opacity': h.w[i], class: 'link'});
     lines.push({el: l, head: hi, q: h.q[i], k: h.k[i]});
   }
-});
+}
 function draw(focus) {
+  shown.forEach(drawHead);
   for (const l of lines) {
     const on = shown.has(l.head) && (!focus || (focus.side === 'q' ? l.q === focus.i : l.k === focus.i));
     l.el.style.display = on ? '' : 'none';
