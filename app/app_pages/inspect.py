@@ -18,6 +18,8 @@ MAX_CHARS = 5000  # about 1,000 tokens; models truncate to their own limit and s
 INTRO = ("Run a model on a sentence and see where every attention head looks: click a head in the overview, "
          "switch views, and export any map.")
 EXTRA_VIEWS = ("Head view", "BertViz model view", "BertViz neuron view", "None")
+HEAD_VIEW_FIRST_UP_TO = 128  # tokens; a longer input opens with no extra view: a 512-row head view is hard to
+# read in its frame, and redrawing it doubled the head-switch time with 4 sessions (docs/app.md)
 
 
 def inputs_ui() -> None:
@@ -132,7 +134,8 @@ def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> Non
 
 def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, head: int, model: str) -> None:
     """One more picture of the layer, drawn only when chosen (each is a page of its own)."""
-    shown = st.segmented_control("More views", EXTRA_VIEWS, default=EXTRA_VIEWS[0], key="inspect_extra_view")
+    default = EXTRA_VIEWS[0] if len(result.tokens) <= HEAD_VIEW_FIRST_UP_TO else "None"
+    shown = st.segmented_control("More views", EXTRA_VIEWS, default=default, key="inspect_extra_view")
     if shown == "Head view":
         head_detail.head_view_ui("inspect_", result_id, result, layer, head)
     elif shown == "BertViz model view":
