@@ -34,7 +34,7 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
     layers, heads = tuple(sorted(layers)), tuple(sorted(heads))
     page = _page(result_id, layers, heads, f"{model}: BertViz model view", False, result)
     st.caption("BertViz (Vig 2019): one thumbnail per layer × head; click a thumbnail to enlarge it. "
-               f"Weights rounded to 0.01; the view holds at most {MAX_BYTES / 1e6:g} MB of weights.")
+               f"Weights rounded to whole percent; the view holds at most {MAX_BYTES / 1e6:g} MB of weights.")
     if page.note:
         st.info(page.note)
     st.iframe(page.html, height=min(MAX_FRAME_PX, 60 + FRAME_PX * len(page.layers)))

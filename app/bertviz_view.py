@@ -9,9 +9,11 @@ What changes is how the page is put together:
   ``app/static/README.md``), linked in the app and inlined in the export, so
   neither makes a request outside the machine.
 - bertviz sends every weight of every head as JSON (1.7 GB at 512 tokens on a
-  12 × 12 model). Here weights are rounded to ``DECIMALS`` places (a line of
-  weight < 0.005 is invisible anyway) and only the chosen layers and heads are
-  sent, as many as fit in ``MAX_BYTES``; the page says what was left out.
+  12 × 12 model). Here each row travels as its non-zero weights in whole
+  percent, ``[key, percent, key, percent, …]`` (a line of weight < 0.005 is
+  invisible anyway), rebuilt into bertviz's dense arrays in the page; and only
+  the chosen layers and heads are sent, as many as fit in ``MAX_BYTES``; the
+  page says what was left out.
 - bertviz writes its data into the page with ``json.dumps``; a token
   ``</script>`` would end the script. Here the JSON goes through
   ``app.plain.json_for_html``.
@@ -33,8 +35,16 @@ STATIC_JS = Path(__file__).parent / "static" / "js"
 SCRIPTS = ("d3-5.7.0.min.js", "jquery-2.2.4.min.js", "require-2.3.6.js")  # d3/jQuery first: globals, not modules
 STATIC_URL = "app/static/js"  # where streamlit serves app/static (server.enableStaticServing)
 MAX_BYTES = 5 * 10**6  # the page, scripts excluded (the app links them; they are 0.41 MB)
-DECIMALS = 2
-_ZERO = re.compile(r"(?<=[\[,])0\.0(?=[,\]])")  # "0.0" → "0": most weights of a long input round to zero
+PERCENT = 100  # weights are sent as integers 0..PERCENT: "7" instead of "0.07"
+# Rebuilds one map's dense rows (what bertviz reads) from its sparse percent rows.
+_DENSE = """function attnscopeDense(rows, n) {
+  return rows.map(function (r) {
+    var a = new Array(n).fill(0);
+    for (var i = 0; i < r.length; i += 2) a[r[i]] = r[i + 1] / 100;
+    return a;
+  });
+}
+"""
 # bertviz's model_view.js starts with a require.config pointing at the CDN; the modules are defined locally instead.
 _CDN_CONFIG = re.compile(r"require\.config\(\{.*?\}\);", re.DOTALL)
 _LOCAL_MODULES = "define('d3', [], function () { return d3; }); define('jquery', [], function () { return jQuery; });"
@@ -50,10 +60,19 @@ class ModelViewPage:
 
 
 def _map_json(weights: torch.Tensor) -> str:
-    """One ``(q, k)`` map as compact JSON, ``DECIMALS`` places."""
-    rounded = torch.round(weights.double() * 10**DECIMALS) / 10**DECIMALS  # (q, k) float64: "0.01", not "0.0099…"
-    text = str(rounded.tolist()).replace(" ", "")
-    return _ZERO.sub("0", text)
+    """One ``(q, k)`` map as JSON rows of ``key, percent`` pairs, zeros left out."""
+    percent = torch.round(weights.float() * PERCENT).to(torch.int16)  # (q, k)
+    rows = []
+    for row in percent:  # (k,)
+        keys = row.nonzero().squeeze(1)  # (n,)
+        pairs = torch.stack([keys, row[keys].long()], dim=1).reshape(-1)  # (2n,)
+        rows.append(",".join(map(str, pairs.tolist())))
+    return "[" + ",".join(f"[{r}]" for r in rows) + "]"
+
+
+def _vectors_json(vectors: torch.Tensor) -> str:
+    """Query or key vectors ``(t, d)`` as compact JSON, 3 decimals."""
+    return str((torch.round(vectors.double() * 1000) / 1000).tolist()).replace(" ", "")
 
 
 def _bounded(attentions: torch.Tensor, layers: list[int], heads: list[int], budget: int):
@@ -79,9 +98,14 @@ def _script(inline: bool) -> str:
 
 def _bertviz_js(params: str, view: str = "model_view") -> str:
     source = _CDN_CONFIG.sub(_LOCAL_MODULES, (files("bertviz") / f"{view}.js").read_text(), count=1)
-    if view == "neuron_view":  # it reads window.bertviz_params
-        return f"window.bertviz_params = {params};\n{source}"
-    return source.replace("PYTHON_PARAMS", params, 1)  # once: a comment names it too
+    dense = ("p.attention.forEach(function (d) { d.attn = d.attn.map(function (layer) { return layer.map("
+             "function (head) { return attnscopeDense(head, d.right_text.length); }); }); }); return p;")
+    if view == "neuron_view":  # it reads window.bertviz_params, whose attention is a dict
+        dense = ("var d = p.attention.all; d.attn = [[attnscopeDense(d.attn[0][0], d.right_text.length)]]; "
+                 "return p;")
+        return f"{_DENSE}window.bertviz_params = (function (p) {{ {dense} }})({params});\n{source}"
+    # once: a comment names PYTHON_PARAMS too
+    return _DENSE + source.replace("PYTHON_PARAMS", f"(function (p) {{ {dense} }})({params})", 1)
 
 
 def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str], layers: list[int],
@@ -117,7 +141,7 @@ def neuron_view_page(weights: torch.Tensor, queries: torch.Tensor, keys: torch.T
 
     One head only (the app picks the layer and head), so bertviz's own layer and head menus are hidden.
     """
-    vectors = [_map_json(torch.round(v.double() * 1000) / 1000) for v in (queries, keys)]  # (t, d) each
+    vectors = [_vectors_json(v) for v in (queries, keys)]  # (t, d) each
     data = {"all": {"attn": "ATTN", "queries": "QUERIES", "keys": "KEYS", "left_text": query_tokens,
                     "right_text": key_tokens}}
     meta = json_for_html({"attention": data, "default_filter": "all", "root_div_id": "bertviz",
