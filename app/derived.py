@@ -20,13 +20,19 @@ from core import views
 from diagnostics.measure.metrics import head_metrics
 
 
+@st.cache_resource(max_entries=4, show_spinner="Computing the attention rollout…")  # read-only
+def rollouts(result_id: str, _result: core.AttentionResult):
+    """The rollout through every layer ``(L, t, t)``, in one pass: each layer's is a step of the next one's."""
+    return views.attention_rollout(_result.attentions)  # (L, t, t)
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
 def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: bool, _result: core.AttentionResult):
     """``(weights (q, k), queries, keys, hidden special tokens)`` of one view of one layer."""
     if mode == "average":
         weights = views.head_average(_result.attentions[layer:layer + 1])[0]  # (q, k)
     elif mode == "rollout":
-        weights = views.attention_rollout(_result.attentions[:layer + 1])[-1]  # (t, t)
+        weights = rollouts(result_id, _result)[layer]  # (t, t)
     else:
         weights = _result.attentions[layer, head]  # (q, k)
     queries, keys, hidden = list(_result.tokens), list(_result.keys), []

@@ -7,6 +7,7 @@ import logging
 import streamlit as st
 
 import core
+from app.plain import for_markdown
 
 log = logging.getLogger("attnscope.app")
 
@@ -21,4 +22,9 @@ def message(err: Exception) -> str:
 
 
 def show(err: Exception) -> None:
-    st.error(message(err), icon="⚠️")
+    shown(message(err))
+
+
+def shown(text: str) -> None:
+    """An error line as plain text: messages name files and folders, which may hold markdown."""
+    st.error(for_markdown(text), icon="⚠️")

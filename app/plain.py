@@ -12,7 +12,10 @@ import html
 import json
 import re
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=^\"'&])")
+# Characters that make markup anywhere in a line; ":" only before a non-space (":red[", ":material/…:", ":smile:").
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#|<>~$&]|:(?=\S))")
+_LINE_START = re.compile(r"^(\s*)([-+=>])")  # a list, quote or heading underline if it began a line
+_NUMBERED = re.compile(r"^(\s*\d+)([.)])")  # "1." would start a numbered list
 
 
 def for_plotly(text: str) -> str:
@@ -21,11 +24,13 @@ def for_plotly(text: str) -> str:
 
 
 def for_markdown(text: str) -> str:
-    """Text for ``st.markdown`` and friends (titles, help, alerts): every markdown metacharacter escaped.
+    """Text for ``st.markdown`` and friends (titles, help, alerts): markdown metacharacters escaped.
 
-    ``:`` is escaped too, so ``:red[…]`` and ``:material/…:`` directives stay text.
+    ``:`` before a non-space is escaped too, so ``:red[…]`` and ``:material/…:`` directives stay text;
+    ``.``, ``-`` and ``+`` only where they would start a list. Newlines become spaces (one line).
     """
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", str(text).replace("\n", " "))
+    return _NUMBERED.sub(r"\1\\\2", _LINE_START.sub(r"\1\\\2", text))
 
 
 def json_for_html(data) -> str:

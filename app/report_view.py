@@ -28,7 +28,7 @@ def summary_ui(report, name: str, notes: list[str]) -> None:
     st.caption(", ".join(f"{k}: {model[k]}" for k in ("architecture", "layers", "heads", "parameters", "causal")
                          if k in model))
     for note in notes:
-        st.info(note)
+        st.info(for_markdown(note))
 
 
 def pattern_counts_ui(grid) -> None:
@@ -44,8 +44,8 @@ def findings_ui(report) -> None:
     for i, f in enumerate(report.findings):  # already most severe first
         heads = ", ".join(f"L{l}H{h}" for l, h in f.heads[:24]) + (" …" if len(f.heads) > 24 else "")
         with st.container(border=True, key=f"finding_{i}"):
-            st.markdown(f"{SEVERITY_BADGE.get(f.severity, f.severity)} **{f.title}** — {f.message}")
-            st.markdown(f"**Suggestion:** {f.suggestion}" + (f"  \nHeads: {heads}" if heads else ""))
+            st.markdown(f"{SEVERITY_BADGE.get(f.severity, f.severity)} **{f.title}** — {for_markdown(f.message)}")
+            st.markdown(f"**Suggestion:** {for_markdown(f.suggestion)}" + (f"  \nHeads: {heads}" if heads else ""))
 
 
 def _pick_from_map() -> None:

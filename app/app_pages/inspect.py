@@ -11,6 +11,7 @@ import streamlit as st
 import core
 from app import bertviz_ui, cache, derived, errors, head_detail, plots
 from app.names import display_name
+from app.plain import for_markdown
 
 EXAMPLE = "The cat sat on the mat because it was tired."
 MODEL_KINDS = ("Demo model", "Hugging Face id", "Local folder")
@@ -60,13 +61,13 @@ def attention_or_error():
     args = tuple(st.session_state.inputs.values())
     failed = st.session_state.get("failed")
     if failed and failed[0] == args:
-        st.error(failed[1], icon="⚠️")
+        errors.shown(failed[1])
         return None
     try:
         return cache.attention(*args)
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page
         st.session_state.failed = (args, errors.message(err))
-        st.error(st.session_state.failed[1], icon="⚠️")
+        errors.shown(st.session_state.failed[1])
         return None
 
 
@@ -147,7 +148,7 @@ def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, hea
 
 def results_ui(full: core.AttentionResult) -> None:
     for warning in full.warnings:
-        st.warning(warning)
+        st.warning(for_markdown(warning))
     part, result = part_ui(full)
     result_id = f"{tuple(st.session_state.inputs.values())}/{part}"
     explorer_ui(result_id, result, display_name(st.session_state.inputs["source"]))
