@@ -30,8 +30,9 @@ from ..errors import CheckpointError, first_line
 GGUF_SUFFIX = ".gguf"
 MAX_ELEMENTS = 1 << 40  # per tensor; 4 TB of float32, far above any real tensor, far below an overflow
 
-BAD_ARCH = ("{name} holds a {arch!r} model, which transformers' GGUF loader does not support; "
-            "GGUF files of these architectures load: {supported}")
+BAD_ARCH = ("{name} holds a model of architecture {arch!r}, which transformers' GGUF loader does not support; "
+            "GGUF files of llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, gpt2 and the other architectures "
+            "it handles load")
 NO_ARCH = "{name} has no general.architecture key, so its model type is unknown; upload a GGUF written by llama.cpp"
 BAD_QUANT = ("{name}: tensor {tensor!r} is stored as {qtype}, which the gguf package cannot dequantise; "
              "convert the model with a common type (F32, F16, Q8_0, Q4_K, ...)")
@@ -68,16 +69,21 @@ def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeade
         raise CheckpointError(NO_ARCH.format(name=name))
     supported = supported_architectures()
     if arch not in supported and _RENAMED.get(arch) not in supported:
-        raise CheckpointError(BAD_ARCH.format(name=name, arch=arch, supported=", ".join(supported)))
-    total = sum(_check_tensor(header, tensor, name) for tensor in header.tensors)
+        raise CheckpointError(BAD_ARCH.format(name=name, arch=arch))
+    sizes = [_tensor_size(tensor, name) for tensor in header.tensors]  # (elements, bytes in the file)
+    total = sum(elements for elements, _ in sizes)
     if total * 4 > limits.max_total_bytes:
         raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_total_bytes,
                                              env=ENV_MAX_TOTAL))
+    for tensor, (_, stored) in zip(header.tensors, sizes):
+        end = header.data_start + tensor.offset + stored
+        if end > header.file_size:
+            raise CheckpointError(PAST_END.format(name=name, tensor=tensor.name, end=end, size=header.file_size))
     return header
 
 
-def _check_tensor(header: GGUFHeader, tensor, name: str) -> int:
-    """The tensor's element count, after its type, shape and data range are checked."""
+def _tensor_size(tensor, name: str) -> tuple[int, int]:
+    """The tensor's element count and stored bytes, after its type and shape are checked."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     try:
@@ -97,10 +103,7 @@ def _check_tensor(header: GGUFHeader, tensor, name: str) -> int:
            if tensor.dims[0] % block else "")
     if why:
         raise CheckpointError(BAD_SHAPE.format(name=name, tensor=tensor.name, shape=shape, why=why))
-    end = header.data_start + tensor.offset + elements // block * type_size
-    if end > header.file_size:
-        raise CheckpointError(PAST_END.format(name=name, tensor=tensor.name, end=end, size=header.file_size))
-    return elements
+    return elements, elements // block * type_size
 
 
 def _dequantisable(qtype) -> bool:

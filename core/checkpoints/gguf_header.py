@@ -33,7 +33,8 @@ _SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: 
 STRING, ARRAY = 8, 9
 
 NOT_GGUF = "{name} is not a GGUF file ({why}); upload the .gguf written by llama.cpp's convert_hf_to_gguf.py"
-CUT = "{name} is truncated or corrupt: {what} at byte {at:,} runs past the end of the file ({size:,} bytes); upload the complete file"
+CUT = ("{name} is truncated or corrupt: {what} at byte {at:,} runs past the end of the file ({size:,} bytes); "
+       "upload the complete file")
 COUNT = "{name} declares {n:,} {what}, more than the {limit:,} any model file has; the header is corrupt"
 
 
@@ -96,7 +97,7 @@ def read_gguf_header(path: Path, name: str | None = None) -> GGUFHeader:
 
 def _parse(cur: _Cursor, name: str) -> GGUFHeader:
     if bytes(cur.buffer[:4]) != MAGIC:
-        raise CheckpointError(NOT_GGUF.format(name=name, why=f"it starts with {bytes(cur.buffer[:4])!r}, not b'GGUF'"))
+        raise CheckpointError(NOT_GGUF.format(name=name, why="it does not start with the bytes GGUF"))
     cur.pos = 4
     version = cur.u32("the version")
     if version not in VERSIONS:
