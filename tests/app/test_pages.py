@@ -31,10 +31,11 @@ def _errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error]
 
 
-def test_inspect_starts_with_the_demo_model():
+def test_inspect_starts_with_minilm():
     at = _app()
     assert not at.exception
     assert not _errors(at), _errors(at)
+    assert at.selectbox(key="demo_model").value == "sentence-transformers/all-MiniLM-L6-v2"
     assert len(_charts(at)) == 2  # overview + heatmap
 
 
