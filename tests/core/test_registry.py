@@ -83,3 +83,9 @@ def test_each_file_version_is_hashed_once(tmp_path, monkeypatch):
     assert registry.file_sha256(path) == first and len(calls) == 1
     path.write_bytes(b"two, longer")  # a new size (and mtime): hashed again
     assert registry.file_sha256(path) != first and len(calls) == 2
+
+
+def test_registry_pins_the_releases_of_requirements_models():
+    text = (Path(__file__).resolve().parents[2] / "requirements-models.txt").read_text(encoding="utf-8")
+    for model in registry.REAL_MODELS.values():
+        assert f"\n{model.requirement} \\\n" in text
