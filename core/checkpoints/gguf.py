@@ -121,16 +121,16 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
     tell(0.0, f"checking {name}")
     check_gguf(path, limits or Limits(), name)
     tell(0.02, "reading the GGUF metadata")
-    with _LOAD_LOCK, quiet_transformers(), _dequantisation_progress(tell):
+    notes: list[str] = []
+    with _LOAD_LOCK, quiet_transformers(), _one_reader(), _dequantisation_progress(tell):
         try:
             model = AutoModel.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
                                               trust_remote_code=False, local_files_only=True, dtype=torch.float32)
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
             raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
-    model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
-    tell(0.9, "reading the tokenizer")
-    notes: list[str] = []
-    tokenizer = _gguf_tokenizer(path, model, notes)
+        model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
+        tell(0.9, "reading the tokenizer")
+        tokenizer = _gguf_tokenizer(path, model, notes)
     tell(1.0, "loaded")
     return model.eval(), tokenizer, notes
 
@@ -149,6 +149,27 @@ def _gguf_tokenizer(path: Path, model, notes: list[str]):
         notes[notes_before] = NO_TOKENIZER.format(err=first_line(err, 100)) + notes[notes_before]
         return borrowed
     return tokenizer
+
+
+@contextmanager
+def _one_reader():
+    """Parse the file's metadata once per load: transformers opens a ``gguf.GGUFReader`` for the config, the
+    weights and the tokenizer, and each parse of a 49,152-token vocabulary takes seconds (SmolLM2: 2-6 s)."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared(path, mode="r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 @contextmanager
