@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from .archive import ENV_MAX_TOTAL, Limits
+from .build import MAX_LAYERS
 from .gguf_header import GGUFHeader, read_gguf_header
 from .quiet import quiet_transformers
 from .tokenizer import choose_tokenizer
@@ -41,6 +42,9 @@ PAST_END = ("{name} is truncated: tensor {tensor!r} ends at byte {end:,} but the
             "upload the complete file")
 TOO_BIG = ("{name} would dequantise to {gb:.1f} GB of float32 weights ({n:,} parameters), above the {limit:,}-byte "
            "limit; raise it with {env} or Limits(max_total_bytes=...)")
+MISSING = ("{name} does not hold the model its metadata describes: {n} of the model's {total} tensors are missing "
+           "(e.g. {key}); upload the complete GGUF written by llama.cpp")
+BAD_METADATA = "{name}: its metadata gives {key}={value:,}, outside 1 to {limit:,}; the file is corrupt"
 LOAD_FAILED = "transformers could not build a model from {name} ({err}); the GGUF may be from a newer llama.cpp"
 NO_TOKENIZER = "the GGUF file's tokenizer could not be read ({err}); "
 
@@ -48,6 +52,7 @@ NO_TOKENIZER = "the GGUF file's tokenizer could not be read ({err}); "
 _RENAMED = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
             "t5encoder": "t5"}
 _NOT_MODELS = ("general", "tokenizer")
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers")  # as GGUF configs name them
 _LOAD_LOCK = threading.Lock()  # one GGUF load at a time: each holds a whole float32 copy while converting
 
 
@@ -123,16 +128,46 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
     tell(0.02, "reading the GGUF metadata")
     notes: list[str] = []
     with _LOAD_LOCK, quiet_transformers(), _one_reader(), _dequantisation_progress(tell):
+        config = _checked_config(path, name, limits or Limits())
         try:
-            model = AutoModel.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager",
-                                              trust_remote_code=False, local_files_only=True, dtype=torch.float32)
+            model, info = AutoModel.from_pretrained(
+                path.parent, gguf_file=path.name, config=config, attn_implementation="eager", trust_remote_code=False,
+                local_files_only=True, dtype=torch.float32, output_loading_info=True)
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
             raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
+        if info.get("missing_keys"):
+            missing = sorted(info["missing_keys"])
+            raise CheckpointError(MISSING.format(name=name, n=len(missing), total=len(model.state_dict()),
+                                                 key=missing[0]))
         model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
         tell(0.9, "reading the tokenizer")
         tokenizer = _gguf_tokenizer(path, model, notes)
     tell(1.0, "loaded")
     return model.eval(), tokenizer, notes
+
+
+def _checked_config(path: Path, name: str, limits: Limits):
+    """The transformers config the file's metadata describes, after the model it builds is sized on ``meta``:
+    the metadata (layer count, widths) is checked as strictly as the tensors, before anything is allocated."""
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        for key in _LAYER_KEYS:  # before building: a million layers take minutes even on the meta device
+            value = getattr(config, key, None)
+            if isinstance(value, int) and not 0 < value <= MAX_LAYERS:
+                raise CheckpointError(BAD_METADATA.format(name=name, key=key, value=value, limit=MAX_LAYERS))
+        with torch.device("meta"):
+            skeleton = AutoModel.from_config(config, attn_implementation="eager", trust_remote_code=False)
+    except CheckpointError:
+        raise
+    except Exception as err:  # noqa: BLE001 - invalid metadata values surface as many exception types
+        raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
+    total = sum(p.numel() for p in skeleton.parameters())
+    if total * 4 > limits.max_total_bytes:
+        raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_total_bytes,
+                                             env=ENV_MAX_TOTAL))
+    return config
 
 
 def _gguf_tokenizer(path: Path, model, notes: list[str]):

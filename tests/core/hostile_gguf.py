@@ -83,3 +83,24 @@ GGUF_BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     gguf_not_gguf, gguf_header_cut, gguf_truncated, gguf_unsupported_architecture, gguf_unsupported_quantisation,
     gguf_absurd_tensor_count, gguf_absurd_shape, gguf_too_big, gguf_huge_array,
 ]}
+
+
+def _u32(key: str, value: int) -> bytes:
+    return _string(key) + struct.pack("<II", 4, value)
+
+
+SMALL_LLAMA = {"llama.embedding_length": 8, "llama.feed_forward_length": 8, "llama.attention.head_count": 2,
+               "llama.vocab_size": 16, "llama.context_length": 16}
+
+
+def gguf_absurd_layers(d: Path) -> Path:
+    kv = {**SMALL_LLAMA, "llama.block_count": 1_000_000}
+    return raw_gguf(d / "deep.gguf", extra_kv=b"".join(_u32(k, v) for k, v in kv.items()), n_kv_extra=len(kv))
+
+
+def gguf_without_tensors(d: Path) -> Path:
+    kv = {**SMALL_LLAMA, "llama.block_count": 1}
+    return raw_gguf(d / "empty_model.gguf", extra_kv=b"".join(_u32(k, v) for k, v in kv.items()), n_kv_extra=len(kv))
+
+
+GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [gguf_absurd_layers, gguf_without_tensors]})
