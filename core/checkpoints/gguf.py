@@ -6,10 +6,16 @@ reader (``gguf_header``) and refuses, with one line: an architecture that
 transformers' GGUF loader does not handle, a quantisation type the ``gguf``
 package cannot dequantise, a tensor whose shape is empty, absurd or not a whole
 number of quantisation blocks, tensor data declared past the end of the file,
-and a model whose float32 weights would exceed ``Limits.max_total_bytes``.
-Only then does transformers dequantise it (``from_pretrained(gguf_file=...)``,
-eager attention, no remote code, local files only); its per-tensor loop reports
-to a ``progress(fraction, message)`` callback. The tokenizer comes from the file.
+and a model whose float32 weights would exceed ``Limits.max_total_bytes``. The
+model the metadata describes is sized too, on the ``meta`` device, before it is
+built. Only then does transformers dequantise it (``from_pretrained(gguf_file=...)``,
+eager attention, no remote code, local files only); a model tensor the file
+lacks is an error, not a random weight. The tokenizer comes from the file.
+
+transformers offers no hooks here, so two of its module globals are swapped for
+the duration of one load (under a lock): its per-tensor ``tqdm`` loop reports to a
+``progress(fraction, message)`` callback, and ``gguf.GGUFReader`` is shared, so
+the metadata is parsed once instead of three times (config, weights, tokenizer).
 See https://huggingface.co/docs/transformers/gguf.
 """
 
