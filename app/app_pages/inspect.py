@@ -14,7 +14,7 @@ from app.names import display_name
 from app.plain import for_markdown
 
 EXAMPLE = "The cat sat on the mat because it was tired."
-MODEL_KINDS = ("Demo model", "Hugging Face id", "Local folder")
+MODEL_KINDS = ("Known model", "Hugging Face id", "Local folder")
 MAX_CHARS = 5000  # about 1,000 tokens; models truncate to their own limit and say so
 INTRO = ("Run a model on a sentence and see where every attention head looks: click a head in the overview, "
          "switch views, and export any map.")
@@ -28,10 +28,11 @@ def inputs_ui() -> None:
     st.session_state.setdefault("inputs", {"source": core.DEFAULT_MODEL, "text": EXAMPLE, "pair": "", "target": ""})
     kind = st.radio("Model", MODEL_KINDS, key="model_kind")
     with st.form("inputs_form", border=False):
-        if kind == "Demo model":
-            st.selectbox("Demo model", list(core.DEMO_MODELS), key="demo_model")
+        if kind == MODEL_KINDS[0]:  # the two real models first, then the demo models
+            st.selectbox("Model", core.MODEL_CHOICES, key="demo_model",
+                         format_func=lambda name: f"{name} — {core.describe_model(name)}")
         else:
-            hint = "e.g. bert-base-uncased" if kind == "Hugging Face id" else "e.g. /models/my-bert"
+            hint = "e.g. bert-base-uncased" if kind == "Hugging Face id" else "e.g. /models/my-bert or model.gguf"
             st.text_input(kind, key="model_path", placeholder=hint)
         st.text_area("Text", EXAMPLE, key="text", help=f"Up to {MAX_CHARS:,} characters")
         with st.expander("Second sentence / target text"):
@@ -51,7 +52,7 @@ def _submit() -> None:
                          "Shorten it and press Run again.")
         return
     s.pop("input_error", None)
-    source = s.demo_model if s.model_kind == "Demo model" else s.get("model_path", "")
+    source = s.demo_model if s.model_kind == MODEL_KINDS[0] else s.get("model_path", "")
     s.inputs = {"source": source.strip(), "text": s.text, "pair": s.pair, "target": s.target}
     s.pop("failed", None)  # a fresh Run retries whatever failed before
 
