@@ -8,7 +8,7 @@ import core
 from app import cache
 from app.bertviz_view import MAX_BYTES, model_view_page, neuron_view_page
 from app.names import file_stem
-from core.extraction.query_key import query_key_vectors, supports_neuron_view
+from core.extraction.query_key import query_key_vectors, reproduces, supports_neuron_view
 
 FRAME_PX = 280  # frame height per layer shown (bertviz draws one row of thumbnails per layer)
 MAX_FRAME_PX = 900
@@ -45,12 +45,19 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
                        file_name=f"{name}.html", mime="text/html", key=f"{prefix}bv_export", on_click="ignore")
 
 
+NOT_SUPPORTED = ("BertViz's neuron view needs BERT-style query and key layers whose scaled dot product is the "
+                 "score (BERT, RoBERTa, ELECTRA, MiniLM); this model's attention is computed differently.")
+
+
 @st.cache_data(max_entries=16, show_spinner="Reading the query and key vectors…")
 def _neuron_page(result_id: str, source: str, layer: int, head: int, title: str, inline: bool,
-                 _result: core.AttentionResult) -> str:
+                 _result: core.AttentionResult) -> str | None:
+    """The page, or None when q·k does not give the head's attention (a rotation or bias was added)."""
     loaded = cache.load_model(source)
     with loaded.lock:
         queries, keys = query_key_vectors(loaded.model, _result.token_ids, layer, head)  # (t, d) each
+    if not reproduces(queries, keys, _result.attentions[layer, head], _result.causal):
+        return None
     return neuron_view_page(_result.attentions[layer, head], queries, keys, list(_result.tokens),
                             list(_result.keys), _result.causal, title, inline)
 
@@ -60,14 +67,16 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
     """The selected head's query and key vectors meeting (BERT-family models only)."""
     loaded = cache.load_model(source)
     if result.encoder is not None or not supports_neuron_view(loaded.model):
-        st.info("BertViz's neuron view needs BERT-style query and key layers whose dot product is the score "
-                "(BERT, RoBERTa, ELECTRA, MiniLM); this model's attention is computed differently.")
+        st.info(NOT_SUPPORTED)
         return
     title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
+    page = _neuron_page(result_id, source, layer, head, title, False, result)
+    if page is None:
+        st.info(NOT_SUPPORTED)
+        return
     st.caption(f"BertViz neuron view of layer {layer}, head {head}: hover a query token to see its query vector "
                "meet every key vector (elementwise product, dot product, softmax).")
-    st.iframe(_neuron_page(result_id, source, layer, head, title, False, result),
-              height=min(900, 120 + 26 * len(result.tokens)))
+    st.iframe(page, height=min(900, 120 + 26 * len(result.tokens)))
     name = file_stem(model, "bertviz-neuron-view", f"layer-{layer}", f"head-{head}")
     st.download_button("Save this view (standalone HTML)",
                        lambda: _neuron_page(result_id, source, layer, head, title, True, result),

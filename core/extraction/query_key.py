@@ -53,3 +53,14 @@ def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: 
     d = q.shape[-1] // n_heads
     return (q[:, head * d:(head + 1) * d].float().cpu(),  # (t, d)
             k[:, head * d:(head + 1) * d].float().cpu())  # (t, d)
+
+
+REPRODUCE_TOLERANCE = 1e-3  # largest weight difference for q·k to count as the head's own score (float32 noise ~1e-6)
+
+
+def reproduces(queries: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, causal: bool) -> bool:
+    """True when softmax(q·kᵀ/√d) is the head's attention ``weights (q, k)``: no rotation or bias was added."""
+    scores = queries @ keys.T / queries.shape[-1] ** 0.5  # (q, k)
+    if causal:
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    return bool((torch.softmax(scores, dim=-1) - weights).abs().max() <= REPRODUCE_TOLERANCE)
