@@ -84,6 +84,12 @@ def test_bertviz_model_view_renders_offline_and_exports(page, tmp_path):
     standalone.goto((tmp_path / saved.suggested_filename).as_uri())
     standalone.locator("#vis svg text").first.wait_for(state="attached")
     offline.close()
+
+    until_shown(page, page.get_by_text("BertViz neuron view", exact=True).click,
+                page.get_by_text("BertViz neuron view of layer 0, head 0"))  # the default MiniLM is a BERT
+    neuron = page.frame_locator('[data-testid="stIFrame"]').first
+    neuron.locator("#vis svg text").first.wait_for(state="attached")
+    assert "q ∙ k" in neuron.locator("#vis svg").first.text_content()
     no_errors(page)
 
 
