@@ -20,6 +20,7 @@ from app import derived, exports, plots
 from app.head_view import frame_height
 from app.names import file_stem
 from app.plain import for_markdown
+from core import views
 from diagnostics.texts import PATTERN_TEXTS
 
 MODES = {"head": "Selected head", "average": "Layer average (all heads)",
@@ -95,7 +96,7 @@ def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
         square = len(queries) == len(keys)
         weights, queries = weights[lo:hi, lo:hi] if square else weights[lo:hi], queries[lo:hi]
         keys = keys[lo:hi] if square else keys
-        block = core.views.pool_factor(max(weights.shape), plots.MAX_CELLS)
+        block = views.pool_factor(max(weights.shape), plots.MAX_CELLS)
         if block > 1:
             st.caption(f"{len(view.queries)} tokens: each cell shows the largest weight of a {block}×{block} block. "
                        "Narrow the zoom window for full detail; the exports hold every weight.")

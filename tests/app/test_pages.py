@@ -218,3 +218,20 @@ def test_inspect_local_gguf_file(tmp_path, monkeypatch):
     at = _inspect(_app(), str(write_gpt2_gguf(tmp_path / "tiny.gguf")))
     assert not at.exception and not _errors(at), _errors(at)
     assert len(_charts(at)) == 2
+
+
+def test_long_map_is_pooled_with_a_zoom_slider():
+    def page():
+        import torch
+
+        from app import head_detail
+
+        weights = torch.softmax(torch.randn(300, 300), -1)  # (q, k): more than plots.MAX_CELLS per side
+        tokens = [f"t{i}" for i in range(300)]
+        view = head_detail.MapView(weights, tokens, tokens, "head", "Layer 0, head 0", "m")
+        head_detail.heatmap_ui("t_", view, log_scale=False)
+
+    at = AppTest.from_function(page, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    assert at.slider(key="t_window").value == (0, 300)
+    assert any("largest weight of a 3×3 block" in c.value for c in at.caption)
