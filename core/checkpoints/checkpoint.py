@@ -35,19 +35,25 @@ ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
 _IGNORED_DIRS = ("__MACOSX", ".git", "__pycache__")
 
 NOT_FOUND = "{path} does not exist; give the path of a model folder, an archive or a weights file"
-OUTSIDE = "{path} is outside the folders AttnScope may read ({roots}); move it there or add a folder to {env}"
+# One message whether or not the path exists, is a folder, a file or a link: it must not tell a server user
+# what lies outside the folders they may read, nor where those folders are.
+OUTSIDE = ("{path} is outside the folders AttnScope may read, or does not exist there; give a path under them "
+           "(the folders are set by {env})")
 NO_MODEL = ("{name} holds no model: no config.json and no weights file (.safetensors, .bin, .pt, .pth) among its "
             "{count} files; upload a model folder (zipped or as files) or a state dict")
 SEVERAL_MODELS = "{name} holds several model folders ({folders}); upload one model at a time"
+SEVERAL_ARCHIVES = ("the upload holds {count} archives ({names}); upload one archive, or the files of one model "
+                    "folder, at a time")
 NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
               "upload the whole folder written by save_pretrained")
 NOT_JSON = "config.json is not valid JSON ({err}); upload the config.json written by save_pretrained"
-BAD_INPUT = "cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes) uploads"
+BAD_INPUT = ("cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes or binary file) "
+             "uploads")
 PYTHON_IGNORED = "ignored {n} Python file(s) in the upload ({names}): AttnScope never runs code from a checkpoint"
 REMOTE_CODE_IGNORED = "config.json asks for custom code (auto_map); it was ignored and the built-in {model_type} used"
 HEADS_IGNORED = "n_heads={given} ignored: config.json says {actual}"
 
-Upload = tuple  # (filename, bytes)
+Upload = tuple  # (filename, bytes or a binary file object opened for reading)
 
 
 @dataclass
@@ -92,14 +98,29 @@ def resolve_roots(roots=None) -> list[Path]:
     if roots is None:
         env = os.environ.get(ENV_ROOTS, "")
         roots = env.split(os.pathsep) if env.strip() else [Path.cwd(), Path.home()]
-    return [Path(r).expanduser().resolve() for r in roots if str(r).strip()]
+    return [expand_user(r).resolve() for r in roots if str(r).strip()]
+
+
+def expand_user(path) -> Path:
+    """``~`` and ``~user`` expanded as everywhere in AttnScope; an unknown user leaves the path as typed."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "~nobody-here/x": no such user
+        return Path(path)
 
 
 def check_allowed(path: Path, roots: list[Path]) -> Path:
-    resolved = Path(path).expanduser().resolve()
-    if not any(resolved.is_relative_to(root) for root in roots):
-        shown = ", ".join(str(r) for r in roots) or "none"
-        raise CheckpointError(OUTSIDE.format(path=path, roots=shown, env=ENV_ROOTS))
+    """``path`` resolved (symlinks followed), or CheckpointError unless it exists under one of ``roots``.
+
+    Outside the roots, a missing path, a link out and an unreadable one get the same message (``OUTSIDE``).
+    """
+    try:
+        resolved = expand_user(path).resolve()
+        inside = any(resolved.is_relative_to(root) for root in roots)
+    except (OSError, RuntimeError):  # a symlink loop, a path too long, no permission
+        inside = False
+    if not inside:
+        raise CheckpointError(OUTSIDE.format(path=path, env=ENV_ROOTS))
     if not resolved.exists():
         raise CheckpointError(NOT_FOUND.format(path=path))
     return resolved
@@ -120,12 +141,15 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
             return _model_root(upload, path.name)
         shutil.copyfile(path, upload / path.name)
         return upload, path.name, []
-    if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[1], (bytes, bytearray)):
+    if isinstance(inputs, tuple) and len(inputs) == 2 and _is_data(inputs[1]):
         inputs = [inputs]
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise CheckpointError(BAD_INPUT.format(kind=type(inputs).__name__ if inputs != [] else "empty list"))
     write_loose_files([_as_upload(item, roots, limits) for item in inputs], upload, limits)
-    files = list(upload.iterdir())
+    files = sorted(upload.iterdir())
+    archives = [f.name for f in files if is_archive(f)]
+    if len(archives) > 1:
+        raise CheckpointError(SEVERAL_ARCHIVES.format(count=len(archives), names=", ".join(archives[:4])))
     if len(files) == 1 and is_archive(files[0]):
         archive = files[0].rename(work / files[0].name)
         extract_archive(archive, upload, limits)
@@ -133,15 +157,19 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
     return _model_root(upload, files[0].name if len(files) == 1 else "the upload")
 
 
+def _is_data(data) -> bool:
+    return isinstance(data, (bytes, bytearray)) or (hasattr(data, "read") and hasattr(data, "seek"))
+
+
 def _as_upload(item, roots, limits: Limits) -> Upload:
-    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], (bytes, bytearray)):
-        return str(item[0]), bytes(item[1])
+    if isinstance(item, (tuple, list)) and len(item) == 2 and _is_data(item[1]):
+        return str(item[0]), item[1]
     if isinstance(item, (str, Path)):
         path = check_allowed(Path(item), roots)
         if not path.is_file():
             raise CheckpointError(f"{item} is not a file; list the files of the model folder, or pass the folder")
         check_upload_size(path.name, path.stat().st_size, limits)
-        return path.name, path.read_bytes()
+        return path.name, path  # copied in chunks by write_loose_files
     raise CheckpointError(BAD_INPUT.format(kind=f"list holding a {type(item).__name__}"))
 
 
