@@ -21,11 +21,13 @@ from .result import AttentionResult
 from .extraction.streaming import STREAM_IMPLEMENTATION, StreamedAttention, stream_attention
 from .checkpoints.archive import Limits
 from .checkpoints.checkpoint import LoadedCheckpoint, load_checkpoint
+from .checkpoints.untrusted import load_untrusted
 
 __all__ = [
     "AttentionResult", "AttnScopeError", "AttnScopeTransformer", "CheckpointError", "DEFAULT_MODEL",
     "DEMO_MODELS", "ExtractionError", "InputError", "ModelLoadError", "MultiHeadAttention", "TINY_PRESETS",
     "TransformerConfig", "causal_mask", "extract_attention", "extract_module_attention", "load_custom_model",
     "load_model", "pick_device", "save_custom_model", "scaled_dot_product_attention",
-    "Limits", "LoadedCheckpoint", "load_checkpoint", "STREAM_IMPLEMENTATION", "StreamedAttention", "stream_attention",
+    "Limits", "LoadedCheckpoint", "load_checkpoint", "load_untrusted", "STREAM_IMPLEMENTATION", "StreamedAttention",
+    "stream_attention",
 ]

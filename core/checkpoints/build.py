@@ -76,16 +76,17 @@ def check_model_config(config, limits: Limits | None = None) -> str:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise CheckpointError(NOT_MODEL_CONFIG.format(why='it has no "model_type"'))
-    _check_sizes(config, depth=0)
+    check_config_sizes(config)
     if limits is not None:
         _check_numel(min_parameters(config), limits, at_least=True)
     return model_type
 
 
-def _check_sizes(config: dict, depth: int) -> None:
+def check_config_sizes(config: dict, depth: int = 0) -> None:
+    """CheckpointError unless every ``_CAPPED_KEYS`` value in ``config`` (and its sub-configs) is in range."""
     for key, value in config.items():
         if isinstance(value, dict) and depth < _MAX_DEPTH:
-            _check_sizes(value, depth + 1)
+            check_config_sizes(value, depth + 1)
         elif key in _CAPPED_KEYS and value is not None:
             low, high = _CAPPED_KEYS[key]
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

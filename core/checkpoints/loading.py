@@ -20,7 +20,8 @@ from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import ModelLoadError
 from .archive import is_archive
-from .checkpoint import load_checkpoint
+from .build import check_config_sizes
+from .checkpoint import expand_user, load_checkpoint
 from .quiet import quiet_transformers
 from .registry import DEMO_MODELS, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
@@ -43,10 +44,14 @@ def load_model(
     dicts, whose weights do not say how many heads they have).
     """
     path = resolve_source(source)
+    if path.startswith("~"):
+        path = str(expand_user(path))
     if is_checkpoint_path(Path(path)):
         return tuple(load_checkpoint(path, n_heads=n_heads, device=device))
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
+        if isinstance(config, dict):
+            check_config_sizes(config)  # one line for a broken config, before anything is built
         if is_custom_config(config):
             model, tokenizer = load_custom_model(path, config), _tokenizer_or_none(path)
             return model.to(pick_device(device)), tokenizer
@@ -116,6 +121,7 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=offline)
     except Exception as err:
         raise ModelLoadError(_not_found_message(path, local, err)) from None
+    check_config_sizes(config.to_dict())
     extra = {"device_map": device_map, "max_memory": max_memory} if device_map is not None else {}
     try:
         with quiet_transformers():
