@@ -150,3 +150,34 @@ def test_model_cache_loads_a_source_once_for_concurrent_sessions():
     for t in threads:
         t.join()
     assert loads == [1] and len({id(r) for r in results}) == 1
+
+
+# ---------------------------------------------------------------- the session's end stops the work
+
+def test_stop_when_gone_follows_the_runtime_and_the_stop_request(monkeypatch):
+    from types import SimpleNamespace
+
+    from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequests
+
+    from app import session
+
+    active = {"s1"}
+    requests = ScriptRequests()
+    runtime = SimpleNamespace(is_active_session=lambda sid: sid in active)
+    monkeypatch.setattr(session, "get_script_run_ctx", lambda: SimpleNamespace(session_id="s1",
+                                                                               script_requests=requests))
+    monkeypatch.setattr(session.Runtime, "exists", staticmethod(lambda: True))
+    monkeypatch.setattr(session.Runtime, "instance", staticmethod(lambda: runtime))
+    gone = session.stop_when_gone()
+    assert not gone()
+    active.clear()  # the browser disconnected: the runtime dropped the session
+    assert gone()
+    active.add("s1")
+    requests.request_stop()  # the session is shutting down its script
+    assert gone()
+
+
+def test_outside_a_served_session_nothing_stops():
+    from app import session
+
+    assert session.stop_when_gone() is None  # plain Python, AppTest: no runtime, no hooks
