@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import CheckpointError, ModelLoadError
 from .archive import Limits
-from .checkpoint import LoadedCheckpoint, check_allowed, expand_user, load_checkpoint, resolve_roots
+from .checkpoint import LoadedCheckpoint, check_allowed, load_checkpoint, resolve_roots
 from .loading import load_model
 from .registry import DEMO_MODELS, resolve_source
 
@@ -55,7 +55,7 @@ def load_untrusted(source, *, n_heads: int | None = None, limits: Limits | None 
         if folder is None:
             raise CheckpointError(NOT_CACHED.format(name=name, names=", ".join(DEMO_MODELS)))
         return load_checkpoint(folder, n_heads=n_heads, limits=limits, allowed_roots=[hub_cache()], device=device)
-    return load_checkpoint(expand_user(name), n_heads=n_heads, limits=limits, allowed_roots=roots, device=device)
+    return load_checkpoint(name, n_heads=n_heads, limits=limits, allowed_roots=roots, device=device)  # ~ expanded there
 
 
 def is_known_name(name: str) -> bool:

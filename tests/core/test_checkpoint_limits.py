@@ -293,3 +293,8 @@ def test_safetensors_weights_from_a_file_object_round_trip(tmp_path):
     files = [("bert.safetensors", io.BytesIO(save(state)))]
     loaded = load_untrusted(files, n_heads=4)
     assert loaded.architecture == "bert"
+
+
+def test_a_refused_tilde_path_is_echoed_as_typed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _refusal("~/secret").startswith("~/secret is outside")  # the home folder's path is not shown
