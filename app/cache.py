@@ -25,7 +25,7 @@ import core
 import diagnostics.classify.patterns as patterns
 from app import session
 from core.cancel import stop_between_layers
-from core.checkpoints.archive import ENV_MAX_MODEL, _env_size
+from core.checkpoints.archive import env_size
 from diagnostics.measure.metrics import head_metrics
 from app import plots
 
@@ -36,7 +36,7 @@ ENV_MODEL_CACHE = "ATTNSCOPE_MODEL_CACHE_BYTES"
 
 def model_budget_bytes() -> int:
     """Bytes of parameters the model cache may hold: ``$ATTNSCOPE_MODEL_CACHE_BYTES``, else twice the model cap."""
-    return _env_size(ENV_MODEL_CACHE, 2 * core.Limits().max_model_bytes)
+    return env_size(ENV_MODEL_CACHE, 2 * core.Limits().max_model_bytes)
 
 
 @dataclass

@@ -50,7 +50,7 @@ BAD_ENTRY = "{name} contains {entry!r}, {why}; an archive of a model folder hold
 UNREADABLE = "{name} is not a readable {kind} archive ({err}); upload a .zip or .tar.gz of the model folder"
 
 
-def _env_size(name: str, default: int) -> int:
+def env_size(name: str, default: int) -> int:
     """``$name`` as a number of bytes (``500MB``, ``2GB``), or ``default`` when unset; 0 means unset too."""
     raw = os.environ.get(name, "").strip().upper().replace(" ", "")
     if not raw:
@@ -73,10 +73,10 @@ class Limits:
     needs more disk than the largest model it may hold.
     """
 
-    max_upload_bytes: int = field(default_factory=lambda: _env_size(ENV_MAX_UPLOAD, 2 * 10**9))  # archive / files as sent
-    max_model_bytes: int = field(default_factory=lambda: _env_size(ENV_MAX_MODEL, 2 * 10**9))  # parameters x 4 bytes
-    max_total_bytes: int | None = field(default_factory=lambda: _env_size(ENV_MAX_TOTAL, 0) or None)  # unpacked
-    max_entries: int = field(default_factory=lambda: _env_size(ENV_MAX_ENTRIES, 1000))  # files + folders in an archive
+    max_upload_bytes: int = field(default_factory=lambda: env_size(ENV_MAX_UPLOAD, 2 * 10**9))  # archive/files sent
+    max_model_bytes: int = field(default_factory=lambda: env_size(ENV_MAX_MODEL, 2 * 10**9))  # parameters x 4 bytes
+    max_total_bytes: int | None = field(default_factory=lambda: env_size(ENV_MAX_TOTAL, 0) or None)  # unpacked
+    max_entries: int = field(default_factory=lambda: env_size(ENV_MAX_ENTRIES, 1000))  # files + folders in an archive
 
     def __post_init__(self):
         if self.max_total_bytes is None:

@@ -130,7 +130,12 @@ def test_a_zip_expanding_beyond_a_tiny_budget_is_refused_before_writing(tmp_path
     bomb = tmp_path / "bomb.zip"
     bomb.write_bytes(_zip({"model.safetensors": bytes(200_000)}))  # 200 kB of zeros: ~200 bytes packed
     written, write = [], archive._Writer.write
-    monkeypatch.setattr(archive._Writer, "write", lambda self, rel, *a: (written.append(rel.name), write(self, rel, *a)))
+
+    def recording_write(self, rel, *args):
+        written.append(rel.name)
+        return write(self, rel, *args)
+
+    monkeypatch.setattr(archive._Writer, "write", recording_write)
     with pytest.raises(CheckpointError, match=r"over 20 times its own .* bytes; .*zip bomb"):
         load_untrusted([("bomb.zip", bomb.read_bytes())])
     assert written == ["bomb.zip"]  # the upload itself; not one byte of what it holds
