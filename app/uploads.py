@@ -2,10 +2,15 @@
 
 Streamlit 1.67 spools an upload's request body to a temporary file but then
 reads it whole into its in-memory file manager, where it stays as long as the
-widget holds it. ``Staged.add`` copies each file in 1 MB chunks into a fresh
-0700 folder of this session and ``release`` drops Streamlit's record of it (the
-page then swaps the widget for a fresh one), so an upload costs memory once,
-while it arrives, and not again while the model is loaded.
+widget holds it; and every run deep-copies each widget's value, so a script that
+reads an uploader holds a second copy of every file (``SessionState`` returns
+``deepcopy(widget_value)``). ``share_uploaded_bytes`` gives ``UploadedFile`` a
+``__deepcopy__`` that shares the immutable bytes instead (``io.BytesIO`` copies
+on write, so the copy stays independent). ``Staged.add`` copies each file in
+1 MB chunks into a fresh 0700 folder of this session and ``release`` drops
+Streamlit's record of it (the page then swaps the widget for a fresh one), so an
+upload costs memory once, while it arrives, and not again while the model is
+loaded.
 
 A ``Staged`` upload is what the Diagnose page loads. Each drop replaces the
 one before: two uploads in a row are two models, never one upload of both
@@ -25,9 +30,26 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from streamlit.runtime import Runtime
+from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRec
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from core.checkpoints.archive import CHUNK
+
+
+def _shared_copy(self: UploadedFile, memo) -> UploadedFile:
+    """A copy of an uploaded file that shares its bytes until either is written (``io.BytesIO`` copy on write)."""
+    record = UploadedFileRec(self.file_id, self.name, self.type, self.getvalue())  # getvalue: the bytes, not a copy
+    twin = UploadedFile(record, self._file_urls)
+    twin.seek(self.tell())
+    return twin
+
+
+def share_uploaded_bytes() -> None:
+    """Make Streamlit's per-run ``deepcopy`` of an uploader's value share the file's bytes (idempotent)."""
+    UploadedFile.__deepcopy__ = _shared_copy
+
+
+share_uploaded_bytes()
 
 
 class Staged:
