@@ -181,3 +181,19 @@ def test_outside_a_served_session_nothing_stops():
     from app import session
 
     assert session.stop_when_gone() is None  # plain Python, AppTest: no runtime, no hooks
+
+
+def test_the_per_run_copy_of_an_upload_shares_its_bytes():
+    import copy
+
+    from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRec
+
+    import app.uploads  # noqa: F401  installs the shared deepcopy
+
+    original = UploadedFile(UploadedFileRec("id", "model.safetensors", "application/octet-stream", b"abcdef"), None)
+    original.seek(2)
+    twin = copy.deepcopy(original)
+    assert twin.getvalue() is original.getvalue()  # one buffer, not two
+    assert (twin.name, twin.file_id, twin.size, twin.tell()) == ("model.safetensors", "id", 6, 2)
+    twin.write(b"XY")  # copy on write: the original is untouched
+    assert original.getvalue() == b"abcdef" and twin.getvalue() == b"abXYef"
