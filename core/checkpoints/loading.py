@@ -46,8 +46,9 @@ def load_model(
     path = resolve_source(source)
     if path.startswith("~"):
         path = str(expand_user(path))
-    if is_checkpoint_path(Path(path)):
-        return tuple(load_checkpoint(path, n_heads=n_heads, device=device))
+    if is_checkpoint_path(Path(path)):  # the local user is trusted: any path they can read (docs/checkpoints.md)
+        anywhere = [Path(path).resolve().anchor]
+        return tuple(load_checkpoint(path, n_heads=n_heads, device=device, allowed_roots=anywhere))
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
         if isinstance(config, dict):

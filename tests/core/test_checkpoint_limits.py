@@ -303,3 +303,13 @@ def test_safetensors_weights_from_a_file_object_round_trip(tmp_path):
 def test_a_refused_tilde_path_is_echoed_as_typed(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert _refusal("~/secret").startswith("~/secret is outside")  # the home folder's path is not shown
+
+
+def test_the_cli_reads_archives_outside_the_roots(tmp_path):
+    """The local user is trusted (load_model); the same archive is refused to a server user (load_untrusted)."""
+    import shutil
+
+    folder = bert_folder(tmp_path / "outside" / "bert")
+    archive = shutil.make_archive(str(tmp_path / "outside" / "bert"), "zip", folder)
+    assert core.load_model(archive)[0].config.model_type == "bert"
+    assert "is outside the folders" in _refusal(archive)
