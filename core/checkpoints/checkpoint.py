@@ -52,6 +52,8 @@ BAD_INPUT = ("cannot load a checkpoint from a {kind}; pass a path, or a list of 
 PYTHON_IGNORED = "ignored {n} Python file(s) in the upload ({names}): AttnScope never runs code from a checkpoint"
 REMOTE_CODE_IGNORED = "config.json asks for custom code (auto_map); it was ignored and the built-in {model_type} used"
 HEADS_IGNORED = "n_heads={given} ignored: config.json says {actual}"
+TOO_MUCH_WEIGHT = ("{name} holds {size:,} bytes of weights, more than the {limit:,}-byte limit; raise it with "
+                   "ATTNSCOPE_MAX_UNCOMPRESSED_BYTES or Limits(max_total_bytes=...)")
 
 Upload = tuple  # (filename, bytes or a binary file object opened for reading)
 
@@ -204,11 +206,11 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
     config_path = folder / CONFIG_NAME
     if config_path.is_file():
         config = _read_config(config_path)
-        check_model_config(config)
-        state = _read_weights(folder, label)
+        check_model_config(config, limits)  # every size cap before a byte of weights is read
+        state = _read_weights(folder, label, limits)
         _note_heads(config, n_heads, notes)
     else:
-        state = _read_weights(folder, label)
+        state = _read_weights(folder, label, limits)
         inferred = infer_architecture(state, n_heads)
         config, state = inferred.config, inferred.state
         notes.extend(inferred.notes)
@@ -234,8 +236,11 @@ def _read_config(path: Path):
         raise CheckpointError(NOT_JSON.format(err=str(err).splitlines()[0][:120])) from None
 
 
-def _read_weights(folder: Path, label: str) -> dict[str, torch.Tensor]:
+def _read_weights(folder: Path, label: str, limits: Limits) -> dict[str, torch.Tensor]:
     weights = find_weights(folder)
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(WEIGHT_SUFFIXES))
+    if size > limits.max_total_bytes:  # a folder read in place was not counted while unpacking
+        raise CheckpointError(TOO_MUCH_WEIGHT.format(name=label, size=size, limit=limits.max_total_bytes))
     if not weights and (folder / CONFIG_NAME).is_file():
         raise CheckpointError(NO_WEIGHTS.format(name=label))
     if not weights:

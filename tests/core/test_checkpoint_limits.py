@@ -313,3 +313,18 @@ def test_the_cli_reads_archives_outside_the_roots(tmp_path):
     archive = shutil.make_archive(str(tmp_path / "outside" / "bert"), "zip", folder)
     assert core.load_model(archive)[0].config.model_type == "bert"
     assert "is outside the folders" in _refusal(archive)
+
+
+def test_a_folder_read_in_place_is_capped_before_its_weights_are_read(tmp_path, monkeypatch):
+    from core.checkpoints import checkpoint
+
+    read = []
+    monkeypatch.setattr(checkpoint, "read_state_dict", lambda path: read.append(path))
+    folder = bert_folder(tmp_path / "root" / "bert")
+    with pytest.raises(CheckpointError, match=r"holds [\d,]+ bytes of weights, more than the 1,000-byte limit"):
+        load_checkpoint(folder, limits=Limits(max_total_bytes=1000))
+    big = bert_folder(tmp_path / "root" / "big", hidden_size=2048, num_attention_heads=16, intermediate_size=8192,
+                      num_hidden_layers=24, vocab_size=50_000)
+    with pytest.raises(CheckpointError, match="at least"):
+        load_untrusted(str(big))
+    assert not read
