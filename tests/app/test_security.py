@@ -1,5 +1,6 @@
 """The app as a shared server: one loading path on both pages, two uploads in a row, the bounded model cache."""
 
+import re
 import threading
 from pathlib import Path
 
@@ -20,7 +21,8 @@ def _app() -> AppTest:
 
 
 def _errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error]
+    """Error texts as the user reads them: markdown escapes (``\\.``) undone."""
+    return [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
 
 
 def _inspect_error(kind: str, source: str) -> list[str]:
@@ -197,3 +199,11 @@ def test_the_per_run_copy_of_an_upload_shares_its_bytes():
     assert (twin.name, twin.file_id, twin.size, twin.tell()) == ("model.safetensors", "id", 6, 2)
     twin.write(b"XY")  # copy on write: the original is untouched
     assert original.getvalue() == b"abcdef" and twin.getvalue() == b"abXYef"
+
+
+def test_an_upload_name_in_an_error_is_plain_text():
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at = _upload_and_run(at, "[click](javascript:alert) **x**.zip", b"not a zip")
+    [raw] = [e.value for e in at.error]
+    assert r"\[click\]\(javascript\:alert\) \*\*x\*\*\.zip is not a readable zip" in raw
