@@ -30,6 +30,7 @@ from diagnostics.measure.metrics import head_metrics
 from app import plots
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
+PROGRESS_STEPS = 20  # loading-bar updates at most (each is replayed on every cache hit)
 MAX_RESULTS = 4  # attention results kept at once (a 12 × 12 model at 512 tokens: 151 MB each)
 ENV_MODEL_CACHE = "ATTNSCOPE_MODEL_CACHE_BYTES"
 
@@ -103,8 +104,17 @@ def model_cache() -> ModelCache:
 def load_model(source: str) -> LoadedModel:
     """A known model name, a cached Hugging Face id or a folder under the allowed roots (``core.load_untrusted``)."""
     def load():
+        bar, shown = st.empty(), []  # made here: a cached caller (``attention``) may only replay its own elements
+
+        def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes
+            step = int(fraction * PROGRESS_STEPS)
+            if not shown or step > shown[-1]:
+                shown.append(step)
+                bar.progress(min(1.0, fraction), text=f"Loading {source}: {message}")
+
         with st.spinner("Loading the model…"):
-            loaded = core.load_untrusted(source)
+            loaded = core.load_untrusted(source, progress=progress)
+        bar.empty()
         return LoadedModel(loaded.model, loaded.tokenizer)
     return model_cache().get(source, load)
 

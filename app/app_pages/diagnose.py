@@ -15,7 +15,8 @@ def source_ui():
     kind = st.radio("Checkpoint", ["Upload", "Local folder"], key="diag_kind", horizontal=True)
     if kind == "Upload":
         return upload_ui()
-    path = st.text_input("Model folder, archive or weights file", key="diag_path", placeholder="/models/my-bert")
+    path = st.text_input("Model folder, archive, weights or .gguf file", key="diag_path",
+                         placeholder="/models/my-bert")
     return (path.strip(), path.strip()) if path.strip() else None
 
 
@@ -26,7 +27,7 @@ def upload_ui():
     limits = core.Limits()
     files = st.file_uploader(
         "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
-        "pytorch_model.bin, tokenizer files), or a custom model's safetensors + config JSON",
+        "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
         accept_multiple_files=True, key=f"diag_upload_{s.diag_upload_round}")
     st.caption(f"Limits: {st.get_option('server.maxUploadSize'):,} MB per upload, a model of "
                f"{limits.max_model_bytes / 1e9:g} GB, {limits.max_total_bytes / 1e9:g} GB unpacked. "
@@ -64,8 +65,9 @@ def run(inputs, name, texts, n_heads) -> None:
     bar = st.progress(0.0, text="Loading the checkpoint…")
     should_stop = session.stop_when_gone()
     try:
+        loading = lambda fraction, message: bar.progress(min(1.0, fraction), text=f"Loading: {message}")  # noqa: E731
         with inputs.opened() if isinstance(inputs, uploads.Staged) else nullcontext(inputs) as source:
-            checkpoint = core.load_untrusted(source, n_heads=n_heads)
+            checkpoint = core.load_untrusted(source, n_heads=n_heads, progress=stoppable(loading, should_stop))
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
         with stop_between_layers(checkpoint.model, should_stop):  # the session may end mid-probe
             report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)

