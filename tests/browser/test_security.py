@@ -153,7 +153,7 @@ def _diagnose_refusal(pg, path: str) -> str:
     pg.get_by_role("link", name="Diagnose", exact=True).click()
     pg.get_by_role("heading", name="Diagnose a checkpoint").wait_for()
     _idle(pg)
-    field = pg.get_by_role("textbox", name="Model folder, archive or weights file", exact=True)
+    field = pg.get_by_role("textbox", name="Model folder, archive", exact=False)
     _until_shown(pg, lambda: pg.get_by_text("Local folder", exact=True).first.click(), field)
     field.fill(path)
     field.press("Enter")
