@@ -26,5 +26,5 @@ def show(err: Exception) -> None:
 
 
 def shown(text: str) -> None:
-    """An error line as plain text: messages name files and folders, which may hold markdown."""
+    """An error line as plain text: messages quote file names and paths a user chose, which may hold markdown."""
     st.error(for_markdown(text), icon="⚠️")
