@@ -41,7 +41,7 @@ def app_url(tmp_path_factory):
     stop_app(proc)
 
 
-@pytest.fixture(scope="module")  # one Playwright per module: a module may start its own (test_security.py)
+@pytest.fixture(scope="module")  # one Playwright per module: a module may start its own (test_browser_security.py)
 def browser(chromium_path):
     from playwright.sync_api import sync_playwright
 
