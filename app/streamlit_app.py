@@ -1,6 +1,6 @@
 """AttnScope's Streamlit app: ``streamlit run app/streamlit_app.py``.
 
-Three pages (Inspect, Diagnose, Guide); each page script only gathers input,
+Five pages (Inspect, Diagnose, Compare, Timeline, Guide); each page script only gathers input,
 calls ``core`` / ``diagnostics`` and draws.
 """
 
@@ -19,6 +19,8 @@ st.set_page_config(page_title="AttnScope", page_icon=":material/visibility:", la
 navigation = st.navigation([
     st.Page(PAGES / "inspect.py", title="Inspect", icon=":material/search:", default=True),
     st.Page(PAGES / "diagnose.py", title="Diagnose", icon=":material/stethoscope:"),
+    st.Page(PAGES / "compare.py", title="Compare", icon=":material/compare:"),
+    st.Page(PAGES / "timeline.py", title="Timeline", icon=":material/timeline:"),
     st.Page(PAGES / "guide.py", title="Guide", icon=":material/menu_book:"),
 ])
 navigation.run()

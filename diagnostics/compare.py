@@ -201,7 +201,7 @@ def _map_distances(samples_a, samples_b):
     per_part = {}
     for sa, sb in zip(samples_a, samples_b):
         for part in (("encoder", "decoder", "cross") if sa.encoder is not None else ("self",)):
-            ra, rb = (sa.part(part), sb.part(part)) if part != "self" else (sa, sb)
+            ra, rb = sa.part(part), sb.part(part)
             if ra.attentions.shape != rb.attentions.shape:
                 raise InputError(f"the models read a probe differently ({tuple(ra.attentions.shape)} against "
                                  f"{tuple(rb.attentions.shape)}); compare needs the same input limit")

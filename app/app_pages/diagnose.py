@@ -3,25 +3,8 @@
 import streamlit as st
 
 import core
-from app import errors, report_view
+from app import errors, report_view, sources
 from diagnostics.diagnose import diagnose
-
-
-def source_ui():
-    """Upload or folder path; returns ``(checkpoint input, name to show)``, or None."""
-    kind = st.radio("Checkpoint", ["Upload", "Local folder"], key="diag_kind", horizontal=True)
-    if kind == "Upload":
-        limit_mb = st.get_option("server.maxUploadSize")
-        unpacked = core.Limits().max_total_bytes / 1e9
-        files = st.file_uploader(
-            "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
-            "pytorch_model.bin, tokenizer files), or a custom model's safetensors + config JSON",
-            accept_multiple_files=True, key="diag_upload")
-        st.caption(f"Limits: {limit_mb:,} MB per upload (server.maxUploadSize in .streamlit/config.toml), "
-                   f"{unpacked:g} GB unpacked. Python files in an upload are never run.")
-        return ([(f.name, f.getvalue()) for f in files], ", ".join(f.name for f in files)) if files else None
-    path = st.text_input("Model folder, archive or weights file", key="diag_path", placeholder="/models/my-bert")
-    return (path.strip(), path.strip()) if path.strip() else None
 
 
 def options_ui():
@@ -49,7 +32,7 @@ def run(inputs, name, texts, n_heads) -> None:
 
 
 st.title("Diagnose a checkpoint")
-source = source_ui()
+source = sources.source_ui("diag")
 texts, n_heads = options_ui()
 if st.button("Diagnose", type="primary", key="diag_run"):
     if source is None:
