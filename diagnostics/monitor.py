@@ -35,9 +35,9 @@ from diagnostics.texts import MONITOR_TEXTS
 
 SCHEMA = "attnscope.monitor/1"
 # One measurement of the 7 default probes on a 6-layer, 8-head GPT-2 (d 256)
-# costs about as much as 4 of its training steps at batch 16 × 128 tokens on
-# CPU, so every 200 steps keeps it near 2% (benchmarks/monitor_overhead.py,
-# docs/training.md).
+# costs about 1.3 of its training steps at batch 16 × 128 tokens on the CPU, so
+# every 200 steps costs ~0.7% of the training time (every 50 would be ~2.6%):
+# python -m benchmarks.monitor_overhead, docs/training.md.
 DEFAULT_EVERY = 200
 # Heads near uniform this many steps in have not started to learn where to look.
 DEFAULT_UNIFORM_AFTER = 1000

@@ -10,7 +10,7 @@ the heads stay uniform for good; ``x10`` multiplies them by 10 instead.
 The monitor logs every ``--every`` steps (and at step 0, before any update) to
 ``OUT/<run>.jsonl``; docs/training.md shows both logs on the Timeline page.
 
-    python scripts/train_monitor_example.py --out docs/training [--steps 600] [--every 30]
+    python scripts/train_monitor_example.py --out docs/training [--steps 300] [--every 25]
 """
 
 import argparse
@@ -86,8 +86,8 @@ def _summary(record) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "training")
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--every", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--bad-init", choices=["zero", "x10"], default="zero")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
