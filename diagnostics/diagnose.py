@@ -29,7 +29,7 @@ from core.extraction.streaming import can_stream
 from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
 from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
-from diagnostics.probes import RANDOM_PROBES, as_probes, random_probe
+from diagnostics.probes import RANDOM_PROBES, RepeatedProbe, as_probes, random_probe, repeated_probe
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
 from diagnostics.measure.row_stats import OFFSETS
@@ -51,6 +51,14 @@ class Measured:
     distances: torch.Tensor  # [L, H, H] pairwise JS distances
     sinks: list  # [L][H] display string of each head's strongest sink key
     causal: bool
+
+
+@dataclass
+class Repeated:
+    """The repeated-sequence probe and its ``Measured`` (whole maps: it is ~100 tokens long)."""
+
+    probe: RepeatedProbe
+    measured: Measured
 
 
 def diagnose(source, texts=None, device=None, progress=None, n_heads=None, stream=None) -> Report:
@@ -77,9 +85,10 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
         results = samples
         tell(0.85, "measuring heads")
         parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
+    repeated = _repeated(model, tokenizer, tell)
     heads, findings = [], notes + _truncation_notes(results)
     for part, measured in parts.items():
-        part_heads, part_findings = diagnose_part(part, measured)
+        part_heads, part_findings = diagnose_part(part, measured, repeated if part == "self" else None)
         heads += part_heads
         findings += part_findings
     tell(0.95, "checking weights")
@@ -154,6 +163,19 @@ def _measured(r) -> Measured:
     return Measured(r.metrics, r.patterns, r.distances, r.sink_tokens, r.causal)
 
 
+def _repeated(model, tokenizer, tell) -> "Repeated | None":
+    """The repeated-sequence probe (induction, duplicate-token; ``probes.repeated_probe``), or None where it
+    does not apply: no tokenizer, an encoder-decoder, or a model whose attention cannot be read from token ids."""
+    if tokenizer is None or getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return None
+    tell(0.86, "repeated-sequence probe")
+    try:
+        probe = repeated_probe(model, tokenizer)
+    except core.ExtractionError:
+        return None
+    return Repeated(probe, measure(probe.result))
+
+
 def _truncation_notes(results):
     """One ``probe_truncated`` note for the probes whose text was cut to the model's limit."""
     cut = [w for r in results for w in r.warnings if TRUNCATED in w]
@@ -179,8 +201,8 @@ def measure(r) -> Measured:
     return Measured(m, classify_metrics(m), js_distance(attn, r.causal, r.keys_padding), sinks, r.causal)
 
 
-def diagnose_part(part, measured):
-    """``(heads, findings)`` of one part from its ``Measured`` probes."""
+def diagnose_part(part, measured, repeated=None):
+    """``(heads, findings)`` of one part from its ``Measured`` probes (and the repeated-sequence probe)."""
     per_text = [m.metrics for m in measured]
     labels = [m.patterns for m in measured]
     distances = [m.distances for m in measured]  # each (L, H, H)

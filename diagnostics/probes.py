@@ -1,9 +1,16 @@
-"""The texts a diagnosis runs through the model, and random-id probes for models without a tokenizer.
+"""The texts a diagnosis runs through the model, random-id probes, and the repeated-sequence probe.
 
 Default probes are ordinary English of different shapes: short and long,
 punctuation-heavy, a question, a list, and two sentence pairs (BERT's sentence
 A/B) so segment (block) and [SEP] behaviour show up. Per-head metrics are
 averaged over all of them, so one odd sentence cannot decide a finding.
+
+The repeated-sequence probe (``repeated_probe``) is the induction test of
+Olsson et al. 2022 ("In-context learning and induction heads") and of
+TransformerLens's head detector: random in-vocabulary tokens, then the same
+tokens again. In the second copy an induction head attends to the token after
+the previous occurrence of the current one (offset ``-half + 1``) and a
+duplicate-token head to the previous occurrence itself (offset ``-half``).
 """
 
 from dataclasses import dataclass
@@ -16,6 +23,8 @@ from core.device import model_device
 from core.errors import ExtractionError
 from core.extraction.hf_extract import eager_attention, is_causal_config, stack_layers
 from core.extraction.module_extract import attention_modules, run_with_hooks
+from core.extraction.encode import max_positions
+from core.extraction.tokens import display_tokens
 from core.result import AttentionResult
 
 
@@ -40,6 +49,25 @@ DEFAULT_PROBES = (
 )
 RANDOM_PROBES = 4  # probes of random token ids when there is no tokenizer
 RANDOM_LENGTH = 24
+# Tokens in each copy of the repeated-sequence probe: TransformerLens's detector uses short random
+# sequences; 48 keeps the probe at ~100 tokens (cheap as whole maps even for 30-layer models) while the
+# chance that a random token repeats within a copy stays small for any real vocabulary.
+REPEAT_HALF = 48
+REPEAT_MIN_HALF = 4  # fewer tokens per copy say nothing about induction
+
+
+@dataclass
+class RepeatedProbe:
+    """Attention on ``prefix`` special tokens, ``half`` random tokens, the same ``half`` again, then suffix."""
+
+    result: AttentionResult  # whole maps [L, H, T, T], tokens displayed as text
+    prefix: int  # index of the first random token (after [CLS] / <s>, if the tokenizer adds one)
+    half: int  # length of each copy: token i of the second copy repeats token i - half
+
+    @property
+    def second_copy(self) -> range:
+        """Query positions of the second copy."""
+        return range(self.prefix + self.half, self.prefix + 2 * self.half)
 
 
 def as_probes(texts):
@@ -90,3 +118,56 @@ def _run(model, ids):
         return run_with_hooks(model, ids)
     raise ExtractionError(f"{type(model).__name__} cannot be probed: AttnScope cannot read its attention")
 
+
+
+def repeated_probe(model, tokenizer, half=REPEAT_HALF, seed=0) -> RepeatedProbe:
+    """Whole maps of ``model`` on random in-vocabulary tokens repeated twice (see the module docstring).
+
+    Token ids are drawn from the tokenizer's ordinary (non-special) tokens that the model's
+    vocabulary holds, without repeats inside a copy; the tokenizer's own special tokens
+    ([CLS] … [SEP], <s>) wrap the sequence as they would wrap a text. Not for encoder-decoders.
+    """
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        raise ExtractionError("the repeated-sequence probe covers encoders and decoders, not encoder-decoders")
+    before, after = _special_wrapping(tokenizer)
+    limit = max_positions(getattr(model, "config", None), tokenizer)
+    if limit is not None:  # short-context models get shorter copies
+        half = min(half, (limit - len(before) - len(after)) // 2)
+    if half < REPEAT_MIN_HALF:
+        raise ExtractionError(f"the model takes {limit} tokens; the repeated-sequence probe needs "
+                              f"{2 * REPEAT_MIN_HALF} plus its special tokens")
+    ids = _random_ordinary_ids(model, tokenizer, half, seed)  # (half,)
+    sequence = ids.tolist() * 2
+    full, prefix = before + sequence + after, len(before)
+    input_ids = torch.tensor([full]).to(model_device(model))  # (1, T)
+    was_training = model.training
+    model.eval()
+    try:
+        attentions, causal = _run(model, input_ids)  # (L, H, T, T)
+    finally:
+        model.train(was_training)
+    special = [i < prefix or i >= prefix + len(sequence) for i in range(len(full))]
+    result = AttentionResult(display_tokens(tokenizer, full), attentions, causal, special, [False] * len(full),
+                             token_ids=full, model_name=getattr(model.config, "name_or_path", "") or "")
+    return RepeatedProbe(result, prefix, half)
+
+
+def _random_ordinary_ids(model, tokenizer, half, seed) -> torch.Tensor:
+    vocab = min(len(tokenizer), getattr(model.config, "vocab_size", None) or len(tokenizer))
+    special = set(tokenizer.all_special_ids)
+    candidates = torch.tensor([i for i in range(vocab) if i not in special])  # (V',)
+    if len(candidates) < half:
+        raise ExtractionError(f"the vocabulary has only {len(candidates)} ordinary tokens; the repeated-sequence "
+                              f"probe needs {half}")
+    generator = torch.Generator().manual_seed(seed)
+    return candidates[torch.randperm(len(candidates), generator=generator)[:half]]  # (half,)
+
+
+def _special_wrapping(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer adds before and after a text ([CLS] / [SEP], <s>, or nothing)."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    wrapped = tokenizer("a")["input_ids"]
+    for start in range(len(wrapped) - len(plain) + 1):
+        if wrapped[start:start + len(plain)] == plain:
+            return wrapped[:start], wrapped[start + len(plain):]
+    return [], []  # the tokenizer rewrites the text when it wraps it: add nothing

@@ -1,0 +1,28 @@
+"""The repeated-sequence probe: random ordinary tokens, the same again, wrapped in the tokenizer's specials."""
+
+import torch
+
+from diagnostics.probes import repeated_probe
+from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+
+
+def test_second_copy_repeats_the_first_and_specials_wrap_it():
+    tokenizer = wordpiece_tokenizer()
+    probe = repeated_probe(tiny_bert(), tokenizer, half=12, seed=3)
+    ids = probe.result.token_ids
+    first = ids[probe.prefix:probe.prefix + 12]
+    assert ids[probe.second_copy.start:probe.second_copy.stop] == first
+    assert len(set(first)) == 12  # no repeats inside a copy
+    assert not set(first) & set(tokenizer.all_special_ids)
+    assert probe.prefix == 1 and probe.result.special[0] and probe.result.special[-1]  # [CLS] … [SEP]
+    assert probe.result.attentions.shape[-1] == len(ids) == 2 * 12 + 2
+
+
+def test_decoder_probe_is_causal_rows_sum_to_one_and_model_mode_is_restored():
+    model = tiny_gpt2().train()
+    probe = repeated_probe(model, bpe_tokenizer(), half=10, seed=0)
+    attn = probe.result.attentions  # (L, H, T, T)
+    assert probe.result.causal and model.training
+    assert torch.allclose(attn.sum(-1), torch.ones(attn.shape[:-1]), atol=1e-5)
+    assert torch.all(attn.triu(1) == 0)
+    assert repeated_probe(model, bpe_tokenizer(), half=10, seed=0).result.token_ids == probe.result.token_ids
