@@ -1,16 +1,16 @@
-"""Train a tiny GPT-2 twice with the attention monitor on: a healthy run and one with Q/K initialised to zero.
+"""Train a tiny GPT-2 with the attention monitor on: healthy, and with Q/K initialised × 0 and × 10.
 
 The corpus is the demo models' (``train_demo_models.gather_corpus``: standard
 library docstrings, offline), tokenized with the demo-gpt2 tokenizer. The model
 is 2 layers × 4 heads, width 64, 128 positions; AdamW at 3e-3, batches of
-8 × 64 tokens. ``--bad-init zero`` multiplies the Q and K weights (and biases)
-by 0 at initialisation: every score is 0, every head exactly uniform, and since
+8 × 64 tokens. Run ``qk_zero`` multiplies the Q and K weights (and biases) by 0
+at initialisation: every score is 0, every head exactly uniform, and since
 dL/dW_q is proportional to K and dL/dW_k to Q, no gradient ever reaches them, so
-the heads stay uniform for good; ``x10`` multiplies them by 10 instead.
+the heads stay uniform for good; ``qk_x10`` multiplies them by 10 (std 0.2).
 The monitor logs every ``--every`` steps (and at step 0, before any update) to
 ``OUT/<run>.jsonl``; docs/training.md shows both logs on the Timeline page.
 
-    python scripts/train_monitor_example.py --out docs/training [--steps 300] [--every 25]
+    python scripts/train_monitor_example.py --out docs/training [--runs healthy qk_zero qk_x10] [--steps 300] [--every 25]
 """
 
 import argparse
@@ -32,7 +32,7 @@ from train_demo_models import gather_corpus  # noqa: E402
 SEED = 0
 BATCH, LENGTH = 8, 64
 PEAK_LR = 3e-3
-QK_FACTORS = {"none": 1.0, "zero": 0.0, "x10": 10.0}
+RUNS = {"healthy": 1.0, "qk_zero": 0.0, "qk_x10": 10.0}  # run name: factor on the initial Q/K weights
 
 
 def build_model(vocab_size: int, qk_factor: float) -> GPT2LMHeadModel:
@@ -88,18 +88,18 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "training")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--every", type=int, default=25)
-    parser.add_argument("--bad-init", choices=["zero", "x10"], default="zero")
+    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     tokenizer = AutoTokenizer.from_pretrained(str(DEMO_MODELS["demo-gpt2"]))
     stream = token_stream(tokenizer)
-    for run, factor in (("healthy", "none"), (f"qk_{args.bad_init}", args.bad_init)):
+    for run in args.runs:
         log_path = args.out / f"{run}.jsonl"
         log_path.unlink(missing_ok=True)
         monitor = AttentionMonitor(tokenizer=tokenizer, every=args.every, log_path=log_path,
                                    uniform_after=args.steps // 4)
-        print(f"== {run}: Q/K × {QK_FACTORS[factor]:g}", flush=True)
-        seconds = train(build_model(len(tokenizer), QK_FACTORS[factor]), stream, args.steps, monitor)
+        print(f"== {run}: Q/K × {RUNS[run]:g}", flush=True)
+        seconds = train(build_model(len(tokenizer), RUNS[run]), stream, args.steps, monitor)
         print(f"{run}: {seconds:.1f} s training, {monitor.seconds:.1f} s measuring -> {log_path}", flush=True)
 
 

@@ -1,5 +1,7 @@
 """Timeline: a model's heads over training steps, from monitor logs or a folder of Trainer checkpoints."""
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -31,13 +33,19 @@ def load(kind, value) -> dict:
     if kind == KINDS[0]:
         return {name: tl.parse_log(data) for name, data in value}
     if kind == KINDS[1]:
-        return {path: tl.read_log(path) for path in value}
+        return {_short(path, value): tl.read_log(path) for path in value}
     bar = st.progress(0.0, text="Loading checkpoints…")
     try:
         progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
         return {value: tl.from_checkpoints(value, progress=progress)}
     finally:
         bar.empty()
+
+
+def _short(path, paths) -> str:
+    """The file name, or the path where two logs share a name: runs are named, server paths not shown."""
+    name = Path(path).name
+    return name if sum(Path(p).name == name for p in paths) == 1 else path
 
 
 def run_ui(name, timeline, metric, layer) -> None:
