@@ -21,12 +21,15 @@ A head is ``changed`` when (thresholds measured in docs/compare.md):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import torch
 
 from core.errors import InputError
+from core.extraction.encode import encode, max_positions
 from diagnostics.diagnose import _resolve, diagnose
+from diagnostics.findings import severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
 from diagnostics.paired_stream import stream_paired_js
 from diagnostics.probes import as_probes
@@ -111,7 +114,6 @@ class CompareReport:
         }
 
     def to_json(self, indent=2):
-        import json
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     def to_markdown(self):
@@ -213,8 +215,6 @@ def _map_distances(samples_a, samples_b):
 
 def _streamed_distances(model_a, model_b, tokenizer, texts):
     """``[L, H]`` mean over probes of the lockstep-streamed distance."""
-    from core.extraction.encode import encode, max_positions
-
     limits = [n for n in (max_positions(m.config, tokenizer) for m in (model_a, model_b)) if n]
     distances = []
     for probe in as_probes(texts):
@@ -254,8 +254,6 @@ def role_names(head) -> list[str]:
 
 def finding_changes(findings_a, findings_b):
     """``(appeared, disappeared)``: B's findings A lacks (or has less severe), A's findings B lacks."""
-    from diagnostics.findings import severity_rank
-
     worst_a = {}
     for f in findings_a:
         key = (f.code, f.part)

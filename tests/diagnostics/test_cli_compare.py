@@ -26,6 +26,7 @@ def test_same_model_exits_0_and_nothing_changed(bert_dir, tmp_path):
     assert all(h["js_distance"] < 1e-4 and not h["changed"] for h in report["heads"])
 
 
+@pytest.mark.slow
 def test_saturating_b_exits_1_and_names_the_new_error(bert_dir, tmp_path):
     broken = scale_qk(bert_dir, tmp_path / "x30", 30.0)
     status, report = run_compare(bert_dir, broken, tmp_path)

@@ -54,6 +54,7 @@ def test_qk_times_8_changes_every_head(arch):
     assert {"pattern", "roles", "entropy", "sink_score"} <= set(first["before"])
 
 
+@pytest.mark.slow
 def test_long_probes_are_streamed_in_lockstep_and_agree_with_the_maps(monkeypatch):
     model, tokenizer = tiny_gpt2(), bpe_tokenizer()
     other = qk_scaled(model, 3.0)

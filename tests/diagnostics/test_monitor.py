@@ -119,6 +119,7 @@ def test_tensorboard_scalars_when_installed(monkeypatch, tmp_path, caplog):
     assert any("tensorboard is not installed" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_trainer_callback_writes_three_lines_on_three_steps(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
