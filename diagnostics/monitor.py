@@ -44,7 +44,7 @@ DEFAULT_UNIFORM_AFTER = 1000
 # Error findings that are the normal state of a freshly initialised model (every head
 # starts near uniform): warned about only when they outlast ``uniform_after``.
 EXPECTED_EARLY = ("diffuse_heads",)
-DROPPED_METRICS = ("diag_mass",)  # per-offset masses: long, and summarised by best_offset(_mass)
+DROPPED_METRICS = ("diag_mass", "rest_diag_mass")  # per-offset masses: long, summarised by best_offset(_mass)
 
 log = logging.getLogger("attnscope.monitor")
 
