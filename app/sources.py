@@ -32,12 +32,13 @@ def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
         unpacked = core.Limits().max_total_bytes / 1e9
         files = st.file_uploader(
             "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
-            "pytorch_model.bin, tokenizer files), or a custom model's safetensors + config JSON",
+            "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
             accept_multiple_files=True, key=f"{prefix}_upload")
         st.caption(f"Limits: {limit_mb:,} MB per upload (server.maxUploadSize in .streamlit/config.toml), "
                    f"{unpacked:g} GB unpacked. Python files in an upload are never run.")
         return ([(f.name, f.getvalue()) for f in files], ", ".join(f.name for f in files)) if files else None
-    path = st.text_input("Model folder, archive or weights file", key=f"{prefix}_path", placeholder="/models/my-bert")
+    path = st.text_input("Model folder, archive, weights or .gguf file", key=f"{prefix}_path",
+                         placeholder="/models/my-bert")
     return (path.strip(), path.strip()) if path.strip() else None
 
 

@@ -20,7 +20,8 @@ def run(inputs, name, texts, n_heads) -> None:
     st.session_state.pop("report", None)
     bar = st.progress(0.0, text="Loading the checkpoint…")
     try:
-        checkpoint = core.load_checkpoint(inputs, n_heads=n_heads)
+        loading = lambda fraction, message: bar.progress(min(1.0, fraction), text=f"Loading: {message}")  # noqa: E731
+        checkpoint = core.load_checkpoint(inputs, n_heads=n_heads, progress=loading)
         progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
         st.session_state.report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)
         st.session_state.report_notes = checkpoint.notes
