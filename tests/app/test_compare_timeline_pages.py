@@ -22,7 +22,7 @@ def _errors(at: AppTest) -> list[str]:
 
 
 def _built_in(at: AppTest, side: str, name: str) -> None:
-    at.radio(key=f"cmp_{side}_kind").set_value("Built-in model").run()
+    at.radio(key=f"cmp_{side}_kind").set_value("Known model").run()
     at.selectbox(key=f"cmp_{side}_known").set_value(name).run()
 
 
