@@ -37,7 +37,7 @@ def load(kind, value) -> dict:
     bar = st.progress(0.0, text="Loading checkpoints…")
     try:
         progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
-        return {value: tl.from_checkpoints(value, progress=progress)}
+        return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}
     finally:
         bar.empty()
 

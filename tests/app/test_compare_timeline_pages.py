@@ -86,3 +86,17 @@ def test_timeline_path_outside_the_roots_is_one_error(monkeypatch, tmp_path):
     at = at.button(key="tl_run").click().run()
     assert not at.exception
     assert len(_errors(at)) == 1 and "outside the folders" in _errors(at)[0]
+
+
+def test_timeline_diagnoses_a_folder_of_trainer_checkpoints(bert_folder, monkeypatch, tmp_path):
+    import shutil
+
+    for step in (10, 20):
+        shutil.copytree(bert_folder, tmp_path / f"checkpoint-{step}")
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Checkpoints folder").run()
+    at.text_input(key="tl_folder").set_value(str(tmp_path))
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert len(at.get("plotly_chart")) == 2  # one run: heatmap + lines
