@@ -1,9 +1,12 @@
 """Diagnose: upload a checkpoint (or give a folder), label every head, list findings."""
 
+from contextlib import nullcontext
+
 import streamlit as st
 
 import core
-from app import errors, report_view, sources
+from app import errors, report_view, session, sources, uploads
+from core.cancel import stop_between_layers, stoppable
 from diagnostics.diagnose import diagnose
 
 
@@ -19,11 +22,15 @@ def run(inputs, name, texts, n_heads) -> None:
     """Load and diagnose with a progress bar; the report (or the error) goes into session state."""
     st.session_state.pop("report", None)
     bar = st.progress(0.0, text="Loading the checkpoint…")
+    should_stop = session.stop_when_gone()
     try:
         loading = lambda fraction, message: bar.progress(min(1.0, fraction), text=f"Loading: {message}")  # noqa: E731
-        checkpoint = core.load_checkpoint(inputs, n_heads=n_heads, progress=loading)
-        progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
-        st.session_state.report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)
+        with inputs.opened() if isinstance(inputs, uploads.Staged) else nullcontext(inputs) as source:
+            checkpoint = core.load_untrusted(source, n_heads=n_heads, progress=stoppable(loading, should_stop))
+        progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
+        with stop_between_layers(checkpoint.model, should_stop):  # the session may end mid-probe
+            report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)
+        st.session_state.report = report
         st.session_state.report_notes = checkpoint.notes
         st.session_state.report_name = name
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page

@@ -47,7 +47,7 @@ def test_compare_folder_against_upload(bert_folder, bert_zip, monkeypatch):
     at = _page("compare")
     at.radio(key="cmp_a_kind").set_value("Local folder").run()
     at.text_input(key="cmp_a_path").set_value(str(bert_folder))
-    at.file_uploader(key="cmp_b_upload").upload("tiny-bert.zip", bert_zip).run()
+    at.file_uploader(key="cmp_b_upload_0").upload("tiny-bert.zip", bert_zip).run()
     at = at.button(key="cmp_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
     assert at.metric[0].value == "0 / 8"
