@@ -13,6 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # streamlit puts only app/ on the path; core/ and diagnostics/ sit beside it
     sys.path.insert(0, str(ROOT))
 
+# Import both packages whole, here, before any page: a rerun that starts while the last run is still importing
+# them would otherwise import their modules in another order in another thread, and Python's import locks then
+# deadlock ("_DeadlockError ... diagnostics.classify.patterns", seen once in the browser test on a busy machine).
+import core  # noqa: E402,F401
+import diagnostics  # noqa: E402,F401
+
 PAGES = Path(__file__).parent / "app_pages"
 
 st.set_page_config(page_title="AttnScope", page_icon=":material/visibility:", layout="wide")
