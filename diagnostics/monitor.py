@@ -70,10 +70,10 @@ class AttentionMonitor:
         if step % self.every:
             return None
         record = self.measure(model, step)
-        if is_main_process():
+        if is_main_process():  # every process measures; one writes and warns
             self._write(record)
             self._scalars(record)
-        self._warn(record)
+            self._warn(record)
         return record
 
     def measure(self, model, step: int) -> dict:
