@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from core.views import pool_map
-from diagnostics.texts import PATTERN_TEXTS
+from diagnostics.texts import PATTERN_TEXTS, role_label
 
 MAX_CELLS = 128  # heatmap cells per side sent to the browser; bigger maps are pooled
 THUMB_PX = 40  # side of one head's thumbnail, in pixels
@@ -82,7 +82,10 @@ def pattern_label(pattern) -> str | None:
 
 
 def _pattern_text(pattern) -> str:
-    return "no label" if pattern is None else f"{pattern_label(pattern)} {pattern.confidence:.0%}"
+    if pattern is None:
+        return "no label"
+    roles = role_label(getattr(pattern, "roles", []))
+    return f"{pattern_label(pattern)} {pattern.confidence:.0%}" + (f"; roles: {roles}" if roles else "")
 
 
 def overview_figure(sheet: bytes, patterns, shape: tuple[int, int], selected: tuple[int, int]) -> go.Figure:
