@@ -60,8 +60,11 @@ def stability(model, tokenizer, repeated):
     same_label = [len({probe[i] for probe in labels}) == 1 for i in range(n)]
     same_roles = [len({probe[i] for probe in roles}) == 1 for i in range(n)]
     pattern_counts = Counter(label for probe in labels for label in probe)
+    majority = lambda values: Counter(values).most_common(1)[0][1] / len(values)  # noqa: E731
     return {"stable": {"pattern": sum(same_label), "roles": sum(same_roles),
                        "both": sum(a and b for a, b in zip(same_label, same_roles))},
+            "agreement": {"pattern": sum(majority([p[i] for p in labels]) for i in range(n)),
+                          "roles": sum(majority([p[i] for p in roles]) for i in range(n))},
             "probe_patterns": dict(pattern_counts)}
 
 
@@ -88,14 +91,21 @@ def main(argv=None):
     for role, (tp, fp, fn) in pooled.items():
         p, r = precision_recall(tp, fp, fn)
         print(f"| {role} | {tp + fn} | {tp} | {fp} | {fn} | {p:.3f} | {r:.3f} |")
-    print("\n| model | heads | same pattern on all 7 probes | same roles | both |\n|---|---|---|---|---|")
+    print("\n| model | heads | same pattern on all 7 probes | same roles | both | mean pattern agreement "
+          "| mean roles agreement |\n|---|---|---|---|---|---|---|")
+    rows = list(results.items()) + [("all", _total(results))]
+    for name, res in rows:
+        s, a, n = res["stable"], res["agreement"], res["heads"]
+        print(f"| {name} | {n} | {s['pattern'] / n:.3f} | {s['roles'] / n:.3f} | {s['both'] / n:.3f} | "
+              f"{a['pattern'] / n:.3f} | {a['roles'] / n:.3f} |")
     for name, res in results.items():
-        s, n = res["stable"], res["heads"]
-        print(f"| {name} | {n} | {s['pattern'] / n:.3f} | {s['roles'] / n:.3f} | {s['both'] / n:.3f} |")
-    total = sum(r["heads"] for r in results.values())
-    both = sum(r["stable"]["both"] for r in results.values())
-    print(f"| all | {total} | {sum(r['stable']['pattern'] for r in results.values()) / total:.3f} | "
-          f"{sum(r['stable']['roles'] for r in results.values()) / total:.3f} | {both / total:.3f} |")
+        if "long" in res:
+            print(f"{name}, one text of {res['long']['tokens']} tokens: {dict(res['long']['patterns'])}")
+
+
+def _total(results):
+    add = lambda key: {k: sum(r[key][k] for r in results.values()) for k in next(iter(results.values()))[key]}  # noqa: E731
+    return {"heads": sum(r["heads"] for r in results.values()), "stable": add("stable"), "agreement": add("agreement")}
 
 
 if __name__ == "__main__":
