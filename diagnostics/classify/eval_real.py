@@ -7,7 +7,9 @@ For each model of the evaluation set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct, d
   head's roles against the ground truth of the same half (``data/real_truth.json``, repeated
   seeds 1-3). Precision and recall pooled over the models.
 - stability: every head's pattern and role set on each of the 7 ``probes.DEFAULT_PROBES``
-  alone; a head is stable when all 7 agree.
+  alone; a head is stable when all 7 agree (also: the mean share of probes giving the head's
+  majority label). And the diagnosis itself: pattern and roles from the 16 tuning texts against
+  those from the 16 held-out texts.
 - block: how many heads are block on one long text (the 32 texts joined, twice).
 
 Run: ``python -m diagnostics.classify.eval_real [--half heldout|tuning] [--models ...] [--long]``
@@ -31,20 +33,27 @@ REPORTED_ROLES = TARGET_ROLES + ("self", "duplicate_token")
 def evaluate_model(model, tokenizer, entry, half="heldout", long=False):
     """``{"counts": {role: [tp, fp, fn]}, "stable": {...}, "patterns": Counter, ...}`` for one model."""
     repeated = _repeated(model, tokenizer, lambda *_: None)
-    texts = [TEXTS[i] for i in (HELDOUT if half == "heldout" else TUNING)]
-    heads, _ = diagnose_part("self", [measure(core.extract_attention(model, tokenizer, t)) for t in texts], repeated)
+    heads, other = (_diagnosed(model, tokenizer, idx, repeated) for idx in
+                    ((HELDOUT, TUNING) if half == "heldout" else (TUNING, HELDOUT)))
     truth = truth_roles(entry, half)
     counts = {}
     for role in REPORTED_ROLES:
         predicted = {(h.layer, h.head) for h in heads if role in h.role_names}
         actual = {tuple(i) for i in truth[role].nonzero().tolist()}
         counts[role] = [len(predicted & actual), len(predicted - actual), len(actual - predicted)]
-    out = {"counts": counts, "heads": len(heads), **stability(model, tokenizer, repeated)}
+    same = [a.pattern == b.pattern and set(a.role_names) == set(b.role_names) for a, b in zip(heads, other)]
+    out = {"counts": counts, "heads": len(heads), "halves_agree": sum(same), **stability(model, tokenizer, repeated)}
     if long:
         result = core.extract_attention(model, tokenizer, " ".join(TEXTS * 2))
         out["long"] = {"tokens": result.attentions.shape[-1],
                        "patterns": Counter(p.label for row in measure(result).patterns for p in row)}
     return out
+
+
+def _diagnosed(model, tokenizer, indices, repeated):
+    """The ``HeadReport``s of a diagnosis whose probes are the texts ``indices``."""
+    measured = [measure(core.extract_attention(model, tokenizer, TEXTS[i])) for i in indices]
+    return diagnose_part("self", measured, repeated)[0]
 
 
 def stability(model, tokenizer, repeated):
@@ -98,6 +107,10 @@ def main(argv=None):
         s, a, n = res["stable"], res["agreement"], res["heads"]
         print(f"| {name} | {n} | {s['pattern'] / n:.3f} | {s['roles'] / n:.3f} | {s['both'] / n:.3f} | "
               f"{a['pattern'] / n:.3f} | {a['roles'] / n:.3f} |")
+    agree = sum(r["halves_agree"] for r in results.values())
+    print(f"\nSame pattern and roles from the 16 tuning texts as from the 16 held-out texts: {agree} of "
+          f"{_total(results)['heads']} heads ({agree / _total(results)['heads']:.3f}); per model: "
+          + ", ".join(f"{name} {r['halves_agree']}/{r['heads']}" for name, r in results.items()))
     for name, res in results.items():
         if "long" in res:
             print(f"{name}, one text of {res['long']['tokens']} tokens: {dict(res['long']['patterns'])}")

@@ -54,6 +54,10 @@ SINK_VERTICAL = 0.5
 # A diagonal smeared onto its neighbours would pass as a narrow block, hence
 # before the block rule. Measured on the rest (previous-token + sink is diagonal).
 DIAGONAL_MIN = 0.6
+# Without the sink key a causal row of a short map has only a few keys, and random peaks or a narrow
+# block land on one offset by chance: short maps need more, diagonal_min(k) = DIAGONAL_MIN +
+# DIAGONAL_SHORT / k (0.8 at 4 tokens, 0.7 at 8, 0.63 at 24).
+DIAGONAL_SHORT = 0.8
 # Block: the best contiguous stretch around the query holds mass beyond its two
 # strongest keys (``row_stats.local_run_mass``): a flat segment of width w scores
 # 1/2 - 1/w, a previous-token or decaying local window ~0, two adjacent peaks 0.
@@ -140,7 +144,7 @@ def _decide(m):
     sink = m.sink_mass.cpu().float()
     rules = [  # (label, margin) in priority order
         ("vertical", (sink - PURE_SINK) / MARGIN_SCALE),
-        ("diagonal", (m.rest_best_offset_mass.cpu().float() - DIAGONAL_MIN) / MARGIN_SCALE),
+        ("diagonal", (m.rest_best_offset_mass.cpu().float() - diagonal_min(n_keys)) / MARGIN_SCALE),
         ("block", (m.block_score.cpu().float() - block_min(n_keys)) / MARGIN_SCALE),
         ("vertical", torch.maximum(m.rest_sink2_score.cpu().float() - vertical_min(n_keys),
                                    sink - SINK_VERTICAL) / MARGIN_SCALE),
@@ -158,6 +162,11 @@ def _decide(m):
         labels = torch.where(fires, PATTERNS.index(name), labels)
         decided |= fires
     return labels, conf
+
+
+def diagonal_min(n_keys):
+    """The rest_best_offset_mass a map of ``n_keys`` keys needs to be diagonal."""
+    return DIAGONAL_MIN + DIAGONAL_SHORT / n_keys
 
 
 def vertical_min(n_keys):

@@ -79,6 +79,9 @@ _REST_METRICS = ("sink_mass", "block_score", "rest_entropy", "rest_mean_distance
 # A row's non-sink mass is divided by at least this, so a row that is all sink stays finite (its
 # weight, that same mass, is then ~0 anyway).
 REST_FLOOR = 1e-6
+# Rows with at most this many non-sink keys take a block's strongest key off once, longer rows twice
+# (``row_stats.local_run_mass``): synthetic blocks of 4-8 tokens are segments of 2-4 keys.
+SHORT_ROW = 8
 
 
 @dataclass
@@ -229,7 +232,10 @@ class MetricAccumulator:
         # a key belongs to a segment when it gets at least half the weight of a key of the row's
         # effective width exp(H'); 1/n' (uniform) when that is more
         baseline = torch.maximum(0.5 * torch.exp(-h_r), 1.0 / n_r.clamp(min=1).to(a.dtype))  # (..., qc)
-        block = row_stats.local_run_mass(rest, pos, valid_r, n_r, self.scratch, baseline)  # (..., qc)
+        # a segment must be flat: take the strongest key off twice, except in rows of at most
+        # SHORT_ROW keys, where two or three keys are all a segment can be
+        peaks = torch.where(n_r > SHORT_ROW, 2.0, 1.0).to(a)  # (qc,)
+        block = row_stats.local_run_mass(rest, pos, valid_r, n_r, self.scratch, baseline, peaks)  # (..., qc)
         s["block_score"] += block.double().mul(w_r).sum(-1)
 
     def _zeros(self, a):

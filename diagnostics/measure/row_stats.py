@@ -106,7 +106,7 @@ def mean_distance(a, positions, scratch=None):
     return torch.mul(a, dist, out=buffer(scratch, "temp", a.shape, a)).sum(-1)  # (..., qc)
 
 
-def local_run_mass(a, positions, valid, n, scratch=None, baseline=None):
+def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1):
     """Excess mass of the best contiguous stretch of keys around each query, beyond its strongest key.
 
     Excess weight is ``x_ij = a_ij - 1/n`` (above uniform; 0 on keys that are
@@ -139,7 +139,7 @@ def local_run_mass(a, positions, valid, n, scratch=None, baseline=None):
     low, lo = blocks.last_min_before(s, p)  # (..., qc) each
     high, hi = blocks.first_max_from(s, p)  # (..., qc) each
     strongest = blocks.max_between(x, lo, hi)  # (..., qc)
-    score = (high - low - 2 * strongest.clamp(min=0)).clamp(min=0)  # (..., qc)
+    score = (high - low - peaks * strongest.clamp(min=0)).clamp(min=0)  # (..., qc)
     return score * (positions < n_keys)  # (..., qc)
 
 
