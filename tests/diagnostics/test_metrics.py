@@ -86,8 +86,9 @@ def test_block_score_of_two_uniform_halves():
     attn = attn / attn.sum(-1, keepdim=True)
     w, n = N // 2, N - 1  # the first token is a sink key: factored out, the rest renormalised
 
-    def uniform_block(width):
-        return 1 - width / n - 1 / width + 1 / n
+    def uniform_block(width):  # keys count above max(1/n, half a key of the row's width); short rows: one peak off
+        level = max(1 / n, 1 / (2 * width))
+        return (1 - width * level) - (1 / width - level)
 
     first_weight, second_weight = (1 - 1 / n) * (1 - 1 / w), 1 - 1 / n  # row weight x non-sink mass
     want = (first_weight * uniform_block(w - 1) + second_weight * uniform_block(w)) / (first_weight + second_weight)
