@@ -3,7 +3,7 @@
 For each model of the evaluation set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct, demo-bert, demo-gpt2):
 
 - roles: the diagnosis pipeline (``diagnose.measure`` + ``diagnose_part``, with its own
-  repeated-sequence probe, seed 0) on the texts of one half of ``real_truth.TEXTS``; each
+  repeated-sequence probes, ``diagnose.ROLE_SEEDS``) on the texts of one half of ``real_truth.TEXTS``; each
   head's roles against the ground truth of the same half (``data/real_truth.json``, repeated
   seeds 1-3). Precision and recall pooled over the models.
 - stability: every head's pattern and role set on each of the 7 ``probes.DEFAULT_PROBES``
@@ -22,8 +22,8 @@ from collections import Counter
 
 import core
 from diagnostics.classify.real_truth import DATA, HELDOUT, TEXTS, TUNING, real_models, truth_roles
-from diagnostics.classify.roles import head_roles, repeated_scores, role_scores
-from diagnostics.diagnose import _repeated, diagnose_part, measure
+from diagnostics.classify.roles import head_roles, role_scores
+from diagnostics.diagnose import _repeated, _repeated_roles, diagnose_part, measure
 from diagnostics.probes import DEFAULT_PROBES
 
 TARGET_ROLES = ("previous_token", "next_token", "induction", "sink")
@@ -58,7 +58,7 @@ def _diagnosed(model, tokenizer, indices, repeated):
 
 def stability(model, tokenizer, repeated):
     """Share of heads whose pattern / role set / both are the same on all default probes alone."""
-    rep = repeated_scores(repeated.probe) if repeated else None
+    rep = _repeated_roles(repeated)
     labels, roles = [], []
     for probe in DEFAULT_PROBES:
         m = measure(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
