@@ -2,9 +2,11 @@
 
 Accepted: a Hugging Face model folder (as a folder, a .zip / .tar.gz of it, or
 its loose files) with ``config.json`` and ``model.safetensors`` /
-``pytorch_model.bin`` / a sharded index; an AttnScope model folder; or a bare
-state dict (.safetensors, .bin, .pt, .pth) whose architecture is read from its
-key names (``infer_arch``). Everything is read into memory and the private
+``pytorch_model.bin`` / a sharded index; an AttnScope model folder; a GGUF file
+(``gguf``); or a bare state dict (.safetensors, .bin, .pt, .pth) whose
+architecture is read from its key names (``infer_arch``). Inside a folder or
+archive the model folder is found (``layout``): sentence-transformers folders,
+Hub snapshot layouts and extra subfolders (onnx/, 1_Pooling/) load. Everything is read into memory and the private
 temporary folder is removed before returning. Every failure is a
 ``CheckpointError`` with one line saying what is wrong and what would work.
 See docs/checkpoints.md for the limits and the table of rejected inputs.
@@ -24,6 +26,8 @@ import torch
 
 from .archive import Limits, check_upload_size, extract_archive, is_archive, write_loose_files
 from .build import build_custom, build_hf, check_model_config
+from .gguf import is_gguf, load_gguf
+from .layout import IGNORED_DIRS, NO_MODEL, model_root
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE
 from ..device import pick_device
@@ -32,22 +36,27 @@ from .infer_arch import infer_architecture
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 
 ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
-_IGNORED_DIRS = ("__MACOSX", ".git", "__pycache__")
 
 NOT_FOUND = "{path} does not exist; give the path of a model folder, an archive or a weights file"
-OUTSIDE = "{path} is outside the folders AttnScope may read ({roots}); move it there or add a folder to {env}"
-NO_MODEL = ("{name} holds no model: no config.json and no weights file (.safetensors, .bin, .pt, .pth) among its "
-            "{count} files; upload a model folder (zipped or as files) or a state dict")
-SEVERAL_MODELS = "{name} holds several model folders ({folders}); upload one model at a time"
+# One message whether or not the path exists, is a folder, a file or a link: it must not tell a server user
+# what lies outside the folders they may read, nor where those folders are.
+OUTSIDE = ("{path} is outside the folders AttnScope may read, or does not exist there; give a path under them "
+           "(the folders are set by {env})")
+SEVERAL_ARCHIVES = ("the upload holds {count} archives ({names}); upload one archive, or the files of one model "
+                    "folder, at a time")
 NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
               "upload the whole folder written by save_pretrained")
 NOT_JSON = "config.json is not valid JSON ({err}); upload the config.json written by save_pretrained"
-BAD_INPUT = "cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes) uploads"
+BAD_INPUT = ("cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes or binary file) "
+             "uploads")
 PYTHON_IGNORED = "ignored {n} Python file(s) in the upload ({names}): AttnScope never runs code from a checkpoint"
 REMOTE_CODE_IGNORED = "config.json asks for custom code (auto_map); it was ignored and the built-in {model_type} used"
 HEADS_IGNORED = "n_heads={given} ignored: config.json says {actual}"
+SEVERAL_GGUF = "found several GGUF files ({names}); upload one model (one .gguf) at a time"
+TOO_MUCH_WEIGHT = ("{name} holds {size:,} bytes of weights, more than the {limit:,}-byte limit; raise it with "
+                   "ATTNSCOPE_MAX_UNCOMPRESSED_BYTES or Limits(max_total_bytes=...)")
 
-Upload = tuple  # (filename, bytes)
+Upload = tuple  # (filename, bytes or a binary file object opened for reading)
 
 
 @dataclass
@@ -62,18 +71,19 @@ class LoadedCheckpoint:
 
 
 def load_checkpoint(inputs, *, n_heads: int | None = None, limits: Limits | None = None,
-                    allowed_roots=None, device=None) -> LoadedCheckpoint:
+                    allowed_roots=None, device=None, progress=None) -> LoadedCheckpoint:
     """Load ``inputs`` — a path, or a list of uploaded ``(filename, bytes)`` pairs / paths — safely.
 
     ``n_heads`` is needed only for a bare state dict (the weights do not hold
     it). ``allowed_roots`` bounds local paths (default: ``$ATTNSCOPE_ALLOWED_ROOTS``
-    or the current folder and the home folder).
+    or the current folder and the home folder). ``progress(fraction, message)``
+    is told how a slow load (GGUF dequantisation) advances.
     """
     limits = limits or Limits()
     roots = resolve_roots(allowed_roots)
     with private_dir() as work:
         folder, label, notes = _stage(inputs, work, limits, roots)
-        loaded = _load_folder(folder, label, work / "clean", n_heads, limits, notes)
+        loaded = _load_folder(folder, label, work / "clean", n_heads, limits, notes, progress)
     loaded.model = loaded.model.to(pick_device(device)).eval()
     return loaded
 
@@ -92,14 +102,29 @@ def resolve_roots(roots=None) -> list[Path]:
     if roots is None:
         env = os.environ.get(ENV_ROOTS, "")
         roots = env.split(os.pathsep) if env.strip() else [Path.cwd(), Path.home()]
-    return [Path(r).expanduser().resolve() for r in roots if str(r).strip()]
+    return [expand_user(r).resolve() for r in roots if str(r).strip()]
+
+
+def expand_user(path) -> Path:
+    """``~`` and ``~user`` expanded as everywhere in AttnScope; an unknown user leaves the path as typed."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "~nobody-here/x": no such user
+        return Path(path)
 
 
 def check_allowed(path: Path, roots: list[Path]) -> Path:
-    resolved = Path(path).expanduser().resolve()
-    if not any(resolved.is_relative_to(root) for root in roots):
-        shown = ", ".join(str(r) for r in roots) or "none"
-        raise CheckpointError(OUTSIDE.format(path=path, roots=shown, env=ENV_ROOTS))
+    """``path`` resolved (symlinks followed), or CheckpointError unless it exists under one of ``roots``.
+
+    Outside the roots, a missing path, a link out and an unreadable one get the same message (``OUTSIDE``).
+    """
+    try:
+        resolved = expand_user(path).resolve()
+        inside = any(resolved.is_relative_to(root) for root in roots)
+    except (OSError, RuntimeError):  # a symlink loop, a path too long, no permission
+        inside = False
+    if not inside:
+        raise CheckpointError(OUTSIDE.format(path=path, env=ENV_ROOTS))
     if not resolved.exists():
         raise CheckpointError(NOT_FOUND.format(path=path))
     return resolved
@@ -112,20 +137,26 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
     if isinstance(inputs, (str, Path)):
         path = check_allowed(Path(inputs), roots)
         if path.is_dir():
-            _check_folder_files(path, roots)
-            return path, path.name, _ignored_code(path, recursive=False)
+            folder = model_root(path, path.name, limits.max_entries)
+            _check_folder_files(folder, roots)
+            return folder, path.name, _ignored_code(folder, recursive=False)
         check_upload_size(path.name, path.stat().st_size, limits)
         if is_archive(path):
             extract_archive(path, upload, limits)
             return _model_root(upload, path.name)
+        if is_gguf(path):  # read in place: GGUF files are large, and it is memory-mapped, not copied
+            return path.parent, path.name, []
         shutil.copyfile(path, upload / path.name)
         return upload, path.name, []
-    if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[1], (bytes, bytearray)):
+    if isinstance(inputs, tuple) and len(inputs) == 2 and _is_data(inputs[1]):
         inputs = [inputs]
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise CheckpointError(BAD_INPUT.format(kind=type(inputs).__name__ if inputs != [] else "empty list"))
     write_loose_files([_as_upload(item, roots, limits) for item in inputs], upload, limits)
-    files = list(upload.iterdir())
+    files = sorted(upload.iterdir())
+    archives = [f.name for f in files if is_archive(f)]
+    if len(archives) > 1:
+        raise CheckpointError(SEVERAL_ARCHIVES.format(count=len(archives), names=", ".join(archives[:4])))
     if len(files) == 1 and is_archive(files[0]):
         archive = files[0].rename(work / files[0].name)
         extract_archive(archive, upload, limits)
@@ -133,15 +164,19 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
     return _model_root(upload, files[0].name if len(files) == 1 else "the upload")
 
 
+def _is_data(data) -> bool:
+    return isinstance(data, (bytes, bytearray)) or (hasattr(data, "read") and hasattr(data, "seek"))
+
+
 def _as_upload(item, roots, limits: Limits) -> Upload:
-    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], (bytes, bytearray)):
-        return str(item[0]), bytes(item[1])
+    if isinstance(item, (tuple, list)) and len(item) == 2 and _is_data(item[1]):
+        return str(item[0]), item[1]
     if isinstance(item, (str, Path)):
         path = check_allowed(Path(item), roots)
         if not path.is_file():
             raise CheckpointError(f"{item} is not a file; list the files of the model folder, or pass the folder")
         check_upload_size(path.name, path.stat().st_size, limits)
-        return path.name, path.read_bytes()
+        return path.name, path  # copied in chunks by write_loose_files
     raise CheckpointError(BAD_INPUT.format(kind=f"list holding a {type(item).__name__}"))
 
 
@@ -152,35 +187,32 @@ def _check_folder_files(folder: Path, roots) -> None:
 
 
 def _model_root(upload: Path, label: str) -> tuple[Path, str, list[str]]:
-    """The one folder of the unpacked upload that holds config.json, or else weights."""
-    files = [p for p in upload.rglob("*") if p.is_file() and not any(d in p.parts for d in _IGNORED_DIRS)]
-    files = [p for p in files if not p.name.startswith("._")]  # macOS resource forks
-    for wanted in (lambda p: p.name == CONFIG_NAME, lambda p: p.name.lower().endswith(WEIGHT_SUFFIXES)):
-        folders = sorted({p.parent for p in files if wanted(p)})
-        if len(folders) > 1:
-            names = ", ".join(str(f.relative_to(upload)) + "/" for f in folders[:4])
-            raise CheckpointError(SEVERAL_MODELS.format(name=label, folders=names))
-        if folders:
-            return folders[0], label, _ignored_code(upload, recursive=True)
-    raise CheckpointError(NO_MODEL.format(name=label, count=len(files)))
+    """The model folder of the unpacked upload (``layout.model_root``), and notes on ignored code."""
+    return model_root(upload, label), label, _ignored_code(upload, recursive=True)
 
 
 def _ignored_code(folder: Path, recursive: bool) -> list[str]:
     code = sorted((folder.rglob("*.py") if recursive else folder.glob("*.py")), key=str)
+    code = [p for p in code if not any(d in p.parts for d in IGNORED_DIRS)]
     if not code:
         return []
     return [PYTHON_IGNORED.format(n=len(code), names=", ".join(p.name for p in code[:3]))]
 
 
-def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits, notes: list[str]) -> LoadedCheckpoint:
+def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits, notes: list[str],
+                 progress=None) -> LoadedCheckpoint:
+    gguf = _gguf_file(folder, label)
+    if gguf is not None:
+        model, tokenizer, gguf_notes = load_gguf(gguf, limits, progress)
+        return LoadedCheckpoint(model, tokenizer, notes + gguf_notes, model.config.model_type)
     config_path = folder / CONFIG_NAME
     if config_path.is_file():
         config = _read_config(config_path)
-        check_model_config(config)
-        state = _read_weights(folder, label)
+        check_model_config(config, limits)  # every size cap before a byte of weights is read
+        state = _read_weights(folder, label, limits)
         _note_heads(config, n_heads, notes)
     else:
-        state = _read_weights(folder, label)
+        state = _read_weights(folder, label, limits)
         inferred = infer_architecture(state, n_heads)
         config, state = inferred.config, inferred.state
         notes.extend(inferred.notes)
@@ -199,6 +231,18 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
     return LoadedCheckpoint(model, tokenizer, notes, model_type)
 
 
+def _gguf_file(folder: Path, label: str) -> Path | None:
+    """The GGUF file to load from ``folder`` (a label naming one wins), or None when the folder has none."""
+    if is_gguf(Path(label)) and (folder / label).is_file():
+        return folder / label
+    if any(p.is_file() and p.name.lower().endswith(WEIGHT_SUFFIXES) for p in folder.iterdir()):
+        return None  # a Hugging Face or state-dict folder that also carries a .gguf export
+    found = sorted(p for p in folder.iterdir() if p.is_file() and is_gguf(p))
+    if len(found) > 1:
+        raise CheckpointError(SEVERAL_GGUF.format(names=", ".join(p.name for p in found[:5])))
+    return found[0] if found else None
+
+
 def _read_config(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -206,8 +250,11 @@ def _read_config(path: Path):
         raise CheckpointError(NOT_JSON.format(err=str(err).splitlines()[0][:120])) from None
 
 
-def _read_weights(folder: Path, label: str) -> dict[str, torch.Tensor]:
+def _read_weights(folder: Path, label: str, limits: Limits) -> dict[str, torch.Tensor]:
     weights = find_weights(folder)
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(WEIGHT_SUFFIXES))
+    if size > limits.max_total_bytes:  # a folder read in place was not counted while unpacking
+        raise CheckpointError(TOO_MUCH_WEIGHT.format(name=label, size=size, limit=limits.max_total_bytes))
     if not weights and (folder / CONFIG_NAME).is_file():
         raise CheckpointError(NO_WEIGHTS.format(name=label))
     if not weights:

@@ -31,10 +31,11 @@ def _errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error]
 
 
-def test_inspect_starts_with_the_demo_model():
+def test_inspect_starts_with_minilm():
     at = _app()
     assert not at.exception
     assert not _errors(at), _errors(at)
+    assert at.selectbox(key="demo_model").value == "sentence-transformers/all-MiniLM-L6-v2"
     assert len(_charts(at)) == 2  # overview + heatmap
 
 
@@ -88,13 +89,13 @@ def test_inspect_unknown_model_is_an_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     at = _inspect(_app(), "no-such-org/no-such-model-attnscope")
     assert not at.exception
-    assert any("could not load model" in e for e in _errors(at))
+    assert any("not a model this server knows" in e and "never downloads" in e for e in _errors(at)), _errors(at)
     assert not _charts(at)
 
 
 def _diagnose(at: AppTest, name: str, data: bytes) -> AppTest:
     at.switch_page("app_pages/diagnose.py").run()
-    at.file_uploader(key="diag_upload").upload(name, data).run()
+    at.file_uploader[0].upload(name, data).run()
     return at.button(key="diag_run").click().run()
 
 
@@ -113,7 +114,7 @@ def test_diagnose_long_probe_is_streamed_and_says_so(bert_zip, monkeypatch):
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
     at.text_area(key="diag_probes").set_value("the cat sat on the mat " * 5)  # 30 tokens: "long" here
-    at.file_uploader(key="diag_upload").upload("tiny-bert.zip", bert_zip).run()
+    at.file_uploader[0].upload("tiny-bert.zip", bert_zip).run()
     at = at.button(key="diag_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
     assert any(s.value == "Findings" for s in at.subheader)
@@ -126,7 +127,7 @@ def test_diagnose_loose_files_and_custom_model(bert_folder, tmp_path):
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
     files = [(p.name, p.read_bytes(), "application/octet-stream") for p in sorted(bert_folder.iterdir())]
-    at.file_uploader(key="diag_upload").set_value(files).run()
+    at.file_uploader[0].set_value(files).run()
     at.button(key="diag_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
     assert len(_charts(at)) == 2
@@ -134,7 +135,7 @@ def test_diagnose_loose_files_and_custom_model(bert_folder, tmp_path):
     model = core.AttnScopeTransformer(core.TINY_PRESETS["attnscope-nano-decoder"])
     folder = core.save_custom_model(model, tmp_path / "nano")
     files = [(p.name, p.read_bytes(), "application/octet-stream") for p in sorted(folder.iterdir())]
-    at.file_uploader(key="diag_upload").set_value(files).run()
+    at.file_uploader[0].set_value(files).run()
     at.button(key="diag_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
     assert len(_charts(at)) >= 1  # the pattern map; maps of random-id probes when there is no tokenizer
@@ -144,7 +145,7 @@ def test_diagnose_bad_upload_is_an_error_then_works(bert_zip):
     at = _diagnose(_app(), "model.zip", b"this is not a zip file")
     assert not at.exception
     assert any("zip" in e.lower() for e in _errors(at)), _errors(at)
-    at.file_uploader(key="diag_upload").set_value(("tiny-bert.zip", bert_zip, "application/zip")).run()
+    at.file_uploader[0].set_value(("tiny-bert.zip", bert_zip, "application/zip")).run()
     at.button(key="diag_run").click().run()
     assert not _errors(at) and len(_charts(at)) == 2
 
@@ -165,3 +166,12 @@ def test_guide_renders_every_pattern_and_finding():
     text = " ".join(m.value for m in at.markdown) + " ".join(e.label for e in at.expander)
     for t in [*PATTERN_TEXTS.values(), *FINDING_TEXTS.values()]:
         assert t.title in text
+
+
+def test_inspect_local_gguf_file(tmp_path, monkeypatch):
+    from tiny_gguf import write_gpt2_gguf
+
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _inspect(_app(), str(write_gpt2_gguf(tmp_path / "tiny.gguf")))
+    assert not at.exception and not _errors(at), _errors(at)
+    assert len(_charts(at)) == 2
