@@ -4,6 +4,7 @@ Pure Python/torch; never imports streamlit.
 """
 
 from diagnostics.diagnose import diagnose
+from diagnostics.compare import CompareReport, HeadChange, compare
 from diagnostics.findings import Finding
 from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator, head_metrics
 from diagnostics.classify.patterns import PATTERNS, HeadPattern, classify_head, classify_heads, classify_metrics
@@ -13,6 +14,7 @@ from diagnostics.classify.roles import ROLES, Role
 from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS
 
 __all__ = [
+    "CompareReport",
     "FINDING_TEXTS",
     "PATTERNS",
     "PATTERN_TEXTS",
@@ -20,6 +22,7 @@ __all__ = [
     "ROLE_TEXTS",
     "Role",
     "Finding",
+    "HeadChange",
     "HeadMetrics",
     "HeadPattern",
     "MetricAccumulator",
@@ -28,6 +31,7 @@ __all__ = [
     "classify_head",
     "classify_heads",
     "classify_metrics",
+    "compare",
     "diagnose",
     "head_metrics",
     "stream_statistics",
