@@ -21,7 +21,7 @@ from app.head_view import frame_height
 from app.names import file_stem
 from app.plain import for_markdown
 from core import views
-from diagnostics.texts import PATTERN_TEXTS
+from diagnostics.texts import PATTERN_TEXTS, ROLE_TEXTS
 
 MODES = {"head": "Selected head", "average": "Layer average (all heads)",
          "rollout": "Attention rollout (up to this layer)"}
@@ -114,6 +114,10 @@ def pattern_ui(pattern) -> None:
     badge = f":{BADGES.get(label, 'gray')}[{text.title}]"
     st.markdown(f"**Pattern: {badge}** — confidence {pattern.confidence:.0%}{offset}")
     st.markdown(f"{text.looks_like} {text.reading}\n\n**Suggestion:** {text.action}")
+    roles = getattr(pattern, "roles", [])
+    if roles:
+        st.markdown("**Roles:** " + ", ".join(f"{ROLE_TEXTS[r.role].title} ({r.score:.2f})" for r in roles),
+                    help="\n\n".join(f"{ROLE_TEXTS[r.role].title}: {ROLE_TEXTS[r.role].meaning}" for r in roles))
 
 
 def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:

@@ -18,7 +18,7 @@ from PIL import Image
 
 from app.plain import for_plotly
 from core.views import pool_map
-from diagnostics.texts import PATTERN_TEXTS
+from diagnostics.texts import PATTERN_TEXTS, role_label
 
 MAX_CELLS = 128  # heatmap cells per side sent to the browser; bigger maps are pooled
 THUMB_PX = 40  # side of one head's thumbnail, in pixels
@@ -83,7 +83,10 @@ def pattern_label(pattern) -> str | None:
 
 
 def _pattern_text(pattern) -> str:
-    return "no label" if pattern is None else f"{pattern_label(pattern)} {pattern.confidence:.0%}"
+    if pattern is None:
+        return "no label"
+    roles = role_label(getattr(pattern, "roles", []))
+    return f"{pattern_label(pattern)} {pattern.confidence:.0%}" + (f"; roles: {roles}" if roles else "")
 
 
 def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],

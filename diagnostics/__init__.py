@@ -10,13 +10,17 @@ from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator, head_met
 from diagnostics.classify.patterns import PATTERNS, HeadPattern, classify_head, classify_heads, classify_metrics
 from diagnostics.reports.report import Report
 from diagnostics.streaming import StreamResult, stream_statistics, stream_token_statistics
-from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS
+from diagnostics.classify.roles import ROLES, Role
+from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS
 
 __all__ = [
     "CompareReport",
     "FINDING_TEXTS",
     "PATTERNS",
     "PATTERN_TEXTS",
+    "ROLES",
+    "ROLE_TEXTS",
+    "Role",
     "Finding",
     "HeadChange",
     "HeadMetrics",

@@ -15,7 +15,7 @@ the report then carries no maps (``Report.samples`` is empty).
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -30,6 +30,7 @@ from core.extraction.streaming import can_stream
 from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
 from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
+from diagnostics.classify.roles import head_roles, repeated_scores, role_scores
 from diagnostics.probes import RANDOM_PROBES, RepeatedProbe, as_probes, random_probe, repeated_probe
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
@@ -38,7 +39,12 @@ from diagnostics.streaming import stream_statistics
 from diagnostics.weights.weight_checks import check_weights
 
 SCALAR_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance",
-                  "sink_score", "sink2_score")
+                  "sink_score", "sink2_score", "sink_mass", "rest_entropy", "rest_mean_distance", "rest_sink2_score")
+# Seeds of the repeated-sequence probes behind the induction / duplicate-token roles. One random sequence
+# scores induction heads up to 0.1 lower or higher than another (SmolLM2 L23H0: 0.25 on seed 0, 0.36
+# averaged over seeds 1-3); three ~100-token forwards cost little. Seeds 1-3 are the ground truth's
+# (diagnostics.classify.real_truth), hence others here.
+ROLE_SEEDS = (0, 10, 11)
 # Probes longer than this (in tokens) are streamed: their maps would take layers × heads × n² floats.
 STREAM_ABOVE_TOKENS = 1024
 
@@ -60,6 +66,7 @@ class Repeated:
 
     probe: RepeatedProbe
     measured: Measured
+    more: list = field(default_factory=list)  # RepeatedProbe of ROLE_SEEDS[1:]: the roles average over all
 
 
 def diagnose(source, texts=None, device=None, progress=None, n_heads=None, stream=None) -> Report:
@@ -172,10 +179,11 @@ def _repeated(model, tokenizer, tell) -> "Repeated | None":
         return None
     tell(0.86, "repeated-sequence probe")
     try:
-        probe = repeated_probe(model, tokenizer)
+        probe = repeated_probe(model, tokenizer, seed=ROLE_SEEDS[0])
+        more = [repeated_probe(model, tokenizer, seed=s) for s in ROLE_SEEDS[1:]]
     except core.ExtractionError:
         return None
-    return Repeated(probe, measure(probe.result))
+    return Repeated(probe, measure(probe.result), more)
 
 
 def _truncation_notes(results):
@@ -216,9 +224,18 @@ def diagnose_part(part, measured, repeated=None):
     findings = attention_findings(avg, part, sink_tokens)
     pairs = redundant_pairs(torch.stack(distances).mean(0), exclude=avg["entropy"] >= DIFFUSE_ENTROPY)
     redundant = pairs_finding("redundant_heads", pairs, n_layers * n_heads, part, REDUNDANT_JS)
-    heads = [_head_report(part, l, h, avg, [t[l][h] for t in labels], sink_tokens[l][h])
+    roles = head_roles(role_scores(avg, _repeated_roles(repeated)), measured[0].causal)
+    heads = [_head_report(part, l, h, avg, [t[l][h] for t in labels], sink_tokens[l][h], roles[l][h])
              for l in range(n_layers) for h in range(n_heads)]
     return heads, findings + ([redundant] if redundant else [])
+
+
+def _repeated_roles(repeated):
+    """Induction and duplicate-token scores averaged over the repeated probes, or None without them."""
+    if repeated is None:
+        return None
+    scores = [repeated_scores(p) for p in [repeated.probe] + repeated.more]
+    return {role: torch.stack([s[role] for s in scores]).mean(0) for role in scores[0]}
 
 
 def _average(per_text):
@@ -227,10 +244,13 @@ def _average(per_text):
     diag = torch.stack([m.diag_mass for m in per_text]).mean(0)  # (L, H, 7)
     best_mass, best_idx = diag.max(-1)  # (L, H)
     avg.update(diag_mass=diag, best_offset_mass=best_mass, best_offset=torch.tensor(OFFSETS)[best_idx])
+    rest = torch.stack([m.rest_diag_mass for m in per_text]).mean(0)  # (L, H, 7)
+    rest_mass, rest_idx = rest.max(-1)  # (L, H)
+    avg.update(rest_diag_mass=rest, rest_best_offset_mass=rest_mass, rest_best_offset=torch.tensor(OFFSETS)[rest_idx])
     return avg
 
 
-def _head_report(part, layer, head, avg, patterns, sink_token):
+def _head_report(part, layer, head, avg, patterns, sink_token, roles):
     votes = Counter(p.label for p in patterns)
     top = max(votes.values())
     mean_conf = {label: sum(p.confidence for p in patterns if p.label == label) / n for label, n in votes.items()}
@@ -239,9 +259,12 @@ def _head_report(part, layer, head, avg, patterns, sink_token):
     metrics.update(best_offset=int(avg["best_offset"][layer, head]),
                    best_offset_mass=round(float(avg["best_offset_mass"][layer, head]), 4),
                    diag_mass={str(d): round(float(v), 4) for d, v in zip(OFFSETS, avg["diag_mass"][layer, head])},
+                   rest_best_offset=int(avg["rest_best_offset"][layer, head]),
+                   rest_diag_mass={str(d): round(float(v), 4)
+                                   for d, v in zip(OFFSETS, avg["rest_diag_mass"][layer, head])},
                    sink_token=sink_token, agreement=round(top / len(patterns), 4))
-    offset = metrics["best_offset"] if label == "diagonal" else None
-    return HeadReport(part, layer, head, label, round(mean_conf[label], 4), offset, metrics)
+    offset = metrics["rest_best_offset"] if label == "diagonal" else None
+    return HeadReport(part, layer, head, label, round(mean_conf[label], 4), offset, metrics, roles)
 
 
 def _model_summary(model, tokenizer, name, measured, weight_numbers, elapsed):

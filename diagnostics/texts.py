@@ -1,7 +1,7 @@
 """Every text a user reads about patterns and findings: the one place to change wording.
 
 The CLI, the Markdown/HTML reports and the app's Guide page all render from
-``PATTERN_TEXTS`` and ``FINDING_TEXTS``; nothing else writes prose about what a
+``PATTERN_TEXTS``, ``ROLE_TEXTS`` and ``FINDING_TEXTS``; nothing else writes prose about what a
 pattern means or what to do about a finding.
 
 Sources behind the readings and suggestions:
@@ -15,7 +15,9 @@ Sources behind the readings and suggestions:
 - Zhai et al. 2023, "Stabilizing Transformer Training by Preventing Attention
   Entropy Collapse": σReparam (spectral reparametrisation of Q/K), entropy collapse.
 - Gu et al. 2024, "When Attention Sink Emerges in Language Models": sinks on the
-  first token are near universal and mostly benign.
+  first token are near universal and mostly benign; Xiao et al. 2023, "Efficient
+  Streaming Language Models with Attention Sinks".
+- Olsson et al. 2022, "In-context Learning and Induction Heads": induction heads.
 """
 
 from dataclasses import dataclass
@@ -78,6 +80,54 @@ PATTERN_TEXTS = {
         "#B279A2",
     ),
 }
+
+@dataclass(frozen=True)
+class RoleText:
+    title: str  # short name shown next to a head
+    short: str  # two or three letters for thumbnails and tables
+    meaning: str  # what the head does, and the score behind the role
+
+
+# The role vocabulary of ``diagnostics.classify.roles.ROLES``, in that order.
+ROLE_TEXTS = {
+    "previous_token": RoleText(
+        "Previous token", "prev",
+        "Puts most of its non-sink attention on the token just before the query (score: that share; "
+        "Clark et al. 2019). Builds bigram features; induction heads rely on one."),
+    "next_token": RoleText(
+        "Next token", "next",
+        "Puts most of its non-sink attention on the token just after the query (bidirectional models)."),
+    "self": RoleText(
+        "Self", "self",
+        "Puts most of its non-sink attention on the query token itself."),
+    "induction": RoleText(
+        "Induction", "ind",
+        "On a random sequence repeated twice, attends from a token to the token after its previous "
+        "occurrence: it copies continuations of patterns seen earlier (Olsson et al. 2022). Causal models only."),
+    "duplicate_token": RoleText(
+        "Duplicate token", "dup",
+        "On a random sequence repeated twice, attends from a token to its previous occurrence."),
+    "sink": RoleText(
+        "Sink", "sink",
+        "Parks at least 0.3 of its attention on the first token or [CLS]/[SEP] (score: that mass). Normal "
+        "in trained models, a way to do nothing (Xiao et al. 2023; Gu et al. 2024); the pattern describes "
+        "what the head does with the rest."),
+    "local": RoleText(
+        "Local", "loc",
+        "Keeps its non-sink attention within about 2.5 tokens of the query on average, without one "
+        "position dominating (score: its non-sink mass within 3 tokens)."),
+    "broad": RoleText(
+        "Broad", "brd",
+        "Spreads its non-sink attention almost evenly over the input (normalised entropy ≥ 0.9; Clark "
+        "et al. 2019's broad heads): a bag-of-words average."),
+}
+
+
+def role_label(roles, short=False) -> str:
+    """The roles of a head (``Role`` objects or ``{"role", "score"}`` dicts) as one comma-separated line."""
+    names = [r["role"] if isinstance(r, dict) else r.role for r in roles]
+    return ", ".join(ROLE_TEXTS[n].short if short else ROLE_TEXTS[n].title.lower() for n in names if n in ROLE_TEXTS)
+
 
 FINDING_TEXTS = {
     "diffuse_heads": FindingText(

@@ -1,8 +1,8 @@
-"""Guide: what each pattern means and what to do about each finding (texts from diagnostics.texts)."""
+"""Guide: what each pattern and role means and what to do about each finding (texts from diagnostics.texts)."""
 
 import streamlit as st
 
-from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS
+from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS
 
 
 def patterns_ui() -> None:
@@ -12,6 +12,14 @@ def patterns_ui() -> None:
         st.markdown(f"#### {swatch} {text.title} (`{label}`)", unsafe_allow_html=True)
         st.markdown(f"**Looks like:** {text.looks_like}\n\n**Reading:** {text.reading}\n\n"
                     f"**What to do:** {text.action}")
+
+
+def roles_ui() -> None:
+    st.header("Head roles")
+    st.markdown("Besides its pattern, a head gets every role it shows, each with its score. The pattern "
+                "describes what a head does besides its sink; the sink is a role.")
+    for role, text in ROLE_TEXTS.items():
+        st.markdown(f"**{text.title}** (`{role}`, shown as *{text.short}*): {text.meaning}")
 
 
 def findings_ui() -> None:
@@ -24,4 +32,5 @@ def findings_ui() -> None:
 st.title("Guide")
 st.caption("The same texts the reports and the command line use.")
 patterns_ui()
+roles_ui()
 findings_ui()

@@ -5,41 +5,72 @@ Sec. 3: vertical, diagonal, vertical+diagonal, block, heterogeneous) and Clark e
 al. 2019 ("What Does BERT Look At?": positional heads, heads on [CLS]/[SEP] and
 punctuation, broad heads). The decision is a short ordered list of rules on the
 metrics of ``diagnostics.measure.metrics``, so it works from a map or from metrics that
-were accumulated chunk by chunk (``classify_metrics``):
+were accumulated chunk by chunk (``classify_metrics``).
 
-1. diagonal  best_offset_mass >= DIAGONAL_MIN   one offset carries most mass
-2. block     block_score      >= BLOCK_MIN      query spreads over its own segment
-3. vertical  sink2_score      >= vertical_min(k) one or two keys draw most queries
-4. diffuse   entropy          >= DIFFUSE_MIN    rows close to uniform
-5. sparse    otherwise                          a few content-dependent peaks
+The label describes what a head does *besides its sink*: the mass on the first
+token and the special tokens ([CLS], [SEP]) is factored out and the rest
+renormalised (``metrics``: ``sink_mass`` and the ``rest_*`` metrics), so a
+previous-token head that also parks mass on token 0 is diagonal (Kovaleva et
+al.'s "vertical + diagonal"); a head that is almost all sink stays vertical.
+The sink itself is a role (``diagnostics.classify.roles``).
+
+1. vertical  sink_mass             >= PURE_SINK        almost all mass on the sink
+2. diagonal  rest_best_offset_mass >= DIAGONAL_MIN     one offset carries most of the rest
+3. block     block_score           >= block_min(k)     the rest spreads over its own segment
+4. vertical  rest_sink2_score      >= vertical_min(k)  one or two other keys draw most queries,
+             or sink_mass          >= SINK_VERTICAL    or the sink takes most and the rest is unstructured
+5. diffuse   rest_entropy          >= DIFFUSE_MIN      the rest close to uniform
+6. sparse    otherwise                                 a few content-dependent peaks
 
 Thresholds were set on the synthetic maps of ``TUNING_SEEDS`` (see
-``diagnostics.classify.synthetic``) and checked on ``HELDOUT_SEEDS``; docs/classifier.md
-has the numbers.
+``diagnostics.classify.synthetic``) and on the tuning half of the real-model set
+(``diagnostics.classify.real_truth``), and checked on ``HELDOUT_SEEDS`` and the
+held-out half; docs/classifier.md has the numbers.
 """
 
 from dataclasses import dataclass, field
+
+import math
 
 import numpy as np
 import torch
 
 from core.errors import InputError
+from diagnostics.classify.roles import head_roles, role_scores
 from diagnostics.measure.metrics import HeadMetrics, head_metrics
 
 PATTERNS = ("diagonal", "block", "diffuse", "sparse", "vertical")
 
-# Diagonal first: Clark et al. 2019 call a head positional when most of its
-# mass sits on one offset; synthetic diagonals with 25% noise keep ~0.6 on
-# theirs, while sinks and blocks of 4-8 tokens reach ~0.5-0.6 on some offset by
-# coincidence. A diagonal smeared onto its neighbours would pass as a narrow
-# block, hence before the block rule.
+# A head whose rows put this much on the sink keys does nothing else worth a label: what is left is
+# at most a tenth of its mass, noise on short texts (SmolLM2's induction heads park 0.78-1.0 of
+# their mass on token 0 on plain text).
+PURE_SINK = 0.9
+# Sink mass that makes a head vertical when its rest has no structure (diffuse or sparse): most of
+# every row goes to [CLS]/[SEP]/the first token (Kovaleva et al. 2019's vertical pattern).
+SINK_VERTICAL = 0.5
+# Diagonal: Clark et al. 2019 call a head positional when most of its mass sits
+# on one offset; synthetic diagonals with 25% noise keep ~0.6 on theirs, while
+# sinks and blocks of 4-8 tokens reach ~0.5-0.6 on some offset by coincidence.
+# A diagonal smeared onto its neighbours would pass as a narrow block, hence
+# before the block rule. Measured on the rest (previous-token + sink is diagonal).
 DIAGONAL_MIN = 0.6
-# A uniform block of width w among n keys scores 1 - w/n - 1/w + 1/n (0.375 for
-# two halves of 8 tokens); one-hot diagonals score 0 and sinks or random peaks
-# only score where they touch the query's own position.
-BLOCK_MIN = 0.05
-# Excess mass (above uniform) the one or two strongest keys draw, per query that
-# sees them. Vertical heads keep >= 0.45 from 12 tokens on, even with the sink
+# Without the sink key a causal row of a short map has only a few keys, and random peaks or a narrow
+# block land on one offset by chance: short maps need more, diagonal_min(k) = DIAGONAL_MIN +
+# DIAGONAL_SHORT / k (0.8 at 4 tokens, 0.7 at 8, 0.63 at 24).
+DIAGONAL_SHORT = 0.8
+# Block: the best contiguous stretch around the query holds mass beyond its two
+# strongest keys (``row_stats.local_run_mass``): a flat segment of width w scores
+# 1/2 - 1/w, a previous-token or decaying local window ~0, two adjacent peaks 0.
+# The score of broad heads still grows with length (a long row has long stretches
+# slightly above its mean): on the real models at ~20 tokens every head is below
+# 0.06, at 512-1160 tokens 99% are below 0.21-0.27, while synthetic blocks score
+# 0.02-0.08 at 8 tokens, 0.2-0.46 at 64 and 0.29-0.52 at 512 (docs/classifier.md).
+# Hence a threshold that rises by BLOCK_PER_DECADE per tenfold length from BLOCK_MIN
+# at 8 tokens (0.13 at 64, 0.22 at 512, 0.31 at 4096).
+BLOCK_MIN = 0.04
+BLOCK_PER_DECADE = 0.1
+# Excess mass (above uniform) the one or two strongest non-sink keys draw, per
+# query that sees them. Vertical heads keep >= 0.45 from 12 tokens on, even with the sink
 # split over two keys and 25% noise; random peaks of sparse heads coincide on
 # the same keys by chance in short maps (0.37 at 8-12 tokens, 0.05 at 128), so
 # short maps need more: vertical_min(k) = VERTICAL_MIN + VERTICAL_SHORT / sqrt(k)
@@ -64,13 +95,15 @@ class HeadPattern:
     confidence: float
     scores: dict = field(default_factory=dict)
     offset: int | None = None  # the diagonal's offset (+1 = next token), diagonal only
+    roles: list = field(default_factory=list)  # text roles (``roles.Role``), strongest first; no induction
 
 
 def classify_metrics(metrics: HeadMetrics):
     """Label every head of precomputed metrics; a ``HeadPattern`` or nested lists of them."""
     labels, conf = _decide(metrics)  # [...], [...]
-    columns = {name: getattr(metrics, name).reshape(-1).tolist() for name in _SCORES + ("best_offset", "sink_key")}
-    flat = [_pattern({name: values[i] for name, values in columns.items()}, label, c)
+    columns = {name: getattr(metrics, name).reshape(-1).tolist() for name in _SCORES + ("best_offset", "sink_key", "rest_best_offset")}
+    roles = _flat(head_roles(role_scores(metrics), causal=False), metrics.shape)
+    flat = [_pattern({name: values[i] for name, values in columns.items()}, label, c, roles[i])
             for i, (label, c) in enumerate(zip(labels.reshape(-1).tolist(), conf.reshape(-1).tolist()))]
     return _nest(flat, metrics.shape)
 
@@ -102,18 +135,25 @@ def infer_causal(attn):
 
 
 def _decide(m):
-    """Label index into PATTERNS and confidence of every head, vectorised over ``[...]``."""
-    rules = [  # (label, score, threshold) in priority order
-        ("diagonal", m.best_offset_mass, DIAGONAL_MIN),
-        ("block", m.block_score, BLOCK_MIN),
-        ("vertical", m.sink2_score, vertical_min(m.column_mass.shape[-1])),
-        ("diffuse", m.entropy, DIFFUSE_MIN),
+    """Label index into PATTERNS and confidence of every head, vectorised over ``[...]``.
+
+    Each rule gives a margin (how far past its threshold, in units of MARGIN_SCALE); the first rule
+    with a margin >= 0 wins.
+    """
+    n_keys = m.column_mass.shape[-1]
+    sink = m.sink_mass.cpu().float()
+    rules = [  # (label, margin) in priority order
+        ("vertical", (sink - PURE_SINK) / MARGIN_SCALE),
+        ("diagonal", (m.rest_best_offset_mass.cpu().float() - diagonal_min(n_keys)) / MARGIN_SCALE),
+        ("block", (m.block_score.cpu().float() - block_min(n_keys)) / MARGIN_SCALE),
+        ("vertical", torch.maximum(m.rest_sink2_score.cpu().float() - vertical_min(n_keys),
+                                   sink - SINK_VERTICAL) / MARGIN_SCALE),
+        ("diffuse", (m.rest_entropy.cpu().float() - DIFFUSE_MIN) / MARGIN_SCALE),
     ]
     labels = torch.full(m.shape, PATTERNS.index("sparse"), dtype=torch.long)
     decided = torch.zeros(m.shape, dtype=torch.bool)
     conf = torch.ones(m.shape)
-    for name, score, threshold in rules:
-        margin = (score.cpu().float() - threshold) / MARGIN_SCALE  # [...]
+    for name, margin in rules:
         fires = (margin >= 0) & ~decided
         # confidence: how far past its own threshold the winner is, and how far
         # below theirs the earlier rules were
@@ -124,24 +164,39 @@ def _decide(m):
     return labels, conf
 
 
+def diagonal_min(n_keys):
+    """The rest_best_offset_mass a map of ``n_keys`` keys needs to be diagonal."""
+    return DIAGONAL_MIN + DIAGONAL_SHORT / n_keys
+
+
 def vertical_min(n_keys):
-    """The sink2_score a map of ``n_keys`` keys needs to be vertical."""
+    """The rest_sink2_score a map of ``n_keys`` keys needs to be vertical."""
     return VERTICAL_MIN + VERTICAL_SHORT / n_keys**0.5
+
+
+def block_min(n_keys):
+    """The block_score a map of ``n_keys`` keys needs to be block (see BLOCK_MIN)."""
+    return BLOCK_MIN + BLOCK_PER_DECADE * math.log10(max(n_keys, 8) / 8)
 
 
 def _confidence(margin):
     return (0.5 + 0.5 * margin).clamp(0.0, 1.0)
 
 
-_SCORES = ("block_score", "best_offset_mass", "sink2_score", "sink_score", "entropy", "confidence", "topk_mass")
+_SCORES = ("block_score", "best_offset_mass", "sink2_score", "sink_score", "entropy", "confidence", "topk_mass",
+           "sink_mass", "rest_best_offset_mass", "rest_sink2_score", "rest_entropy")
 
 
-def _pattern(scores, label_idx, conf):
+def _pattern(scores, label_idx, conf, roles):
     """One head's ``HeadPattern`` from its plain-number ``scores`` (``_SCORES``, best_offset, sink_key)."""
     scores = {name: float(scores[name]) for name in _SCORES} | {
-        name: int(scores[name]) for name in ("best_offset", "sink_key")}
+        name: int(scores[name]) for name in ("best_offset", "sink_key", "rest_best_offset")}
     label = PATTERNS[label_idx]
-    return HeadPattern(label, conf, scores, scores["best_offset"] if label == "diagonal" else None)
+    return HeadPattern(label, conf, scores, scores["rest_best_offset"] if label == "diagonal" else None, roles)
+
+
+def _flat(nested, shape):
+    return [nested] if not shape else [x for part in nested for x in _flat(part, shape[1:])]
 
 
 def _nest(flat, shape):

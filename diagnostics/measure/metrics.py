@@ -31,12 +31,28 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
   with more than ``top_k`` valid keys (sparse, focused heads).
 - ``block_score``: mean excess mass (above uniform) of the best contiguous
   stretch of keys around the query, beyond its single strongest key
-  (``row_stats.local_run_mass``);
+  (``row_stats.local_run_mass``), on the sink-factored rows (below);
   Kovaleva et al. 2019's "block" pattern (attention within a segment).
 - ``special_mass``: mean mass on keys marked special ([CLS], [SEP], ...); 0 when
   none are marked. Clark et al. 2019 Sec. 3.2.
 - ``mean_distance``: mean expected |query - key| in tokens (Vig & Belinkov 2019,
   "Analyzing the Structure of Attention in a Transformer Language Model").
+
+Sink-factored metrics (Kovaleva et al. 2019's "vertical + diagonal": what a
+head does besides its sink). The sink keys are the first token (Xiao et al.
+2023, "Efficient Streaming Language Models with Attention Sinks"; Gu et al.
+2024) and the special tokens ([CLS], [SEP]; Clark et al. 2019), known before
+any row is read, so the factoring is row-local:
+- ``sink_mass``: mean row mass on the sink keys.
+- each row's non-sink mass renormalised to 1 ("the rest"), and the row weighted
+  by ``(1 - 1/n') * (1 - sink mass)`` (``n'`` = its valid non-sink keys): a row
+  that is almost all sink says little about the rest. On the rest:
+  ``rest_entropy``, ``rest_diag_mass`` ``[..., 7]`` (the share of the non-sink
+  mass on key ``i + d``, over rows where that key is valid and no sink: the
+  TransformerLens detector score with the BOS column excluded),
+  ``rest_best_offset`` / ``rest_best_offset_mass``, ``rest_sink_score`` /
+  ``rest_sink2_score`` (the column excess of the non-sink keys: a vertical head
+  on "." or a recurring word), ``rest_mean_distance``, and ``block_score``.
 """
 
 from dataclasses import dataclass, fields
@@ -44,7 +60,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from core.errors import InputError
-from core.extraction.scratch import Scratch
+from core.extraction.scratch import Scratch, buffer
 from diagnostics.measure import row_stats
 from diagnostics.measure.row_stats import OFFSETS
 
@@ -57,7 +73,15 @@ MIN_AUDIENCE = 0.5
 CHUNK_FLOATS = 1 << 24
 DEFAULT_TOP_K = 3
 
-_ROW_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance")
+_ROW_METRICS = ("entropy", "confidence", "topk_mass", "special_mass", "mean_distance")
+# Sums over rows weighted by their non-sink mass (``sink_mass``: by the plain row weight).
+_REST_METRICS = ("sink_mass", "block_score", "rest_entropy", "rest_mean_distance")
+# A row's non-sink mass is divided by at least this, so a row that is all sink stays finite (its
+# weight, that same mass, is then ~0 anyway).
+REST_FLOOR = 1e-6
+# Rows with at most this many non-sink keys take a block's strongest key off once, longer rows twice
+# (``row_stats.local_run_mass``): synthetic blocks of 4-8 tokens are segments of 2-4 keys.
+SHORT_ROW = 8
 
 
 @dataclass
@@ -77,6 +101,14 @@ class HeadMetrics:
     sink_score: torch.Tensor
     sink_key: torch.Tensor  # [...] long
     sink2_score: torch.Tensor
+    sink_mass: torch.Tensor  # mass on the first token and the special tokens
+    rest_entropy: torch.Tensor  # the metrics below: of the non-sink mass, renormalised
+    rest_diag_mass: torch.Tensor  # [..., 7]
+    rest_best_offset: torch.Tensor  # [...] long
+    rest_best_offset_mass: torch.Tensor
+    rest_sink_score: torch.Tensor
+    rest_sink2_score: torch.Tensor
+    rest_mean_distance: torch.Tensor
 
     @property
     def shape(self):
@@ -91,7 +123,8 @@ class HeadMetrics:
         if self.shape != ():
             raise InputError(f"scalars() needs the metrics of one head; these have shape {self.shape}.")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "column_mass"}
-        out["diag_mass"] = {d: float(v) for d, v in zip(OFFSETS, out["diag_mass"].tolist())}
+        for name in ("diag_mass", "rest_diag_mass"):
+            out[name] = {d: float(v) for d, v in zip(OFFSETS, out[name].tolist())}
         return {k: v if isinstance(v, dict) else v.item() for k, v in out.items()}
 
 
@@ -111,6 +144,8 @@ class MetricAccumulator:
         self.scratch = Scratch() if scratch is None else scratch
         self.special = _key_mask(special, n_keys, "special")
         self.padding = _key_mask(padding, n_keys, "padding")
+        self.sinks = torch.zeros(n_keys, dtype=torch.bool) if self.special is None else self.special.clone()
+        self.sinks[0] = True  # the first token (Xiao et al. 2023) and [CLS]/[SEP] (Clark et al. 2019)
         self._sums = None
 
     def update(self, chunk, q_start, logits=None):
@@ -139,9 +174,9 @@ class MetricAccumulator:
         logits = None if logits is None else logits.detach()[..., :width].float()  # (..., qc, width)
         if _has_hidden_mass(a, valid):  # e.g. padded queries: zero what they may not see; the logits no longer fit
             a, logits = torch.where(valid, a, 0.0), None  # (..., qc, width)
-        self._add(a, pos, valid, w, n, logits)
+        self._add(a, pos, valid, w, n, logits, query_ok)
 
-    def _add(self, a, pos, valid, w, n, logits=None):
+    def _add(self, a, pos, valid, w, n, logits=None, query_ok=None):
         """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64."""
         s = self._sums or self._zeros(a)
         width = a.shape[-1]
@@ -152,7 +187,6 @@ class MetricAccumulator:
             "entropy": row_stats.normalised_entropy(a, n, self.scratch, logits, peak=top[..., 0]),
             "confidence": top[..., 0],
             "topk_mass": top.sum(-1),
-            "block_score": row_stats.local_run_mass(a, pos, valid, n, self.scratch),
             "special_mass": a @ special if special is not None else a.new_zeros(a.shape[:-1]),
             "mean_distance": row_stats.mean_distance(a, pos, self.scratch),
         }  # each (..., qc)
@@ -166,18 +200,60 @@ class MetricAccumulator:
         s["col"][..., :width] += (w.to(a.dtype) @ a).double()  # (..., width)
         s["audience"][:width] += w @ valid.double()  # (width,)
         s["col_uniform"][:width] += (w / n.clamp(min=1)) @ valid.double()  # (width,)
+        self._add_rest(s, a, pos, (valid, query_ok if query_ok is not None else pos < self.n_keys), w, n, per_row)
         self._sums = s
+
+    def _add_rest(self, s, a, pos, rows, w, n, per_row):
+        """The sink-factored sums: each row's non-sink mass renormalised, weighted by that mass."""
+        width, (valid, query_ok) = a.shape[-1], rows  # (qc, width), (qc,)
+        sinks = self.sinks[:width].to(a.device)  # (width,)
+        on_sinks = a[..., sinks]  # (..., qc, S)
+        sink = on_sinks.sum(-1)  # (..., qc)
+        keep = (1.0 - sink).clamp(min=REST_FLOOR)  # (..., qc)
+        valid_r = valid & ~sinks  # (qc, width)
+        base, n_r = row_stats.row_weights(valid_r, query_ok)  # (qc,), (qc,)
+        w_r = base * keep.double()  # (..., qc)
+        s["sink_mass"] += sink.double() @ w
+        s["w_rest"] += w_r.sum(-1)
+        # entropy of the rest from the row's entropy: H' = (H + sum_sinks a log a) / keep + log keep
+        h = per_row["entropy"] * torch.log(n.clamp(min=2).to(a.dtype))  # (..., qc)
+        h_r = (h + (on_sinks * on_sinks.clamp(min=torch.finfo(a.dtype).tiny).log()).sum(-1)) / keep + keep.log()
+        s["rest_entropy"] += ((h_r / torch.log(n_r.clamp(min=2).to(a.dtype))).clamp(0, 1)).double().mul(w_r).sum(-1)
+        dist = (pos.unsqueeze(1) - torch.nonzero(sinks).flatten().unsqueeze(0)).abs().to(a.dtype)  # (qc, S)
+        far = (per_row["mean_distance"] - (on_sinks * dist).sum(-1)) / keep  # (..., qc)
+        s["rest_mean_distance"] += far.double().mul(w_r).sum(-1)
+        diag, ok = row_stats.diagonal_mass(a, pos, valid_r)  # (..., qc, 7), (qc, 7)
+        s["rest_diag"] += (diag.double() * base.unsqueeze(1)).sum(-2)  # (..., 7)
+        s["rest_diag_w"] += w_r.unsqueeze(-2) @ ok.double()  # (..., 1, 7)
+        s["rest_col"][..., :width] += (base.to(a.dtype) @ a).double()  # (..., width)
+        s["rest_audience"][..., :width] += w_r.unsqueeze(-2) @ valid_r.double()  # (..., 1, width)
+        s["rest_uniform"][..., :width] += (w_r / n_r.clamp(min=1)).unsqueeze(-2) @ valid_r.double()
+        rest = torch.mul(a, ~sinks, out=buffer(self.scratch, "rest", a.shape, a)).div_(keep.unsqueeze(-1))
+        # a key belongs to a segment when it gets at least half the weight of a key of the row's
+        # effective width exp(H'); 1/n' (uniform) when that is more
+        baseline = torch.maximum(0.5 * torch.exp(-h_r), 1.0 / n_r.clamp(min=1).to(a.dtype))  # (..., qc)
+        # a segment must be flat: take the strongest key off twice, except in rows of at most
+        # SHORT_ROW keys, where two or three keys are all a segment can be
+        peaks = torch.where(n_r > SHORT_ROW, 2.0, 1.0).to(a)  # (qc,)
+        block = row_stats.local_run_mass(rest, pos, valid_r, n_r, self.scratch, baseline, peaks)  # (..., qc)
+        s["block_score"] += block.double().mul(w_r).sum(-1)
 
     def _zeros(self, a):
         batch, dev = a.shape[:-2], a.device
-        z = {name: torch.zeros(batch, dtype=torch.float64, device=dev) for name in _ROW_METRICS}
-        z["w"] = torch.zeros((), dtype=torch.float64, device=dev)
-        z["w_topk"] = torch.zeros((), dtype=torch.float64, device=dev)
+        z = {name: torch.zeros(batch, dtype=torch.float64, device=dev)
+             for name in _ROW_METRICS + _REST_METRICS + ("w_rest",)}
+        for name in ("w", "w_topk"):
+            z[name] = torch.zeros((), dtype=torch.float64, device=dev)
         z["diag"] = torch.zeros(*batch, len(OFFSETS), dtype=torch.float64, device=dev)
         z["diag_w"] = torch.zeros(len(OFFSETS), dtype=torch.float64, device=dev)
         z["col"] = torch.zeros(*batch, self.n_keys, dtype=torch.float64, device=dev)
         z["audience"] = torch.zeros(self.n_keys, dtype=torch.float64, device=dev)
         z["col_uniform"] = torch.zeros(self.n_keys, dtype=torch.float64, device=dev)
+        z["rest_diag"] = torch.zeros(*batch, len(OFFSETS), dtype=torch.float64, device=dev)
+        z["rest_diag_w"] = torch.zeros(*batch, 1, len(OFFSETS), dtype=torch.float64, device=dev)
+        for name in ("rest_col", "rest_audience", "rest_uniform"):
+            z[name] = torch.zeros(*batch, 1, self.n_keys, dtype=torch.float64, device=dev)
+        z["rest_col"] = z["rest_col"].squeeze(-2)
         return z
 
     def finalize(self):
@@ -203,7 +279,23 @@ class MetricAccumulator:
             sink_score=top2.values[..., 0].float(),
             sink_key=top2.indices[..., 0],
             sink2_score=top2.values.sum(-1).float(),
+            **self._finalize_rest(s),
         )
+
+    def _finalize_rest(self, s):
+        w_r = s["w_rest"].clamp(min=1e-12)  # (...)
+        out = {name: (s[name] / w_r).float() for name in _REST_METRICS if name != "sink_mass"}
+        out["sink_mass"] = (s["sink_mass"] / s["w"].clamp(min=1e-12)).float()
+        floor = (MIN_AUDIENCE * s["w_rest"]).clamp(min=1e-12).unsqueeze(-1)  # (..., 1)
+        diag = s["rest_diag"] / s["rest_diag_w"].squeeze(-2).clamp(min=floor)  # (..., 7)
+        best_mass, best_idx = diag.max(-1)  # (...), (...)
+        audience = s["rest_audience"].squeeze(-2).clamp(min=floor)  # (..., k)
+        excess = (s["rest_col"] - s["rest_uniform"].squeeze(-2)) / audience  # (..., k)
+        excess = excess.masked_fill(self.sinks.to(excess.device), -1.0)
+        top2 = excess.topk(min(2, self.n_keys), dim=-1).values.clamp(min=0)  # (..., 2)
+        return dict(out, rest_diag_mass=diag.float(), rest_best_offset=torch.tensor(OFFSETS, device=diag.device)[best_idx],
+                    rest_best_offset_mass=best_mass.float(), rest_sink_score=top2[..., 0].float(),
+                    rest_sink2_score=top2.sum(-1).float())
 
 
 def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_TOP_K):

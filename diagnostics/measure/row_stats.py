@@ -106,7 +106,7 @@ def mean_distance(a, positions, scratch=None):
     return torch.mul(a, dist, out=buffer(scratch, "temp", a.shape, a)).sum(-1)  # (..., qc)
 
 
-def local_run_mass(a, positions, valid, n, scratch=None):
+def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1):
     """Excess mass of the best contiguous stretch of keys around each query, beyond its strongest key.
 
     Excess weight is ``x_ij = a_ij - 1/n`` (above uniform; 0 on keys that are
@@ -128,7 +128,9 @@ def local_run_mass(a, positions, valid, n, scratch=None):
     """
     n_keys = a.shape[-1]
     p = positions.clamp(0, n_keys - 1)  # (qc,)
-    u = valid.to(a.dtype) / n.clamp(min=1).to(a.dtype).unsqueeze(1)  # (qc, k) uniform share of each valid key
+    if baseline is None:
+        baseline = 1.0 / n.clamp(min=1).to(a.dtype)  # (qc,) the uniform share
+    u = valid.to(a.dtype) * baseline.unsqueeze(-1)  # (..., qc, k)
     blocks = _Blocks(n_keys, a.device)
     x = buffer(scratch, "excess", (*a.shape[:-1], blocks.padded), a)  # (..., qc, K)
     x[..., n_keys:] = 0  # keys past n_keys count as invalid keys do
@@ -137,7 +139,7 @@ def local_run_mass(a, positions, valid, n, scratch=None):
     low, lo = blocks.last_min_before(s, p)  # (..., qc) each
     high, hi = blocks.first_max_from(s, p)  # (..., qc) each
     strongest = blocks.max_between(x, lo, hi)  # (..., qc)
-    score = (high - low - strongest).clamp(min=0)  # (..., qc)
+    score = (high - low - peaks * strongest.clamp(min=0)).clamp(min=0)  # (..., qc)
     return score * (positions < n_keys)  # (..., qc)
 
 

@@ -8,7 +8,7 @@ the first probe text, drawn as inline SVG so the file opens offline.
 
 from html import escape
 
-from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, SEVERITY_TITLES
+from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label
 
 HEATMAPS_PER_FINDING = 4
 HEATMAP_PX = 180  # side of one heatmap
@@ -111,9 +111,12 @@ def _grid(report, part):
         for h, label in enumerate(labels):
             head = report.head(layer, h, part)
             offset = f" {head.offset:+d}" if head.offset is not None else ""
-            tip = f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
+            roles = ", ".join(f"{r.role} {r.score:.2f}" for r in head.roles)
+            tip = escape(f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
+                         + (f"; roles: {roles}" if roles else ""))
             color = PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else "#777"
-            cells.append(f"<td style='background:{color}' title='{tip}'>{label}{offset}</td>")
+            short = f"<br><small>{escape(role_label(head.roles, short=True))}</small>" if head.roles else ""
+            cells.append(f"<td style='background:{color}' title='{tip}'>{label}{offset}{short}</td>")
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
     return f"<h2>{title}</h2><table class='grid'>{head_row}{''.join(rows)}</table>"
 
@@ -122,5 +125,8 @@ def _legend():
     spans = "".join(f"<span style='background:{t.color}'>{escape(t.title)}</span>" for t in PATTERN_TEXTS.values())
     rows = "".join(f"<tr><th>{escape(t.title)}</th><td>{escape(t.looks_like)}</td><td>{escape(t.reading)}</td>"
                    f"<td>{escape(t.action)}</td></tr>" for t in PATTERN_TEXTS.values())
+    roles = "".join(f"<tr><th>{escape(t.title)} ({escape(t.short)})</th><td>{escape(t.meaning)}</td></tr>"
+                    for t in ROLE_TEXTS.values())
     return (f"<h2>Patterns</h2><p class='legend'>{spans}</p><table><tr><th>pattern</th><th>looks like</th>"
-            f"<th>usual reading</th><th>what to do</th></tr>{rows}</table>")
+            f"<th>usual reading</th><th>what to do</th></tr>{rows}</table>"
+            f"<h2>Roles</h2><table><tr><th>role</th><th>meaning</th></tr>{roles}</table>")

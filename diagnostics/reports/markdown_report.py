@@ -1,9 +1,9 @@
-"""Markdown rendering of a ``Report``: model summary, findings, pattern map per part, legend.
+"""Markdown rendering of a ``Report``: model summary, findings, pattern map (with roles) per part, legends.
 
 All wording about patterns and findings comes from ``texts``.
 """
 
-from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, SEVERITY_TITLES
+from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label
 
 
 def render_markdown(report):
@@ -31,6 +31,8 @@ def render_markdown(report):
         lines += _pattern_table(report, part)
     lines += ["## Patterns", "", "| pattern | looks like | usual reading | what to do |", "|---|---|---|---|"]
     lines += [f"| {t.title} | {t.looks_like} | {t.reading} | {t.action} |" for t in PATTERN_TEXTS.values()]
+    lines += ["", "## Roles", "", "| role | meaning |", "|---|---|"]
+    lines += [f"| {t.title} ({t.short}) | {t.meaning} |" for t in ROLE_TEXTS.values()]
     return "\n".join(lines) + "\n"
 
 
@@ -48,6 +50,7 @@ def _pattern_table(report, part):
         for h, label in enumerate(row):
             head = report.head(layer, h, part)
             offset = f" {head.offset:+d}" if head.offset is not None else ""
-            cells.append(f"{label}{offset}")
+            roles = f" ({role_label(head.roles, short=True)})" if head.roles else ""
+            cells.append(f"{label}{offset}{roles}")
         lines.append(f"| L{layer} | " + " | ".join(cells) + " |")
     return lines + [""]

@@ -1,6 +1,6 @@
 """``Report``: the result of ``diagnose``, and its versioned JSON form.
 
-``to_dict()`` follows the schema ``attnscope.report/1`` documented in
+``to_dict()`` follows the schema ``attnscope.report/2`` documented in
 docs/report_schema.md; a field is only ever added within a version, and a
 rename or removal bumps the version. ``samples`` (the probe texts'
 ``AttentionResult``s, for the app's head explorer) are never serialised.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from core.errors import InputError
 from diagnostics.findings import SEVERITIES, Finding
 
-SCHEMA = "attnscope.report/1"
+SCHEMA = "attnscope.report/2"
 
 
 @dataclass
@@ -25,10 +25,16 @@ class HeadReport:
     confidence: float  # mean classifier confidence over the probes that voted for `pattern`
     offset: int | None  # the diagonal's offset (+1 = next token), diagonal heads only
     metrics: dict  # averaged metrics (see docs/report_schema.md)
+    roles: list = field(default_factory=list)  # diagnostics.classify.roles.Role, strongest first
+
+    @property
+    def role_names(self) -> list[str]:
+        return [r.role for r in self.roles]
 
     def to_dict(self):
         return {"part": self.part, "layer": self.layer, "head": self.head, "pattern": self.pattern,
-                "confidence": self.confidence, "offset": self.offset, "metrics": self.metrics}
+                "confidence": self.confidence, "offset": self.offset, "roles": [r.to_dict() for r in self.roles],
+                "metrics": self.metrics}
 
 
 @dataclass

@@ -40,7 +40,7 @@ def test_heads_option_loads_a_bare_state_dict(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
     status = cli.main([str(path), "--heads", "4", "--format", "json", "--quiet"])
     assert status in (0, 1), capsys.readouterr().err
-    assert '"schema": "attnscope.report/1"' in capsys.readouterr().out
+    assert '"schema": "attnscope.report/2"' in capsys.readouterr().out
 
 
 @pytest.mark.slow

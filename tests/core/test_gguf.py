@@ -102,7 +102,7 @@ def test_header_reader_matches_the_gguf_package(tmp_path):
 def test_cli_reports_on_a_gguf_file(tmp_path, capsys):
     status = cli.main([str(write_gpt2_gguf(tmp_path / "gpt2.gguf")), "--format", "json", "--quiet"])
     assert status in (0, 1), capsys.readouterr().err
-    assert '"schema": "attnscope.report/1"' in capsys.readouterr().out
+    assert '"schema": "attnscope.report/2"' in capsys.readouterr().out
 
 
 def test_supported_architectures_come_from_transformers():

@@ -147,7 +147,7 @@ def test_python_m_diagnostics(bert_dir, tmp_path):
     run = subprocess.run([sys.executable, "-m", "diagnostics", str(broken), "--format", "json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
-    assert json.loads(run.stdout)["schema"] == "attnscope.report/1"
+    assert json.loads(run.stdout)["schema"] == "attnscope.report/2"
     bad = subprocess.run([sys.executable, "-m", "diagnostics", str(tmp_path / "nope")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and bad.stdout == ""

@@ -84,8 +84,15 @@ def test_block_score_of_two_uniform_halves():
     seg = torch.arange(N) // (N // 2)
     attn = (seg[:, None] == seg[None, :]).float()  # (N, N)
     attn = attn / attn.sum(-1, keepdim=True)
-    w = N // 2
-    assert head_metrics(attn).block_score.item() == pytest.approx(1 - w / N - 1 / w + 1 / N, abs=1e-6)
+    w, n = N // 2, N - 1  # the first token is a sink key: factored out, the rest renormalised
+
+    def uniform_block(width):  # keys count above max(1/n, half a key of the row's width); short rows: one peak off
+        level = max(1 / n, 1 / (2 * width))
+        return (1 - width * level) - (1 / width - level)
+
+    first_weight, second_weight = (1 - 1 / n) * (1 - 1 / w), 1 - 1 / n  # row weight x non-sink mass
+    want = (first_weight * uniform_block(w - 1) + second_weight * uniform_block(w)) / (first_weight + second_weight)
+    assert head_metrics(attn).block_score.item() == pytest.approx(want, abs=1e-6)
 
 
 def test_special_mass_counts_the_marked_keys():

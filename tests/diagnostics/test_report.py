@@ -7,7 +7,7 @@ import pytest
 from torch import nn
 
 from broken_checkpoints import structured_bert
-from diagnostics import PATTERN_TEXTS, Report, diagnose
+from diagnostics import PATTERN_TEXTS, ROLE_TEXTS, ROLES, Report, diagnose
 from diagnostics.classify.patterns import PATTERNS
 from diagnostics.probes import DEFAULT_PROBES
 import core
@@ -43,11 +43,15 @@ def test_pattern_grid(report):
 
 def test_to_dict_follows_schema(report):
     data = json.loads(report.to_json())
-    assert data["schema"] == "attnscope.report/1"
+    assert data["schema"] == "attnscope.report/2"
     assert set(data) == {"schema", "model", "summary", "probes", "heads", "findings"}
     assert data["model"]["streamed"] is False  # short probes: whole maps
     head = data["heads"][0]
-    assert set(head) == {"part", "layer", "head", "pattern", "confidence", "offset", "metrics"}
+    assert set(head) == {"part", "layer", "head", "pattern", "confidence", "offset", "roles", "metrics"}
+    for h in data["heads"]:
+        assert all(set(r) == {"role", "score"} and r["role"] in ROLES for r in h["roles"])
+        scores = [r["score"] for r in h["roles"]]
+        assert scores == sorted(scores, reverse=True)
     for name in ("entropy", "confidence", "sink_score", "best_offset", "diag_mass", "qk_scale", "max_score", "ov_norm"):
         assert name in head["metrics"], name
     assert sum(data["summary"]["patterns"]["self"].values()) == 8
@@ -57,6 +61,7 @@ def test_to_dict_follows_schema(report):
 def test_markdown_and_html_render_from_texts(report):
     markdown = report.to_markdown()
     assert "## Pattern map" in markdown and PATTERN_TEXTS["vertical"].reading in markdown
+    assert "## Roles" in markdown and ROLE_TEXTS["induction"].meaning in markdown
     html = report.to_html()
     assert html.startswith("<!DOCTYPE html>") and PATTERN_TEXTS["diffuse"].color in html
     assert "<script" not in html and not re.search(r"(src|href)=['\"]?https?:", html)

@@ -1,0 +1,142 @@
+"""Head roles: the behaviours a head shows, each with a score, beside its one pattern label.
+
+A head can have several roles (a previous-token head that also parks mass on
+token 0 is ``previous_token`` and ``sink``). The vocabulary, ``ROLES``:
+
+- ``previous_token`` / ``next_token`` / ``self``: share of the non-sink mass on
+  key ``i - 1`` / ``i + 1`` / ``i`` (``metrics.rest_diag_mass``): Clark et al.
+  2019's positional heads, scored as TransformerLens's detector with the sink
+  column excluded.
+- ``sink``: mass on the first token (Xiao et al. 2023) and on [CLS]/[SEP]
+  (Clark et al. 2019) (``metrics.sink_mass``); Gu et al. 2024's ε = 0.3.
+- ``induction`` / ``duplicate_token``: on the repeated-sequence probe
+  (``probes.repeated_probe``), the second copy's non-sink share on the token
+  after the previous occurrence / on the previous occurrence (Olsson et al.
+  2022; TransformerLens's detectors). Induction for causal models only.
+- ``local``: the non-sink mass within ``LOCAL_DISTANCE`` tokens of the query on
+  average, spread over them (no single offset reaches ``OFFSET_MIN``); the score
+  is the non-sink mass within 3 tokens.
+- ``broad``: the non-sink mass close to uniform over the keys
+  (``rest_entropy`` >= ``BROAD_MIN``; Clark et al. 2019's broad heads).
+
+Text roles come from metrics that ``metrics.MetricAccumulator`` accumulates, so
+the streamed path gives them too; the repeated probe is short and read whole.
+The thresholds of the roles that have a behavioural ground truth equal that
+ground truth's (``real_truth``), and docs/classifier.md shows precision and
+recall on the held-out half of the real-model set.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from diagnostics.measure.row_stats import OFFSETS
+
+ROLES = ("previous_token", "next_token", "self", "induction", "duplicate_token", "sink", "local", "broad")
+# TransformerLens's detector (ARENA 1.2 "finding induction heads") flags a head above 0.4: most of
+# its free mass follows the template. On the tuning half of the real-model set the accumulated
+# score reproduces every previous/next-token head at this threshold (docs/classifier.md).
+OFFSET_MIN = 0.4
+INDUCTION_MIN = 0.4
+DUPLICATE_MIN = 0.4
+# Gu et al. 2024: a head is a sink when more than 0.3 of its attention goes to the first token.
+SINK_MIN = 0.3
+# Local: the rest within LOCAL_DISTANCE tokens of the query on average (``rest_mean_distance``), and no
+# single offset holding OFFSET_MIN (that is positional). A uniform head over 20 tokens averages ~7;
+# the window mass itself is no test on short texts, where +-3 tokens are a third of the keys (on the
+# default probes most MiniLM heads hold 0.35-0.5 there and would flip from probe to probe).
+LOCAL_DISTANCE = 2.5
+# Broad: a rest row of one key at 0.3 and the others uniform over 12 keys has normalised entropy
+# 0.92; 0.9 leaves heads whose non-sink mass barely prefers any key (MiniLM's rest entropies crowd
+# 0.75-0.9 on the default probes, fewer lie near 0.9).
+BROAD_MIN = 0.9
+# Rows whose non-sink mass is below this count for nothing in the repeated-probe scores (see real_truth).
+REST_MIN = 0.05
+# Inputs of ``role_scores``: averaged or per-probe metrics under these names.
+ROLE_METRICS = ("sink_mass", "rest_diag_mass", "rest_entropy", "rest_mean_distance")
+
+
+@dataclass(frozen=True)
+class Role:
+    role: str  # one of ROLES
+    score: float  # the score its threshold was compared with
+
+    def to_dict(self):
+        return {"role": self.role, "score": self.score}
+
+
+def role_scores(values, repeated=None) -> dict:
+    """``{role: tensor [...]}`` from metric ``values`` (``ROLE_METRICS``: a ``HeadMetrics`` or a dict),
+    plus ``_near``: whether the non-sink mass stays within ``LOCAL_DISTANCE`` tokens (for ``local``).
+
+    repeated: ``repeated_scores(...)`` of the same heads, or None (no induction / duplicate roles).
+    """
+    get = values.get if isinstance(values, dict) else lambda name: getattr(values, name)
+    diag = get("rest_diag_mass").float()  # (..., 7)
+    scores = {"previous_token": diag[..., OFFSETS.index(-1)], "next_token": diag[..., OFFSETS.index(1)],
+              "self": diag[..., OFFSETS.index(0)], "sink": get("sink_mass").float(),
+              "local": diag.sum(-1), "broad": get("rest_entropy").float()}
+    near = get("rest_mean_distance").float() <= LOCAL_DISTANCE
+    return scores | {"_near": near} | (repeated or {})
+
+
+def head_roles(scores, causal) -> list:
+    """Roles of every head: nested lists shaped like the scores (e.g. ``[L][H]``) of ``Role`` lists,
+    strongest first."""
+    held = {role: _holds(role, score, scores, causal) for role, score in scores.items() if role in ROLES}
+    shape = next(iter(scores.values())).shape
+    flat = [[] for _ in range(int(torch.tensor(shape).prod()) if shape else 1)]
+    for role in ROLES:
+        if role not in scores:
+            continue
+        for i in held[role].reshape(-1).nonzero().flatten().tolist():
+            flat[i].append(Role(role, round(float(scores[role].reshape(-1)[i]), 4)))
+    flat = [sorted(roles, key=lambda r: -r.score) for roles in flat]
+    return _nest(flat, shape)
+
+
+def _holds(role, score, scores, causal):
+    if role == "sink":
+        return score >= SINK_MIN
+    if role == "broad":
+        return (score >= BROAD_MIN) & ~scores["_near"]
+    if role == "local":
+        positional = torch.stack([scores[r] for r in ("previous_token", "next_token", "self")]).amax(0)
+        return scores["_near"] & (positional < OFFSET_MIN)
+    if role == "induction":
+        return (score >= INDUCTION_MIN) & bool(causal)
+    if role == "duplicate_token":
+        return score >= DUPLICATE_MIN
+    return score >= OFFSET_MIN
+
+
+def repeated_scores(probe, sinks=None) -> dict:
+    """``{"induction", "duplicate_token": [L, H]}`` on a ``probes.RepeatedProbe``.
+
+    Share of the non-sink mass of the second copy's queries on key ``i - half + 1`` (induction) and
+    ``i - half`` (duplicate), rows weighted by their non-sink mass; rows whose target is a sink key
+    are left out. sinks: bool ``(k,)``; default: the first token and the special tokens.
+    """
+    r = probe.result
+    attn = r.attentions  # (L, H, q, k)
+    if sinks is None:
+        sinks = torch.tensor(r.keys_special, dtype=torch.bool)  # (k,)
+        sinks[0] = True
+    rows = torch.tensor(list(probe.second_copy))  # (r,)
+    free = 1.0 - attn[..., rows, :][..., sinks].sum(-1)  # (L, H, r)
+    out = {}
+    for role, shift in (("induction", 1 - probe.half), ("duplicate_token", -probe.half)):
+        targets = rows + shift  # (r,)
+        ok = ~sinks[targets]  # (r,)
+        on_target = attn[..., rows, targets]  # (L, H, r)
+        total = (free * ok).sum(-1)  # (L, H)
+        score = (on_target * ok).sum(-1) / total.clamp(min=1e-9)
+        out[role] = torch.where(total / ok.sum().clamp(min=1) >= REST_MIN, score, 0.0)
+    return out
+
+
+def _nest(flat, shape):
+    if not shape:
+        return flat[0]
+    step = len(flat) // shape[0]
+    return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]

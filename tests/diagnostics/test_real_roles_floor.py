@@ -1,0 +1,42 @@
+"""Roles and patterns on the real models hold the targets of docs/classifier.md (held-out half).
+
+Loads all-MiniLM-L6-v2, SmolLM2-135M-Instruct (model wheels) and the demo models; the ground truth
+is the committed ``diagnostics/classify/data/real_truth.json``.
+"""
+
+import json
+
+import pytest
+
+from diagnostics.classify.eval_real import TARGET_ROLES, evaluate_model, precision_recall
+from diagnostics.classify.real_truth import DATA, real_models
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def results():
+    truth = json.loads(DATA.read_text())
+    return {name: evaluate_model(*load(), truth[name], "heldout", long=(name == "smollm2"))
+            for name, load in real_models().items()}
+
+
+def test_role_precision_and_recall_on_the_heldout_half(results):
+    for role in TARGET_ROLES:
+        tp, fp, fn = (sum(r["counts"][role][i] for r in results.values()) for i in range(3))
+        precision, recall = precision_recall(tp, fp, fn)
+        assert tp + fn > 0, role
+        assert precision >= 0.9 and recall >= 0.9, (role, tp, fp, fn)
+
+
+def test_block_is_not_the_default_bin_on_a_long_text(results):
+    long = results["smollm2"]["long"]
+    assert long["tokens"] > 1000
+    assert long["patterns"]["block"] <= 0.05 * results["smollm2"]["heads"]  # 247 of 270 before the fix
+
+
+def test_labels_agree_across_the_default_probes_at_least_as_measured(results):
+    # a regression floor at the measured level (docs/classifier.md), below the issue's 90 % target
+    heads = sum(r["heads"] for r in results.values())
+    pattern = sum(r["agreement"]["pattern"] for r in results.values()) / heads
+    assert pattern >= 0.8

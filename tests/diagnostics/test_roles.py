@@ -1,0 +1,129 @@
+"""Head roles and sink-factored patterns on hand-built maps, the repeated probe, and the report."""
+
+import pytest
+import torch
+
+from core.result import AttentionResult
+from diagnostics import ROLE_TEXTS, ROLES, diagnose
+from diagnostics.classify.patterns import classify_head, classify_heads
+from diagnostics.classify.roles import head_roles, repeated_scores, role_scores
+from diagnostics.measure.metrics import MetricAccumulator, head_metrics
+from diagnostics.probes import RepeatedProbe
+from tiny import tiny_gpt2, wordpiece_tokenizer
+
+N = 24
+
+
+def causal_rows(n, targets, sink):
+    """Causal map: ``sink`` on key 0 and the rest on ``targets(i)`` (a key index <= i)."""
+    m = torch.zeros(n, n)
+    for i in range(n):
+        m[i, 0] += sink if i > 0 else 1.0
+        if i > 0:
+            m[i, targets(i)] += 1 - sink
+    return m
+
+
+def names(roles):
+    return [r.role for r in roles]
+
+
+def test_previous_token_head_with_a_sink_is_diagonal_with_both_roles():
+    head = classify_head(causal_rows(N, lambda i: i - 1 if i > 1 else 1, sink=0.5), causal=True)
+    assert head.label == "diagonal" and head.offset == -1  # Kovaleva et al.'s vertical + diagonal
+    assert {"previous_token", "sink"} <= set(names(head.roles))
+    scores = {r.role: r.score for r in head.roles}
+    assert scores["previous_token"] > 0.9 and scores["sink"] == pytest.approx(0.5, abs=0.05)
+
+
+def test_pure_sink_stays_vertical_with_only_the_sink_role():
+    head = classify_head(causal_rows(N, lambda i: i, sink=0.95), causal=True)
+    assert head.label == "vertical" and "sink" in names(head.roles)  # its last 5% on itself is its rest
+    assert "previous_token" not in names(head.roles)
+
+
+def test_next_token_head_of_a_bidirectional_model():
+    n = N
+    m = torch.zeros(n, n)
+    m[torch.arange(n), (torch.arange(n) + 1).clamp(max=n - 1)] = 1.0
+    head = classify_head(m, causal=False)
+    assert head.label == "diagonal" and head.offset == 1 and "next_token" in names(head.roles)
+
+
+def test_long_local_window_is_local_not_block():
+    n = 512
+    d = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (q, k) query - key
+    logits = torch.where(d >= 0, -d.float() / 2.0, float("-inf"))  # self 0.39, mean distance ~1.5
+    head = classify_head(logits.softmax(-1), causal=True)
+    assert head.label != "block" and "local" in names(head.roles)
+
+
+def test_uniform_segments_are_block():
+    n = 64
+    seg = torch.arange(n) // 16
+    m = (seg[:, None] == seg[None, :]).float()
+    head = classify_head(m / m.sum(-1, keepdim=True), causal=False)
+    assert head.label == "block"
+
+
+def test_sink_metrics_accumulate_chunk_by_chunk():
+    g = torch.Generator().manual_seed(3)
+    n = 37
+    logits = torch.randn(2, 3, n, n, generator=g) * 3
+    logits[..., 0] += 2  # a sink on the first token
+    logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    attn = logits.softmax(-1)  # (L, H, q, k)
+    special = torch.zeros(n, dtype=torch.bool)
+    special[5] = True
+    full = head_metrics(attn, causal=True, special=special)
+    acc = MetricAccumulator(n, True, special=special)
+    for start, stop in ((20, 33), (0, 7), (7, 20), (33, n)):
+        acc.update(attn[..., start:stop, :], start)
+    chunked = acc.finalize()
+    for name in ("sink_mass", "block_score", "rest_entropy", "rest_diag_mass", "rest_best_offset_mass",
+                 "rest_sink_score", "rest_sink2_score", "rest_mean_distance"):
+        torch.testing.assert_close(getattr(chunked, name), getattr(full, name), atol=1e-5, rtol=0)
+
+
+def repeated_result(causal):
+    """A fake repeated probe: 2 heads on [first, 8 tokens, the same 8]; head 0 induction, head 1 duplicate."""
+    half, prefix = 8, 1
+    n = prefix + 2 * half
+    attn = torch.zeros(1, 2, n, n)
+    for i in range(n):
+        second = i >= prefix + half
+        for h, shift in ((0, 1 - half), (1, -half)):
+            target = i + shift if second else 0
+            attn[0, h, i, 0] += 0.6 if second else 1.0
+            attn[0, h, i, target] += 0.4 if second else 0.0
+    tokens = ["<s>"] + [f"t{i}" for i in range(half)] * 2
+    result = AttentionResult(tokens, attn, causal, [True] + [False] * (n - 1), [False] * n)
+    return RepeatedProbe(result, prefix, half)
+
+
+def test_repeated_probe_scores_induction_and_duplicate_heads():
+    scores = repeated_scores(repeated_result(True))
+    assert scores["induction"][0, 0] == pytest.approx(1.0) and scores["induction"][0, 1] < 0.1
+    assert scores["duplicate_token"][0, 1] == pytest.approx(1.0) and scores["duplicate_token"][0, 0] < 0.1
+    m = head_metrics(repeated_result(True).result.attentions, causal=True)
+    causal_roles = head_roles(role_scores(m, scores), causal=True)
+    assert "induction" in names(causal_roles[0][0]) and "duplicate_token" in names(causal_roles[0][1])
+    bidirectional = head_roles(role_scores(m, scores), causal=False)
+    assert "induction" not in names(bidirectional[0][0])  # a bidirectional head sees the answer
+
+
+def test_every_role_has_a_text():
+    assert set(ROLE_TEXTS) == set(ROLES)
+
+
+def test_report_heads_carry_roles_from_the_vocabulary():
+    report = diagnose((tiny_gpt2(), wordpiece_tokenizer()), texts=["The cat sat on the mat.", "A dog barked."])
+    assert all(isinstance(h.roles, list) for h in report.heads)
+    assert all(r.role in ROLES and 0 <= r.score <= 1.0001 for h in report.heads for r in h.roles)
+    assert report.to_dict()["heads"][0]["roles"] == [r.to_dict() for r in report.heads[0].roles]
+
+
+def test_classify_heads_gives_roles_for_batches():
+    attn = torch.stack([causal_rows(N, lambda i: i - 1 if i > 1 else 1, 0.5), causal_rows(N, lambda i: i, 0.95)])
+    heads = classify_heads(attn, causal=True)
+    assert "previous_token" in names(heads[0].roles) and "sink" in names(heads[1].roles)
