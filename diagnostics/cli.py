@@ -28,7 +28,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     parser = _Parser(prog="python -m diagnostics",
                      description="Diagnose the attention heads of a model and report findings with suggested fixes.")
-    parser.add_argument("source", help="demo model name (demo-bert, demo-gpt2), model folder, or Hugging Face id")
+    parser.add_argument("source", help="a known model (sentence-transformers/all-MiniLM-L6-v2 or minilm, "
+                        "HuggingFaceTB/SmolLM2-135M-Instruct or smollm2, demo-bert, demo-gpt2), a model folder, "
+                        "an archive, a weights or .gguf file, or a Hugging Face id")
     parser.add_argument("--text", action="append", metavar="TEXT",
                         help="probe text (repeatable); default: AttnScope's built-in probe sentences")
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="report format (default: markdown)")

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 import core
+from core.checkpoints.registry import canonical_name
 from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
 from core.errors import InputError
@@ -79,7 +80,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     start = time.perf_counter()
     tell = progress or (lambda fraction, message: None)
     tell(0.0, "loading the model")
-    model, tokenizer, name = _resolve(source, device, n_heads)
+    model, tokenizer, name = _resolve(source, device, n_heads, tell)
     probes, unfit, fit_notes = _fitting_probes(tokenizer, texts)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, probes, stream)
     layers = attention_weights(model)
@@ -110,7 +111,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
                   [p.to_dict() for p in probes] + [_ids_probe(r) for r in vocabulary])
 
 
-def _resolve(source, device, n_heads=None):
+def _resolve(source, device, n_heads=None, progress=None):
     if isinstance(source, (tuple, list)):
         if len(source) != 2 or not isinstance(source[0], nn.Module):
             raise InputError("source must be a (model, tokenizer) pair, a model, or a model name or folder")
@@ -120,8 +121,9 @@ def _resolve(source, device, n_heads=None):
         return source, None, _name(source)
     if not isinstance(source, (str, Path)):
         raise InputError(f"cannot diagnose a {type(source).__name__}; pass a model name, a folder or (model, tokenizer)")
-    model, tokenizer = core.load_model(source, device=device, n_heads=n_heads)
-    return model, tokenizer, str(source)
+    loading = (lambda fraction, message: progress(0.05 * fraction, message)) if progress else None
+    model, tokenizer = core.load_model(source, device=device, n_heads=n_heads, progress=loading)
+    return model, tokenizer, canonical_name(source)  # an alias such as "minilm" is reported by its Hub id
 
 
 def _name(model):

@@ -15,12 +15,13 @@ def source_ui():
         unpacked = core.Limits().max_total_bytes / 1e9
         files = st.file_uploader(
             "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
-            "pytorch_model.bin, tokenizer files), or a custom model's safetensors + config JSON",
+            "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
             accept_multiple_files=True, key="diag_upload")
         st.caption(f"Limits: {limit_mb:,} MB per upload (server.maxUploadSize in .streamlit/config.toml), "
                    f"{unpacked:g} GB unpacked. Python files in an upload are never run.")
         return ([(f.name, f.getvalue()) for f in files], ", ".join(f.name for f in files)) if files else None
-    path = st.text_input("Model folder, archive or weights file", key="diag_path", placeholder="/models/my-bert")
+    path = st.text_input("Model folder, archive, weights or .gguf file", key="diag_path",
+                         placeholder="/models/my-bert")
     return (path.strip(), path.strip()) if path.strip() else None
 
 
@@ -37,7 +38,8 @@ def run(inputs, name, texts, n_heads) -> None:
     st.session_state.pop("report", None)
     bar = st.progress(0.0, text="Loading the checkpoint…")
     try:
-        checkpoint = core.load_checkpoint(inputs, n_heads=n_heads)
+        loading = lambda fraction, message: bar.progress(min(1.0, fraction), text=f"Loading: {message}")  # noqa: E731
+        checkpoint = core.load_checkpoint(inputs, n_heads=n_heads, progress=loading)
         progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
         st.session_state.report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)
         st.session_state.report_notes = checkpoint.notes

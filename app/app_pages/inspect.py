@@ -6,7 +6,7 @@ import core
 from app import cache, errors, head_detail, plots
 
 EXAMPLE = "The cat sat on the mat because it was tired."
-MODEL_KINDS = ("Demo model", "Hugging Face id", "Local folder")
+MODEL_KINDS = ("Known model", "Hugging Face id", "Local folder")
 MAX_CHARS = 5000  # about 1,000 tokens; models truncate to their own limit and say so
 
 
@@ -15,10 +15,11 @@ def inputs_ui() -> None:
     st.session_state.setdefault("inputs", {"source": core.DEFAULT_MODEL, "text": EXAMPLE, "pair": "", "target": ""})
     kind = st.radio("Model", MODEL_KINDS, key="model_kind", horizontal=True)
     with st.form("inputs_form"):
-        if kind == "Demo model":
-            st.selectbox("Demo model", list(core.DEMO_MODELS), key="demo_model")
+        if kind == MODEL_KINDS[0]:  # the two real models first, then the demo models
+            st.selectbox("Model", core.MODEL_CHOICES, key="demo_model",
+                         format_func=lambda name: f"{name} — {core.describe_model(name)}")
         else:
-            hint = "e.g. bert-base-uncased" if kind == "Hugging Face id" else "e.g. /models/my-bert"
+            hint = "e.g. bert-base-uncased" if kind == "Hugging Face id" else "e.g. /models/my-bert or model.gguf"
             st.text_input(kind, key="model_path", placeholder=hint)
         st.text_area("Text", EXAMPLE, key="text", max_chars=MAX_CHARS)
         with st.expander("Second sentence / target text"):
@@ -29,7 +30,7 @@ def inputs_ui() -> None:
 
 def _submit() -> None:
     s = st.session_state
-    source = s.demo_model if s.model_kind == "Demo model" else s.get("model_path", "")
+    source = s.demo_model if s.model_kind == MODEL_KINDS[0] else s.get("model_path", "")
     s.inputs = {"source": source.strip(), "text": s.text, "pair": s.pair, "target": s.target}
     s.pop("failed", None)  # a fresh Run retries whatever failed before
 

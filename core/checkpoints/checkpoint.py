@@ -2,9 +2,11 @@
 
 Accepted: a Hugging Face model folder (as a folder, a .zip / .tar.gz of it, or
 its loose files) with ``config.json`` and ``model.safetensors`` /
-``pytorch_model.bin`` / a sharded index; an AttnScope model folder; or a bare
-state dict (.safetensors, .bin, .pt, .pth) whose architecture is read from its
-key names (``infer_arch``). Everything is read into memory and the private
+``pytorch_model.bin`` / a sharded index; an AttnScope model folder; a GGUF file
+(``gguf``); or a bare state dict (.safetensors, .bin, .pt, .pth) whose
+architecture is read from its key names (``infer_arch``). Inside a folder or
+archive the model folder is found (``layout``): sentence-transformers folders,
+Hub snapshot layouts and extra subfolders (onnx/, 1_Pooling/) load. Everything is read into memory and the private
 temporary folder is removed before returning. Every failure is a
 ``CheckpointError`` with one line saying what is wrong and what would work.
 See docs/checkpoints.md for the limits and the table of rejected inputs.
@@ -24,6 +26,8 @@ import torch
 
 from .archive import Limits, check_upload_size, extract_archive, is_archive, write_loose_files
 from .build import build_custom, build_hf, check_model_config
+from .gguf import is_gguf, load_gguf
+from .layout import IGNORED_DIRS, NO_MODEL, model_root
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE
 from ..device import pick_device
@@ -32,13 +36,9 @@ from .infer_arch import infer_architecture
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 
 ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
-_IGNORED_DIRS = ("__MACOSX", ".git", "__pycache__")
 
 NOT_FOUND = "{path} does not exist; give the path of a model folder, an archive or a weights file"
 OUTSIDE = "{path} is outside the folders AttnScope may read ({roots}); move it there or add a folder to {env}"
-NO_MODEL = ("{name} holds no model: no config.json and no weights file (.safetensors, .bin, .pt, .pth) among its "
-            "{count} files; upload a model folder (zipped or as files) or a state dict")
-SEVERAL_MODELS = "{name} holds several model folders ({folders}); upload one model at a time"
 NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
               "upload the whole folder written by save_pretrained")
 NOT_JSON = "config.json is not valid JSON ({err}); upload the config.json written by save_pretrained"
@@ -46,6 +46,7 @@ BAD_INPUT = "cannot load a checkpoint from a {kind}; pass a path, or a list of (
 PYTHON_IGNORED = "ignored {n} Python file(s) in the upload ({names}): AttnScope never runs code from a checkpoint"
 REMOTE_CODE_IGNORED = "config.json asks for custom code (auto_map); it was ignored and the built-in {model_type} used"
 HEADS_IGNORED = "n_heads={given} ignored: config.json says {actual}"
+SEVERAL_GGUF = "found several GGUF files ({names}); upload one model (one .gguf) at a time"
 
 Upload = tuple  # (filename, bytes)
 
@@ -62,18 +63,19 @@ class LoadedCheckpoint:
 
 
 def load_checkpoint(inputs, *, n_heads: int | None = None, limits: Limits | None = None,
-                    allowed_roots=None, device=None) -> LoadedCheckpoint:
+                    allowed_roots=None, device=None, progress=None) -> LoadedCheckpoint:
     """Load ``inputs`` — a path, or a list of uploaded ``(filename, bytes)`` pairs / paths — safely.
 
     ``n_heads`` is needed only for a bare state dict (the weights do not hold
     it). ``allowed_roots`` bounds local paths (default: ``$ATTNSCOPE_ALLOWED_ROOTS``
-    or the current folder and the home folder).
+    or the current folder and the home folder). ``progress(fraction, message)``
+    is told how a slow load (GGUF dequantisation) advances.
     """
     limits = limits or Limits()
     roots = resolve_roots(allowed_roots)
     with private_dir() as work:
         folder, label, notes = _stage(inputs, work, limits, roots)
-        loaded = _load_folder(folder, label, work / "clean", n_heads, limits, notes)
+        loaded = _load_folder(folder, label, work / "clean", n_heads, limits, notes, progress)
     loaded.model = loaded.model.to(pick_device(device)).eval()
     return loaded
 
@@ -112,12 +114,15 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
     if isinstance(inputs, (str, Path)):
         path = check_allowed(Path(inputs), roots)
         if path.is_dir():
-            _check_folder_files(path, roots)
-            return path, path.name, _ignored_code(path, recursive=False)
+            folder = model_root(path, path.name, limits.max_entries)
+            _check_folder_files(folder, roots)
+            return folder, path.name, _ignored_code(folder, recursive=False)
         check_upload_size(path.name, path.stat().st_size, limits)
         if is_archive(path):
             extract_archive(path, upload, limits)
             return _model_root(upload, path.name)
+        if is_gguf(path):  # read in place: GGUF files are large, and it is memory-mapped, not copied
+            return path.parent, path.name, []
         shutil.copyfile(path, upload / path.name)
         return upload, path.name, []
     if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[1], (bytes, bytearray)):
@@ -152,27 +157,24 @@ def _check_folder_files(folder: Path, roots) -> None:
 
 
 def _model_root(upload: Path, label: str) -> tuple[Path, str, list[str]]:
-    """The one folder of the unpacked upload that holds config.json, or else weights."""
-    files = [p for p in upload.rglob("*") if p.is_file() and not any(d in p.parts for d in _IGNORED_DIRS)]
-    files = [p for p in files if not p.name.startswith("._")]  # macOS resource forks
-    for wanted in (lambda p: p.name == CONFIG_NAME, lambda p: p.name.lower().endswith(WEIGHT_SUFFIXES)):
-        folders = sorted({p.parent for p in files if wanted(p)})
-        if len(folders) > 1:
-            names = ", ".join(str(f.relative_to(upload)) + "/" for f in folders[:4])
-            raise CheckpointError(SEVERAL_MODELS.format(name=label, folders=names))
-        if folders:
-            return folders[0], label, _ignored_code(upload, recursive=True)
-    raise CheckpointError(NO_MODEL.format(name=label, count=len(files)))
+    """The model folder of the unpacked upload (``layout.model_root``), and notes on ignored code."""
+    return model_root(upload, label), label, _ignored_code(upload, recursive=True)
 
 
 def _ignored_code(folder: Path, recursive: bool) -> list[str]:
     code = sorted((folder.rglob("*.py") if recursive else folder.glob("*.py")), key=str)
+    code = [p for p in code if not any(d in p.parts for d in IGNORED_DIRS)]
     if not code:
         return []
     return [PYTHON_IGNORED.format(n=len(code), names=", ".join(p.name for p in code[:3]))]
 
 
-def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits, notes: list[str]) -> LoadedCheckpoint:
+def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits, notes: list[str],
+                 progress=None) -> LoadedCheckpoint:
+    gguf = _gguf_file(folder, label)
+    if gguf is not None:
+        model, tokenizer, gguf_notes = load_gguf(gguf, limits, progress)
+        return LoadedCheckpoint(model, tokenizer, notes + gguf_notes, model.config.model_type)
     config_path = folder / CONFIG_NAME
     if config_path.is_file():
         config = _read_config(config_path)
@@ -197,6 +199,18 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
     tokenizer_dir = clean if copy_tokenizer_files(folder, clean) else None
     tokenizer = choose_tokenizer(tokenizer_dir, vocab, causal, notes)
     return LoadedCheckpoint(model, tokenizer, notes, model_type)
+
+
+def _gguf_file(folder: Path, label: str) -> Path | None:
+    """The GGUF file to load from ``folder`` (a label naming one wins), or None when the folder has none."""
+    if is_gguf(Path(label)) and (folder / label).is_file():
+        return folder / label
+    if any(p.is_file() and p.name.lower().endswith(WEIGHT_SUFFIXES) for p in folder.iterdir()):
+        return None  # a Hugging Face or state-dict folder that also carries a .gguf export
+    found = sorted(p for p in folder.iterdir() if p.is_file() and is_gguf(p))
+    if len(found) > 1:
+        raise CheckpointError(SEVERAL_GGUF.format(names=", ".join(p.name for p in found[:5])))
+    return found[0] if found else None
 
 
 def _read_config(path: Path):

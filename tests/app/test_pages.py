@@ -31,10 +31,11 @@ def _errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error]
 
 
-def test_inspect_starts_with_the_demo_model():
+def test_inspect_starts_with_minilm():
     at = _app()
     assert not at.exception
     assert not _errors(at), _errors(at)
+    assert at.selectbox(key="demo_model").value == "sentence-transformers/all-MiniLM-L6-v2"
     assert len(_charts(at)) == 2  # overview + heatmap
 
 
@@ -165,3 +166,12 @@ def test_guide_renders_every_pattern_and_finding():
     text = " ".join(m.value for m in at.markdown) + " ".join(e.label for e in at.expander)
     for t in [*PATTERN_TEXTS.values(), *FINDING_TEXTS.values()]:
         assert t.title in text
+
+
+def test_inspect_local_gguf_file(tmp_path, monkeypatch):
+    from tiny_gguf import write_gpt2_gguf
+
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _inspect(_app(), str(write_gpt2_gguf(tmp_path / "tiny.gguf")))
+    assert not at.exception and not _errors(at), _errors(at)
+    assert len(_charts(at)) == 2

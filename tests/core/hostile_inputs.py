@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save, save_file
 
+from hostile_gguf import GGUF_BAD_INPUTS
 from tiny import tiny_bert, tiny_gpt2
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md"
@@ -198,6 +199,7 @@ BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     zip_absolute, zip_many_entries, zip_huge_declared, tar_symlink, tar_hardlink, tar_device, tar_traversal,
     tar_garbage, several_weight_files,
 ]}
+BAD_INPUTS.update(GGUF_BAD_INPUTS)  # the gguf-* rows
 
 
 def table_rows() -> list[tuple[str, str]]:

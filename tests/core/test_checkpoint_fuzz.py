@@ -16,6 +16,7 @@ import tempfile
 import zipfile
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ from safetensors.torch import save
 
 from core import CheckpointError, load_checkpoint
 from tiny import tiny_bert, wordpiece_tokenizer
+from tiny_gguf import write_llama_gguf
 
 EXAMPLE_SECONDS = 20  # hard limit per example: a hang fails the test instead of stalling CI
 FUZZ = settings(max_examples=100, deadline=None, database=None, derandomize=True,
@@ -50,8 +52,10 @@ def seeds() -> dict[str, bytes]:
             archive.addfile(info, io.BytesIO(data))
     pt = io.BytesIO()
     torch.save(model.state_dict(), pt)
+    with tempfile.TemporaryDirectory() as folder:
+        gguf = write_llama_gguf(Path(folder) / "model.gguf").read_bytes()
     return {"model.zip": zipped.getvalue(), "model.tar.gz": tarred.getvalue(), "model.safetensors": weights,
-            "model.pt": pt.getvalue(), "config.json": config}
+            "model.pt": pt.getvalue(), "config.json": config, "model.gguf": gguf}
 
 
 @st.composite
@@ -144,3 +148,9 @@ def test_fuzz_pt(sandbox, data):
     st.one_of(st.integers(-3, 10**12), st.text(max_size=8), st.none(), st.booleans())))))
 def test_fuzz_config_json(sandbox, data):
     check(sandbox, [("config.json", data), ("model.safetensors", seeds()["model.safetensors"])])
+
+
+@settings(FUZZ, max_examples=60)
+@given(data=inputs("model.gguf"))
+def test_fuzz_gguf(sandbox, data):
+    check(sandbox, [("model.gguf", data)])

@@ -1,0 +1,237 @@
+"""GGUF checkpoints (llama.cpp's format): check the header, then load through transformers.
+
+GGUF is data, not code, but a file may still be corrupt or hostile. Before any
+large allocation ``check_gguf`` reads the header with AttnScope's own bounded
+reader (``gguf_header``) and refuses, with one line: an architecture that
+transformers' GGUF loader does not handle, a quantisation type the ``gguf``
+package cannot dequantise, a tensor whose shape is empty, absurd or not a whole
+number of quantisation blocks, tensor data declared past the end of the file,
+and a model whose float32 weights would exceed ``Limits.max_total_bytes``. The
+model the metadata describes is sized too, on the ``meta`` device, before it is
+built. Only then does transformers dequantise it (``from_pretrained(gguf_file=...)``,
+eager attention, no remote code, local files only); a model tensor the file
+lacks is an error, not a random weight. The tokenizer comes from the file.
+
+transformers offers no hooks here, so two of its module globals are swapped for
+the duration of one load (under a lock): its per-tensor ``tqdm`` loop reports to a
+``progress(fraction, message)`` callback, and ``gguf.GGUFReader`` is shared, so
+the metadata is parsed once instead of three times (config, weights, tokenizer).
+See https://huggingface.co/docs/transformers/gguf.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from .archive import ENV_MAX_TOTAL, Limits
+from .build import MAX_LAYERS
+from .gguf_header import GGUFHeader, read_gguf_header
+from .quiet import quiet_transformers
+from .tokenizer import choose_tokenizer
+from ..errors import CheckpointError, first_line
+
+GGUF_SUFFIX = ".gguf"
+MAX_ELEMENTS = 1 << 40  # per tensor; 4 TB of float32, far above any real tensor, far below an overflow
+
+BAD_ARCH = ("{name} holds a model of architecture {arch!r}, which transformers' GGUF loader does not support; "
+            "GGUF files of llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, gpt2 and the other architectures "
+            "it handles load")
+NO_ARCH = "{name} has no general.architecture key, so its model type is unknown; upload a GGUF written by llama.cpp"
+BAD_QUANT = ("{name}: tensor {tensor!r} is stored as {qtype}, which the gguf package cannot dequantise; "
+             "convert the model with a common type (F32, F16, Q8_0, Q4_K, ...)")
+BAD_SHAPE = "{name}: tensor {tensor!r} has shape {shape}, {why}; the file is corrupt"
+PAST_END = ("{name} is truncated: tensor {tensor!r} ends at byte {end:,} but the file has {size:,} bytes; "
+            "upload the complete file")
+TOO_BIG = ("{name} would dequantise to {gb:.1f} GB of float32 weights ({n:,} parameters), above the {limit:,}-byte "
+           "limit; raise it with {env} or Limits(max_total_bytes=...)")
+MISSING = ("{name} does not hold the model its metadata describes: {n} of the model's {total} tensors are missing "
+           "(e.g. {key}); upload the complete GGUF written by llama.cpp")
+BAD_METADATA = "{name}: its metadata gives {key}={value:,}, outside 1 to {limit:,}; the file is corrupt"
+LOAD_FAILED = "transformers could not build a model from {name} ({err}); the GGUF may be from a newer llama.cpp"
+NO_TOKENIZER = "the GGUF file's tokenizer could not be read ({err}); "
+
+# llama.cpp names a few architectures differently from transformers (modeling_gguf_pytorch_utils).
+_RENAMED = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
+            "t5encoder": "t5"}
+_NOT_MODELS = ("general", "tokenizer")
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers")  # as GGUF configs name them
+_LOAD_LOCK = threading.Lock()  # one GGUF load at a time: each holds a whole float32 copy while converting
+
+
+def is_gguf(path: Path) -> bool:
+    return path.name.lower().endswith(GGUF_SUFFIX)
+
+
+def supported_architectures() -> list[str]:
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    return [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in _NOT_MODELS]
+
+
+def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeader:
+    """The header of ``path`` once every check above passes; CheckpointError otherwise."""
+    name = name or path.name
+    header = read_gguf_header(path, name)
+    arch = header.fields.get("general.architecture")
+    if not isinstance(arch, str):
+        raise CheckpointError(NO_ARCH.format(name=name))
+    supported = supported_architectures()
+    if arch not in supported and _RENAMED.get(arch) not in supported:
+        raise CheckpointError(BAD_ARCH.format(name=name, arch=arch))
+    sizes = [_tensor_size(tensor, name) for tensor in header.tensors]  # (elements, bytes in the file)
+    total = sum(elements for elements, _ in sizes)
+    if total * 4 > limits.max_total_bytes:
+        raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_total_bytes,
+                                             env=ENV_MAX_TOTAL))
+    for tensor, (_, stored) in zip(header.tensors, sizes):
+        end = header.data_start + tensor.offset + stored
+        if end > header.file_size:
+            raise CheckpointError(PAST_END.format(name=name, tensor=tensor.name, end=end, size=header.file_size))
+    return header
+
+
+def _tensor_size(tensor, name: str) -> tuple[int, int]:
+    """The tensor's element count and stored bytes, after its type and shape are checked."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        qtype = GGMLQuantizationType(tensor.type_id)
+    except ValueError:
+        raise CheckpointError(BAD_QUANT.format(name=name, tensor=tensor.name, qtype=f"type {tensor.type_id}")) from None
+    if not _dequantisable(qtype):
+        raise CheckpointError(BAD_QUANT.format(name=name, tensor=tensor.name, qtype=qtype.name))
+    shape = list(tensor.dims)
+    elements = 1
+    for dim in tensor.dims:
+        elements *= dim
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    why = ("a zero dimension" if 0 in tensor.dims else
+           f"{elements:,} elements, above {MAX_ELEMENTS:,}" if elements > MAX_ELEMENTS else
+           f"a first dimension that is not a whole number of {qtype.name} blocks of {block}"
+           if tensor.dims[0] % block else "")
+    if why:
+        raise CheckpointError(BAD_SHAPE.format(name=name, tensor=tensor.name, shape=shape, why=why))
+    return elements, elements // block * type_size
+
+
+def _dequantisable(qtype) -> bool:
+    from gguf import GGMLQuantizationType as T, quants
+
+    return qtype in (T.F32, T.F16) or qtype in getattr(quants, "_type_traits", {})
+
+
+def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str | None = None):
+    """``(model, tokenizer, notes)`` of the GGUF file at ``path``, checked first; ``progress(fraction, message)``."""
+    from transformers import AutoModel
+
+    name = name or path.name
+    tell = progress or (lambda fraction, message: None)
+    tell(0.0, f"checking {name}")
+    check_gguf(path, limits or Limits(), name)
+    tell(0.02, "reading the GGUF metadata")
+    notes: list[str] = []
+    with _LOAD_LOCK, quiet_transformers(), _one_reader(), _dequantisation_progress(tell):
+        config = _checked_config(path, name, limits or Limits())
+        try:
+            model, info = AutoModel.from_pretrained(
+                path.parent, gguf_file=path.name, config=config, attn_implementation="eager", trust_remote_code=False,
+                local_files_only=True, dtype=torch.float32, output_loading_info=True)
+        except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
+            raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
+        if info.get("missing_keys"):
+            missing = sorted(info["missing_keys"])
+            raise CheckpointError(MISSING.format(name=name, n=len(missing), total=len(model.state_dict()),
+                                                 key=missing[0]))
+        model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
+        tell(0.9, "reading the tokenizer")
+        tokenizer = _gguf_tokenizer(path, model, notes)
+    tell(1.0, "loaded")
+    return model.eval(), tokenizer, notes
+
+
+def _checked_config(path: Path, name: str, limits: Limits):
+    """The transformers config the file's metadata describes, after the model it builds is sized on ``meta``:
+    the metadata (layer count, widths) is checked as strictly as the tensors, before anything is allocated."""
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        for key in _LAYER_KEYS:  # before building: a million layers take minutes even on the meta device
+            value = getattr(config, key, None)
+            if isinstance(value, int) and not 0 < value <= MAX_LAYERS:
+                raise CheckpointError(BAD_METADATA.format(name=name, key=key, value=value, limit=MAX_LAYERS))
+        with torch.device("meta"):
+            skeleton = AutoModel.from_config(config, attn_implementation="eager", trust_remote_code=False)
+    except CheckpointError:
+        raise
+    except Exception as err:  # noqa: BLE001 - invalid metadata values surface as many exception types
+        raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
+    total = sum(p.numel() for p in skeleton.parameters())
+    if total * 4 > limits.max_total_bytes:
+        raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_total_bytes,
+                                             env=ENV_MAX_TOTAL))
+    return config
+
+
+def _gguf_tokenizer(path: Path, model, notes: list[str]):
+    from transformers import AutoTokenizer
+
+    vocab = model.get_input_embeddings().num_embeddings
+    try:
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True,
+                                                      trust_remote_code=False)
+    except Exception as err:  # noqa: BLE001 - a GGUF without tokenizer keys, or one transformers cannot convert
+        notes_before = len(notes)
+        borrowed = choose_tokenizer(None, vocab, True, notes)
+        notes[notes_before] = NO_TOKENIZER.format(err=first_line(err, 100)) + notes[notes_before]
+        return borrowed
+    return tokenizer
+
+
+@contextmanager
+def _one_reader():
+    """Parse the file's metadata once per load: transformers opens a ``gguf.GGUFReader`` for the config, the
+    weights and the tokenizer, and each parse of a 49,152-token vocabulary takes seconds (SmolLM2: 2-6 s)."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared(path, mode="r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
+@contextmanager
+def _dequantisation_progress(tell):
+    """Route transformers' per-tensor tqdm loop in GGUF loading to ``tell`` (silent without a callback)."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:  # a transformers without that loop: no progress, same result
+        yield
+        return
+
+    def counted(iterable, *args, **kwargs):
+        items = list(iterable)
+        for done, item in enumerate(items):
+            if done % 8 == 0:
+                tell(0.05 + 0.85 * done / max(len(items), 1), f"dequantising tensor {done + 1}/{len(items)}")
+            yield item
+
+    gguf_utils.tqdm = counted
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original

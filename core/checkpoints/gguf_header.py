@@ -1,0 +1,148 @@
+"""A bounded reader of a GGUF file's header: metadata and tensor table, never the tensor data.
+
+GGUF (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md) is a magic
+``GGUF``, a version (2 or 3), a tensor count and a key/value count (u64 each),
+the key/value pairs, one info record per tensor (name, dims, type, offset) and,
+after padding to ``general.alignment``, the tensor data. Every count and length
+read here is checked against the bytes left in the file before it is used, so a
+hostile header cannot make the reader loop for ever or allocate more than the
+file holds (``gguf.GGUFReader`` trusts an array's count and walks it item by
+item, past the end of the file). Only little-endian files are read.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import CheckpointError
+
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)  # version 1 used 32-bit counts and is long gone
+DEFAULT_ALIGNMENT = 32
+MAX_TENSORS = 100_000  # a 405 B Llama has 1,138 tensors; mixture-of-experts files a few thousand
+MAX_KEYS = 100_000  # a real file has a few dozen keys
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_ARRAY_DEPTH = 2  # arrays of arrays exist (e.g. per-layer lists); deeper is corrupt
+
+# value type id -> (struct format, size); 8 = string, 9 = array
+_SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4), 6: ("f", 4), 7: ("?", 1),
+            10: ("Q", 8), 11: ("q", 8), 12: ("d", 8)}
+STRING, ARRAY = 8, 9
+
+NOT_GGUF = "{name} is not a GGUF file ({why}); upload the .gguf written by llama.cpp's convert_hf_to_gguf.py"
+CUT = ("{name} is truncated or corrupt: {what} at byte {at:,} runs past the end of the file ({size:,} bytes); "
+       "upload the complete file")
+COUNT = "{name} declares {n:,} {what}, more than the {limit:,} any model file has; the header is corrupt"
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    dims: tuple[int, ...]  # GGML order: the fastest-varying dimension first
+    type_id: int  # GGMLQuantizationType value
+    offset: int  # from the start of the data section
+
+
+@dataclass
+class GGUFHeader:
+    version: int
+    fields: dict[str, object] = field(default_factory=dict)  # scalars and strings; arrays as ("array", count)
+    tensors: list[TensorInfo] = field(default_factory=list)
+    data_start: int = 0  # byte where the tensor data begins
+    file_size: int = 0
+
+
+class _Cursor:
+    """Reads little-endian values from a buffer, refusing to read past its end."""
+
+    def __init__(self, buffer, name: str):
+        self.buffer, self.name, self.pos, self.size = buffer, name, 0, len(buffer)
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise CheckpointError(CUT.format(name=self.name, what=what, at=self.pos, size=self.size))
+
+    def scalar(self, fmt: str, size: int, what: str):
+        self.need(size, what)
+        value = struct.unpack_from("<" + fmt, self.buffer, self.pos)[0]
+        self.pos += size
+        return value
+
+    def u32(self, what: str) -> int:
+        return self.scalar("I", 4, what)
+
+    def u64(self, what: str) -> int:
+        return self.scalar("Q", 8, what)
+
+    def string(self, what: str) -> str:
+        length = self.u64(what)
+        self.need(length, what)
+        raw = bytes(self.buffer[self.pos:self.pos + length])
+        self.pos += length
+        return raw.decode("utf-8", errors="replace")
+
+
+def read_gguf_header(path: Path, name: str | None = None) -> GGUFHeader:
+    """The header of the GGUF file at ``path``; CheckpointError naming what is wrong."""
+    name = name or path.name
+    size = path.stat().st_size
+    if size < 24:
+        raise CheckpointError(NOT_GGUF.format(name=name, why=f"only {size} bytes"))
+    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
+        return _parse(_Cursor(buffer, name), name)
+
+
+def _parse(cur: _Cursor, name: str) -> GGUFHeader:
+    if bytes(cur.buffer[:4]) != MAGIC:
+        raise CheckpointError(NOT_GGUF.format(name=name, why="it does not start with the bytes GGUF"))
+    cur.pos = 4
+    version = cur.u32("the version")
+    if version not in VERSIONS:
+        why = "a big-endian file" if version & 0xFFFF == 0 else f"version {version}; AttnScope reads versions 2 and 3"
+        raise CheckpointError(NOT_GGUF.format(name=name, why=why))
+    n_tensors, n_keys = cur.u64("the tensor count"), cur.u64("the key count")
+    for count, what, limit in ((n_tensors, "tensors", MAX_TENSORS), (n_keys, "metadata keys", MAX_KEYS)):
+        if count > limit:
+            raise CheckpointError(COUNT.format(name=name, n=count, what=what, limit=limit))
+    header = GGUFHeader(version, file_size=cur.size)
+    for _ in range(n_keys):
+        key = cur.string("a metadata key")
+        header.fields[key] = _value(cur, cur.u32(f"the type of {key!r}"), key, depth=0)
+    for _ in range(n_tensors):
+        header.tensors.append(_tensor_info(cur))
+    alignment = header.fields.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise CheckpointError(NOT_GGUF.format(name=name, why=f"general.alignment is {alignment!r}, not a power of two"))
+    header.data_start = -(-cur.pos // alignment) * alignment
+    return header
+
+
+def _value(cur: _Cursor, type_id: int, key: str, depth: int):
+    if type_id in _SCALARS:
+        return cur.scalar(*_SCALARS[type_id], what=f"the value of {key!r}")
+    if type_id == STRING:
+        return cur.string(f"the value of {key!r}")
+    if type_id == ARRAY and depth < MAX_ARRAY_DEPTH:
+        item_type, count = cur.u32(f"the item type of {key!r}"), cur.u64(f"the length of {key!r}")
+        smallest = _SCALARS[item_type][1] if item_type in _SCALARS else 8  # a string or array is >= 8 bytes
+        cur.need(count * smallest, f"the {count:,} items of {key!r}")
+        if item_type in _SCALARS:
+            cur.pos += count * smallest
+        else:
+            for _ in range(count):
+                _value(cur, item_type, key, depth + 1)
+        return ("array", count)
+    raise CheckpointError(NOT_GGUF.format(name=cur.name, why=f"the metadata key {key!r} has unknown type {type_id}"))
+
+
+def _tensor_info(cur: _Cursor) -> TensorInfo:
+    name = cur.string("a tensor name")
+    n_dims = cur.u32(f"the dimensions of {name!r}")
+    if not 1 <= n_dims <= MAX_DIMS:
+        raise CheckpointError(f"{cur.name}: tensor {name!r} has {n_dims} dimensions (GGUF allows 1 to {MAX_DIMS}); "
+                              "the file is corrupt")
+    dims = tuple(cur.u64(f"the shape of {name!r}") for _ in range(n_dims))
+    return TensorInfo(name, dims, cur.u32(f"the type of {name!r}"), cur.u64(f"the offset of {name!r}"))

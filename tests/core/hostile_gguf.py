@@ -1,0 +1,106 @@
+"""Builders of bad and hostile GGUF files, one per ``gguf-*`` row of docs/checkpoints.md's table.
+
+Most are written byte by byte (``raw_gguf``) so a header can lie in exactly one
+place: a count, a shape, a type, an array length. The truncated ones cut a
+valid tiny Llama file written by ``tiny_gguf``.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+from tiny_gguf import write_llama_gguf
+
+F32, STRING_TYPE, ARRAY_TYPE, U8_TYPE = 0, 8, 9, 0
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def raw_gguf(path: Path, arch: str = "llama", tensors=(), extra_kv: bytes = b"", n_kv_extra: int = 0,
+             tensor_count: int | None = None, data: bytes = b"") -> Path:
+    """A GGUF v3 file: ``general.architecture`` (+ ``extra_kv``), the tensor infos ``(name, dims, type, offset)``."""
+    kv = _string("general.architecture") + struct.pack("<I", STRING_TYPE) + _string(arch) + extra_kv
+    infos = b"".join(_string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+                     + struct.pack("<IQ", qtype, offset) for name, dims, qtype, offset in tensors)
+    count = len(tensors) if tensor_count is None else tensor_count
+    head = b"GGUF" + struct.pack("<IQQ", 3, count, 1 + n_kv_extra) + kv + infos
+    head += b"\0" * (-len(head) % 32)
+    path.write_bytes(head + data)
+    return path
+
+
+def gguf_not_gguf(d: Path) -> Path:
+    (d / "notgguf.gguf").write_bytes(random.Random(0).randbytes(4096))
+    return d / "notgguf.gguf"
+
+
+def gguf_header_cut(d: Path) -> Path:
+    path = write_llama_gguf(d / "header_cut.gguf")
+    path.write_bytes(path.read_bytes()[:200])
+    return path
+
+
+def gguf_truncated(d: Path) -> Path:
+    path = write_llama_gguf(d / "truncated.gguf")
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    return path
+
+
+def gguf_unsupported_architecture(d: Path) -> Path:
+    return raw_gguf(d / "evil_arch.gguf", arch="evilformer", tensors=[("token_embd.weight", [8, 4], F32, 0)],
+                    data=bytes(128))
+
+
+def gguf_unsupported_quantisation(d: Path) -> Path:
+    return raw_gguf(d / "odd_quant.gguf", tensors=[("token_embd.weight", [8, 4], 99, 0)], data=bytes(128))
+
+
+def gguf_absurd_tensor_count(d: Path) -> Path:
+    return raw_gguf(d / "many_tensors.gguf", tensor_count=2**40)
+
+
+def gguf_absurd_shape(d: Path) -> Path:
+    return raw_gguf(d / "huge_shape.gguf", tensors=[("token_embd.weight", [2**21, 2**21], F32, 0)])
+
+
+def gguf_too_big(d: Path) -> Path:
+    return raw_gguf(d / "too_big.gguf", tensors=[("token_embd.weight", [16384, 65536], F32, 0)])
+
+
+def gguf_huge_array(d: Path) -> Path:
+    """An array claiming 2^50 one-byte items: a reader that walks it item by item never ends."""
+    kv = _string("tokenizer.ggml.token_type") + struct.pack("<IIQ", ARRAY_TYPE, U8_TYPE, 2**50) + bytes(64)
+    return raw_gguf(d / "huge_array.gguf", extra_kv=kv, n_kv_extra=1)
+
+
+GGUF_BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
+    gguf_not_gguf, gguf_header_cut, gguf_truncated, gguf_unsupported_architecture, gguf_unsupported_quantisation,
+    gguf_absurd_tensor_count, gguf_absurd_shape, gguf_too_big, gguf_huge_array,
+]}
+
+
+def _u32(key: str, value: int) -> bytes:
+    return _string(key) + struct.pack("<II", 4, value)
+
+
+SMALL_LLAMA = {"llama.embedding_length": 8, "llama.feed_forward_length": 8, "llama.attention.head_count": 2,
+               "llama.vocab_size": 16, "llama.context_length": 16}
+
+
+def gguf_absurd_layers(d: Path) -> Path:
+    kv = {**SMALL_LLAMA, "llama.block_count": 1_000_000}
+    return raw_gguf(d / "deep.gguf", extra_kv=b"".join(_u32(k, v) for k, v in kv.items()), n_kv_extra=len(kv))
+
+
+def gguf_without_tensors(d: Path) -> Path:
+    kv = {**SMALL_LLAMA, "llama.block_count": 1}
+    return raw_gguf(d / "empty_model.gguf", extra_kv=b"".join(_u32(k, v) for k, v in kv.items()), n_kv_extra=len(kv))
+
+
+GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [gguf_absurd_layers, gguf_without_tensors]})

@@ -1,0 +1,115 @@
+"""Tiny GGUF files written in-process with the ``gguf`` package's writer, as llama.cpp's converter writes them.
+
+``convert_hf_to_gguf.py`` renames tensors with ``gguf.get_tensor_name_map``,
+permutes Llama's Q and K rows into llama.cpp's rotary layout, and transposes
+GPT-2's Conv1D weights; the writers below do the same, in float32, so a model
+loaded from the file must equal the model it was written from. Both files
+carry the tests' BPE tokenizer (vocabulary and merges), as real files do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+from transformers import LlamaConfig, LlamaModel
+
+from tiny import bpe_tokenizer, tiny_gpt2
+
+GPT2_TRANSPOSED = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
+
+
+def tiny_llama() -> LlamaModel:
+    """2 layers, 4 query heads sharing 2 key/value heads (grouped-query attention), as SmolLM2 does."""
+    config = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    return LlamaModel(config).eval()
+
+
+def permute(weights: np.ndarray, n_head: int, n_head_kv: int) -> np.ndarray:
+    """llama.cpp's ``LlamaModel.permute``: HF's rotary halves -> interleaved pairs, per head."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+            .swapaxes(1, 2).reshape(weights.shape))
+
+
+def _gguf_names(model, arch, prefix: str) -> dict[str, np.ndarray]:
+    names = gguf.get_tensor_name_map(arch, model.config.num_hidden_layers)
+    out = {}
+    for key, tensor in model.state_dict().items():
+        if key.endswith((".attn.bias", ".attn.masked_bias")) or "rotary_emb" in key:
+            continue
+        base, suffix = key.rsplit(".", 1)
+        name = names.get_name(prefix + base)
+        assert name is not None, key
+        out[f"{name}.{suffix}"] = tensor.detach().to(torch.float32).numpy().copy()
+    return out
+
+
+def write_llama_gguf(path: Path, model: LlamaModel | None = None) -> Path:
+    model = model or tiny_llama()
+    c = model.config
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny-llama")
+    writer.add_block_count(c.num_hidden_layers)
+    writer.add_context_length(c.max_position_embeddings)
+    writer.add_embedding_length(c.hidden_size)
+    writer.add_feed_forward_length(c.intermediate_size)
+    writer.add_head_count(c.num_attention_heads)
+    writer.add_head_count_kv(c.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
+    writer.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_vocab_size(c.vocab_size)
+    _add_bpe_tokenizer(writer, c.vocab_size)
+    for name, data in _gguf_names(model, gguf.MODEL_ARCH.LLAMA, "model.").items():
+        if name.endswith("attn_q.weight"):
+            data = permute(data, c.num_attention_heads, c.num_attention_heads)
+        elif name.endswith("attn_k.weight"):
+            data = permute(data, c.num_attention_heads, c.num_key_value_heads)
+        writer.add_tensor(name, data)
+    return _finish(writer, path)
+
+
+def write_gpt2_gguf(path: Path, model=None) -> Path:
+    model = model or tiny_gpt2(max_positions=1024)  # transformers reads n_positions from n_ctx (1024 in GPT-2)
+    c = model.config
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.add_name("tiny-gpt2")
+    writer.add_block_count(c.n_layer)
+    writer.add_context_length(c.n_positions)
+    writer.add_embedding_length(c.n_embd)
+    writer.add_feed_forward_length(4 * c.n_embd)
+    writer.add_head_count(c.n_head)
+    writer.add_layer_norm_eps(c.layer_norm_epsilon)
+    _add_bpe_tokenizer(writer, c.vocab_size)
+    for name, data in _gguf_names(model, gguf.MODEL_ARCH.GPT2, "transformer.").items():
+        writer.add_tensor(name, data.T.copy() if name.endswith(GPT2_TRANSPOSED) else data)
+    return _finish(writer, path)
+
+
+def _add_bpe_tokenizer(writer, vocab_size: int) -> None:
+    spec = json.loads(bpe_tokenizer().backend_tokenizer.to_str())
+    vocab = sorted(spec["model"]["vocab"].items(), key=lambda item: item[1])
+    assert len(vocab) == vocab_size, (len(vocab), vocab_size)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list([token for token, _ in vocab])
+    writer.add_token_merges(merges)
+    writer.add_token_types([3 if token == "<|endoftext|>" else 1 for token, _ in vocab])
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(0)
+
+
+def _finish(writer, path: Path) -> Path:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
