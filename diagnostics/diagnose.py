@@ -163,7 +163,10 @@ def _run_probes(model, tokenizer, probes, tell, vocabulary=False):
             tell(0.05 + 0.8 * i / len(probes), f"probe {i + 1}/{len(probes)}")
             samples.append(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
         if vocabulary:  # seeds from 1: seed 0 draws the repeated-sequence probe's tokens
-            samples += [vocabulary_probe(model, tokenizer, seed) for seed in range(1, VOCABULARY_PROBES + 1)]
+            try:
+                samples += [vocabulary_probe(model, tokenizer, seed) for seed in range(1, VOCABULARY_PROBES + 1)]
+            except core.ExtractionError as err:
+                return samples, [note("probes_unfit", detail=f"no in-vocabulary probe could run either ({err})")]
         return samples, []
     try:
         samples = [random_probe(model, seed) for seed in range(RANDOM_PROBES)]
