@@ -7,7 +7,7 @@ from diagnostics import FINDING_TEXTS, Finding
 from diagnostics.findings import (
     DIFFUSE_ENTROPY, attention_findings, cap_severity, head_names, make_finding, severity_for, sort_findings,
 )
-from diagnostics.measure.redundancy import js_distance, redundant_pairs
+from diagnostics.measure.redundancy import PairwiseJS, js_distance, redundant_pairs
 
 
 def test_severity_scales_with_the_share_of_heads():
@@ -137,3 +137,18 @@ def test_js_distance_ignores_row_zero_of_causal_maps():
     c[1:] = causal_rows(6, 0.2)[1:]  # differs everywhere but row 0, which is forced anyway
     d = js_distance(torch.stack([a, b, c]).unsqueeze(0), causal=True)[0]
     assert d[0, 1] < 1e-4 and d[0, 2] > 0.2
+
+
+def test_js_on_a_row_subsample_is_the_same_streamed_or_whole():
+    """Rows are picked by absolute position, so chunks that do not divide the map measure the same rows."""
+    torch.manual_seed(0)
+    q = 40
+    maps = (torch.randn(1, 3, q, q) * 3).masked_fill(~torch.ones(q, q, dtype=torch.bool).tril(), float("-inf"))
+    maps = maps.softmax(-1)  # (1, 3, q, q) causal
+    whole = js_distance(maps, causal=True, max_rows=8)[0]  # every 5th row
+    js = PairwiseJS(q, True, max_rows=8)
+    for start in range(0, q, 7):
+        js.update(maps[0, :, start:start + 7], start)
+    torch.testing.assert_close(js.finalize(), whole, atol=1e-6, rtol=0)
+    exact = js_distance(maps, causal=True)[0]
+    assert (whole - exact).abs().max() < 0.1 and not torch.equal(whole, exact)
