@@ -13,7 +13,7 @@ from .custom_model import (
     save_custom_model,
 )
 from .device import pick_device
-from .errors import AttnScopeError, CheckpointError, ExtractionError, InputError, ModelLoadError
+from .errors import AttnScopeError, Cancelled, CheckpointError, ExtractionError, InputError, ModelLoadError
 from .extraction.extract import extract_attention, extract_module_attention
 from .checkpoints.loading import load_model
 from .checkpoints.registry import DEFAULT_MODEL, DEMO_MODELS, MODEL_CHOICES, REAL_MODELS
@@ -22,11 +22,13 @@ from .result import AttentionResult
 from .extraction.streaming import STREAM_IMPLEMENTATION, StreamedAttention, stream_attention
 from .checkpoints.archive import Limits
 from .checkpoints.checkpoint import LoadedCheckpoint, load_checkpoint
+from .checkpoints.untrusted import load_untrusted
 
 __all__ = [
-    "AttentionResult", "AttnScopeError", "AttnScopeTransformer", "CheckpointError", "DEFAULT_MODEL",
+    "AttentionResult", "AttnScopeError", "AttnScopeTransformer", "Cancelled", "CheckpointError", "DEFAULT_MODEL",
     "DEMO_MODELS", "ExtractionError", "InputError", "ModelLoadError", "MultiHeadAttention", "TINY_PRESETS",
     "TransformerConfig", "causal_mask", "extract_attention", "extract_module_attention", "load_custom_model",
     "load_model", "pick_device", "save_custom_model", "scaled_dot_product_attention",
-    "Limits", "LoadedCheckpoint", "load_checkpoint", "MODEL_CHOICES", "REAL_MODELS", "describe_model", "STREAM_IMPLEMENTATION", "StreamedAttention", "stream_attention",
+    "Limits", "LoadedCheckpoint", "load_checkpoint", "load_untrusted", "MODEL_CHOICES", "REAL_MODELS",
+    "describe_model", "STREAM_IMPLEMENTATION", "StreamedAttention", "stream_attention",
 ]

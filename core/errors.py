@@ -26,6 +26,10 @@ class CheckpointError(ModelLoadError):
     """An uploaded or local checkpoint is unreadable, unsafe or unsupported."""
 
 
+class Cancelled(AttnScopeError):
+    """The caller's ``should_stop`` said nobody waits for the result any more (``core.cancel``)."""
+
+
 def first_line(err: Exception, limit: int = 160) -> str:
     """``"TypeName: first non-blank line"`` of ``err``, cut to ``limit`` characters, for one-line messages."""
     lines = [line for line in str(err).strip().splitlines() if line.strip()]

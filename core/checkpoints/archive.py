@@ -1,11 +1,14 @@
 """Safe unpacking of uploaded checkpoints: size limits, zip and tar extraction, loose files.
 
 Every entry is checked before a byte is written: no absolute paths, no ``..``,
-no links or device files, at most ``Limits.max_entries`` entries and
-``Limits.max_total_bytes`` declared bytes. Bytes are counted again while
-streaming, so an archive that lies about its sizes (a zip bomb) is stopped
-too. Files are created with ``O_EXCL | O_NOFOLLOW`` inside a private folder.
-Compare Python's ``tarfile`` "data" filter (PEP 706), which applies the same rules.
+no links or device files, at most ``Limits.max_entries`` entries, and the
+declared sizes within the archive's budget (``unpack_budget``: the unpacked
+cap, itself derived from the model size cap, and at most ``MAX_RATIO`` times
+the archive's own size). The bytes really written are counted as they stream,
+and unpacking stops the moment they pass the budget, so an archive that lies
+about its sizes (a zip bomb) costs no more than the budget. Files are created
+with ``O_EXCL | O_NOFOLLOW`` inside a private folder. Compare Python's
+``tarfile`` "data" filter (PEP 706), which applies the same rules.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import stat
 import tarfile
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -21,19 +25,33 @@ from ..errors import CheckpointError
 
 CHUNK = 1 << 20
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
-ENV_MAX_UPLOAD, ENV_MAX_TOTAL, ENV_MAX_ENTRIES = (
-    "ATTNSCOPE_MAX_UPLOAD_BYTES", "ATTNSCOPE_MAX_UNCOMPRESSED_BYTES", "ATTNSCOPE_MAX_ENTRIES")
+ENV_MAX_UPLOAD, ENV_MAX_MODEL, ENV_MAX_TOTAL, ENV_MAX_ENTRIES = (
+    "ATTNSCOPE_MAX_UPLOAD_BYTES", "ATTNSCOPE_MAX_MODEL_BYTES", "ATTNSCOPE_MAX_UNCOMPRESSED_BYTES",
+    "ATTNSCOPE_MAX_ENTRIES")
+# What a model folder holds beside its weights (tokenizer.json, vocab, README): all-MiniLM-L6-v2's extras are
+# 0.75 MB, a 250k-token sentencepiece vocabulary ~17 MB; 256 MB leaves room for any tokenizer.
+EXTRA_FILES_BYTES = 256 * 10**6
+# An archive may unpack to at most MAX_RATIO times its own size (above RATIO_FLOOR_BYTES). zlib level 6 on
+# all-MiniLM-L6-v2: model.safetensors 1.09x, tokenizer.json 2.43x, vocab.txt 2.09x, the largest file ratio
+# 12.7x (data_config.json, 39 kB); demo models' weights 1.08x. Weights are near-random floats and do not
+# compress; a zip bomb reaches ~1000x. (python scripts/compression_ratios.py)
+MAX_RATIO = 20
+RATIO_FLOOR_BYTES = 64 * 10**6
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 TOO_BIG = "{name} is {size:,} bytes, more than the {limit:,}-byte upload limit; raise it with {env} or Limits(max_upload_bytes=...)"
 TOO_MANY = "{name} holds more than {limit:,} entries; a model folder has a few dozen files at most (limit: {env})"
 TOO_LARGE_UNPACKED = ("{name} would unpack to more than {limit:,} bytes (a zip bomb, or a model above the limit); "
                       "raise it with {env} or Limits(max_total_bytes=...)")
+TOO_COMPRESSED = ("{name} would unpack to more than {limit:,} bytes, over {ratio} times its own {packed:,} bytes; "
+                  "model weights barely compress, so this looks like a zip bomb — upload the model folder, or a "
+                  "plain zip of it")
 BAD_ENTRY = "{name} contains {entry!r}, {why}; an archive of a model folder holds only plain files and folders"
 UNREADABLE = "{name} is not a readable {kind} archive ({err}); upload a .zip or .tar.gz of the model folder"
 
 
-def _env_size(name: str, default: int) -> int:
+def env_size(name: str, default: int) -> int:
+    """``$name`` as a number of bytes (``500MB``, ``2GB``), or ``default`` when unset; 0 means unset too."""
     raw = os.environ.get(name, "").strip().upper().replace(" ", "")
     if not raw:
         return default
@@ -49,11 +67,24 @@ def _env_size(name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps on what an upload may cost; each default can be overridden by an environment variable."""
+    """Caps on what an upload may cost; each default can be overridden by an environment variable.
 
-    max_upload_bytes: int = field(default_factory=lambda: _env_size(ENV_MAX_UPLOAD, 2 * 10**9))  # archive / files as sent
-    max_total_bytes: int = field(default_factory=lambda: _env_size(ENV_MAX_TOTAL, 4 * 10**9))  # after unpacking
-    max_entries: int = field(default_factory=lambda: _env_size(ENV_MAX_ENTRIES, 1000))  # files + folders in an archive
+    ``max_total_bytes`` (unpacked) defaults to the model cap plus ``EXTRA_FILES_BYTES``: an upload never
+    needs more disk than the largest model it may hold.
+    """
+
+    max_upload_bytes: int = field(default_factory=lambda: env_size(ENV_MAX_UPLOAD, 2 * 10**9))  # archive/files sent
+    max_model_bytes: int = field(default_factory=lambda: env_size(ENV_MAX_MODEL, 2 * 10**9))  # parameters x 4 bytes
+    max_total_bytes: int | None = field(default_factory=lambda: env_size(ENV_MAX_TOTAL, 0) or None)  # unpacked
+    max_entries: int = field(default_factory=lambda: env_size(ENV_MAX_ENTRIES, 1000))  # files + folders in an archive
+
+    def __post_init__(self):
+        if self.max_total_bytes is None:
+            object.__setattr__(self, "max_total_bytes", self.max_model_bytes + EXTRA_FILES_BYTES)
+
+    def unpack_budget(self, packed_bytes: int) -> int:
+        """Bytes an archive of ``packed_bytes`` may unpack to: the unpacked cap, and ``MAX_RATIO`` x its size."""
+        return min(self.max_total_bytes, max(RATIO_FLOOR_BYTES, MAX_RATIO * packed_bytes))
 
 
 def check_upload_size(name: str, size: int, limits: Limits) -> None:
@@ -81,8 +112,10 @@ def _safe_relpath(name: str, entry: str, raw: str) -> PurePosixPath:
 class _Writer:
     """Creates files under ``dest`` while counting the bytes of the whole archive."""
 
-    def __init__(self, name: str, dest: Path, limits: Limits):
+    def __init__(self, name: str, dest: Path, limits: Limits, packed_bytes: int | None = None):
         self.name, self.dest, self.limits, self.total, self.entries = name, dest, limits, 0, 0
+        self.budget = limits.max_total_bytes if packed_bytes is None else limits.unpack_budget(packed_bytes)
+        self.packed = packed_bytes
 
     def count_entry(self) -> None:
         self.entries += 1
@@ -91,9 +124,12 @@ class _Writer:
 
     def declare(self, size: int) -> None:
         self.total += max(size, 0)
-        if self.total > self.limits.max_total_bytes:
-            raise CheckpointError(
-                TOO_LARGE_UNPACKED.format(name=self.name, limit=self.limits.max_total_bytes, env=ENV_MAX_TOTAL))
+        if self.total <= self.budget:
+            return
+        if self.budget < self.limits.max_total_bytes:  # the ratio, not the cap, stopped it
+            raise CheckpointError(TOO_COMPRESSED.format(name=self.name, limit=self.budget, ratio=MAX_RATIO,
+                                                        packed=self.packed))
+        raise CheckpointError(TOO_LARGE_UNPACKED.format(name=self.name, limit=self.budget, env=ENV_MAX_TOTAL))
 
     def mkdir(self, rel: PurePosixPath) -> Path:
         target = self.dest.joinpath(*rel.parts)
@@ -123,8 +159,9 @@ class _Writer:
 
 def extract_archive(path: Path, dest: Path, limits: Limits) -> None:
     """Unpack a zip or tar(.gz) archive into ``dest`` (an empty private folder)."""
-    check_upload_size(path.name, path.stat().st_size, limits)
-    writer = _Writer(path.name, dest, limits)
+    packed = path.stat().st_size
+    check_upload_size(path.name, packed, limits)
+    writer = _Writer(path.name, dest, limits, packed)
     is_zip = path.name.lower().endswith(".zip")
     try:
         (_extract_zip if is_zip else _extract_tar)(path, writer)
@@ -175,23 +212,50 @@ def _extract_tar(path: Path, writer: _Writer) -> None:
                 writer.write(rel, archive.extractfile(member), member.size)
 
 
-def write_loose_files(files: list[tuple[str, bytes]], dest: Path, limits: Limits) -> None:
-    """Write uploaded ``(filename, bytes)`` pairs into ``dest``; names are reduced to their last part."""
-    total = sum(len(data) for _, data in files)
-    check_upload_size(f"the {len(files)} uploaded files", total, limits)
+def write_loose_files(files: list[tuple[str, object]], dest: Path, limits: Limits) -> None:
+    """Write uploaded ``(filename, data)`` pairs into ``dest``; names are reduced to their last part.
+
+    ``data`` is bytes, a local file's ``Path``, or a binary file object (an upload spooled to disk, or
+    Streamlit's ``UploadedFile``): files are copied in ``CHUNK``s, never read whole into memory.
+    """
+    sizes = [_data_size(data) for _, data in files]
+    check_upload_size(f"the {len(files)} uploaded files", sum(sizes), limits)
     writer = _Writer("the upload", dest, limits)
-    for raw_name, data in files:
+    for (raw_name, data), size in zip(files, sizes):
         writer.count_entry()
         name = str(raw_name).replace("\\", "/").rsplit("/", 1)[-1]
         if name in ("", ".", ".."):
             raise CheckpointError(f"an uploaded file is named {raw_name!r}; give each file its real name")
-        writer.declare(len(data))
-        writer.write(PurePosixPath(name), _BytesReader(data), len(data))
+        writer.declare(size)
+        with _opened(data) as stream:
+            writer.write(PurePosixPath(name), stream, size)
+
+
+def _data_size(data) -> int:
+    if isinstance(data, (bytes, bytearray)):
+        return len(data)
+    if isinstance(data, Path):
+        return data.stat().st_size
+    data.seek(0, os.SEEK_END)
+    return data.tell()
+
+
+@contextmanager
+def _opened(data):
+    """A ``read(n)`` stream over ``data``, from its start; a ``Path`` is opened and closed here."""
+    if isinstance(data, Path):
+        with data.open("rb") as stream:
+            yield stream
+    elif isinstance(data, (bytes, bytearray)):
+        yield _BytesReader(data)
+    else:
+        data.seek(0)
+        yield data
 
 
 class _BytesReader:
     def __init__(self, data: bytes):
-        self.data, self.pos = memoryview(bytes(data)), 0
+        self.data, self.pos = memoryview(data), 0
 
     def read(self, size: int) -> bytes:
         chunk = self.data[self.pos:self.pos + size]

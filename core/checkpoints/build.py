@@ -17,14 +17,36 @@ import torch
 from safetensors.torch import save_file
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModel
 
-from .archive import ENV_MAX_TOTAL, Limits
+from .archive import ENV_MAX_MODEL, Limits
 from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state
 from ..errors import CheckpointError, ModelLoadError
 from ..errors import first_line as _short
 from .quiet import quiet_transformers
 
-MAX_LAYERS = 1000  # far above any real model; stops a config from building a million modules
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers")
+# Structural caps, far above any released model (Llama 3.1 405B: 126 layers, 128 heads, width 16,384, FFN 53,248;
+# Gemma: vocabulary 256,000; Mistral: 131,072 positions). They bound what a config may ask the library to build
+# (module count, tensor sizes) before anything is built, even on the meta device.
+MAX_LAYERS = 512  # per stack; meta-building T5 with 2 x 1000 tiny layers took 6.8 s (2-core, load 2.3)
+MAX_HEADS = 1024
+MAX_WIDTH = 1 << 17  # hidden, head and feed-forward sizes
+MAX_VOCAB = 1 << 22  # vocabulary, position and bucket counts
+_CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json or any nested sub-config
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
+                     "num_decoder_layers", "num_encoder_layers", "num_hidden_groups", "inner_group_num"),
+                    (1, MAX_LAYERS)),
+    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+                     "decoder_attention_heads", "num_key_value_heads", "num_kv_heads", "n_head_kv",
+                     "multi_query_group_num"), (1, MAX_HEADS)),
+    **dict.fromkeys(("hidden_size", "n_embd", "n_embed", "d_model", "dim", "embedding_size", "d_kv", "d_head",
+                     "head_dim", "kv_channels", "intermediate_size", "d_ff", "d_inner", "dff", "ffn_dim",
+                     "encoder_ffn_dim", "decoder_ffn_dim", "hidden_dim", "n_inner", "ffn_hidden_size",
+                     "word_embed_proj_dim", "pooler_hidden_size", "rotary_dim"), (1, MAX_WIDTH)),
+    **dict.fromkeys(("vocab_size", "decoder_vocab_size", "max_position_embeddings", "n_positions", "n_ctx",
+                     "max_source_positions", "max_target_positions", "max_encoder_position_embeddings",
+                     "max_decoder_position_embeddings", "relative_attention_num_buckets"), (1, MAX_VOCAB)),
+    "type_vocab_size": (0, MAX_VOCAB),  # DeBERTa-v2 has none: 0
+}
+_MAX_DEPTH = 4  # nested sub-configs (encoder/decoder, text_config) looked into
 _OPTIONAL = ("pooler.",)  # AutoModel adds BERT's pooler; masked-LM checkpoints do not carry it
 
 NOT_MODEL_CONFIG = ("config.json is not a model config ({why}); a model folder's config.json names its architecture, "
@@ -32,26 +54,71 @@ NOT_MODEL_CONFIG = ("config.json is not a model config ({why}); a model folder's
 UNSUPPORTED = ("config.json names model_type {model_type!r}, which transformers does not know; AttnScope loads "
                "architectures built into transformers (e.g. bert, roberta, gpt2) and never runs a checkpoint's own code")
 BAD_CONFIG = "config.json cannot build a {model_type} model ({err}); upload the config.json saved with these weights"
-TOO_BIG = ("config.json describes a model of {n:,} parameters ({gb:.1f} GB), above the {limit:,}-byte limit; "
-           "raise it with {env} or Limits(max_total_bytes=...)")
+TOO_BIG = ("config.json describes a model of {at_least}{n:,} parameters ({gb:.1f} GB as float32), above the "
+           "{limit:,}-byte model limit; raise it with {env} or Limits(max_model_bytes=...)")
+BAD_SIZE = ("config.json sets {key} to {value}; it must be a whole number from {low} to {high:,} — upload the "
+            "config.json saved with these weights")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; upload the config.json saved with these weights")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
            "(e.g. {key}); upload the weights saved with this config.json")
 
 
-def check_model_config(config) -> str:
-    """The ``model_type`` of a parsed config.json, or CheckpointError if it is not a model config."""
+def check_model_config(config, limits: Limits | None = None) -> str:
+    """The ``model_type`` of a parsed config.json, or CheckpointError before anything is built.
+
+    Every layer, head, width and vocabulary key (``_CAPPED_KEYS``, nested sub-configs too) must be a whole
+    number in its range. With ``limits``, a lower bound of the parameter count (``min_parameters``) must also
+    fit ``limits.max_model_bytes``; the exact count is checked later on the meta-device skeleton.
+    """
     if not isinstance(config, dict):
         raise CheckpointError(NOT_MODEL_CONFIG.format(why=f"it holds a JSON {type(config).__name__}, not an object"))
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise CheckpointError(NOT_MODEL_CONFIG.format(why='it has no "model_type"'))
-    for key in _LAYER_KEYS:
-        value = config.get(key)
-        if isinstance(value, int) and not 0 < value <= MAX_LAYERS:
-            raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=f"{key}={value}"))
+    check_config_sizes(config)
+    if limits is not None:
+        _check_numel(min_parameters(config), limits, at_least=True)
     return model_type
+
+
+def check_config_sizes(config: dict, depth: int = 0) -> None:
+    """CheckpointError unless every ``_CAPPED_KEYS`` value in ``config`` (and its sub-configs) is in range."""
+    for key, value in config.items():
+        if isinstance(value, dict) and depth < _MAX_DEPTH:
+            check_config_sizes(value, depth + 1)
+        elif key in _CAPPED_KEYS and value is not None:
+            low, high = _CAPPED_KEYS[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                shown = json.dumps(value)[:40]
+                raise CheckpointError(BAD_SIZE.format(key=key, value=shown, low=low, high=high))
+
+
+def _first(config: dict, keys, default: int = 0) -> int:
+    return next((config[k] for k in keys if isinstance(config.get(k), int)), default)
+
+
+def min_parameters(config: dict) -> int:
+    """A lower bound of the parameters ``config`` builds: embeddings + per layer Q, O and the feed-forward.
+
+    Lower, never higher: K and V are left out (grouped-query attention shrinks them), the deepest stack stands
+    for all of them (BART repeats ``encoder_layers`` as ``num_hidden_layers``), and ALBERT counts its shared
+    layer groups, not its repeats. ``check_model_config`` ran first, so every value is in range.
+    """
+    width = _first(config, ("hidden_size", "n_embd", "n_embed", "d_model", "dim"))
+    embed = _first(config, ("embedding_size",), width)
+    ff = _first(config, ("intermediate_size", "d_ff", "d_inner", "dff", "ffn_dim", "encoder_ffn_dim", "hidden_dim",
+                         "n_inner", "ffn_hidden_size"))
+    heads = _first(config, ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads"))
+    head_dim = _first(config, ("head_dim", "d_kv", "d_head"))
+    inner = heads * head_dim if heads and head_dim else width
+    if config.get("model_type") == "albert":
+        layers = _first(config, ("num_hidden_groups",), 1) * _first(config, ("inner_group_num",), 1)
+    else:
+        stacks = (_first(config, ("num_layers",)) + _first(config, ("num_decoder_layers",)),
+                  _first(config, ("encoder_layers",)) + _first(config, ("decoder_layers",)))
+        layers = max(*stacks, _first(config, ("num_hidden_layers", "n_layer", "n_layers", "num_layers")))
+    return _first(config, ("vocab_size",)) * embed + layers * (2 * width * inner + 2 * width * ff)
 
 
 def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -> AttnScopeTransformer:
@@ -80,15 +147,16 @@ def _custom_numel(cfg: TransformerConfig) -> int:
     return (cfg.vocab_size + cfg.max_positions) * d + cfg.n_layers * per_block
 
 
-def _check_numel(numel: int, limits: Limits) -> None:
-    limit = limits.max_total_bytes
+def _check_numel(numel: int, limits: Limits, at_least: bool = False) -> None:
+    limit = limits.max_model_bytes
     if numel * 4 > limit:
-        raise CheckpointError(TOO_BIG.format(n=numel, gb=numel * 4 / 1e9, limit=limit, env=ENV_MAX_TOTAL))
+        raise CheckpointError(TOO_BIG.format(n=numel, gb=numel * 4 / 1e9, limit=limit, env=ENV_MAX_MODEL,
+                                             at_least="at least " if at_least else ""))
 
 
 def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: Limits):
     """Load a transformers model from ``config`` and ``state`` through the clean folder ``clean``."""
-    model_type = check_model_config(config)
+    model_type = check_model_config(config, limits)
     if model_type not in CONFIG_MAPPING:
         raise CheckpointError(UNSUPPORTED.format(model_type=model_type))
     clean.mkdir(mode=0o700, exist_ok=True)

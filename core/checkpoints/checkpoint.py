@@ -38,17 +38,25 @@ from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
 
 NOT_FOUND = "{path} does not exist; give the path of a model folder, an archive or a weights file"
-OUTSIDE = "{path} is outside the folders AttnScope may read ({roots}); move it there or add a folder to {env}"
+# One message whether or not the path exists, is a folder, a file or a link: it must not tell a server user
+# what lies outside the folders they may read, nor where those folders are.
+OUTSIDE = ("{path} is outside the folders AttnScope may read, or does not exist there; give a path under them "
+           "(the folders are set by {env})")
+SEVERAL_ARCHIVES = ("the upload holds {count} archives ({names}); upload one archive, or the files of one model "
+                    "folder, at a time")
 NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
               "upload the whole folder written by save_pretrained")
 NOT_JSON = "config.json is not valid JSON ({err}); upload the config.json written by save_pretrained"
-BAD_INPUT = "cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes) uploads"
+BAD_INPUT = ("cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes or binary file) "
+             "uploads")
 PYTHON_IGNORED = "ignored {n} Python file(s) in the upload ({names}): AttnScope never runs code from a checkpoint"
 REMOTE_CODE_IGNORED = "config.json asks for custom code (auto_map); it was ignored and the built-in {model_type} used"
 HEADS_IGNORED = "n_heads={given} ignored: config.json says {actual}"
 SEVERAL_GGUF = "found several GGUF files ({names}); upload one model (one .gguf) at a time"
+TOO_MUCH_WEIGHT = ("{name} holds {size:,} bytes of weights, more than the {limit:,}-byte limit; raise it with "
+                   "ATTNSCOPE_MAX_UNCOMPRESSED_BYTES or Limits(max_total_bytes=...)")
 
-Upload = tuple  # (filename, bytes)
+Upload = tuple  # (filename, bytes or a binary file object opened for reading)
 
 
 @dataclass
@@ -94,14 +102,29 @@ def resolve_roots(roots=None) -> list[Path]:
     if roots is None:
         env = os.environ.get(ENV_ROOTS, "")
         roots = env.split(os.pathsep) if env.strip() else [Path.cwd(), Path.home()]
-    return [Path(r).expanduser().resolve() for r in roots if str(r).strip()]
+    return [expand_user(r).resolve() for r in roots if str(r).strip()]
+
+
+def expand_user(path) -> Path:
+    """``~`` and ``~user`` expanded as everywhere in AttnScope; an unknown user leaves the path as typed."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "~nobody-here/x": no such user
+        return Path(path)
 
 
 def check_allowed(path: Path, roots: list[Path]) -> Path:
-    resolved = Path(path).expanduser().resolve()
-    if not any(resolved.is_relative_to(root) for root in roots):
-        shown = ", ".join(str(r) for r in roots) or "none"
-        raise CheckpointError(OUTSIDE.format(path=path, roots=shown, env=ENV_ROOTS))
+    """``path`` resolved (symlinks followed), or CheckpointError unless it exists under one of ``roots``.
+
+    Outside the roots, a missing path, a link out and an unreadable one get the same message (``OUTSIDE``).
+    """
+    try:
+        resolved = expand_user(path).resolve()
+        inside = any(resolved.is_relative_to(root) for root in roots)
+    except (OSError, RuntimeError):  # a symlink loop, a path too long, no permission
+        inside = False
+    if not inside:
+        raise CheckpointError(OUTSIDE.format(path=path, env=ENV_ROOTS))
     if not resolved.exists():
         raise CheckpointError(NOT_FOUND.format(path=path))
     return resolved
@@ -125,12 +148,15 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
             return path.parent, path.name, []
         shutil.copyfile(path, upload / path.name)
         return upload, path.name, []
-    if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[1], (bytes, bytearray)):
+    if isinstance(inputs, tuple) and len(inputs) == 2 and _is_data(inputs[1]):
         inputs = [inputs]
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise CheckpointError(BAD_INPUT.format(kind=type(inputs).__name__ if inputs != [] else "empty list"))
     write_loose_files([_as_upload(item, roots, limits) for item in inputs], upload, limits)
-    files = list(upload.iterdir())
+    files = sorted(upload.iterdir())
+    archives = [f.name for f in files if is_archive(f)]
+    if len(archives) > 1:
+        raise CheckpointError(SEVERAL_ARCHIVES.format(count=len(archives), names=", ".join(archives[:4])))
     if len(files) == 1 and is_archive(files[0]):
         archive = files[0].rename(work / files[0].name)
         extract_archive(archive, upload, limits)
@@ -138,15 +164,19 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
     return _model_root(upload, files[0].name if len(files) == 1 else "the upload")
 
 
+def _is_data(data) -> bool:
+    return isinstance(data, (bytes, bytearray)) or (hasattr(data, "read") and hasattr(data, "seek"))
+
+
 def _as_upload(item, roots, limits: Limits) -> Upload:
-    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], (bytes, bytearray)):
-        return str(item[0]), bytes(item[1])
+    if isinstance(item, (tuple, list)) and len(item) == 2 and _is_data(item[1]):
+        return str(item[0]), item[1]
     if isinstance(item, (str, Path)):
         path = check_allowed(Path(item), roots)
         if not path.is_file():
             raise CheckpointError(f"{item} is not a file; list the files of the model folder, or pass the folder")
         check_upload_size(path.name, path.stat().st_size, limits)
-        return path.name, path.read_bytes()
+        return path.name, path  # copied in chunks by write_loose_files
     raise CheckpointError(BAD_INPUT.format(kind=f"list holding a {type(item).__name__}"))
 
 
@@ -178,11 +208,11 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
     config_path = folder / CONFIG_NAME
     if config_path.is_file():
         config = _read_config(config_path)
-        check_model_config(config)
-        state = _read_weights(folder, label)
+        check_model_config(config, limits)  # every size cap before a byte of weights is read
+        state = _read_weights(folder, label, limits)
         _note_heads(config, n_heads, notes)
     else:
-        state = _read_weights(folder, label)
+        state = _read_weights(folder, label, limits)
         inferred = infer_architecture(state, n_heads)
         config, state = inferred.config, inferred.state
         notes.extend(inferred.notes)
@@ -220,8 +250,11 @@ def _read_config(path: Path):
         raise CheckpointError(NOT_JSON.format(err=str(err).splitlines()[0][:120])) from None
 
 
-def _read_weights(folder: Path, label: str) -> dict[str, torch.Tensor]:
+def _read_weights(folder: Path, label: str, limits: Limits) -> dict[str, torch.Tensor]:
     weights = find_weights(folder)
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(WEIGHT_SUFFIXES))
+    if size > limits.max_total_bytes:  # a folder read in place was not counted while unpacking
+        raise CheckpointError(TOO_MUCH_WEIGHT.format(name=label, size=size, limit=limits.max_total_bytes))
     if not weights and (folder / CONFIG_NAME).is_file():
         raise CheckpointError(NO_WEIGHTS.format(name=label))
     if not weights:

@@ -6,7 +6,7 @@ reader (``gguf_header``) and refuses, with one line: an architecture that
 transformers' GGUF loader does not handle, a quantisation type the ``gguf``
 package cannot dequantise, a tensor whose shape is empty, absurd or not a whole
 number of quantisation blocks, tensor data declared past the end of the file,
-and a model whose float32 weights would exceed ``Limits.max_total_bytes``. The
+and a model whose float32 weights would exceed ``Limits.max_model_bytes``. The
 model the metadata describes is sized too, on the ``meta`` device, before it is
 built. Only then does transformers dequantise it (``from_pretrained(gguf_file=...)``,
 eager attention, no remote code, local files only); a model tensor the file
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .archive import ENV_MAX_TOTAL, Limits
+from .archive import ENV_MAX_MODEL, Limits
 from .build import MAX_LAYERS
 from .gguf_header import GGUFHeader, read_gguf_header
 from .quiet import quiet_transformers
@@ -47,7 +47,7 @@ BAD_SHAPE = "{name}: tensor {tensor!r} has shape {shape}, {why}; the file is cor
 PAST_END = ("{name} is truncated: tensor {tensor!r} ends at byte {end:,} but the file has {size:,} bytes; "
             "upload the complete file")
 TOO_BIG = ("{name} would dequantise to {gb:.1f} GB of float32 weights ({n:,} parameters), above the {limit:,}-byte "
-           "limit; raise it with {env} or Limits(max_total_bytes=...)")
+           "model limit; raise it with {env} or Limits(max_model_bytes=...)")
 MISSING = ("{name} does not hold the model its metadata describes: {n} of the model's {total} tensors are missing "
            "(e.g. {key}); upload the complete GGUF written by llama.cpp")
 BAD_METADATA = "{name}: its metadata gives {key}={value:,}, outside 1 to {limit:,}; the file is corrupt"
@@ -83,9 +83,9 @@ def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeade
         raise CheckpointError(BAD_ARCH.format(name=name, arch=arch))
     sizes = [_tensor_size(tensor, name) for tensor in header.tensors]  # (elements, bytes in the file)
     total = sum(elements for elements, _ in sizes)
-    if total * 4 > limits.max_total_bytes:
-        raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_total_bytes,
-                                             env=ENV_MAX_TOTAL))
+    if total * 4 > limits.max_model_bytes:
+        raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_model_bytes,
+                                             env=ENV_MAX_MODEL))
     for tensor, (_, stored) in zip(header.tensors, sizes):
         end = header.data_start + tensor.offset + stored
         if end > header.file_size:
@@ -170,9 +170,9 @@ def _checked_config(path: Path, name: str, limits: Limits):
     except Exception as err:  # noqa: BLE001 - invalid metadata values surface as many exception types
         raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
     total = sum(p.numel() for p in skeleton.parameters())
-    if total * 4 > limits.max_total_bytes:
-        raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_total_bytes,
-                                             env=ENV_MAX_TOTAL))
+    if total * 4 > limits.max_model_bytes:
+        raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_model_bytes,
+                                             env=ENV_MAX_MODEL))
     return config
 
 

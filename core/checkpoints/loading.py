@@ -21,7 +21,8 @@ from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import ModelLoadError
 from .archive import is_archive
-from .checkpoint import load_checkpoint
+from .build import check_config_sizes
+from .checkpoint import expand_user, load_checkpoint
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
 from .quiet import quiet_transformers
@@ -57,10 +58,16 @@ def load_model(
         model, tokenizer = _load_installed(Path(path), progress)
         model.config.name_or_path = known.hub_id  # shown as the model's name, not the site-packages path
         return model.to(pick_device(device)).eval(), tokenizer
-    if is_checkpoint_path(Path(path)):
-        return tuple(load_checkpoint(path, n_heads=n_heads, device=device, progress=progress))
+    if path.startswith("~"):
+        path = str(expand_user(path))
+    if is_checkpoint_path(Path(path)):  # the local user is trusted: any path they can read (docs/checkpoints.md)
+        anywhere = [Path(path).resolve().anchor]
+        return tuple(load_checkpoint(path, n_heads=n_heads, device=device, allowed_roots=anywhere,
+                                     progress=progress))
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
+        if isinstance(config, dict):
+            check_config_sizes(config)  # one line for a broken config, before anything is built
         if is_custom_config(config):
             model, tokenizer = load_custom_model(path, config), _tokenizer_or_none(path)
             return model.to(pick_device(device)), tokenizer
@@ -137,6 +144,7 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=offline)
     except Exception as err:
         raise ModelLoadError(_not_found_message(path, local, err)) from None
+    check_config_sizes(config.to_dict())
     extra = {"device_map": device_map, "max_memory": max_memory} if device_map is not None else {}
     try:
         with quiet_transformers():

@@ -1,6 +1,6 @@
 """Read weights without running code: safetensors, ``torch.load(weights_only=True)``, sharded indexes.
 
-safetensors files are parsed from bytes after their header has been checked
+safetensors files are read by the Rust parser (once, memory-mapped) after their header has been checked
 against the file size, so a truncated file gets a precise message. Pickle-based
 files (.bin, .pt, .pth) go only through PyTorch's restricted unpickler
 (``weights_only=True``), which refuses any global outside plain tensors and
@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 
 import torch
-from safetensors.torch import load as load_safetensors_bytes
+from safetensors.torch import load_file as load_safetensors_file
 
 from ..errors import CheckpointError
 from ..errors import first_line as _first_line
@@ -65,23 +65,30 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    data = path.read_bytes()
-    _check_safetensors_header(path.name, data)
+    size = path.stat().st_size
+    with path.open("rb") as file:  # the header only: the tensors are read once, by the Rust parser
+        prefix = file.read(8)
+        length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else 0
+        head = prefix + file.read(min(length, _MAX_HEADER, max(size - 8, 0)))
+    _check_safetensors_header(path.name, head, size)
     try:
-        state = load_safetensors_bytes(data)
+        state = load_safetensors_file(str(path))
     except Exception as err:  # the Rust parser rejects anything malformed with SafetensorError
         raise CheckpointError(NOT_SAFETENSORS.format(name=path.name, why=_first_line(err))) from None
     return _require_tensors(path.name, state)
 
 
-def _check_safetensors_header(name: str, data: bytes) -> None:
-    """Format: u64 little-endian header length, JSON header of dtype/shape/data_offsets, raw bytes."""
-    if len(data) < 8:
-        raise CheckpointError(NOT_SAFETENSORS.format(name=name, why=f"only {len(data)} bytes"))
+def _check_safetensors_header(name: str, data: bytes, size: int) -> None:
+    """Format: u64 little-endian header length, JSON header of dtype/shape/data_offsets, raw bytes.
+
+    ``data`` is the start of the file (at least the header), ``size`` its length.
+    """
+    if size < 8:
+        raise CheckpointError(NOT_SAFETENSORS.format(name=name, why=f"only {size} bytes"))
     (length,) = struct.unpack("<Q", data[:8])
-    if length > min(_MAX_HEADER, len(data) - 8):
+    if length > min(_MAX_HEADER, size - 8):
         if length <= _MAX_HEADER and data[8:9] == b"{":
-            raise CheckpointError(TRUNCATED.format(name=name, end=8 + length, size=len(data)))
+            raise CheckpointError(TRUNCATED.format(name=name, end=8 + length, size=size))
         raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="no valid header at the start"))
     try:
         header = json.loads(data[8:8 + length])
@@ -89,8 +96,8 @@ def _check_safetensors_header(name: str, data: bytes) -> None:
     except Exception:  # noqa: BLE001 - any malformed header is the same user error
         raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="its header is not valid JSON")) from None
     end = 8 + length + max(ends, default=0)
-    if end > len(data):
-        raise CheckpointError(TRUNCATED.format(name=name, end=end, size=len(data)))
+    if end > size:
+        raise CheckpointError(TRUNCATED.format(name=name, end=end, size=size))
 
 
 def read_pickle(path: Path) -> dict[str, torch.Tensor]:

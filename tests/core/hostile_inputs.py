@@ -192,12 +192,50 @@ def several_weight_files(d: Path) -> Path:
     return _zip(d / "two_models.zip", {"a.safetensors": state, "b.safetensors": state})
 
 
+def _weights() -> bytes:
+    return save(_state(tiny_bert()))
+
+
+def config_negative_heads(d: Path) -> Path:
+    return _folder_zip(d / "negative_heads.zip", _bert_config(num_attention_heads=-4), _weights())
+
+
+def config_zero_layers(d: Path) -> Path:
+    return _folder_zip(d / "zero_layers.zip", _bert_config(num_hidden_layers=0), _weights())
+
+
+def config_fractional_width(d: Path) -> Path:
+    return _folder_zip(d / "fractional.zip", _bert_config(hidden_size=31.5), _weights())
+
+
+def t5_decoder_layers(d: Path) -> Path:
+    """A T5 config whose decoder stack alone asks for 100,000 layers (the encoder is small)."""
+    config = {"model_type": "t5", "d_model": 32, "d_kv": 8, "d_ff": 37, "num_layers": 2,
+              "num_decoder_layers": 100_000, "num_heads": 4, "vocab_size": 99}
+    return _folder_zip(d / "t5_decoder.zip", config, _weights())
+
+
+def nested_zero_heads(d: Path) -> Path:
+    """An encoder-decoder config whose nested decoder config has 0 heads."""
+    config = {"model_type": "encoder-decoder", "encoder": _bert_config(),
+              "decoder": _bert_config(num_attention_heads=0, is_decoder=True)}
+    return _folder_zip(d / "nested.zip", config, _weights())
+
+
+def config_too_big(d: Path) -> Path:
+    """A BERT config of 1.3 billion parameters and tiny weights: refused before anything is built."""
+    config = _bert_config(hidden_size=2048, num_attention_heads=16, intermediate_size=8192, num_hidden_layers=24,
+                          vocab_size=50_000)
+    return _folder_zip(d / "huge_config.zip", config, _weights())
+
+
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open,
     pickle_not_state_dict, config_not_model, config_not_json, shape_mismatch, wrong_family, unsupported_architecture,
     unknown_state_dict, state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal,
     zip_absolute, zip_many_entries, zip_huge_declared, tar_symlink, tar_hardlink, tar_device, tar_traversal,
-    tar_garbage, several_weight_files,
+    tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,
+    t5_decoder_layers, nested_zero_heads, config_too_big,
 ]}
 BAD_INPUTS.update(GGUF_BAD_INPUTS)  # the gguf-* rows
 

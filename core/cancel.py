@@ -1,0 +1,57 @@
+"""Stopping work nobody waits for: a ``should_stop`` callable, checked between layers and between steps.
+
+A long extraction or diagnosis cannot be interrupted from outside a Python
+thread, so the caller hands in ``should_stop`` (e.g. the app's "is this browser
+session still connected?") and the work asks it at safe points:
+``stop_between_layers`` registers a forward pre-hook on every block of the
+model's layer stacks (each ``nn.ModuleList``) that raises ``Cancelled`` before
+the block runs, and ``stoppable`` wraps a ``progress(fraction, message)``
+callback so each progress step (one probe of a diagnosis) asks too. Hooks are
+removed in ``finally``, as TransformerLens does with its temporary hooks.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from torch import nn
+
+from .errors import Cancelled
+
+CANCELLED = "stopped: the session that asked for this work has ended"
+
+
+def check(should_stop) -> None:
+    """Raise ``Cancelled`` when ``should_stop`` is given and returns true."""
+    if should_stop is not None and should_stop():
+        raise Cancelled(CANCELLED)
+
+
+def stoppable(progress, should_stop):
+    """``progress`` (or a no-op) that first raises ``Cancelled`` when ``should_stop()`` is true."""
+    def tell(fraction, message):
+        check(should_stop)
+        if progress is not None:
+            progress(fraction, message)
+    return tell
+
+
+def layer_blocks(model: nn.Module) -> list[nn.Module]:
+    """Every module held in an ``nn.ModuleList`` of ``model`` (its layers), or the model itself if none."""
+    blocks = [block for stack in model.modules() if isinstance(stack, nn.ModuleList) for block in stack]
+    return blocks or [model]
+
+
+@contextmanager
+def stop_between_layers(model: nn.Module, should_stop):
+    """While inside, each layer of ``model`` first checks ``should_stop`` and raises ``Cancelled`` if true."""
+    if should_stop is None:
+        yield
+        return
+    handles = [block.register_forward_pre_hook(lambda module, args: check(should_stop))
+               for block in layer_blocks(model)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -1,0 +1,90 @@
+"""Does the server stop working when the browser goes away? CPU of the app server after the tab closes.
+
+    python scripts/measure_disconnect_stop.py                       # this checkout
+    python scripts/measure_disconnect_stop.py --app-root OTHER      # another checkout, for comparison
+
+Starts the app, diagnoses demo-bert (as a local folder) on 40 long probes in Chromium, closes the tab
+once the second probe runs, and prints one JSON line: the server's CPU seconds in successive windows
+after the close, and the load average. A server that stops spends ~0 s per window soon after.
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = " ".join(["the cat sat on the mat because it was tired and the dog barked"] * 30)
+WINDOWS = (2, 5, 10, 20)  # seconds after the close
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start(app_root: Path, port: int):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
+           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    proc = subprocess.Popen(cmd, cwd=app_root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(240):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
+                return proc
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("the app did not start")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--app-root", type=Path, default=ROOT)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = start(args.app_root, port)
+    result = {"app_root": str(args.app_root)}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{port}/diagnose")
+            page.get_by_role("heading", name="Diagnose a checkpoint").wait_for(timeout=300_000)
+            page.get_by_text("Local folder", exact=True).first.click()
+            field = page.get_by_role("textbox", name="Model folder, archive", exact=False)
+            field.fill(str(args.app_root / "core" / "demo_models" / "demo-bert"))
+            field.press("Enter")
+            page.get_by_text("Options").first.click()
+            probes = page.get_by_role("textbox", name="Probe sentences", exact=False)
+            probes.fill("\n".join([PROBE] * 40))
+            probes.press("Control+Enter")
+            time.sleep(1)
+            page.get_by_role("button", name="Diagnose", exact=True).click()
+            page.get_by_text("probe 2/", exact=False).first.wait_for(timeout=300_000)
+            page.close()
+            browser.close()
+        closed = cpu_seconds(proc.pid)
+        last, elapsed = closed, 0
+        for window in WINDOWS:
+            time.sleep(window - elapsed)
+            now = cpu_seconds(proc.pid)
+            result[f"cpu_s_{elapsed}_to_{window}s"] = round(now - last, 2)
+            last, elapsed = now, window
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    result["load_average"] = os.getloadavg()[0]
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The app as a shared server: one loading path on both pages, two uploads in a row, the bounded model cache."""
+
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app.cache import LoadedModel, ModelCache
+from core.checkpoints.checkpoint import OUTSIDE
+
+APP = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
+TIMEOUT = 120
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    return at
+
+
+def _errors(at: AppTest) -> list[str]:
+    """Error texts as the user reads them: markdown escapes (``\\.``) undone."""
+    return [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
+
+
+def _inspect_error(kind: str, source: str) -> list[str]:
+    at = _app()
+    at.radio(key="model_kind").set_value(kind).run()
+    at.text_input(key="model_path").set_value(source)
+    at.button(key="run").click().run()
+    assert not at.exception
+    return _errors(at)
+
+
+def _diagnose_error(source: str) -> list[str]:
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.radio(key="diag_kind").set_value("Local folder").run()
+    at.text_input(key="diag_path").set_value(source)
+    at.button(key="diag_run").click().run()
+    assert not at.exception
+    return _errors(at)
+
+
+@pytest.fixture(scope="module")
+def escaping_link(tmp_path_factory) -> str:
+    """A symlink inside the allowed roots (pytest's temporary folder) that points at /etc."""
+    link = tmp_path_factory.mktemp("links") / "escape"
+    link.symlink_to("/etc")
+    return str(link)
+
+
+@pytest.mark.parametrize("path", ["/etc", "/nonexistent-attnscope-outside", "link"])
+def test_paths_outside_the_roots_get_one_refusal_on_both_pages(path, escaping_link):
+    path = escaping_link if path == "link" else path
+    expected = [OUTSIDE.format(path=path, env="ATTNSCOPE_ALLOWED_ROOTS")]
+    assert _inspect_error("Local folder", path) == expected
+    assert _diagnose_error(path) == expected
+    assert _inspect_error("Hugging Face id", path) == expected  # a path typed as an id takes the same door
+
+
+def test_an_uncached_hub_id_is_refused_without_a_download(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # even when online is allowed, the app never downloads
+    [inspect_error] = _inspect_error("Hugging Face id", "bert-base-uncased-attnscope-test")
+    [diagnose_error] = _diagnose_error("bert-base-uncased-attnscope-test")
+    assert inspect_error == diagnose_error
+    assert "not a model this server knows" in inspect_error and "never downloads" in inspect_error
+
+
+def _upload_and_run(at: AppTest, name: str, data: bytes) -> AppTest:
+    at.file_uploader[0].upload(name, data).run()
+    return at.button(key="diag_run").click().run()
+
+
+def test_two_uploads_in_a_row_each_give_a_report(bert_zip):
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at = _upload_and_run(at, "first.zip", bert_zip)
+    assert not at.exception and not _errors(at), _errors(at)
+    first = at.session_state["diag_staged"].folder
+    assert not at.file_uploader[0].value  # a fresh uploader: Streamlit no longer holds the file
+    at = _upload_and_run(at, "second.zip", bert_zip)
+    assert not at.exception and not _errors(at), _errors(at)  # was: "holds no model … among its 2 files"
+    assert any(s.value == "Findings" for s in at.subheader)
+    assert at.session_state["diag_staged"].names == ["second.zip"]
+    assert not first.exists()  # the first upload's folder is gone
+    assert any("Uploaded: second.zip" in t.value for t in at.text)
+
+
+def test_clear_removes_the_staged_upload(bert_zip):
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.file_uploader[0].upload("tiny.zip", bert_zip).run()
+    folder = at.session_state["diag_staged"].folder
+    assert folder.exists()
+    at.button(key="diag_clear").click().run()
+    assert not folder.exists() and "diag_staged" not in at.session_state
+
+
+# ---------------------------------------------------------------- the model cache
+
+class Sized:
+    """A stand-in model of ``n`` float32 parameters."""
+
+    def __init__(self, n):
+        import torch
+
+        self.p = torch.nn.Parameter(torch.zeros(n))
+
+    def parameters(self):
+        return [self.p]
+
+    def buffers(self):
+        return []
+
+
+def _load(n, loads):
+    def load():
+        loads.append(n)
+        return LoadedModel(Sized(n), None)
+    return load
+
+
+def test_model_cache_evicts_the_least_recently_used_by_count_and_by_bytes():
+    cache, loads = ModelCache(max_models=2, max_bytes=10_000), []
+    cache.get("a", _load(100, loads))
+    cache.get("b", _load(100, loads))
+    cache.get("a", _load(100, loads))  # a is now the most recent
+    cache.get("c", _load(100, loads))
+    assert cache.sources() == ["a", "c"] and loads == [100, 100, 100]
+    cache.get("big", _load(2000, loads))  # 8,000 bytes: within the budget, but a third model: a goes
+    assert cache.sources() == ["c", "big"]
+    cache.get("huge", _load(2400, loads))  # 9,600 bytes: with big (8,000) over the budget
+    assert cache.sources() == ["huge"] and cache.total_bytes == 9600
+
+
+def test_model_cache_loads_a_source_once_for_concurrent_sessions():
+    cache, loads, started = ModelCache(max_models=3, max_bytes=10**9), [], threading.Event()
+
+    def slow_load():
+        started.set()
+        threading.Event().wait(0.2)
+        loads.append(1)
+        return LoadedModel(Sized(10), None)
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get("m", slow_load))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert loads == [1] and len({id(r) for r in results}) == 1
+
+
+# ---------------------------------------------------------------- the session's end stops the work
+
+def test_stop_when_gone_follows_the_runtime_and_the_stop_request(monkeypatch):
+    from types import SimpleNamespace
+
+    from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequests
+
+    from app import session
+
+    active = {"s1"}
+    requests = ScriptRequests()
+    runtime = SimpleNamespace(is_active_session=lambda sid: sid in active)
+    monkeypatch.setattr(session, "get_script_run_ctx", lambda: SimpleNamespace(session_id="s1",
+                                                                               script_requests=requests))
+    monkeypatch.setattr(session.Runtime, "exists", staticmethod(lambda: True))
+    monkeypatch.setattr(session.Runtime, "instance", staticmethod(lambda: runtime))
+    gone = session.stop_when_gone()
+    assert not gone()
+    active.clear()  # the browser disconnected: the runtime dropped the session
+    assert gone()
+    active.add("s1")
+    requests.request_stop()  # the session is shutting down its script
+    assert gone()
+
+
+def test_outside_a_served_session_nothing_stops():
+    from app import session
+
+    assert session.stop_when_gone() is None  # plain Python, AppTest: no runtime, no hooks
+
+
+def test_the_per_run_copy_of_an_upload_shares_its_bytes():
+    import copy
+
+    from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRec
+
+    import app.uploads  # noqa: F401  installs the shared deepcopy
+
+    original = UploadedFile(UploadedFileRec("id", "model.safetensors", "application/octet-stream", b"abcdef"), None)
+    original.seek(2)
+    twin = copy.deepcopy(original)
+    assert twin.getvalue() is original.getvalue()  # one buffer, not two
+    assert (twin.name, twin.file_id, twin.size, twin.tell()) == ("model.safetensors", "id", 6, 2)
+    twin.write(b"XY")  # copy on write: the original is untouched
+    assert original.getvalue() == b"abcdef" and twin.getvalue() == b"abXYef"
+
+
+def test_an_upload_name_in_an_error_is_plain_text():
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at = _upload_and_run(at, "[click](javascript:alert) **x**.zip", b"not a zip")
+    [raw] = [e.value for e in at.error]
+    assert r"\[click\]\(javascript\:alert\) \*\*x\*\*\.zip is not a readable zip" in raw

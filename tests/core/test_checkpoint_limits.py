@@ -1,0 +1,330 @@
+"""Caps and trust: config size caps, archive budgets by real size, allowed roots, the untrusted entry, cancellation."""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import pytest
+import torch
+from safetensors.torch import save
+from transformers import CONFIG_MAPPING, AutoModel
+
+import core
+from core import CheckpointError, Limits, load_checkpoint, load_untrusted
+from core.cancel import stop_between_layers, stoppable
+from core.errors import Cancelled
+from core.checkpoints import archive, build, untrusted
+from core.checkpoints import tokenizer as checkpoint_tokenizer
+from core.checkpoints.checkpoint import OUTSIDE
+from diagnostics import cli
+from tiny import tiny_bert, wordpiece_tokenizer
+
+MB = 10**6
+
+
+@pytest.fixture(autouse=True)
+def private_temp(tmp_path, monkeypatch):
+    """Roots: tmp_path/root only; temp folders under tmp_path/tmp (checked empty after); no demo tokenizers."""
+    (tmp_path / "root").mkdir()
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path / "root"))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {})
+    checkpoint_tokenizer._demo_tokenizer.cache_clear()
+    yield
+    assert list(temp.iterdir()) == [], "the loader left files in its temporary folder"
+
+
+def bert_folder(folder: Path, **config_changes) -> Path:
+    model = tiny_bert()
+    model.save_pretrained(folder)
+    wordpiece_tokenizer().save_pretrained(folder)
+    if config_changes:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **config_changes}))
+    return folder
+
+
+# ---------------------------------------------------------------- config caps
+
+BAD_VALUES = [-4, 0, 10**9, 12.5, "12", True]
+
+
+@pytest.mark.parametrize("key", sorted(build._CAPPED_KEYS))
+@pytest.mark.parametrize("value", BAD_VALUES, ids=[repr(v) for v in BAD_VALUES])
+def test_every_capped_key_refuses_out_of_range_values(key, value):
+    low, high = build._CAPPED_KEYS[key]
+    if value == 0 and low == 0:
+        build.check_model_config({"model_type": "bert", key: value})  # type_vocab_size 0 is DeBERTa-v2's
+        return
+    with pytest.raises(CheckpointError, match=rf"^config.json sets {key} to .*whole number from {low} to"):
+        build.check_model_config({"model_type": "bert", key: value})
+    nested = {"model_type": "encoder-decoder", "decoder": {"model_type": "bert", key: value}}
+    with pytest.raises(CheckpointError, match=f"sets {key} to"):
+        build.check_model_config(nested)
+
+
+def test_decoder_and_cross_stack_keys_are_capped():
+    for key in ("num_decoder_layers", "decoder_layers", "decoder_attention_heads", "decoder_ffn_dim",
+                "num_key_value_heads", "n_layer", "n_head", "n_embd", "d_kv", "intermediate_size", "vocab_size"):
+        assert key in build._CAPPED_KEYS, key
+
+
+@pytest.mark.parametrize("model_type", ["bert", "gpt2", "t5", "bart", "llama", "distilbert", "albert", "mistral",
+                                        "opt", "whisper", "gpt_neox", "xlnet"])
+def test_min_parameters_is_a_lower_bound(model_type):
+    config = CONFIG_MAPPING[model_type]()
+    with torch.device("meta"):
+        skeleton = AutoModel.from_config(config)
+    actual = sum(p.numel() for p in skeleton.parameters())
+    assert 0 < build.min_parameters(config.to_dict()) <= actual
+
+
+def test_a_big_config_is_refused_before_anything_is_built(tmp_path, monkeypatch):
+    built = []
+    monkeypatch.setattr(AutoModel, "from_config", lambda *a, **k: built.append(1))
+    folder = bert_folder(tmp_path / "root" / "big", hidden_size=2048, num_attention_heads=16,
+                         intermediate_size=8192, num_hidden_layers=24, vocab_size=50_000)
+    with pytest.raises(CheckpointError, match="at least 1,.* parameters .* above the 2,000,000,000-byte model"):
+        load_untrusted(str(folder))
+    assert not built
+    with pytest.raises(CheckpointError, match="above the 1,000-byte model limit"):
+        load_checkpoint(bert_folder(tmp_path / "root" / "small"), limits=Limits(max_model_bytes=1000))
+
+
+def test_the_trusted_path_checks_config_sizes_too(tmp_path, capsys):
+    """The CLI trusts its user's paths, but a broken config is still one line and exit 2, not a crash (3)."""
+    folder = bert_folder(tmp_path / "root" / "neg", num_attention_heads=-4)
+    with pytest.raises(CheckpointError, match="sets num_attention_heads to -4"):
+        core.load_model(str(folder))
+    assert cli.main([str(folder), "--quiet"]) == 2
+    assert "num_attention_heads to -4" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- archives: budgets by real size
+
+def _zip(entries: dict[str, bytes], method=zipfile.ZIP_DEFLATED) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    return buffer.getvalue()
+
+
+def test_unpacked_budget_derives_from_the_model_cap():
+    limits = Limits(max_model_bytes=10 * MB)
+    assert limits.max_total_bytes == 10 * MB + archive.EXTRA_FILES_BYTES
+    assert Limits(max_model_bytes=10 * MB, max_total_bytes=5 * MB).max_total_bytes == 5 * MB
+    assert limits.unpack_budget(1 * MB) == archive.RATIO_FLOOR_BYTES  # the floor for small archives
+    assert limits.unpack_budget(50 * MB) == limits.max_total_bytes  # the cap for large ones
+    assert limits.unpack_budget(5 * MB) == 100 * MB  # 20 times the archive in between
+
+
+def test_a_zip_expanding_beyond_a_tiny_budget_is_refused_before_writing(tmp_path, monkeypatch):
+    monkeypatch.setattr(archive, "RATIO_FLOOR_BYTES", 1000)
+    bomb = tmp_path / "bomb.zip"
+    bomb.write_bytes(_zip({"model.safetensors": bytes(200_000)}))  # 200 kB of zeros: ~200 bytes packed
+    written, write = [], archive._Writer.write
+
+    def recording_write(self, rel, *args):
+        written.append(rel.name)
+        return write(self, rel, *args)
+
+    monkeypatch.setattr(archive._Writer, "write", recording_write)
+    with pytest.raises(CheckpointError, match=r"over 20 times its own .* bytes; .*zip bomb"):
+        load_untrusted([("bomb.zip", bomb.read_bytes())])
+    assert written == ["bomb.zip"]  # the upload itself; not one byte of what it holds
+
+
+def test_real_bytes_are_counted_and_stop_at_the_budget(tmp_path):
+    """An entry that streams more than it declared stops the moment the total passes the budget."""
+    limits = Limits(max_total_bytes=3 * archive.CHUNK)
+    writer = archive._Writer("liar.zip", tmp_path, limits)
+    writer.declare(10)
+
+    class Endless:
+        def read(self, size):
+            return b"\0" * size
+
+    with pytest.raises(CheckpointError, match="would unpack to more than 3,145,728 bytes"):
+        writer.write(PurePosixPath("model.bin"), Endless(), 10)
+    assert (tmp_path / "model.bin").stat().st_size <= limits.max_total_bytes
+
+
+def test_a_zip_whose_header_lies_about_sizes_is_refused(tmp_path):
+    """The central directory says 10 bytes; the data inflates to 5 MB: read only as declared, then refused."""
+    data = bytearray(_zip({"model.safetensors": bytes(5 * MB)}))
+    central = data.rindex(b"PK\x01\x02")
+    data[central + 24:central + 28] = (10).to_bytes(4, "little")  # uncompressed size
+    local = data.index(b"PK\x03\x04")
+    data[local + 22:local + 26] = (10).to_bytes(4, "little")
+    (tmp_path / "root" / "liar.zip").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="liar.zip"):
+        load_untrusted(str(tmp_path / "root" / "liar.zip"))
+
+
+def test_two_archives_in_one_upload_are_named():
+    one = _zip({"a.txt": b"a"})
+    with pytest.raises(CheckpointError, match=r"^the upload holds 2 archives \(a.zip, b.zip\); upload one"):
+        load_untrusted([("a.zip", one), ("b.zip", one)])
+
+
+def test_uploads_may_be_file_objects(tmp_path):
+    folder = bert_folder(tmp_path / "root" / "bert")
+    files = [(p.name, io.BytesIO(p.read_bytes())) for p in sorted(folder.iterdir())]
+    assert load_untrusted(files).architecture == "bert"
+
+
+# ---------------------------------------------------------------- allowed roots
+
+def _refusal(source) -> str:
+    with pytest.raises(CheckpointError) as caught:
+        load_untrusted(source)
+    return str(caught.value)
+
+
+def test_outside_the_roots_one_message_whether_or_not_the_path_exists(tmp_path):
+    root = tmp_path / "root"
+    (root / "escape").symlink_to("/etc")
+    (root / "loop").symlink_to(root / "loop")
+    (root / "dangling").symlink_to("/nonexistent-attnscope")
+    cases = ["/etc", "/etc/passwd", "/nonexistent-attnscope", "/root/.ssh", str(root / "escape"),
+             str(root / "escape" / "passwd"), str(root / "dangling"), str(root / ".." / "tmp")]
+    for path in cases:
+        assert _refusal(path) == OUTSIDE.format(path=path, env="ATTNSCOPE_ALLOWED_ROOTS"), path
+    assert str(root) not in _refusal("/etc")  # the roots are not revealed either
+    assert "outside" in _refusal(str(root / "loop")) or "does not exist" in _refusal(str(root / "loop"))
+
+
+def test_tilde_expands_the_same_way_everywhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "root"))
+    bert_folder(tmp_path / "root" / "bert")
+    assert load_untrusted("~/bert").architecture == "bert"
+    assert core.load_model("~/bert")[0].config.model_type == "bert"
+    assert load_checkpoint("~/bert").architecture == "bert"
+    assert _refusal("~nobody-attnscope/x").startswith("~nobody-attnscope/x is outside")
+
+
+def test_a_folder_inside_whose_file_links_outside_is_refused(tmp_path):
+    folder = bert_folder(tmp_path / "root" / "bert")
+    (folder / "tokenizer.json").unlink()
+    (folder / "tokenizer.json").symlink_to("/etc/passwd")
+    assert "tokenizer.json is outside the folders" in _refusal(str(folder))
+
+
+# ---------------------------------------------------------------- the untrusted entry: names and Hub ids
+
+def test_known_names_load_as_part_of_the_installation(monkeypatch):
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", "/nonexistent-attnscope")  # demo models need no root
+    loaded = load_untrusted("demo-bert")
+    assert loaded.architecture == "bert" and loaded.tokenizer is not None
+
+
+def _fake_hub_cache(cache: Path, repo: str, folder: Path) -> None:
+    """The layout huggingface_hub writes: blobs, a snapshot of links to them, and refs/main."""
+    entry = cache / f"models--{repo.replace('/', '--')}"
+    snapshot = entry / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (entry / "blobs").mkdir()
+    for i, file in enumerate(sorted(folder.iterdir())):
+        blob = entry / "blobs" / f"blob{i}"
+        blob.write_bytes(file.read_bytes())
+        (snapshot / file.name).symlink_to(Path("..") / ".." / "blobs" / blob.name)
+    (entry / "refs").mkdir()
+    (entry / "refs" / "main").write_text("0" * 40)
+
+
+def test_hub_ids_load_only_from_the_local_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    folder = bert_folder(tmp_path / "src", auto_map={"AutoModel": "modeling_evil.EvilModel"})
+    (folder / "modeling_evil.py").write_text("raise SystemExit('remote code ran')")
+    _fake_hub_cache(cache, "someone/tiny-bert", folder)
+    called = []
+    monkeypatch.setattr(untrusted, "load_model", lambda *a, **k: called.append(a))  # never the online loader
+    loaded = load_untrusted("someone/tiny-bert")
+    assert loaded.architecture == "bert" and not called
+    assert any("auto_map" in note for note in loaded.notes)  # custom code ignored, never run
+    message = _refusal("someone/not-cached")
+    assert "not a model this server knows" in message and "never downloads" in message
+
+
+# ---------------------------------------------------------------- cancellation
+
+class StopAfter:
+    """``should_stop`` that turns true on its ``n``-th call, counting the calls."""
+
+    def __init__(self, n):
+        self.n, self.calls = n, 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.calls >= self.n
+
+
+def test_stop_between_layers_raises_before_the_next_layer_and_removes_its_hooks():
+    model, tokenizer = tiny_bert(), wordpiece_tokenizer()
+    stop = StopAfter(2)
+    with pytest.raises(Cancelled, match="stopped"):
+        with stop_between_layers(model, stop):
+            core.extract_attention(model, tokenizer, "the cat sat")
+    assert stop.calls == 2  # the second layer never ran
+    result = core.extract_attention(model, tokenizer, "the cat sat")  # hooks gone: runs to the end
+    assert result.attentions.shape[0] == model.config.num_hidden_layers
+
+
+def test_diagnosis_stops_between_probes():
+    from core.errors import Cancelled
+    from diagnostics.diagnose import diagnose
+
+    model, tokenizer = tiny_bert(), wordpiece_tokenizer()
+    seen = []
+    stop = StopAfter(3)
+    with pytest.raises(Cancelled):
+        diagnose((model, tokenizer), ["one probe", "two probe", "three probe"],
+                 progress=stoppable(lambda f, m: seen.append(m), stop))
+    assert seen == ["loading the model", "probe 1/3"]
+
+
+def test_safetensors_weights_from_a_file_object_round_trip(tmp_path):
+    state = {k: v.contiguous() for k, v in tiny_bert().state_dict().items()}
+    files = [("bert.safetensors", io.BytesIO(save(state)))]
+    loaded = load_untrusted(files, n_heads=4)
+    assert loaded.architecture == "bert"
+
+
+def test_a_refused_tilde_path_is_echoed_as_typed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _refusal("~/secret").startswith("~/secret is outside")  # the home folder's path is not shown
+
+
+def test_the_cli_reads_archives_outside_the_roots(tmp_path):
+    """The local user is trusted (load_model); the same archive is refused to a server user (load_untrusted)."""
+    import shutil
+
+    folder = bert_folder(tmp_path / "outside" / "bert")
+    archive = shutil.make_archive(str(tmp_path / "outside" / "bert"), "zip", folder)
+    assert core.load_model(archive)[0].config.model_type == "bert"
+    assert "is outside the folders" in _refusal(archive)
+
+
+def test_a_folder_read_in_place_is_capped_before_its_weights_are_read(tmp_path, monkeypatch):
+    from core.checkpoints import checkpoint
+
+    read = []
+    monkeypatch.setattr(checkpoint, "read_state_dict", lambda path: read.append(path))
+    folder = bert_folder(tmp_path / "root" / "bert")
+    with pytest.raises(CheckpointError, match=r"holds [\d,]+ bytes of weights, more than the 1,000-byte limit"):
+        load_checkpoint(folder, limits=Limits(max_total_bytes=1000))
+    big = bert_folder(tmp_path / "root" / "big", hidden_size=2048, num_attention_heads=16, intermediate_size=8192,
+                      num_hidden_layers=24, vocab_size=50_000)
+    with pytest.raises(CheckpointError, match="at least"):
+        load_untrusted(str(big))
+    assert not read
