@@ -1,5 +1,9 @@
 """``python -m diagnostics SOURCE [--text TEXT]... [--format json|markdown|html] [--out FILE]``.
 
+``python -m diagnostics compare A B [...same options]`` compares two models head
+by head (``diagnostics.compare``); it exits 1 when B has an error finding A
+lacks. (A model folder named ``compare`` is given as ``./compare``.)
+
 Exit status: 0 when no finding has "error" severity, 1 when one does, 2 on bad
 input (unknown model, unreadable folder, bad option), with a one-line message
 on stderr and no traceback. An unexpected failure (a bug) exits 3, also with
@@ -25,18 +29,32 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
+SOURCE_HELP = ("a known model (sentence-transformers/all-MiniLM-L6-v2 or minilm, HuggingFaceTB/SmolLM2-135M-Instruct "
+               "or smollm2, demo-bert, demo-gpt2), a model folder, an archive, a weights or .gguf file, or a Hugging Face id")
+
+
 def build_parser():
     parser = _Parser(prog="python -m diagnostics",
                      description="Diagnose the attention heads of a model and report findings with suggested fixes.")
-    parser.add_argument("source", help="a known model (sentence-transformers/all-MiniLM-L6-v2 or minilm, "
-                        "HuggingFaceTB/SmolLM2-135M-Instruct or smollm2, demo-bert, demo-gpt2), a model folder, "
-                        "an archive, a weights or .gguf file, or a Hugging Face id")
+    parser.add_argument("source", help=SOURCE_HELP)
+    parser.add_argument("--heads", type=int, metavar="N",
+                        help="attention heads per layer, for a bare state dict whose weights do not say it")
+    return _add_options(parser)
+
+
+def build_compare_parser():
+    parser = _Parser(prog="python -m diagnostics compare",
+                     description="Compare two models of one vocabulary head by head: which heads changed.")
+    parser.add_argument("a", help=f"the model before: {SOURCE_HELP}")
+    parser.add_argument("b", help="the model after (same vocabulary)")
+    return _add_options(parser)
+
+
+def _add_options(parser):
     parser.add_argument("--text", action="append", metavar="TEXT",
                         help="probe text (repeatable); default: AttnScope's built-in probe sentences")
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="report format (default: markdown)")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
-    parser.add_argument("--heads", type=int, metavar="N",
-                        help="attention heads per layer, for a bare state dict whose weights do not say it")
     parser.add_argument("--device", help="cpu, cuda, cuda:0 or mps (default: best available)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     return parser
@@ -44,15 +62,15 @@ def build_parser():
 
 def main(argv=None):
     """Run the CLI; returns the exit status instead of exiting."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    comparing = argv[:1] == ["compare"]
     try:
-        args = build_parser().parse_args(argv)
+        args = (build_compare_parser().parse_args(argv[1:]) if comparing else build_parser().parse_args(argv))
     except _UsageError as err:
         return _fail(f"usage: {err} (try --help)", EXIT_BAD_INPUT)
     try:
-        from diagnostics.diagnose import diagnose
         with _progress(args.quiet) as progress:
-            report = diagnose(args.source, texts=args.text, device=args.device, progress=progress,
-                              n_heads=args.heads)
+            report = _compare(args, progress) if comparing else _diagnose(args, progress)
         text = {"json": report.to_json, "markdown": report.to_markdown, "html": report.to_html}[args.format]()
         if args.out:
             Path(args.out).write_text(text, encoding="utf-8")
@@ -64,7 +82,18 @@ def main(argv=None):
         return _fail(f"cannot write {args.out}: {err.strerror or err}", EXIT_BAD_INPUT)
     except Exception as err:  # a bug: still one line, but a distinct status
         return _fail(f"internal error ({type(err).__name__}: {err}); please report it", EXIT_INTERNAL)
-    return EXIT_FINDINGS if report.has_errors else EXIT_OK
+    failed = report.has_new_errors if comparing else report.has_errors
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def _diagnose(args, progress):
+    from diagnostics.diagnose import diagnose
+    return diagnose(args.source, texts=args.text, device=args.device, progress=progress, n_heads=args.heads)
+
+
+def _compare(args, progress):
+    from diagnostics.compare import compare
+    return compare(args.a, args.b, texts=args.text, device=args.device, progress=progress)
 
 
 def _fail(message, status):

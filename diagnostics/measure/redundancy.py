@@ -26,6 +26,10 @@ the maps (docs/streaming.md):
   probe) are measured on every row; on long probes the mean over an even
   subsample of rows estimates the mean over all rows. Measured against every
   row (``python -m benchmarks.js_sampling``): see docs/streaming.md.
+
+``PairedJS`` / ``paired_js_distance`` use the same row distance between the
+same head of two models (``diagnostics.compare``): how far fine-tuning moved it
+(the float64 definition on every row, ``row_js``).
 """
 
 import math
@@ -106,6 +110,56 @@ class PairwiseJS:
         return (self.sums / self.weight.clamp(min=1e-12)).float().cpu()  # (H, H)
 
 
+class PairedJS:
+    """The JS distance between head h of one model and head h of another, over query-row chunks.
+
+    Both models read the same tokens; ``update`` takes the same rows of one layer
+    of each, ``[H, qc, k]``, and ``finalize`` gives ``[H]``: the mean over rows
+    (weighted as in ``row_stats``) of the row distance, as ``PairwiseJS``.
+    """
+
+    def __init__(self, n_keys, causal, padding=None):
+        self.n_keys, self.causal = n_keys, bool(causal)
+        padding = torch.zeros(n_keys, dtype=torch.bool) if padding is None else torch.as_tensor(padding, dtype=torch.bool)
+        self.key_ok = ~padding  # (k,)
+        self.sums, self.weight = None, None
+
+    def update(self, chunk_a, chunk_b, q_start):
+        a, b = chunk_a.detach().double(), chunk_b.detach().double().to(chunk_a.device)  # (H, qc, k) each
+        w = _chunk_row_weights(a, q_start, self.n_keys, self.causal, self.key_ok)  # (qc,)
+        distance = row_js(a, b)  # (H, qc)
+        if self.sums is None:
+            self.sums = torch.zeros(a.shape[0], dtype=torch.float64, device=a.device)  # (H,)
+            self.weight = torch.zeros((), dtype=torch.float64, device=a.device)
+        self.sums += (distance * w).sum(-1)  # (H,)
+        self.weight += w.sum()
+
+    def finalize(self):
+        return (self.sums / self.weight.clamp(min=1e-12)).float().cpu()  # (H,)
+
+
+def row_js(a, b, a_info=None, b_info=None):
+    """Jensen–Shannon distance (base 2, in [0, 1]) between matching rows of ``a`` and ``b``: ``(..., qc)``.
+
+    ``a``, ``b``: broadcastable ``(..., qc, k)`` float64 rows that each sum to 1;
+    ``a_info``/``b_info``: their ``sum(x log x)`` if already known.
+    """
+    a_info = torch.special.xlogy(a, a).sum(-1) if a_info is None else a_info  # (..., qc)
+    b_info = torch.special.xlogy(b, b).sum(-1) if b_info is None else b_info  # (..., qc)
+    m = (a + b) / 2  # (..., qc, k)
+    cross = torch.special.xlogy(a, m).sum(-1) + torch.special.xlogy(b, m).sum(-1)  # (..., qc)
+    return ((a_info + b_info - cross) / (2 * math.log(2.0))).clamp(min=0).sqrt()  # (..., qc)
+
+
+def _chunk_row_weights(a, q_start, n_keys, causal, key_ok):
+    """``row_stats`` weight of each row of a chunk ``(H, qc, k)`` that starts at query ``q_start``: ``(qc,)``."""
+    key_ok = key_ok.to(a.device)
+    pos = torch.arange(a.shape[-2], device=a.device) + q_start  # (qc,)
+    valid = row_stats.valid_keys(pos, n_keys, causal, key_ok)  # (qc, k)
+    w, _ = row_stats.row_weights(valid, key_ok[pos.clamp(max=n_keys - 1)])  # (qc,)
+    return w
+
+
 def js_distance(attn, causal=False, padding=None, max_rows=JS_ROWS):
     """Mean JS distance between every pair of heads of each layer: ``[L, H, H]``.
 
@@ -120,6 +174,18 @@ def js_distance(attn, causal=False, padding=None, max_rows=JS_ROWS):
         js.update(layer_maps, k - q)
         out.append(js.finalize())  # (H, H)
     return torch.stack(out)  # (L, H, H)
+
+
+def paired_js_distance(attn_a, attn_b, causal=False, padding=None):
+    """JS distance between head h of ``attn_a`` and head h of ``attn_b``, both ``[L, H, q, k]``: ``[L, H]``."""
+    attn_a, attn_b = torch.as_tensor(attn_a), torch.as_tensor(attn_b)
+    q, k = attn_a.shape[-2:]
+    out = []
+    for layer_a, layer_b in zip(attn_a, attn_b):  # (H, q, k) each
+        js = PairedJS(k, causal, padding)
+        js.update(layer_a, layer_b, k - q)
+        out.append(js.finalize())  # (H,)
+    return torch.stack(out)  # (L, H)
 
 
 def redundant_pairs(distance, exclude=None, threshold=REDUNDANT_JS):

@@ -1,0 +1,104 @@
+"""Compare: two models of one vocabulary, head by head — which heads did fine-tuning change?"""
+
+import pandas as pd
+import streamlit as st
+
+from app import compare_plots, errors, sources
+from diagnostics.compare import compare
+
+
+def run(source_a, source_b, texts) -> None:
+    """Load both models and compare them with a progress bar; the result (or the error) goes to session state."""
+    st.session_state.pop("comparison", None)
+    bar = st.progress(0.0, text="Loading model A…")
+    try:
+        a, b = sources.load_source(source_a[0]), sources.load_source(source_b[0])
+        progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
+        report = compare((a.model, a.tokenizer), (b.model, b.tokenizer), texts, progress=progress)
+        report.a.model["name"], report.b.model["name"] = source_a[1], source_b[1]
+        st.session_state.comparison = report
+    except Exception as err:  # noqa: BLE001  every error becomes a message on the page
+        errors.show(err)
+    finally:
+        bar.empty()
+
+
+def _pick_from_grid() -> None:
+    points = st.session_state.cmp_grid.selection.points
+    if points:
+        st.session_state.cmp_layer, st.session_state.cmp_head = points[0]["customdata"]
+
+
+def summary_ui(report) -> None:
+    cols = st.columns(3)
+    cols[0].metric("Heads changed", f"{len(report.changed)} / {len(report.heads)}")
+    cols[1].metric("Findings appeared", len(report.appeared))
+    cols[2].metric("Findings disappeared", len(report.disappeared))
+    for title, findings in (("Appeared in B", report.appeared), ("Disappeared from A", report.disappeared)):
+        for f in findings:
+            st.markdown(f"**{title}** · {f.severity}: `{f.code}`")
+            st.text(f.message)  # plain text: messages name heads and tokens
+
+
+def grid_ui(report, part) -> tuple[int, int]:
+    st.subheader("JS distance per head")
+    grid = report.distance_grid(part)
+    layer = st.session_state.setdefault("cmp_layer", 0) % len(grid)
+    head = st.session_state.setdefault("cmp_head", 0) % len(grid[0])
+    st.plotly_chart(compare_plots.distance_grid_figure(grid, (layer, head)), key="cmp_grid", on_select=_pick_from_grid,
+                    selection_mode="points", config={"displayModeBar": False})
+    rows = [{"head": f"L{h.layer}H{h.head}", "distance": h.js_distance, "why": ", ".join(h.reasons),
+             "pattern": f"{h.before['pattern']} → {h.after['pattern']}", "Δ entropy": h.entropy_delta,
+             "Δ sink": h.sink_delta, "roles": f"{', '.join(h.before['roles']) or '–'} → {', '.join(h.after['roles']) or '–'}"}
+            for h in report.changed if h.part == part]
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+    return layer, head
+
+
+def maps_ui(report, part, layer, head) -> None:
+    st.subheader(f"Layer {layer}, head {head}")
+    if not report.a.samples:
+        st.info("The probes were long, so they were streamed: distances are exact, but no maps were kept to draw.")
+        return
+    probes = [p["text"] for p in report.a.probes] or [f"random ids {i}" for i in range(len(report.a.samples))]
+    i = st.selectbox("Probe", range(len(probes)), format_func=lambda i: probes[i][:80], key="cmp_probe")
+    sa, sb = report.a.samples[i].part(part), report.b.samples[i].part(part)
+    map_a, map_b = sa.attentions[layer, head], sb.attentions[layer, head]  # (q, k) each
+    cols = st.columns(3)
+    for col, weights, title, diff in ((cols[0], map_a, "A", False), (cols[1], map_b, "B", False),
+                                      (cols[2], map_b - map_a, "B − A", True)):
+        col.plotly_chart(compare_plots.map_figure(weights, sa.tokens, sa.keys, title, diff), key=f"cmp_map_{title}")
+
+
+def downloads_ui(report) -> None:
+    cols = st.columns(3)
+    for col, (label, data, mime, ext) in zip(cols, (("JSON", report.to_json(), "application/json", "json"),
+                                                  ("Markdown", report.to_markdown(), "text/markdown", "md"),
+                                                  ("HTML", report.to_html(), "text/html", "html"))):
+        col.download_button(f"Comparison ({label})", data, f"attnscope-compare.{ext}", mime, key=f"cmp_dl_{ext}")
+
+
+st.title("Compare two models")
+st.caption("Two checkpoints of one model (same vocabulary), e.g. before and after fine-tuning: which heads changed?")
+columns = st.columns(2)
+with columns[0]:
+    source_a = sources.source_ui("cmp_a", "Model A (before)", known=True)
+with columns[1]:
+    source_b = sources.source_ui("cmp_b", "Model B (after)", known=True)
+probes = st.text_area("Probe sentences, one per line (empty: AttnScope's default probes)", key="cmp_probes")
+if st.button("Compare", type="primary", key="cmp_run"):
+    if source_a is None or source_b is None:
+        st.error("Choose both models first.", icon="⚠️")
+    else:
+        run(source_a, source_b, [line for line in probes.splitlines() if line.strip()] or None)
+comparison = st.session_state.get("comparison")
+if comparison is not None:
+    try:
+        summary_ui(comparison)
+        parts = list(dict.fromkeys(h.part for h in comparison.heads))
+        part = st.radio("Attention", parts, key="cmp_part", horizontal=True) if len(parts) > 1 else parts[0]
+        maps_ui(comparison, part, *grid_ui(comparison, part))
+        downloads_ui(comparison)
+    except Exception as err:  # noqa: BLE001
+        errors.show(err)

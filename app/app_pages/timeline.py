@@ -1,0 +1,94 @@
+"""Timeline: a model's heads over training steps, from monitor logs or a folder of Trainer checkpoints."""
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from app import compare_plots, errors
+from diagnostics import timeline as tl
+from diagnostics.reports.compare_report import md
+
+KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
+METRICS = {"entropy": "Entropy (0 = one-hot, 1 = uniform)", "sink_score": "Sink score (excess mass on one key)"}
+
+
+def inputs_ui():
+    """``(kind, value)`` of what to load, or None."""
+    kind = st.radio("Source", KINDS, key="tl_kind", horizontal=True)
+    if kind == KINDS[0]:
+        files = st.file_uploader("Monitor logs (.jsonl written by diagnostics.monitor.AttentionMonitor)",
+                                 type=["jsonl"], accept_multiple_files=True, key="tl_upload")
+        return (kind, [(f.name, f.getvalue()) for f in files]) if files else None
+    if kind == KINDS[1]:
+        text = st.text_area("One .jsonl path per line", key="tl_paths", placeholder="/runs/baseline/attention.jsonl")
+        paths = [line.strip() for line in text.splitlines() if line.strip()]
+        return (kind, paths) if paths else None
+    folder = st.text_input("Trainer output folder (holds checkpoint-<step>/ folders)", key="tl_folder")
+    return (kind, folder.strip()) if folder.strip() else None
+
+
+def load(kind, value) -> dict:
+    """``{run name: Timeline}``; checkpoints are diagnosed one by one under a progress bar."""
+    if kind == KINDS[0]:
+        return {name: tl.parse_log(data) for name, data in value}
+    if kind == KINDS[1]:
+        return {_short(path, value): tl.read_log(path) for path in value}
+    bar = st.progress(0.0, text="Loading checkpoints…")
+    try:
+        progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
+        return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}
+    finally:
+        bar.empty()
+
+
+def _short(path, paths) -> str:
+    """The file name, or the path where two logs share a name: runs are named, server paths not shown."""
+    name = Path(path).name
+    return name if sum(Path(p).name == name for p in paths) == 1 else path
+
+
+def run_ui(name, timeline, metric, layer) -> None:
+    st.subheader(md(name))
+    for note in timeline.notes:
+        st.info(note)
+    values = timeline.metric(metric)  # (steps, layers, heads)
+    st.plotly_chart(compare_plots.steps_heatmap_figure(values, timeline.steps, METRICS[metric]),
+                    key=f"tl_heat_{name}")
+    if layer < values.shape[1]:
+        st.plotly_chart(compare_plots.steps_lines_figure(values, timeline.steps, layer, f"Layer {layer}"),
+                        key=f"tl_lines_{name}")
+    st.markdown("**Findings: first step**")
+    findings = timeline.first_findings()
+    st.dataframe(pd.DataFrame(findings)[["code", "severity", "first_step", "first_error_step", "last_step", "message"]]
+                 if findings else pd.DataFrame(), hide_index=True, key=f"tl_findings_{name}")
+    changes = timeline.pattern_changes()
+    with st.expander(f"Pattern and role changes ({len(changes)})"):
+        st.dataframe(pd.DataFrame(changes), hide_index=True, key=f"tl_changes_{name}")
+
+
+st.title("Training timeline")
+st.caption("How entropy, sinks, patterns and findings moved while a model trained. Log with "
+           "`diagnostics.monitor.AttentionMonitor` (docs/training.md), or point at a Trainer's checkpoints.")
+source = inputs_ui()
+if st.button("Load", type="primary", key="tl_run"):
+    st.session_state.pop("timelines", None)
+    if source is None:
+        st.error("Upload a log, give a path or a folder first.", icon="⚠️")
+    else:
+        try:
+            st.session_state.timelines = load(*source)
+        except Exception as err:  # noqa: BLE001  every error becomes a message on the page
+            errors.show(err)
+timelines = st.session_state.get("timelines")
+if timelines:
+    try:
+        cols = st.columns(2)
+        metric = cols[0].radio("Metric", list(METRICS), format_func=METRICS.get, key="tl_metric", horizontal=True)
+        layers = max(t.shape()[0] for t in timelines.values())
+        layer = cols[1].selectbox("Layer for the lines", range(layers), key="tl_layer")
+        for column, (name, timeline) in zip(st.columns(len(timelines)), timelines.items()):
+            with column:
+                run_ui(name, timeline, metric, layer)
+    except Exception as err:  # noqa: BLE001
+        errors.show(err)

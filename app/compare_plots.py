@@ -1,0 +1,81 @@
+"""Plotly figures of the Compare and Timeline pages: a distance grid, a map difference, metrics over steps.
+
+Token and head names are HTML-escaped before they become labels (plotly renders
+a subset of HTML in them); big maps are block-max pooled as in ``plots``.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+import numpy as np
+import plotly.graph_objects as go
+
+from core.views import pool_map
+from app.plots import MAX_CELLS
+
+
+def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure:
+    """Layers × heads coloured by JS distance (``grid`` ``[layers][heads]``); a click selects a head."""
+    z = np.asarray(grid, dtype=np.float32)
+    n_layers, n_heads = z.shape
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(n_heads)), y=list(range(n_layers)), zmin=0, zmax=max(ceiling, float(z.max())),
+        colorscale="Reds", colorbar=dict(title="JS"), text=np.round(z, 3), texttemplate="%{text}",
+        customdata=[[[l, h] for h in range(n_heads)] for l in range(n_layers)],
+        hovertemplate="layer %{y}, head %{x}<br>JS distance %{z:.3f}<extra></extra>"))
+    if selected is not None:
+        fig.add_shape(type="rect", x0=selected[1] - 0.5, x1=selected[1] + 0.5, y0=selected[0] - 0.5,
+                      y1=selected[0] + 0.5, line=dict(color="#1f77b4", width=3))
+    fig.update_xaxes(title="head", dtick=1)
+    fig.update_yaxes(title="layer", dtick=1, autorange="reversed")
+    fig.update_layout(height=32 * n_layers + 140, margin=dict(l=10, r=10, t=30, b=10))
+    return fig
+
+
+def _labels(tokens, block):
+    safe = [escape(str(t)) for t in tokens]
+    if block == 1:
+        return [f"{i} {t}" for i, t in enumerate(safe)]
+    return [f"{i}–{min(i + block, len(safe)) - 1} {safe[i]}…" for i in range(0, len(safe), block)]
+
+
+def map_figure(weights, queries, keys, title: str, difference: bool = False) -> go.Figure:
+    """One ``[q, k]`` map (or a difference B − A, in a diverging scale), queries down, keys across."""
+    if difference:  # pool |B − A| blocks by their largest absolute change, keeping the sign
+        pooled_abs, bq, bk = pool_map(weights.abs(), MAX_CELLS)
+        pooled_pos, _, _ = pool_map(weights.clamp(min=0), MAX_CELLS)
+        z = np.where(pooled_pos.numpy() >= pooled_abs.numpy(), pooled_abs.numpy(), -pooled_abs.numpy())
+        top = float(np.abs(z).max()) or 1.0
+        trace = dict(zmin=-top, zmax=top, colorscale="RdBu_r")
+    else:
+        pooled, bq, bk = pool_map(weights, MAX_CELLS)
+        z, trace = pooled.numpy(), dict(zmin=0, colorscale="Viridis")
+    fig = go.Figure(go.Heatmap(z=z.astype(np.float32), x=_labels(keys, bk), y=_labels(queries, bq), **trace,
+                               hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>"))
+    fig.update_xaxes(type="category", tickangle=-60)
+    fig.update_yaxes(type="category", autorange="reversed")
+    fig.update_layout(title=escape(title), height=min(700, 200 + 12 * len(z)), margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+def steps_heatmap_figure(values, steps, title: str) -> go.Figure:
+    """A metric ``[steps, layers, heads]`` as one heatmap: a row per head (L0H0, L0H1, ...), a column per step."""
+    n_steps, n_layers, n_heads = values.shape
+    z = values.reshape(n_steps, n_layers * n_heads).T  # (L*H, S)
+    names = [f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads)]
+    fig = go.Figure(go.Heatmap(z=z.astype(np.float32), x=[str(s) for s in steps], y=names, zmin=0, zmax=1,
+                               colorscale="Viridis", hovertemplate="step %{x}<br>%{y}: %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title="step", type="category")
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_layout(title=escape(title), height=min(800, 160 + 14 * len(names)), margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+def steps_lines_figure(values, steps, layer: int, title: str) -> go.Figure:
+    """One line per head of ``layer``: a metric ``[steps, layers, heads]`` over the steps."""
+    fig = go.Figure([go.Scatter(x=list(steps), y=values[:, layer, h].astype(np.float32), mode="lines+markers",
+                                name=f"L{layer}H{h}") for h in range(values.shape[2])])
+    fig.update_xaxes(title="step")
+    fig.update_layout(title=escape(title), height=320, margin=dict(l=10, r=10, t=40, b=10))
+    return fig

@@ -1,0 +1,71 @@
+"""Where a page gets a model: the upload / folder (/ known model) picker of the Diagnose and Compare pages.
+
+``source_ui(prefix)`` draws the picker; its widget keys all start with
+``prefix`` (``{prefix}_kind``, ``{prefix}_path``, ``{prefix}_upload_<round>``,
+``{prefix}_known``), so two pickers can share a page. An upload goes to disk at
+once (``uploads``) and the widget starts empty again. ``load_source`` loads what
+the picker returned through ``core.load_untrusted`` (allowed roots, size caps,
+known names, no code run).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import streamlit as st
+
+import core
+from app import uploads
+
+
+def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
+    """Upload or folder path (or, with ``known``, a known model); returns ``(input, name to show)`` or None."""
+    kinds = ["Upload", "Local folder"] + (["Known model"] if known else [])
+    kind = st.radio(label, kinds, key=f"{prefix}_kind", horizontal=True)
+    if kind == "Known model":
+        name = st.selectbox("Model", core.MODEL_CHOICES, key=f"{prefix}_known",
+                            format_func=lambda n: f"{n} — {core.describe_model(n)}")
+        return name, name
+    if kind == "Upload":
+        return upload_ui(prefix)
+    path = st.text_input("Model folder, archive, weights or .gguf file", key=f"{prefix}_path",
+                         placeholder="/models/my-bert")
+    return (path.strip(), path.strip()) if path.strip() else None
+
+
+def upload_ui(prefix: str):
+    """The uploader; what it receives goes to disk at once (``uploads``), and the widget starts empty again."""
+    s = st.session_state
+    round_key, staged_key = f"{prefix}_upload_round", f"{prefix}_staged"
+    s.setdefault(round_key, 0)
+    limits = core.Limits()
+    files = st.file_uploader(
+        "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
+        "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
+        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}")
+    st.caption(f"Limits: {st.get_option('server.maxUploadSize'):,} MB per upload, a model of "
+               f"{limits.max_model_bytes / 1e9:g} GB, {limits.max_total_bytes / 1e9:g} GB unpacked. "
+               "Drop all files of a model together; a new upload replaces the last. Python files in an upload are "
+               "never run.")
+    if files:
+        s[staged_key] = uploads.stage(s.get(staged_key), files)
+        uploads.release(files)
+        s[round_key] += 1  # a fresh, empty uploader: Streamlit's copy of the files is dropped
+        st.rerun()
+    staged = s.get(staged_key)
+    if staged is None:
+        return None
+    names = ", ".join(staged.names)
+    cols = st.columns([4, 1])
+    cols[0].text(f"Uploaded: {names} ({staged.size / 1e6:,.1f} MB)")
+    if cols[1].button("Clear", key=f"{prefix}_clear"):
+        staged.remove()
+        del s[staged_key]
+        st.rerun()
+    return staged, names
+
+
+def load_source(inputs, n_heads: int | None = None, progress=None) -> core.LoadedCheckpoint:
+    """What ``source_ui`` returned, loaded: ``LoadedCheckpoint`` (model, tokenizer, notes)."""
+    with inputs.opened() if isinstance(inputs, uploads.Staged) else nullcontext(inputs) as source:
+        return core.load_untrusted(source, n_heads=n_heads, progress=progress)

@@ -1,0 +1,264 @@
+"""``compare``: which heads differ between two models of one vocabulary (fine-tuning, two checkpoints).
+
+Both models are diagnosed (``diagnose``) on the same probes, tokenized by one
+tokenizer, so their maps line up token for token. Per head: the Jensen–Shannon
+distance between the two maps (``redundancy.PairedJS``: the row distance of the
+redundancy check, between head h of A and head h of B, averaged over rows and
+probes), the pattern and roles before and after, and the entropy and sink-score
+deltas. Findings that appear in B or disappear from A are listed.
+
+Long probes are streamed as in ``diagnose``: when the diagnosis streams, the
+distances come from ``paired_stream.stream_paired_js`` (both models in
+lockstep, one query chunk of each alive at a time); otherwise from the two
+diagnoses' own maps, so short probes run each model once.
+
+A head is ``changed`` when (thresholds measured in docs/compare.md):
+- its distance is at least ``CHANGED_JS``; or
+- its pattern label or its set of roles differs *and* its distance is at least
+  ``LABEL_CHANGE_JS``: a label that flips while the map stayed put is a head
+  sitting on a classifier threshold, not a change of behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import torch
+
+from core.errors import InputError
+from core.extraction.encode import encode, max_positions
+from diagnostics.diagnose import _resolve, diagnose
+from diagnostics.findings import severity_rank
+from diagnostics.measure.redundancy import paired_js_distance
+from diagnostics.paired_stream import stream_paired_js
+from diagnostics.probes import as_probes
+from diagnostics.reports.report import Report
+
+SCHEMA = "attnscope.compare/1"
+# MiniLM against itself with every weight scaled by (1 + eps·N(0, 1)): the
+# largest head distance is 0.0017 at eps = 1e-3 and 0.0174 at eps = 1e-2 (no
+# label flips); layer 2's Q/K scaled by 1.5 moves its heads 0.25-0.40
+# (scripts/measure_compare_noise.py, docs/compare.md). 0.05 is ~3x the 1% noise.
+CHANGED_JS = 0.05
+# Below this distance two maps are the same head, whatever the labels say: a
+# label that flips while the map moved less than 1% noise moves it (0.0174) is a
+# head on a classifier threshold.
+LABEL_CHANGE_JS = 0.02
+
+
+@dataclass
+class HeadChange:
+    part: str
+    layer: int
+    head: int
+    js_distance: float  # mean JS distance between the head's maps in A and in B (0 = same, 1 = disjoint)
+    changed: bool
+    reasons: list[str]  # of "distance", "pattern", "roles"
+    before: dict  # pattern, confidence, roles, entropy, sink_score of the head in A
+    after: dict  # the same in B
+
+    @property
+    def entropy_delta(self):
+        return round(self.after["entropy"] - self.before["entropy"], 4)
+
+    @property
+    def sink_delta(self):
+        return round(self.after["sink_score"] - self.before["sink_score"], 4)
+
+    def to_dict(self):
+        return {"part": self.part, "layer": self.layer, "head": self.head, "js_distance": self.js_distance,
+                "changed": self.changed, "reasons": self.reasons, "entropy_delta": self.entropy_delta,
+                "sink_delta": self.sink_delta, "before": self.before, "after": self.after}
+
+
+@dataclass
+class CompareReport:
+    a: Report  # the diagnosis of model A (its samples: maps per probe, when not streamed)
+    b: Report
+    heads: list[HeadChange]
+    appeared: list  # findings of B whose code (and part) A lacks, or that got more severe
+    disappeared: list  # findings of A that B lacks
+    streamed: bool
+    thresholds: dict = field(default_factory=lambda: {"changed_js": CHANGED_JS, "label_change_js": LABEL_CHANGE_JS})
+
+    @property
+    def changed(self):
+        return [h for h in self.heads if h.changed]
+
+    @property
+    def has_new_errors(self):
+        """B has an error finding A lacks (the CLI exits 1)."""
+        return any(f.severity == "error" for f in self.appeared)
+
+    def distance_grid(self, part=None):
+        """``[layers][heads]`` JS distances of ``part`` (default: the first)."""
+        part = part or self.heads[0].part
+        chosen = [h for h in self.heads if h.part == part]
+        grid = [[0.0] * (max(h.head for h in chosen) + 1) for _ in range(max(h.layer for h in chosen) + 1)]
+        for h in chosen:
+            grid[h.layer][h.head] = h.js_distance
+        return grid
+
+    def to_dict(self):
+        return {
+            "schema": SCHEMA,
+            "a": self.a.model, "b": self.b.model, "probes": self.a.probes, "streamed": self.streamed,
+            "thresholds": self.thresholds,
+            "summary": {"heads": len(self.heads), "changed": len(self.changed),
+                        "appeared": len(self.appeared), "disappeared": len(self.disappeared),
+                        "new_errors": self.has_new_errors},
+            "heads": [h.to_dict() for h in self.heads],
+            "findings": {"appeared": [f.to_dict() for f in self.appeared],
+                         "disappeared": [f.to_dict() for f in self.disappeared]},
+        }
+
+    def to_json(self, indent=2):
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    def to_markdown(self):
+        from diagnostics.reports.compare_report import render_markdown
+        return render_markdown(self)
+
+    def to_html(self):
+        from diagnostics.reports.compare_report import render_html
+        return render_html(self)
+
+
+def compare(a, b, texts=None, device=None, progress=None) -> CompareReport:
+    """Compare model ``b`` with model ``a`` head by head; each is anything ``diagnose`` takes.
+
+    Both need the same vocabulary (``InputError`` otherwise, naming the
+    difference); A's tokenizer is used for both. progress: optional
+    ``callable(fraction, message)``.
+    """
+    tell = progress or (lambda fraction, message: None)
+    tell(0.0, "loading model A")
+    model_a, tok_a, name_a = _resolve(a, device)
+    tell(0.05, "loading model B")
+    model_b, tok_b, name_b = _resolve(b, device)
+    tokenizer = shared_tokenizer(tok_a, tok_b, model_a, model_b)
+    report_a = diagnose((model_a, tokenizer) if tokenizer else model_a, texts, progress=_span(tell, 0.1, 0.45, "A"))
+    streamed = bool(report_a.model.get("streamed"))
+    report_b = diagnose((model_b, tokenizer) if tokenizer else model_b, texts, progress=_span(tell, 0.45, 0.8, "B"),
+                        stream=streamed if tokenizer else None)
+    report_a.model["name"], report_b.model["name"] = name_a, name_b
+    _check_shapes(report_a, report_b)
+    tell(0.8, "measuring distances")
+    if model_a is model_b:  # one model object cannot stream twice at once; its distance to itself is 0
+        distances = {part: torch.zeros(s["layers"], s["heads"]) for part, s in report_a.model["parts"].items()}
+    elif streamed:
+        distances = {"self": _streamed_distances(model_a, model_b, tokenizer, texts)}
+    else:
+        distances = _map_distances(report_a.samples, report_b.samples)
+    heads = [head_change(ha, hb, float(distances[ha.part][ha.layer, ha.head]))
+             for ha, hb in zip(report_a.heads, report_b.heads)]
+    appeared, disappeared = finding_changes(report_a.findings, report_b.findings)
+    tell(1.0, "done")
+    return CompareReport(report_a, report_b, heads, appeared, disappeared, streamed)
+
+
+def shared_tokenizer(tok_a, tok_b, model_a, model_b):
+    """The tokenizer both models read (A's), after checking they share one vocabulary."""
+    size_a, size_b = _vocab_size(model_a), _vocab_size(model_b)
+    if size_a is not None and size_b is not None and size_a != size_b:
+        raise InputError(f"the models have different vocabularies: A has {size_a} token embeddings, B has {size_b}; "
+                         "compare needs two checkpoints of one model family")
+    if tok_a is None or tok_b is None:
+        return tok_a or tok_b
+    vocab_a, vocab_b = tok_a.get_vocab(), tok_b.get_vocab()
+    if vocab_a != vocab_b:
+        only_a = sorted(set(vocab_a) - set(vocab_b))
+        moved = sorted(t for t in set(vocab_a) & set(vocab_b) if vocab_a[t] != vocab_b[t])
+        example = (f"{only_a[0]!r} is only in A" if only_a else f"{moved[0]!r} has id {vocab_a[moved[0]]} in A, "
+                   f"{vocab_b[moved[0]]} in B") if only_a or moved else f"B has {len(vocab_b) - len(vocab_a)} more"
+        raise InputError(f"the tokenizers differ: A has {len(vocab_a)} tokens, B has {len(vocab_b)} ({example}); "
+                         "compare needs the same vocabulary")
+    return tok_a
+
+
+def _vocab_size(model):
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return size if isinstance(size, int) else None
+
+
+def _span(tell, start, stop, name):
+    return lambda fraction, message: tell(start + (stop - start) * fraction, f"model {name}: {message}")
+
+
+def _check_shapes(report_a, report_b):
+    shape_a = {part: tuple(s.values()) for part, s in report_a.model["parts"].items()}
+    shape_b = {part: tuple(s.values()) for part, s in report_b.model["parts"].items()}
+    if shape_a != shape_b:
+        raise InputError(f"the models have different shapes (A: {_shape_text(shape_a)}, B: {_shape_text(shape_b)}); "
+                         "compare needs the same layers and heads")
+
+
+def _shape_text(shape):
+    return ", ".join(f"{part} {layers} layers × {heads} heads" for part, (layers, heads) in shape.items()) or "no heads"
+
+
+def _map_distances(samples_a, samples_b):
+    """``{part: [L, H]}`` mean over probes of the distance between A's and B's maps."""
+    per_part = {}
+    for sa, sb in zip(samples_a, samples_b):
+        for part in (("encoder", "decoder", "cross") if sa.encoder is not None else ("self",)):
+            ra, rb = sa.part(part), sb.part(part)
+            if ra.attentions.shape != rb.attentions.shape:
+                raise InputError(f"the models read a probe differently ({tuple(ra.attentions.shape)} against "
+                                 f"{tuple(rb.attentions.shape)}); compare needs the same input limit")
+            k = ra.attentions.shape[-1]
+            per_part.setdefault(part, []).append(paired_js_distance(
+                ra.attentions[..., :k, :], rb.attentions[..., :k, :], ra.causal, ra.keys_padding))  # (L, H)
+    return {part: torch.stack(ds).mean(0) for part, ds in per_part.items()}
+
+
+def _streamed_distances(model_a, model_b, tokenizer, texts):
+    """``[L, H]`` mean over probes of the lockstep-streamed distance."""
+    limits = [n for n in (max_positions(m.config, tokenizer) for m in (model_a, model_b)) if n]
+    distances = []
+    for probe in as_probes(texts):
+        enc = encode(tokenizer, probe.text, probe.text_pair, min(limits) if limits else None,
+                     vocab_size=_vocab_size(model_a))
+        distances.append(stream_paired_js(model_a, model_b, enc.input_ids))  # (L, H)
+    return torch.stack(distances).mean(0)
+
+
+def head_change(before, after, distance) -> HeadChange:
+    """A ``HeadChange`` from the same head's ``HeadReport`` in A and in B."""
+    fields_a, fields_b = head_fields(before), head_fields(after)
+    reasons = ["distance"] if distance >= CHANGED_JS else []
+    if distance >= LABEL_CHANGE_JS:
+        reasons += [name for name in ("pattern", "roles") if fields_a[name] != fields_b[name]]
+    return HeadChange(before.part, before.layer, before.head, round(distance, 4), bool(reasons), reasons,
+                      fields_a, fields_b)
+
+
+def head_fields(head) -> dict:
+    """What ``compare`` shows of a head: pattern, confidence, roles (when the diagnosis gives them), entropy, sink."""
+    return {"pattern": head.pattern, "confidence": head.confidence, "roles": role_names(head),
+            "entropy": head.metrics["entropy"], "sink_score": head.metrics["sink_score"]}
+
+
+def role_names(head) -> list[str]:
+    """Sorted role names of a ``HeadReport`` or a report's head dict; [] when the diagnosis has no roles."""
+    roles = head.get("roles") if isinstance(head, dict) else getattr(head, "roles", None)
+    names = []
+    for role in roles or []:
+        name = role if isinstance(role, str) else (role.get("role") or role.get("name")) if isinstance(role, dict) \
+            else getattr(role, "role", None) or getattr(role, "name", None)
+        if name:
+            names.append(str(name))
+    return sorted(set(names))
+
+
+def finding_changes(findings_a, findings_b):
+    """``(appeared, disappeared)``: B's findings A lacks (or has less severe), A's findings B lacks."""
+    worst_a = {}
+    for f in findings_a:
+        key = (f.code, f.part)
+        worst_a[key] = min(worst_a.get(key, 9), severity_rank(f.severity))
+    codes_b = {(f.code, f.part) for f in findings_b}
+    appeared = [f for f in findings_b if severity_rank(f.severity) < worst_a.get((f.code, f.part), 9)]
+    disappeared = [f for f in findings_a if (f.code, f.part) not in codes_b]
+    return appeared, disappeared

@@ -1,0 +1,190 @@
+"""``AttentionMonitor``: the diagnosis of fixed probes, every few training steps, as one JSON line each.
+
+``on_step(model, step)`` is framework-free: call it from any training loop.
+Every ``every`` steps it diagnoses the probes (``diagnose`` with streamed
+statistics: per-head metrics, patterns, roles when the diagnosis gives them,
+findings, no attention maps held) under ``torch.no_grad``, puts every module
+back in the train/eval mode it found, and appends one line to ``log_path``
+(schema ``attnscope.monitor/1``, docs/training.md). ``callback()`` wraps it as
+a ``transformers.TrainerCallback``.
+
+It warns through ``logging`` (logger ``attnscope.monitor``) the first time an
+error finding other than near-uniform heads appears, e.g. entropy collapse (Zhai et al. 2023: most heads
+saturate at once and training diverges), and once when heads are still near
+uniform ``uniform_after`` steps in: the usual sign of a Q/K initialisation
+far below 1/√d_k or of no gradient reaching Q/K.
+
+Under torch.distributed / accelerate every process measures (a sharded model
+needs all of them for its forward pass) and only the main process writes.
+TensorBoard scalars (entropy and sink score per head, error count) are written
+to ``tensorboard_dir`` when tensorboard is installed; it is optional.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from core.extraction.streaming import can_stream
+from diagnostics.diagnose import diagnose
+from diagnostics.texts import MONITOR_TEXTS
+
+SCHEMA = "attnscope.monitor/1"
+# One measurement of the 7 default probes on a 6-layer, 8-head GPT-2 (d 256)
+# costs 0.2-1.4 of its training steps at batch 16 × 128 tokens on the CPU (three
+# runs on a loaded 2-core machine), so every 200 steps costs 0.1-0.7% of the
+# training time: python -m benchmarks.monitor_overhead, docs/training.md.
+DEFAULT_EVERY = 200
+# Heads near uniform this many steps in have not started to learn where to look.
+DEFAULT_UNIFORM_AFTER = 1000
+# Error findings that are the normal state of a freshly initialised model (every head
+# starts near uniform): warned about only when they outlast ``uniform_after``.
+EXPECTED_EARLY = ("diffuse_heads",)
+DROPPED_METRICS = ("diag_mass", "rest_diag_mass")  # per-offset masses: long, summarised by best_offset(_mass)
+
+log = logging.getLogger("attnscope.monitor")
+
+
+class AttentionMonitor:
+    def __init__(self, tokenizer=None, probes=None, every: int = DEFAULT_EVERY, log_path=None,
+                 uniform_after: int = DEFAULT_UNIFORM_AFTER, tensorboard_dir=None):
+        """tokenizer: the model's; probes: texts as ``diagnose`` takes them (None: its default probes);
+        every: measure when ``step % every == 0``; log_path: the JSONL file appended to (None: no file)."""
+        if every < 1:
+            raise ValueError(f"every must be at least 1 step; got {every}")
+        self.tokenizer, self.probes, self.every = tokenizer, probes, every
+        self.log_path = None if log_path is None else Path(log_path)
+        self.uniform_after = uniform_after
+        self.tensorboard_dir = tensorboard_dir
+        self._writer = None
+        self._errors_seen: set = set()
+        self._warned_uniform = False
+        self.seconds = 0.0  # spent measuring, in total
+
+    def on_step(self, model, step: int) -> dict | None:
+        """Measure ``model`` at ``step`` if it is due; returns the logged record (None when not due)."""
+        if step % self.every:
+            return None
+        record = self.measure(model, step)
+        if is_main_process():  # every process measures; one writes and warns
+            self._write(record)
+            self._scalars(record)
+            self._warn(record)
+        return record
+
+    def measure(self, model, step: int) -> dict:
+        """The record of ``model`` at ``step``, without gradients, every module's mode restored."""
+        start = time.perf_counter()
+        modes = [(module, module.training) for module in model.modules()]
+        try:
+            with torch.no_grad():
+                source = (model, self.tokenizer) if self.tokenizer is not None else model
+                report = diagnose(source, self.probes, stream=_streams(model, self.tokenizer))
+        finally:
+            for module, training in modes:
+                module.training = training
+        seconds = time.perf_counter() - start
+        self.seconds += seconds
+        return record_of(report, step, seconds)
+
+    def callback(self):
+        """This monitor as a ``transformers.TrainerCallback`` (measures at ``state.global_step``)."""
+        from diagnostics.trainer_callback import AttentionMonitorCallback
+        return AttentionMonitorCallback(self)
+
+    def _write(self, record):
+        if self.log_path is None:
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def _scalars(self, record):
+        writer = self._tensorboard()
+        if writer is None:
+            return
+        step = record["step"]
+        for head in record["heads"]:
+            name = f"L{head['layer']}H{head['head']}" + ("" if head["part"] == "self" else f"_{head['part']}")
+            writer.add_scalar(f"attention/entropy/{name}", head["metrics"]["entropy"], step)
+            writer.add_scalar(f"attention/sink_score/{name}", head["metrics"]["sink_score"], step)
+        errors = sum(f["severity"] == "error" for f in record["findings"])
+        writer.add_scalar("attention/error_findings", errors, step)
+        writer.flush()
+
+    def _tensorboard(self):
+        if self.tensorboard_dir is None or self._writer is False:
+            return None
+        if self._writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                log.info(MONITOR_TEXTS["no_tensorboard"])
+                self._writer = False
+                return None
+            self._writer = SummaryWriter(str(self.tensorboard_dir))
+        return self._writer
+
+    def _warn(self, record):
+        for f in record["findings"]:
+            key = (f["code"], f["part"])
+            if f["severity"] == "error" and f["code"] not in EXPECTED_EARLY and key not in self._errors_seen:
+                self._errors_seen.add(key)
+                log.warning(MONITOR_TEXTS["error_appeared"].format(step=record["step"], message=f["message"],
+                                                                   suggestion=f["suggestion"]))
+        diffuse = next((f for f in record["findings"] if f["code"] == "diffuse_heads"), None)
+        if diffuse and record["step"] >= self.uniform_after and not self._warned_uniform:
+            self._warned_uniform = True
+            log.warning(MONITOR_TEXTS["still_uniform"].format(step=record["step"], count=len(diffuse["heads"]),
+                                                              message=diffuse["message"]))
+
+
+def _streams(model, tokenizer):
+    """Stream (no maps held) whenever the model can be streamed; otherwise maps of the short probes, dropped after."""
+    if tokenizer is None or getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return None
+    return True if can_stream(model) else None
+
+
+def record_of(report, step: int, seconds: float = 0.0) -> dict:
+    """One log line's record from a ``Report`` at ``step`` (the checkpoint timeline writes the same)."""
+    model = {key: report.model.get(key) for key in ("name", "architecture", "layers", "heads", "parts", "causal")}
+    return {"schema": SCHEMA, "step": int(step), "time": round(time.time(), 3), "measure_s": round(seconds, 3),
+            "model": model, "heads": [_head_record(h) for h in report.heads],
+            "findings": [{key: f.to_dict()[key] for key in ("code", "severity", "part", "heads", "message",
+                                                             "suggestion")} for f in report.findings]}
+
+
+def _head_record(head) -> dict:
+    record = head.to_dict()
+    record["metrics"] = {k: v for k, v in record["metrics"].items() if k not in DROPPED_METRICS}
+    if "roles" not in record:
+        record["roles"] = _jsonable(getattr(head, "roles", []))
+    return record
+
+
+def _jsonable(value):
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return value if isinstance(value, (str, int, float, bool, dict, type(None))) else str(value)
+
+
+def is_main_process() -> bool:
+    """Rank 0 of torch.distributed, or accelerate's main process; True when neither is running."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    try:
+        from accelerate import PartialState
+    except ImportError:
+        return True
+    if not PartialState._shared_state:  # never initialised: asking would initialise it
+        return True
+    return PartialState().is_main_process

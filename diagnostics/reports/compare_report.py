@@ -1,0 +1,106 @@
+"""Markdown and standalone HTML renderings of a ``compare.CompareReport``.
+
+Both list the two models, the findings that appeared or disappeared, a
+layer × head grid of distances, and a table of the heads that changed (pattern
+and roles before → after, entropy and sink deltas). Model names, roles and
+messages are escaped: they come from files and uploads.
+"""
+
+import re
+from html import escape
+
+from diagnostics.texts import FINDING_TEXTS, SEVERITY_TITLES
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
+h1{font-size:1.5rem}h2{margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .5rem;border:1px solid #ddd;font-size:.85rem}
+.grid td{width:4rem;text-align:center;font-size:.75rem}
+"""
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+
+
+def md(text) -> str:
+    """``text`` with markdown's special characters escaped, on one line."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def _roles(fields):
+    return ", ".join(fields["roles"]) or "–"
+
+
+def _head_name(h):
+    return f"L{h.layer}H{h.head}" if h.part == "self" else f"{h.part} L{h.layer}H{h.head}"
+
+
+def render_markdown(report):
+    a, b = report.a.model, report.b.model
+    lines = [f"# AttnScope comparison: {md(a['name'])} → {md(b['name'])}", "",
+             f"{len(report.changed)} of {len(report.heads)} heads changed (JS distance ≥ {report.thresholds['changed_js']}, "
+             f"or a new pattern or role at distance ≥ {report.thresholds['label_change_js']}); "
+             f"probes: {len(report.a.probes) or 'random token ids'}{', streamed' if report.streamed else ''}.", ""]
+    lines += _findings_markdown("Findings that appeared in B", report.appeared)
+    lines += _findings_markdown("Findings that disappeared from A", report.disappeared)
+    for part in dict.fromkeys(h.part for h in report.heads):
+        grid = report.distance_grid(part)
+        lines += [f"## JS distance per head{'' if part == 'self' else f': {part}'}", "",
+                  "| layer | " + " | ".join(f"H{h}" for h in range(len(grid[0]))) + " |",
+                  "|---" * (len(grid[0]) + 1) + "|"]
+        lines += [f"| L{layer} | " + " | ".join(f"{v:.3f}" for v in row) + " |" for layer, row in enumerate(grid)]
+        lines.append("")
+    lines += ["## Changed heads", ""]
+    if not report.changed:
+        return "\n".join(lines + ["No head changed beyond the thresholds.", ""])
+    lines += ["| head | distance | why | pattern | roles | Δ entropy | Δ sink |", "|---|---|---|---|---|---|---|"]
+    for h in report.changed:
+        lines.append(f"| {_head_name(h)} | {h.js_distance:.3f} | {', '.join(h.reasons)} | "
+                     f"{h.before['pattern']} → {h.after['pattern']} | {md(_roles(h.before))} → {md(_roles(h.after))} | "
+                     f"{h.entropy_delta:+.3f} | {h.sink_delta:+.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _findings_markdown(title, findings):
+    lines = [f"## {title} ({len(findings)})", ""]
+    for f in findings:
+        lines.append(f"- **{SEVERITY_TITLES[f.severity]}**: {md(FINDING_TEXTS[f.code].title)} (`{f.code}`): {md(f.message)}")
+    return lines + ([""] if findings else ["None.", ""])
+
+
+def render_html(report):
+    a, b = report.a.model, report.b.model
+    title = f"AttnScope comparison: {escape(str(a['name']))} → {escape(str(b['name']))}"
+    body = [f"<h1>{title}</h1>",
+            f"<p>{len(report.changed)} of {len(report.heads)} heads changed "
+            f"(JS distance ≥ {report.thresholds['changed_js']}, or a new pattern or role at distance ≥ "
+            f"{report.thresholds['label_change_js']}).</p>"]
+    body += _findings_html("Findings that appeared in B", report.appeared)
+    body += _findings_html("Findings that disappeared from A", report.disappeared)
+    for part in dict.fromkeys(h.part for h in report.heads):
+        body.append(_grid_html(report, part))
+    rows = "".join(
+        f"<tr><td>{escape(_head_name(h))}</td><td>{h.js_distance:.3f}</td><td>{escape(', '.join(h.reasons))}</td>"
+        f"<td>{escape(h.before['pattern'])} → {escape(h.after['pattern'])}</td>"
+        f"<td>{escape(_roles(h.before))} → {escape(_roles(h.after))}</td>"
+        f"<td>{h.entropy_delta:+.3f}</td><td>{h.sink_delta:+.3f}</td></tr>" for h in report.changed)
+    body.append("<h2>Changed heads</h2>" + (
+        "<table><tr><th>head</th><th>distance</th><th>why</th><th>pattern</th><th>roles</th><th>Δ entropy</th>"
+        f"<th>Δ sink</th></tr>{rows}</table>" if rows else "<p>No head changed beyond the thresholds.</p>"))
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{title}</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+def _findings_html(title, findings):
+    items = "".join(f"<li><strong>{SEVERITY_TITLES[f.severity]}</strong>: {escape(FINDING_TEXTS[f.code].title)} "
+                    f"(<code>{escape(f.code)}</code>): {escape(f.message)}</li>" for f in findings)
+    return [f"<h2>{escape(title)} ({len(findings)})</h2>", f"<ul>{items}</ul>" if items else "<p>None.</p>"]
+
+
+def _grid_html(report, part):
+    grid = report.distance_grid(part)
+    head_row = "<tr><th>layer</th>" + "".join(f"<th>H{h}</th>" for h in range(len(grid[0]))) + "</tr>"
+    rows = []
+    for layer, values in enumerate(grid):
+        cells = "".join(f"<td style='background:rgba(192,57,43,{min(1.0, v / 0.5):.2f})'>{v:.3f}</td>" for v in values)
+        rows.append(f"<tr><th>L{layer}</th>{cells}</tr>")
+    title = "JS distance per head" + ("" if part == "self" else f": {escape(part)}")
+    return f"<h2>{title}</h2><table class='grid'>{head_row}{''.join(rows)}</table>"

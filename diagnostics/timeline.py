@@ -1,0 +1,174 @@
+"""A model's attention over training steps: read a monitor log or diagnose a folder of checkpoints.
+
+Both give a ``Timeline``: one ``monitor.record_of`` record per step (what
+``monitor.AttentionMonitor`` writes to its JSONL log), with the aggregations
+the app's Timeline page draws: a per-head metric as ``[steps, layers, heads]``,
+the pattern (and role) changes between consecutive steps, and the step at which
+each finding first appeared.
+
+``read_log`` takes a path (``parse_log`` the text or bytes of an upload); ``from_checkpoints`` loads each
+``checkpoint-<step>/`` of a Hugging Face Trainer output folder through
+``core.load_checkpoint`` (the safe loader: allowed roots, size caps, no code
+run) and diagnoses it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from core.checkpoints.checkpoint import check_allowed, resolve_roots
+from core.errors import InputError
+from diagnostics.compare import role_names
+from diagnostics.monitor import SCHEMA, record_of
+
+MAX_LOG_BYTES = 256 * 1024 * 1024  # a 12 × 12 model logs ~60 KB a step: 4,000 measurements
+MAX_CHECKPOINTS = 40  # more are sampled evenly (first and last kept): each is a model load and a diagnosis
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
+
+
+@dataclass
+class Timeline:
+    records: list[dict]  # monitor records, one per step, by step
+    notes: list[str] = field(default_factory=list)  # what was skipped or sampled, for the user
+
+    @property
+    def steps(self) -> list[int]:
+        return [r["step"] for r in self.records]
+
+    @property
+    def parts(self) -> list[str]:
+        return list(dict.fromkeys(h["part"] for r in self.records for h in r["heads"]))
+
+    def shape(self, part=None) -> tuple[int, int]:
+        """``(layers, heads)`` of ``part`` (default: the first)."""
+        heads = [h for h in self.records[-1]["heads"] if h["part"] == (part or self.parts[0])]
+        return max(h["layer"] for h in heads) + 1, max(h["head"] for h in heads) + 1
+
+    def metric(self, name: str, part=None) -> np.ndarray:
+        """``[steps, layers, heads]`` of one head metric (``entropy``, ``sink_score``, ...); NaN where missing."""
+        part = part or self.parts[0]
+        n_layers, n_heads = self.shape(part)
+        out = np.full((len(self.records), n_layers, n_heads), np.nan, dtype=np.float32)
+        for i, record in enumerate(self.records):
+            for h in record["heads"]:
+                value = h["metrics"].get(name)
+                if h["part"] == part and h["layer"] < n_layers and h["head"] < n_heads and value is not None:
+                    out[i, h["layer"], h["head"]] = value
+        return out
+
+    def pattern_changes(self) -> list[dict]:
+        """Every head whose pattern or roles differ from the previous step: step, part, layer, head, before, after."""
+        changes, previous = [], {}
+        for record in self.records:
+            for h in record["heads"]:
+                key = (h["part"], h["layer"], h["head"])
+                now = (h["pattern"], tuple(role_names(h)))
+                if key in previous and previous[key] != now:
+                    changes.append({"step": record["step"], "part": key[0], "layer": key[1], "head": key[2],
+                                    "pattern_before": previous[key][0], "pattern_after": now[0],
+                                    "roles_before": list(previous[key][1]), "roles_after": list(now[1])})
+                previous[key] = now
+        return changes
+
+    def first_findings(self) -> list[dict]:
+        """Per finding code and part: the first step it appeared, its severity then, and its first error step."""
+        seen = {}
+        for record in self.records:
+            for f in record["findings"]:
+                entry = seen.setdefault((f["code"], f["part"]), {
+                    "code": f["code"], "part": f["part"], "first_step": record["step"], "severity": f["severity"],
+                    "first_error_step": None, "last_step": record["step"], "message": f["message"]})
+                entry["last_step"] = record["step"]
+                if f["severity"] == "error" and entry["first_error_step"] is None:
+                    entry["first_error_step"] = record["step"]
+        return sorted(seen.values(), key=lambda e: (e["first_step"], e["code"]))
+
+
+def read_log(path, allowed_roots=None) -> Timeline:
+    """The ``Timeline`` of the monitor log at ``path`` (under the allowed roots, as ``core.load_checkpoint``)."""
+    path = check_allowed(Path(path), resolve_roots(allowed_roots))
+    if not path.is_file():
+        raise InputError(f"{path.name} is not a file; give the .jsonl written by AttentionMonitor")
+    if path.stat().st_size > MAX_LOG_BYTES:
+        raise InputError(f"{path.name} is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
+    return parse_log(path.read_bytes())
+
+
+def parse_log(data) -> Timeline:
+    """The ``Timeline`` of a monitor log's text or bytes (an upload)."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_LOG_BYTES:
+            raise InputError(f"the log is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
+        data = data.decode("utf-8", errors="replace")
+    records = [_parse_line(line, n) for n, line in enumerate(str(data).splitlines(), 1) if line.strip()]
+    return _timeline(records)
+
+
+def _parse_line(line: str, number: int) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(f"line {number} of the log is not JSON ({err.msg}); give the .jsonl written by "
+                         "AttentionMonitor") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise InputError(f"line {number} of the log is not an AttnScope monitor record (schema {SCHEMA})")
+    if not isinstance(record.get("step"), int) or not isinstance(record.get("heads"), list):
+        raise InputError(f"line {number} of the log has no step or heads; the file is damaged")
+    record.setdefault("findings", [])
+    return record
+
+
+def _timeline(records: list[dict]) -> Timeline:
+    if not records:
+        raise InputError("the log holds no measurement yet; train past the monitor's first step")
+    by_step = {}
+    for record in records:  # a restarted run appends again: its later measurement of a step wins
+        by_step[record["step"]] = record
+    notes = [f"{len(records) - len(by_step)} repeated steps: the later measurement is shown"] \
+        if len(by_step) < len(records) else []
+    return Timeline([by_step[s] for s in sorted(by_step)], notes)
+
+
+def checkpoint_folders(folder, allowed_roots=None) -> list[tuple[int, Path]]:
+    """``[(step, path)]`` of the ``checkpoint-<step>`` folders of a Trainer output folder, by step."""
+    root = check_allowed(Path(folder), resolve_roots(allowed_roots))
+    if not root.is_dir():
+        raise InputError(f"{Path(folder).name} is not a folder; give the Trainer's output_dir")
+    found = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
+    if not found:
+        raise InputError(f"{Path(folder).name} has no checkpoint-<step> folders; give the Trainer's output_dir")
+    return found
+
+
+def from_checkpoints(folder, texts=None, progress=None, allowed_roots=None) -> Timeline:
+    """Diagnose every ``checkpoint-<step>/`` of ``folder`` (at most ``MAX_CHECKPOINTS``, sampled evenly)."""
+    import core
+    from diagnostics.diagnose import diagnose
+
+    tell = progress or (lambda fraction, message: None)
+    found = checkpoint_folders(folder, allowed_roots)
+    chosen = _sample(found, MAX_CHECKPOINTS)
+    notes = [f"{len(chosen)} of {len(found)} checkpoints, evenly spaced"] if len(chosen) < len(found) else []
+    records = []
+    for i, (step, path) in enumerate(chosen):
+        tell(i / len(chosen), f"checkpoint {step} ({i + 1}/{len(chosen)})")
+        loaded = core.load_checkpoint(path, allowed_roots=allowed_roots, device="cpu")
+        source = (loaded.model, loaded.tokenizer) if loaded.tokenizer is not None else loaded.model
+        records.append(record_of(diagnose(source, texts), step))
+        del loaded
+    tell(1.0, "done")
+    timeline = _timeline(records)
+    timeline.notes += notes
+    return timeline
+
+
+def _sample(items, limit):
+    if len(items) <= limit:
+        return items
+    picks = np.linspace(0, len(items) - 1, limit).round().astype(int)
+    return [items[i] for i in sorted(set(picks.tolist()))]

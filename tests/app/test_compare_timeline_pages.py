@@ -1,0 +1,102 @@
+"""The Compare and Timeline pages under AppTest: good input draws, bad input is one st.error, never an exception."""
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "app" / "streamlit_app.py"
+LOGS = ROOT / "docs" / "training"
+TIMEOUT = 180
+
+
+def _page(name: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page(f"app_pages/{name}.py").run()
+    return at
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def _built_in(at: AppTest, side: str, name: str) -> None:
+    at.radio(key=f"cmp_{side}_kind").set_value("Known model").run()
+    at.selectbox(key=f"cmp_{side}_known").set_value(name).run()
+
+
+def test_compare_demo_model_with_itself_draws_the_grid_and_three_maps():
+    at = _page("compare")
+    _built_in(at, "a", "demo-bert")
+    _built_in(at, "b", "demo-bert")
+    at.text_area(key="cmp_probes").set_value("The cat sat on the mat.")
+    at = at.button(key="cmp_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert at.metric[0].value == "0 / 16"  # heads changed
+    assert len(at.get("plotly_chart")) == 4  # distance grid + A, B, B − A
+    at.selectbox(key="cmp_probe").set_value(0)
+    at.session_state["cmp_layer"], at.session_state["cmp_head"] = 3, 2
+    at.run()
+    assert not at.exception and at.subheader[-1].value == "Layer 3, head 2"
+    assert {b.label for b in at.download_button} == {"Comparison (JSON)", "Comparison (Markdown)", "Comparison (HTML)"}
+
+
+def test_compare_folder_against_upload(bert_folder, bert_zip, monkeypatch):
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(bert_folder.parent))
+    at = _page("compare")
+    at.radio(key="cmp_a_kind").set_value("Local folder").run()
+    at.text_input(key="cmp_a_path").set_value(str(bert_folder))
+    at.file_uploader(key="cmp_b_upload_0").upload("tiny-bert.zip", bert_zip).run()
+    at = at.button(key="cmp_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert at.metric[0].value == "0 / 8"
+
+
+def test_compare_different_vocabularies_is_one_error():
+    at = _page("compare")
+    _built_in(at, "a", "demo-bert")
+    _built_in(at, "b", "demo-gpt2")
+    at = at.button(key="cmp_run").click().run()
+    assert not at.exception
+    errors = _errors(at)
+    assert len(errors) == 1 and ("vocabular" in errors[0] or "tokenizers differ" in errors[0]), errors
+    assert not at.get("plotly_chart")
+
+
+def test_timeline_shows_two_committed_logs_side_by_side():
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload")
+    uploader.upload("healthy.jsonl", (LOGS / "healthy.jsonl").read_bytes())
+    uploader.upload("qk_x10.jsonl", (LOGS / "qk_x10.jsonl").read_bytes()).run()
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert len(at.get("plotly_chart")) == 4  # per run: the heads × steps heatmap and the layer's lines
+    assert len(at.dataframe) >= 2
+    at.radio(key="tl_metric").set_value("sink_score").run()
+    at.selectbox(key="tl_layer").set_value(1).run()
+    assert not at.exception and not _errors(at)
+
+
+def test_timeline_path_outside_the_roots_is_one_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Monitor log paths").run()
+    at.text_area(key="tl_paths").set_value(str(LOGS / "healthy.jsonl"))
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception
+    assert len(_errors(at)) == 1 and "outside the folders" in _errors(at)[0]
+
+
+def test_timeline_diagnoses_a_folder_of_trainer_checkpoints(bert_folder, monkeypatch, tmp_path):
+    import shutil
+
+    for step in (10, 20):
+        shutil.copytree(bert_folder, tmp_path / f"checkpoint-{step}")
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Checkpoints folder").run()
+    at.text_input(key="tl_folder").set_value(str(tmp_path))
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert len(at.get("plotly_chart")) == 2  # one run: heatmap + lines

@@ -1,0 +1,54 @@
+"""``python -m diagnostics compare A B``: exit 0 when B adds no error finding, 1 when it does, 2 on bad input."""
+
+import json
+
+import pytest
+
+from broken_checkpoints import scale_qk, structured_bert, structured_gpt2
+from diagnostics import cli
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    return structured_bert(tmp_path_factory.mktemp("models") / "bert")
+
+
+def run_compare(a, b, tmp_path, *extra):
+    out = tmp_path / "compare.json"
+    status = cli.main(["compare", str(a), str(b), "--format", "json", "--out", str(out), "--quiet", *extra])
+    return status, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_same_model_exits_0_and_nothing_changed(bert_dir, tmp_path):
+    status, report = run_compare(bert_dir, bert_dir, tmp_path, "--text", "The cat sat on the mat.")
+    assert status == 0
+    assert report["schema"] == "attnscope.compare/1" and report["summary"]["changed"] == 0
+    assert all(h["js_distance"] < 1e-4 and not h["changed"] for h in report["heads"])
+
+
+@pytest.mark.slow
+def test_saturating_b_exits_1_and_names_the_new_error(bert_dir, tmp_path):
+    broken = scale_qk(bert_dir, tmp_path / "x30", 30.0)
+    status, report = run_compare(bert_dir, broken, tmp_path)
+    assert status == 1
+    assert "saturated_heads" in [f["code"] for f in report["findings"]["appeared"] if f["severity"] == "error"]
+    assert all(h["changed"] for h in report["heads"])
+    assert run_compare(broken, bert_dir, tmp_path)[0] == 0  # fixing it is no new error
+
+
+def test_bad_input_exits_2_with_one_line(bert_dir, tmp_path, capsys):
+    gpt2 = structured_gpt2(tmp_path / "gpt2")
+    assert run_compare(bert_dir, gpt2, tmp_path)[0] == 2
+    assert "different vocabularies" in capsys.readouterr().err
+    assert run_compare(bert_dir, tmp_path / "missing", tmp_path)[0] == 2
+    assert cli.main(["compare", str(bert_dir)]) == 2  # B missing
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "usage" in err
+
+
+@pytest.mark.parametrize("fmt, marker", [("markdown", "# AttnScope comparison"), ("html", "<!DOCTYPE html>")])
+def test_formats(bert_dir, tmp_path, fmt, marker):
+    out = tmp_path / f"compare.{fmt}"
+    assert cli.main(["compare", str(bert_dir), str(bert_dir), "--format", fmt, "--out", str(out), "--quiet",
+                     "--text", "A short probe."]) == 0
+    assert out.read_text().startswith(marker)

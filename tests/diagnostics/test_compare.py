@@ -1,0 +1,116 @@
+"""``diagnostics.compare``: a model against itself changes nothing, Q/K × 8 changes every head; streaming agrees."""
+
+import copy
+import importlib
+
+import pytest
+import torch
+
+from core.errors import InputError
+from diagnostics.compare import CHANGED_JS, LABEL_CHANGE_JS, compare, finding_changes, head_change
+from diagnostics.findings import Finding
+from diagnostics.reports.report import HeadReport
+from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+
+BUILDS = {"bert": (tiny_bert, wordpiece_tokenizer), "gpt2": (tiny_gpt2, bpe_tokenizer)}
+
+
+def qk_scaled(model, factor):
+    """A copy of ``model`` with every Q and K weight and bias multiplied by ``factor``."""
+    scaled = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in scaled.named_parameters():
+            if ".query." in name or ".key." in name:
+                p.mul_(factor)
+            elif "c_attn" in name:
+                width = p.shape[-1] // 3  # Conv1D columns Q | K | V
+                p[..., : 2 * width] *= factor
+    return scaled
+
+
+@pytest.mark.parametrize("arch", BUILDS)
+def test_a_model_against_itself_and_its_copy_changes_nothing(arch):
+    build, tok = BUILDS[arch]
+    model, tokenizer = build(), tok()
+    for other in (model, copy.deepcopy(model)):
+        report = compare((model, tokenizer), (other, tokenizer))
+        assert not report.changed and not report.appeared and not report.disappeared
+        assert max(h.js_distance for h in report.heads) < 1e-4
+        assert all(h.before == h.after for h in report.heads)
+
+
+@pytest.mark.parametrize("arch", BUILDS)
+def test_qk_times_8_changes_every_head(arch):
+    build, tok = BUILDS[arch]
+    model, tokenizer = build(), tok()
+    report = compare((model, tokenizer), (qk_scaled(model, 8.0), tokenizer))
+    assert len(report.changed) == len(report.heads) == 8
+    assert all("distance" in h.reasons and h.js_distance >= CHANGED_JS for h in report.heads)
+    assert all(h.entropy_delta < 0 for h in report.heads)  # larger scores: sharper rows
+    data = report.to_dict()
+    assert data["schema"] == "attnscope.compare/1" and data["summary"]["changed"] == 8
+    first = data["heads"][0]
+    assert {"layer", "head", "js_distance", "changed", "before", "after"} <= set(first)
+    assert {"pattern", "roles", "entropy", "sink_score"} <= set(first["before"])
+
+
+@pytest.mark.slow
+def test_long_probes_are_streamed_in_lockstep_and_agree_with_the_maps(monkeypatch):
+    model, tokenizer = tiny_gpt2(), bpe_tokenizer()
+    other = qk_scaled(model, 3.0)
+    texts = ["the quick brown fox jumps over the lazy dog " * 3, "attention is all you need, said the paper"]
+    from_maps = compare((model, tokenizer), (other, tokenizer), texts)
+    monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
+    streamed = compare((model, tokenizer), (other, tokenizer), texts)
+    assert streamed.streamed and not from_maps.streamed and not streamed.a.samples
+    for a, b in zip(from_maps.heads, streamed.heads):
+        assert a.js_distance == pytest.approx(b.js_distance, abs=1e-4)
+
+
+def test_different_vocabularies_are_one_line_errors():
+    bert, gpt2 = tiny_bert(), tiny_gpt2()
+    with pytest.raises(InputError, match="different vocabularies: A has 200 token embeddings, B has 300"):
+        compare((bert, wordpiece_tokenizer()), (gpt2, bpe_tokenizer()))
+    with pytest.raises(InputError, match="the tokenizers differ") as err:
+        compare((bert, wordpiece_tokenizer()), (bert, wordpiece_tokenizer(vocab_size=150)))
+    assert "\n" not in str(err.value)
+
+
+def _head(pattern="diffuse", roles=None):
+    head = HeadReport("self", 0, 1, pattern, 0.9, None, {"entropy": 0.5, "sink_score": 0.1})
+    if roles is not None:
+        head.roles = roles  # what issue 11's roles add; compare reads them generically
+    return head
+
+
+def test_pattern_and_role_changes_count_only_beyond_the_noise_floor():
+    assert head_change(_head("diffuse"), _head("sparse"), LABEL_CHANGE_JS / 2).changed is False
+    flipped = head_change(_head("diffuse"), _head("sparse"), LABEL_CHANGE_JS)
+    assert flipped.changed and flipped.reasons == ["pattern"]
+    roles = head_change(_head(roles=["sink"]), _head(roles=[{"role": "previous_token", "score": 0.8}]), LABEL_CHANGE_JS)
+    assert roles.reasons == ["roles"]
+    assert roles.before["roles"] == ["sink"] and roles.after["roles"] == ["previous_token"]
+
+
+def _finding(code, severity, part="self"):
+    return Finding(code, severity, [[0, 0]], "m", "s", {}, part)
+
+
+def test_findings_that_appear_worsen_or_disappear():
+    a = [_finding("diffuse_heads", "warning"), _finding("sink_heads", "info")]
+    b = [_finding("diffuse_heads", "error"), _finding("saturated_heads", "error")]
+    appeared, disappeared = finding_changes(a, b)
+    assert [f.code for f in appeared] == ["diffuse_heads", "saturated_heads"]
+    assert [f.code for f in disappeared] == ["sink_heads"]
+    assert finding_changes(b, b) == ([], [])
+
+
+def test_renderings_escape_names():
+    model, tokenizer = tiny_bert(), wordpiece_tokenizer()
+    report = compare((model, tokenizer), (qk_scaled(model, 8.0), tokenizer))
+    report.a.model["name"] = "<script>alert(1)</script>"
+    report.b.model["name"] = "[x](http://evil) *b*"
+    html, markdown = report.to_html(), report.to_markdown()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "[x](http" not in markdown and "\\[x\\]" in markdown
+    assert "L1H3" in markdown and "Changed heads" in html

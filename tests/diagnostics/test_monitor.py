@@ -1,0 +1,139 @@
+"""``AttentionMonitor``: saturation from the step Q/K are scaled and not before, modes restored, one line per
+measurement, main process only, warnings, TensorBoard when present, and the Trainer callback."""
+
+import importlib
+import json
+import logging
+import sys
+import types
+
+import pytest
+import torch
+
+from diagnostics.monitor import AttentionMonitor
+from tiny import bpe_tokenizer, tiny_gpt2
+
+PROBES = ["The quick brown fox jumps over the lazy dog.", "Attention is all you need, said the paper."]
+monitor_module = importlib.import_module("diagnostics.monitor")
+
+
+def scale_qk_(model, factor):
+    with torch.no_grad():
+        for block in model.h:
+            width = block.attn.c_attn.weight.shape[-1] // 3
+            block.attn.c_attn.weight[:, : 2 * width] *= factor
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def codes(record, severity="error"):
+    return {f["code"] for f in record["findings"] if f["severity"] == severity}
+
+
+def test_saturation_is_reported_from_the_step_qk_are_scaled_and_not_before(tmp_path):
+    model, log_path = tiny_gpt2().train(), tmp_path / "attention.jsonl"
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=log_path)
+    for step in range(5):
+        if step == 2:
+            scale_qk_(model, 100.0)  # init std 0.02 -> 2: scores of tens, near one-hot rows
+        monitor.on_step(model, step)
+    records = lines(log_path)
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    assert ["saturated_heads" in codes(r) for r in records] == [False, False, True, True, True]
+    head = records[0]["heads"][0]
+    assert {"layer", "head", "pattern", "confidence", "roles", "metrics"} <= set(head)
+    assert {"entropy", "sink_score"} <= set(head["metrics"]) and "diag_mass" not in head["metrics"]
+    assert all({"code", "severity", "heads", "message"} <= set(f) for f in records[2]["findings"])
+
+
+def test_measures_every_n_steps_without_gradients_and_restores_modes(tmp_path):
+    model = tiny_gpt2().train()
+    model.h[1].eval()  # a frozen block stays in eval mode
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=3, log_path=tmp_path / "log.jsonl")
+    measured = [step for step in range(7) if monitor.on_step(model, step) is not None]
+    assert measured == [0, 3, 6] and len(lines(tmp_path / "log.jsonl")) == 3
+    assert model.training and model.h[0].training and not model.h[1].training
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_only_the_main_process_writes(tmp_path, monkeypatch):
+    monkeypatch.setattr(monitor_module, "is_main_process", lambda: False)
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=tmp_path / "log.jsonl")
+    assert monitor.on_step(tiny_gpt2(), 0)["step"] == 0
+    assert not (tmp_path / "log.jsonl").exists()
+
+
+def test_is_main_process_asks_torch_distributed(monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    assert monitor_module.is_main_process() is False
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    assert monitor_module.is_main_process() is True
+
+
+def test_warns_once_when_an_error_appears_and_when_heads_stay_uniform(caplog):
+    model = tiny_gpt2().train()  # random init: every head near uniform
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, uniform_after=2)
+    with caplog.at_level(logging.WARNING, logger="attnscope.monitor"):
+        for step in range(5):
+            if step == 3:
+                scale_qk_(model, 100.0)
+            monitor.on_step(model, step)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len([w for w in warnings if "still near uniform" in w]) == 1
+    assert any("step 2" in w and "still near uniform" in w for w in warnings)
+    saturated = [w for w in warnings if "near one-hot" in w]
+    assert len(saturated) == 1 and "step 3" in saturated[0]
+
+
+def test_tensorboard_scalars_when_installed(monkeypatch, tmp_path, caplog):
+    written = []
+
+    class FakeWriter:
+        def __init__(self, log_dir):
+            self.log_dir = log_dir
+
+        def add_scalar(self, tag, value, step):
+            written.append((tag, value, step))
+
+        def flush(self):
+            pass
+
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = FakeWriter
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, tensorboard_dir=tmp_path)
+    monitor.on_step(tiny_gpt2(), 5)
+    tags = {tag for tag, _, step in written if step == 5}
+    assert "attention/entropy/L1H3" in tags and "attention/sink_score/L0H0" in tags
+    assert "attention/error_findings" in tags
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # not installed: an info line, no crash
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, tensorboard_dir=tmp_path)
+    with caplog.at_level(logging.INFO, logger="attnscope.monitor"):
+        assert monitor.on_step(tiny_gpt2(), 0) is not None
+    assert any("tensorboard is not installed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.slow
+def test_trainer_callback_writes_three_lines_on_three_steps(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    tokenizer = bpe_tokenizer()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_embd=32, n_layer=2, n_head=4, n_positions=64))
+    ids = tokenizer("The quick brown fox jumps over the lazy dog.")["input_ids"]
+    data = [{"input_ids": torch.tensor(ids), "labels": torch.tensor(ids)} for _ in range(6)]
+    monitor = AttentionMonitor(probes=PROBES, every=1, log_path=tmp_path / "attention.jsonl")
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=2,
+                             use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+                             disable_tqdm=True)
+    Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+            callbacks=[monitor.callback()]).train()
+    records = lines(tmp_path / "attention.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert model.training  # the Trainer's mode, as found

@@ -1,0 +1,84 @@
+"""``diagnostics.timeline``: monitor logs and Trainer checkpoint folders as metrics over steps, changes, findings."""
+
+import json
+
+import pytest
+import torch
+
+from core.errors import AttnScopeError, InputError
+from diagnostics.monitor import AttentionMonitor
+from diagnostics.timeline import checkpoint_folders, from_checkpoints, parse_log, read_log
+from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+
+PROBES = ["The quick brown fox jumps over the lazy dog."]
+
+
+@pytest.fixture(scope="module")
+def log_text(tmp_path_factory):
+    """A monitor log of 4 steps of a tiny GPT-2 whose Q/K are scaled × 100 at step 2."""
+    path = tmp_path_factory.mktemp("log") / "attention.jsonl"
+    model = tiny_gpt2()
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=path)
+    for step in range(4):
+        if step == 2:
+            with torch.no_grad():
+                for block in model.h:
+                    block.attn.c_attn.weight[:, :64] *= 100.0
+        monitor.on_step(model, step * 10)
+    return path.read_text()
+
+
+def test_log_gives_metrics_over_steps_pattern_changes_and_first_findings(log_text):
+    timeline = parse_log(log_text)
+    assert timeline.steps == [0, 10, 20, 30] and timeline.shape() == (2, 4)
+    entropy = timeline.metric("entropy")
+    assert entropy.shape == (4, 2, 4)
+    assert (entropy[:2] > 0.9).all() and (entropy[2:] < 0.1).all()
+    assert timeline.metric("sink_score").shape == (4, 2, 4)
+    changes = timeline.pattern_changes()
+    assert changes and {c["step"] for c in changes} == {20}
+    first = {f["code"]: f for f in timeline.first_findings()}
+    assert first["saturated_heads"]["first_step"] == 20 and first["saturated_heads"]["first_error_step"] == 20
+    assert first["diffuse_heads"]["first_step"] == 0 and first["diffuse_heads"]["last_step"] == 10
+
+
+def test_repeated_steps_keep_the_later_measurement(log_text):
+    lines = log_text.splitlines()
+    timeline = parse_log("\n".join(lines + [lines[0]]).encode())
+    assert timeline.steps == [0, 10, 20, 30] and "repeated" in timeline.notes[0]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not json\n", "line 1 of the log is not JSON"),
+    ('{"schema": "attnscope.report/1"}\n', "not an AttnScope monitor record"),
+    ("\n", "holds no measurement"),
+])
+def test_bad_logs_are_one_line_errors(text, message):
+    with pytest.raises(InputError, match=message):
+        parse_log(text)
+
+
+def test_read_log_stays_inside_the_allowed_roots(log_text, tmp_path):
+    path = tmp_path / "attention.jsonl"
+    path.write_text(log_text)
+    assert read_log(path, allowed_roots=[tmp_path]).steps == [0, 10, 20, 30]
+    with pytest.raises(AttnScopeError, match="outside the folders"):
+        read_log(path, allowed_roots=[tmp_path / "elsewhere"])
+
+
+def test_checkpoint_folders_are_diagnosed_in_step_order(tmp_path):
+    model, tokenizer = tiny_bert(), wordpiece_tokenizer()
+    for step in (20, 5):
+        folder = tmp_path / f"checkpoint-{step}"
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (tmp_path / "runs").mkdir()  # not a checkpoint
+    assert [s for s, _ in checkpoint_folders(tmp_path, allowed_roots=[tmp_path])] == [5, 20]
+    seen = []
+    timeline = from_checkpoints(tmp_path, texts=PROBES, allowed_roots=[tmp_path],
+                                progress=lambda fraction, message: seen.append(message))
+    assert timeline.steps == [5, 20] and timeline.shape() == (2, 4)
+    assert seen[0].startswith("checkpoint 5") and seen[-1] == "done"
+    with pytest.raises(InputError, match="no checkpoint-<step> folders"):
+        checkpoint_folders(tmp_path / "runs", allowed_roots=[tmp_path])
