@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import re
 
 import streamlit as st
 
 import core
+from app.plain import for_markdown
 
 log = logging.getLogger("attnscope.app")
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=^\"'&])")  # as app.plain.for_markdown
 
 
 def message(err: Exception) -> str:
@@ -22,10 +21,10 @@ def message(err: Exception) -> str:
     return f"Something went wrong ({type(err).__name__}: {first}). Try another input; details are in the server log."
 
 
-def as_plain_markdown(text: str) -> str:
-    """``text`` shown as the characters it holds: messages quote file names and paths a user chose."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
-
-
 def show(err: Exception) -> None:
-    st.error(as_plain_markdown(message(err)), icon="⚠️")
+    shown(message(err))
+
+
+def shown(text: str) -> None:
+    """An error line as plain text: messages quote file names and paths a user chose, which may hold markdown."""
+    st.error(for_markdown(text), icon="⚠️")

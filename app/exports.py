@@ -16,6 +16,15 @@ import torch
 LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th one
 
 
+def numbered(tokens: list[str]) -> list[str]:
+    """``"3 the"``: unique labels (a sentence repeats tokens), and none starts with a spreadsheet formula sign."""
+    return [f"{i} {t}" for i, t in enumerate(tokens)]
+
+
+def _mpl_text(text: str) -> str:
+    return text.replace("$", r"\$")  # matplotlib reads $…$ as math
+
+
 def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: str):
     import matplotlib
 
@@ -30,11 +39,11 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
     fig.colorbar(image, ax=ax, fraction=0.04)
     for axis, tokens, ticks in ((ax.xaxis, keys, ax.set_xticks), (ax.yaxis, queries, ax.set_yticks)):
         step = max(1, len(tokens) // LABELLED_TOKENS)
-        ticks(range(0, len(tokens), step), [tokens[i] for i in range(0, len(tokens), step)], fontsize=7)
+        ticks(range(0, len(tokens), step), [_mpl_text(tokens[i]) for i in range(0, len(tokens), step)], fontsize=7)
     ax.tick_params(axis="x", labelrotation=90)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(_mpl_text(title), fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -47,11 +56,11 @@ def image_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], titl
 
 
 def csv_text(weights: torch.Tensor, queries: list[str], keys: list[str]) -> str:
-    """One row per query: its token, then its weight on every key (header: key tokens)."""
+    """One row per query: its label, then its weight on every key (header: key labels, ``"3 the"``)."""
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["query \\ key", *keys])
-    for token, row in zip(queries, weights.tolist()):
+    writer.writerow(["query \\ key", *numbered(keys)])
+    for token, row in zip(numbered(queries), weights.tolist()):
         writer.writerow([token, *(f"{w:.6g}" for w in row)])
     return out.getvalue()
 

@@ -1,19 +1,25 @@
-"""The detail of one head, shared by Inspect and Diagnose: heatmap, metrics, head view, exports.
+"""The detail of one map, shared by Inspect and Diagnose: heading, heatmap, metrics, head view, exports.
 
-Every array transform comes from ``core.views`` and every number or word about
-a head from ``diagnostics``; this module only lays them out.
+A map is one of three views of a layer (``MODES``): the selected head, the
+average of the layer's heads, or the attention rollout up to it. Each view has
+its own heading and export names; only the selected head has a pattern badge
+and metrics. Every array transform comes from ``core.views`` (through the
+cached ``app.derived``) and every number or word about a head from
+``diagnostics``; this module only lays them out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import streamlit as st
 import torch
 
 import core
-from app import exports, plots
-from app.head_view import frame_height, head_view_html
+from app import derived, exports, plots
+from app.head_view import frame_height
+from app.names import file_stem
+from app.plain import for_markdown
 from core import views
 from diagnostics.texts import PATTERN_TEXTS
 
@@ -22,6 +28,7 @@ MODES = {"head": "Selected head", "average": "Layer average (all heads)",
 BADGES = {"diagonal": "blue", "block": "orange", "diffuse": "gray", "sparse": "green", "vertical": "violet"}
 ROLLOUT_NOTE = ("Rollout (Abnar & Zuidema 2020): per layer the heads are averaged, the identity is added for the "
                 "residual path, rows are renormalised, and the layers are multiplied up to this one.")
+AVERAGE_NOTE = "The mean of every head's map in this layer; no single head's pattern or metrics apply to it."
 
 
 @dataclass
@@ -29,13 +36,32 @@ class MapView:
     weights: torch.Tensor  # (q, k) as shown
     queries: list[str]
     keys: list[str]
-    title: str
-    notes: list[str]
+    mode: str  # a key of MODES
+    heading: str  # what the map shows, e.g. "Layer 2, head 5"
+    model: str  # the model's display name (never a server path)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return f"{self.model}: {self.heading}"
+
+    @property
+    def file_stem(self) -> str:
+        return file_stem(self.model, self.heading)
 
 
-def options_ui(prefix: str, result: core.AttentionResult) -> dict:
-    """Mode, special tokens and colour scale for the heatmap."""
-    cols = st.columns([2, 1, 1])
+def heading(mode: str, layer: int, head: int, n_heads: int) -> str:
+    """The heading a view shows above its map (and the base of its export names)."""
+    if mode == "average":
+        return f"Layer {layer}, average of {n_heads} heads"
+    if mode == "rollout":
+        return f"Attention rollout through layer {layer}"
+    return f"Layer {layer}, head {head}"
+
+
+def options_ui(prefix: str, result: core.AttentionResult, columns=None) -> dict:
+    """Mode, special tokens and colour scale for the heatmap (in ``columns`` when given: three of them)."""
+    cols = columns or st.columns([2, 1, 1])
     rollout_ok = result.attentions.shape[-1] == result.attentions.shape[-2]
     modes = [m for m in MODES if m != "rollout" or rollout_ok]
     mode = cols[0].radio("Show", modes, format_func=MODES.get, key=f"{prefix}mode", horizontal=True)
@@ -44,29 +70,20 @@ def options_ui(prefix: str, result: core.AttentionResult) -> dict:
     return {"mode": mode, "hide_special": hide, "log_scale": log}
 
 
-def build_view(result: core.AttentionResult, layer: int, head: int, options: dict) -> MapView:
+def build_view(result_id: str, result: core.AttentionResult, layer: int, head: int, options: dict,
+               model: str) -> MapView:
     """The map the options ask for, with the notes the page must state."""
-    mode, notes = options["mode"], []
-    if mode == "average":
-        weights = views.head_average(result.attentions[layer:layer + 1])[0]  # (q, k)
-        title = f"layer {layer}, mean of {result.n_heads} heads"
-    elif mode == "rollout":
-        weights = views.attention_rollout(result.attentions[:layer + 1])[-1]  # (t, t)
-        title, notes = f"attention rollout through layer {layer}", [ROLLOUT_NOTE]
-    else:
-        weights, title = result.attentions[layer, head], f"layer {layer}, head {head}"
-    queries, keys = list(result.tokens), list(result.keys)
+    mode = options["mode"]
+    weights, queries, keys, hidden = derived.view_map(result_id, mode, layer, head, options["hide_special"], result)
+    notes = {"average": [AVERAGE_NOTE], "rollout": [ROLLOUT_NOTE]}.get(mode, [])
     if options["hide_special"]:
-        hidden = {t for t, s in zip(result.tokens, result.special) if s}
-        hidden = sorted(hidden | {t for t, s in zip(result.keys, result.keys_special) if s})
-        weights, kept_q, kept_k = views.hide_positions(weights, result.special, result.keys_special)
-        queries, keys = [queries[i] for i in kept_q], [keys[i] for i in kept_k]
         if hidden:
-            notes.append(f"Special tokens hidden ({', '.join(hidden)}); each row is renormalised to sum to 1 "
+            shown = ", ".join(for_markdown(t) for t in hidden)  # an st.info note is markdown
+            notes.append(f"Special tokens hidden ({shown}); each row is renormalised to sum to 1 "
                          "over the remaining keys.")
         else:
             notes.append("This input has no special tokens; nothing was hidden.")
-    return MapView(weights, queries, keys, f"{result.model_name}: {title}", notes)
+    return MapView(weights, queries, keys, mode, heading(mode, layer, head, result.n_heads), model, notes)
 
 
 def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
@@ -99,30 +116,40 @@ def pattern_ui(pattern) -> None:
     st.markdown(f"{text.looks_like} {text.reading}\n\n**Suggestion:** {text.action}")
 
 
-def metrics_ui(m: dict, keys: list[str]) -> None:
-    """A head's metrics (``HeadMetrics.scalars()`` or a report's averaged ``HeadReport.metrics``)."""
+def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:
+    """A head's metrics (``HeadMetrics.scalars()`` or a report's averaged ``HeadReport.metrics``), ``per_row`` a row."""
     if not m:
         return
-    cols = st.columns(5)
+    cols = [col for _ in range(0, 5, per_row) for col in st.columns(per_row)]
     cols[0].metric("Entropy (0–1)", f"{m['entropy']:.2f}",
                    help="Mean row entropy / log(keys): 1 = uniform, 0 = one-hot")
     cols[1].metric("Confidence", f"{m['confidence']:.2f}", help="Mean of each row's largest weight")
     cols[2].metric(f"Offset {m['best_offset']:+d} mass", f"{m['best_offset_mass']:.2f}",
                    help="Mass on the best diagonal offset (+1 = next token)")
     sink = m.get("sink_token") or (keys[m["sink_key"]] if m.get("sink_key", len(keys)) < len(keys) else "?")
-    cols[3].metric("Sink score", f"{m['sink_score']:.2f}", help=f"Share drawn by the strongest key, {sink!r}")
+    cols[3].metric("Sink score", f"{m['sink_score']:.2f}",
+                   help=f"Share drawn by the strongest key, “{for_markdown(sink)}”")
     cols[4].metric("Mean distance", f"{m['mean_distance']:.1f}", help="Expected |query − key| in tokens")
 
 
-def head_view_ui(prefix: str, result: core.AttentionResult, layer: int, head: int) -> None:
-    page = head_view_html(result.attentions, list(result.tokens), list(result.keys), layer, head)
+def head_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int) -> None:
+    page = derived.head_view(result_id, layer, head, result)
     st.iframe(page, height=frame_height(result.tokens, result.keys))
 
 
+def export_info(view: MapView, layer: int, head: int, metrics: dict, pattern) -> dict:
+    """What the JSON export says about its map: the head, its metrics and pattern only for a head's own map."""
+    info = {"model": view.model, "view": view.mode, "heading": view.heading, "layer": layer}
+    if view.mode == "head":
+        info.update(head=head, metrics=metrics,
+                    pattern=None if pattern is None else {"label": plots.pattern_label(pattern),
+                                                          "confidence": pattern.confidence})
+    return info
+
+
 def exports_ui(prefix: str, view: MapView, info: dict) -> None:
-    """Download buttons; each file is made only when its button is clicked."""
-    w, q, k = view.weights, view.queries, view.keys
-    name = "".join(c if c.isalnum() or c in "-." else "_" for c in view.title)
+    """Download buttons named after the view; each file is made only when its button is clicked."""
+    w, q, k, name = view.weights, view.queries, view.keys, view.file_stem
     files = [("PNG", "png", "image/png", lambda: exports.image_bytes(w, q, k, view.title, "png")),
              ("SVG", "svg", "image/svg+xml", lambda: exports.image_bytes(w, q, k, view.title, "svg")),
              ("CSV", "csv", "text/csv", lambda: exports.csv_text(w, q, k)),

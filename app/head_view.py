@@ -12,10 +12,10 @@ links; click a head's swatch to show or hide it.
 from __future__ import annotations
 
 import html
-import json
 
 import torch
 
+from app.plain import json_for_html
 from core.views import top_links
 
 HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -37,14 +37,18 @@ function el(tag, attrs, text) {
   svg.appendChild(e); return e;
 }
 const lines = [];
-D.heads.forEach((h, hi) => {
+function drawHead(hi) {  // a head's lines are made when it is first shown: 12 heads x 512 tokens is 49k lines
+  const h = D.heads[hi];
+  if (h.drawn) return;
+  h.drawn = true;
   for (let i = 0; i < h.q.length; i++) {
     const l = el('line', {x1: X0 + 5, y1: 25 + R * h.q[i], x2: X1 - 5, y2: 25 + R * h.k[i], stroke: h.color,
                           'stroke-width': 1 + 3 * h.w[i], 'stroke-opacity': h.w[i], class: 'link'});
     lines.push({el: l, head: hi, q: h.q[i], k: h.k[i]});
   }
-});
+}
 function draw(focus) {
+  shown.forEach(drawHead);
   for (const l of lines) {
     const on = shown.has(l.head) && (!focus || (focus.side === 'q' ? l.q === focus.i : l.k === focus.i));
     l.el.style.display = on ? '' : 'none';
@@ -100,10 +104,16 @@ def head_view_data(attentions: torch.Tensor, queries: list[str], keys: list[str]
 
 def head_view_html(attentions: torch.Tensor, queries: list[str], keys: list[str], layer: int, head: int) -> str:
     """A self-contained HTML page (no external requests) showing the heads of ``layer``."""
-    data = head_view_data(attentions, queries, keys, layer, head)
+    return head_view_page(head_view_data(attentions, queries, keys, layer, head), layer, head)
+
+
+def head_view_page(data: dict, layer: int, head: int) -> str:
+    """The page of ``head_view_data`` (of any selected head) with ``head`` selected: no recomputation."""
+    data = {**data, "selected": head}
+    keys = data["keys"]
     limit = "every key" if data["top_k"] >= len(keys) else f"the {data['top_k']} strongest keys"
     caption = html.escape(f"Layer {layer}; lines show {limit} of each query (weight ≥ {MIN_WEIGHT}). Heads:")
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    payload = json_for_html(data)  # tokens are data: no "</script>" or "<!--" can end the script
     return _PAGE.format(caption=caption, data=payload, script=_SCRIPT)
 
 

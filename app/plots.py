@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 import torch
 from PIL import Image
 
+from app.plain import for_plotly
 from core.views import pool_map
 from diagnostics.texts import PATTERN_TEXTS
 
@@ -85,7 +86,8 @@ def _pattern_text(pattern) -> str:
     return "no label" if pattern is None else f"{pattern_label(pattern)} {pattern.confidence:.0%}"
 
 
-def overview_figure(sheet: bytes, patterns, shape: tuple[int, int], selected: tuple[int, int]) -> go.Figure:
+def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
+                    selected: tuple[int, int] | None = None) -> go.Figure:
     """The thumbnail sheet under one invisible marker per head: hover names it, a click selects it.
 
     ``patterns`` is ``[layers][heads]`` of ``HeadPattern`` or None; ``shape`` is
@@ -102,12 +104,15 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int], selected: tu
         textfont=dict(size=10, color=[label_color(label_at(l, h)) for l, h in cells]),
         marker=dict(symbol="square", size=36, color="rgba(0,0,0,0.01)"), hovertext=hover, hoverinfo="text",
     ))
-    layer, head = selected
+    shapes = []
+    if selected is not None:
+        layer, head = selected
+        shapes = [dict(type="rect", x0=head - 0.5, x1=head + 0.5, y0=row(layer) - 0.5, y1=row(layer) + 0.5,
+                       line=dict(color="#d62728", width=3, dash="dot"))]
     fig.update_layout(
         images=[dict(source=_data_uri(sheet), x=-0.5, y=n_layers - 0.5, sizex=n_heads, sizey=n_layers, xref="x",
                      yref="y", sizing="stretch", layer="below")],
-        shapes=[dict(type="rect", x0=head - 0.5, x1=head + 0.5, y0=row(layer) - 0.5, y1=row(layer) + 0.5,
-                     line=dict(color="#d62728", width=3, dash="dot"))],
+        shapes=shapes,
         width=TILE_PLOT_PX * n_heads + 50, height=TILE_PLOT_PX * n_layers + 50,  # square tiles
         margin=dict(l=40, r=10, t=40, b=10), showlegend=False, plot_bgcolor="white",
         hoverdistance=40, dragmode=False,
@@ -121,10 +126,14 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int], selected: tu
 
 
 def _axis_labels(tokens: list[str], block: int) -> list[str]:
-    """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled."""
+    """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled.
+
+    Tokens are escaped: plotly renders tags and entities in labels and hover text.
+    """
     if block == 1:
-        return [f"{i} {t}" for i, t in enumerate(tokens)]
-    return [f"{i}–{min(i + block, len(tokens)) - 1} {tokens[i]}…" for i in range(0, len(tokens), block)]
+        return [f"{i} {for_plotly(t)}" for i, t in enumerate(tokens)]
+    return [f"{i}–{min(i + block, len(tokens)) - 1} {for_plotly(tokens[i])}…"
+            for i in range(0, len(tokens), block)]
 
 
 def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], log_scale: bool = False,
@@ -144,12 +153,12 @@ def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], l
     fig.update_xaxes(type="category", title="key", tickangle=-60)
     fig.update_yaxes(type="category", title="query", autorange="reversed")
     side = min(900, 220 + 14 * len(heat["y"]))
-    fig.update_layout(title=title, height=side, margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_layout(title=for_plotly(title), height=side, margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
 
 def pattern_map_figure(patterns, selected: tuple[int, int] | None = None) -> go.Figure:
-    """Layers × heads, one square per head coloured by its pattern; a click selects a head."""
+    """Layers × heads as coloured squares: the Diagnose map when no attention maps were kept (streamed probes)."""
     n_layers, n_heads = len(patterns), len(patterns[0])
     size = max(10, min(34, 500 // max(n_heads, n_layers)))  # marker side in px
     fig = go.Figure()

@@ -1,10 +1,10 @@
 """The Diagnose page's results: summary, pattern counts, findings, head explorer, report downloads."""
 
-from pathlib import Path
-
 import streamlit as st
 
 from app import head_detail, plots
+from app.names import file_stem
+from app.plain import for_markdown
 from diagnostics.texts import PATTERN_TEXTS
 
 SEVERITY_BADGE = {"error": ":red-badge[:material/error: error]", "warning": ":orange-badge[:material/warning: warning]",
@@ -24,11 +24,11 @@ def report_ui(report, name: str = "", notes: list[str] = ()) -> None:
 
 def summary_ui(report, name: str, notes: list[str]) -> None:
     model = report.model
-    st.subheader(f"Report: {name or model.get('name', 'model')}")
+    st.subheader(f"Report: {for_markdown(name or model.get('name', 'model'))}")
     st.caption(", ".join(f"{k}: {model[k]}" for k in ("architecture", "layers", "heads", "parameters", "causal")
                          if k in model))
     for note in notes:
-        st.info(note)
+        st.info(for_markdown(note))
 
 
 def pattern_counts_ui(grid) -> None:
@@ -44,8 +44,8 @@ def findings_ui(report) -> None:
     for i, f in enumerate(report.findings):  # already most severe first
         heads = ", ".join(f"L{l}H{h}" for l, h in f.heads[:24]) + (" …" if len(f.heads) > 24 else "")
         with st.container(border=True, key=f"finding_{i}"):
-            st.markdown(f"{SEVERITY_BADGE.get(f.severity, f.severity)} **{f.title}** — {f.message}")
-            st.markdown(f"**Suggestion:** {f.suggestion}" + (f"  \nHeads: {heads}" if heads else ""))
+            st.markdown(f"{SEVERITY_BADGE.get(f.severity, f.severity)} **{f.title}** — {for_markdown(f.message)}")
+            st.markdown(f"**Suggestion:** {for_markdown(f.suggestion)}" + (f"  \nHeads: {heads}" if heads else ""))
 
 
 def _pick_from_map() -> None:
@@ -54,16 +54,47 @@ def _pick_from_map() -> None:
         st.session_state.diag_layer, st.session_state.diag_head = points[0]["customdata"]
 
 
+def report_key(report, part: str, sample: int = 0) -> str:
+    """Cache key of one report's map: a report lives in session state, so its id is stable while shown."""
+    return f"report/{id(report)}/{report.model.get('elapsed_s')}/{part}/{sample}"
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _thumbnails(key: str, _attentions, _labels) -> bytes:
+    return plots.thumbnail_sheet(_attentions, _labels)
+
+
+def pattern_map_ui(report, part: str, heads) -> None:
+    """The same thumbnails as Inspect's overview (on the first probe), or coloured squares without maps."""
+    shape = (len(heads), len(heads[0]))
+    if report.samples:
+        sample = report.samples[0].part(part) if part != "self" else report.samples[0]
+        labels = [[plots.pattern_label(h) for h in row] for row in heads]
+        sheet = _thumbnails(report_key(report, part), sample.attentions, labels)
+        figure = plots.overview_figure(sheet, heads, shape, None)  # a head switch reruns only the explorer
+        st.caption("Every head on the first probe text, framed in its pattern's colour (over all probes). "
+                   "Click a head to open it below.")
+    else:
+        figure = plots.pattern_map_figure(heads)
+        st.caption("Click a head in the pattern map to open it below.")
+    with st.container(key="pattern_map_box"):
+        st.plotly_chart(figure, key="pattern_map", on_select=_pick_from_map, selection_mode="points",
+                        width="content", config={"displayModeBar": False})
+
+
 def explorer_ui(report, part: str) -> None:
     st.subheader("Head explorer")
     heads = [[report.head(l, h, part) for h in range(len(row))] for l, row in enumerate(report.pattern_grid(part))]
     s = st.session_state
     s.diag_layer = min(s.get("diag_layer", 0), len(heads) - 1)
     s.diag_head = min(s.get("diag_head", 0), len(heads[0]) - 1)
-    st.caption("Click a head in the pattern map to open it below.")
-    with st.container(key="pattern_map_box"):
-        st.plotly_chart(plots.pattern_map_figure(heads, (s.diag_layer, s.diag_head)), key="pattern_map",
-                        on_select=_pick_from_map, selection_mode="points", config={"displayModeBar": False})
+    pattern_map_ui(report, part, heads)
+    head_ui(report, part, heads)
+
+
+@st.fragment
+def head_ui(report, part: str, heads) -> None:
+    """One head (or layer view) of one probe; a change here reruns only this."""
     cols = st.columns(3)
     layer = cols[0].selectbox("Layer", range(len(heads)), key="diag_layer")
     head = cols[1].selectbox("Head", range(len(heads[0])), key="diag_head")
@@ -76,16 +107,19 @@ def explorer_ui(report, part: str) -> None:
     sample = cols[2].selectbox("Probe text", range(len(report.samples)), format_func=lambda i: texts[i][:60],
                                key="diag_sample")
     result = report.samples[sample].part(part) if part != "self" else report.samples[sample]
-    head_detail.pattern_ui(heads[layer][head])
-    head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))
-    st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
     options = head_detail.options_ui("diag_", result)
-    view = head_detail.build_view(result, layer, head, options)
+    model = report.model.get("name", "model")
+    view = head_detail.build_view(report_key(report, part, sample), result, layer, head, options, model)
+    st.subheader(view.heading)
+    if view.mode == "head":
+        head_detail.pattern_ui(heads[layer][head])
+        head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))
+        st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
     head_detail.heatmap_ui("diag_", view, options["log_scale"])
 
 
 def downloads_ui(report, name: str) -> None:
-    name = Path(name or "model").name.split(",")[0].split(".")[0] or "model"
+    name = file_stem(name or report.model.get("name", "model"))
     files = [("Report (JSON)", "json", "application/json", report.to_json),
              ("Report (Markdown)", "md", "text/markdown", report.to_markdown),
              ("Report (HTML)", "html", "text/html", report.to_html)]

@@ -16,6 +16,7 @@ import streamlit as st
 
 import core
 from app import uploads
+from app.names import display_name, upload_name
 
 
 def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
@@ -30,7 +31,7 @@ def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
         return upload_ui(prefix)
     path = st.text_input("Model folder, archive, weights or .gguf file", key=f"{prefix}_path",
                          placeholder="/models/my-bert")
-    return (path.strip(), path.strip()) if path.strip() else None
+    return (path.strip(), display_name(path)) if path.strip() else None
 
 
 def upload_ui(prefix: str):
@@ -57,12 +58,12 @@ def upload_ui(prefix: str):
         return None
     names = ", ".join(staged.names)
     cols = st.columns([4, 1])
-    cols[0].text(f"Uploaded: {names} ({staged.size / 1e6:,.1f} MB)")
+    cols[0].text(f"Uploaded: {names} ({staged.size / 1e6:,.1f} MB)")  # st.text: file names stay plain text
     if cols[1].button("Clear", key=f"{prefix}_clear"):
         staged.remove()
         del s[staged_key]
         st.rerun()
-    return staged, names
+    return staged, upload_name(staged.names)  # the name shown: the file's, not the server's staging folder
 
 
 def load_source(inputs, n_heads: int | None = None, progress=None) -> core.LoadedCheckpoint:

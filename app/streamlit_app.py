@@ -20,8 +20,9 @@ import core  # noqa: E402,F401
 import diagnostics  # noqa: E402,F401
 
 PAGES = Path(__file__).parent / "app_pages"
+FAVICON = Path(__file__).parent / "static" / "favicon.png"  # a file: a ":material/…:" icon is fetched from Google
 
-st.set_page_config(page_title="AttnScope", page_icon=":material/visibility:", layout="wide")
+st.set_page_config(page_title="AttnScope", page_icon=str(FAVICON), layout="wide")
 navigation = st.navigation([
     st.Page(PAGES / "inspect.py", title="Inspect", icon=":material/search:", default=True),
     st.Page(PAGES / "diagnose.py", title="Diagnose", icon=":material/stethoscope:"),

@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (
     BartConfig, BartModel, BertConfig, BertModel, BertTokenizerFast, GPT2Config, GPT2Model,
-    GPT2TokenizerFast, T5Config, T5Model,
+    GPT2TokenizerFast, PreTrainedTokenizerFast, T5Config, T5Model,
 )
 
 CORPUS = [
@@ -49,6 +49,24 @@ def bpe_tokenizer(vocab_size: int = 300) -> GPT2TokenizerFast:
     tok.train_from_iterator(CORPUS, trainer)
     return GPT2TokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
                              unk_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=64)
+
+
+# Tokens that are markup: each must show as these characters, never as a link, a comment or bold text.
+MARKUP_TOKENS = ['<a href="http://127.0.0.1:9/phish">', "<!--", "</script>", "**bold**", "&amp;", ":red[x]",
+                 "<img src=x onerror=alert(1)>"]
+
+
+@lru_cache(maxsize=None)
+def markup_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer whose pieces are ``MARKUP_TOKENS``; texts join them with ``|``."""
+    vocab = {t: i for i, t in enumerate(SPECIALS + MARKUP_TOKENS + ["the", "cat"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split("|", behavior="removed")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
 
 
 def _seeded(build):

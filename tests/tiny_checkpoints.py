@@ -4,12 +4,19 @@ import io
 import zipfile
 from pathlib import Path
 
-from tiny import tiny_bert, wordpiece_tokenizer
+from tiny import markup_tokenizer, tiny_bert, wordpiece_tokenizer
 
 
 def save_tiny_bert(folder: Path) -> Path:
     tiny_bert().save_pretrained(folder)
     wordpiece_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def save_markup_bert(folder: Path) -> Path:
+    """A tiny BERT whose tokenizer's pieces are markup (``tiny.MARKUP_TOKENS``; join them with ``|``)."""
+    tiny_bert().save_pretrained(folder)
+    markup_tokenizer().save_pretrained(folder)
     return folder
 
 

@@ -30,6 +30,7 @@ def run(inputs, name, texts, n_heads) -> None:
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
         with stop_between_layers(checkpoint.model, should_stop):  # the session may end mid-probe
             report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)
+        report.model["name"] = name  # the upload's file or the folder's name, never the server's temp path
         st.session_state.report = report
         st.session_state.report_notes = checkpoint.notes
         st.session_state.report_name = name

@@ -62,7 +62,7 @@ def encode(
         batch = tokenizer(
             text, text_pair, return_special_tokens_mask=True, truncation=True, max_length=limit, return_tensors="pt"
         )
-    warnings = []
+    warnings = [] if text_pair is None else _pair_warnings(tokenizer, text, batch)
     if truncate:
         warnings.append(f"input has {full_length} tokens; {TRUNCATED} of {limit}")
     if batch["input_ids"].numel() == 0:
@@ -70,6 +70,19 @@ def encode(
     _check_vocab(batch["input_ids"], vocab_size)
     special = [bool(s) for s in batch["special_tokens_mask"][0].tolist()]
     return Encoded(batch["input_ids"], special, warnings)
+
+
+# The words of the warning for a pair joined without a separator (``AttentionResult.warnings``).
+PAIR_JOINED = "this tokenizer has no sentence-pair format"
+
+
+def _pair_warnings(tokenizer, text: str, batch) -> list[str]:
+    """A warning when the tokenizer marks no boundary between the two texts (GPT-2, Llama: decoder-only)."""
+    alone = tokenizer(text, return_special_tokens_mask=True)["special_tokens_mask"]
+    if int(batch["special_tokens_mask"].sum()) > sum(alone):
+        return []
+    return [f"{PAIR_JOINED}: the second sentence was appended right after the first, with no separator token "
+            "between them; add one to the text yourself if the model expects it"]
 
 
 def _check_vocab(input_ids: torch.Tensor, vocab_size: int | None) -> None:

@@ -1,21 +1,25 @@
 """Display strings for tokens, aligned one-to-one with the attention axes.
 
 Byte-level BPE (GPT-2, RoBERTa) marks a leading space with ``Ġ`` and a newline
-with ``Ċ``; SentencePiece (T5, Llama) marks a leading space with ``▁``. Those
-markers are turned into readable text; WordPiece's ``##`` continuation marker
-is kept because it tells the reader the piece joins the previous one.
+with ``Ċ``; SentencePiece (T5, Llama) marks a leading space with ``▁``. Both
+leading-space markers are shown as ``WORD_START`` ("▁cat"), so a word split in
+pieces reads "▁c at", not "c at": without it the reader cannot see where words
+begin. Newlines and tabs become ``⏎`` and ``⇥``. WordPiece (BERT) marks the
+other side, a continuation, with ``##``, which is kept as it is.
 """
 
 from __future__ import annotations
 
-_REPLACEMENTS = {"Ġ": " ", "Ċ": "⏎", "ĉ": "⇥", "▁": " ", "\n": "⏎", "\t": "⇥"}
+WORD_START = "▁"  # SentencePiece's own marker: the one readers of tokenizer output already know
+_REPLACEMENTS = {"Ġ": WORD_START, "▁": WORD_START, "Ċ": "⏎", "ĉ": "⇥", "\n": "⏎", "\t": "⇥"}
 
 
 def prettify_token(token: str) -> str:
     """Return a readable form of one raw tokenizer piece (never an empty string)."""
+    if not token:
+        return "∅"
     text = "".join(_REPLACEMENTS.get(ch, ch) for ch in token)
-    text = text.strip(" ") or ("␣" if token else "∅")
-    return text
+    return text if text.strip(WORD_START) else "␣" * len(text)  # a token of spaces only
 
 
 def display_tokens(tokenizer, token_ids: list[int]) -> list[str]:

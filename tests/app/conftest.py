@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_checkpoints import save_tiny_bart, save_tiny_bert, zip_folder
+from tiny_checkpoints import save_markup_bert, save_tiny_bart, save_tiny_bert, zip_folder
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,3 +34,8 @@ def bert_zip(bert_folder) -> bytes:
 @pytest.fixture(scope="session")
 def bart_folder(tmp_path_factory) -> Path:
     return save_tiny_bart(tmp_path_factory.mktemp("tiny-bart"))
+
+
+@pytest.fixture(scope="session")
+def markup_folder(tmp_path_factory) -> Path:
+    return save_markup_bert(tmp_path_factory.mktemp("markup-bert"))

@@ -1,5 +1,6 @@
 """Exports of one map: every format opens and holds the full-resolution weights."""
 
+import csv
 import io
 import json
 
@@ -25,9 +26,40 @@ def test_png_and_svg():
 def test_csv_npz_json_hold_every_weight():
     w = _weights()
     rows = exports.csv_text(w, TOKENS, TOKENS).strip().splitlines()
-    assert rows[0].split(",")[1:] == TOKENS and len(rows) == 5
+    header = rows[0].split(",")[1:]
+    assert header == ["0 [CLS]", "1 the", "2 the", "3 [SEP]"] and len(set(header)) == 4 and len(rows) == 5
     data = np.load(io.BytesIO(exports.npz_bytes(w, TOKENS, TOKENS)))
     np.testing.assert_allclose(data["weights"], w.numpy())
     assert data["key_tokens"].tolist() == TOKENS
     doc = json.loads(exports.json_text(w, TOKENS, TOKENS, {"layer": 0, "head": 1}))
     assert doc["head"] == 1 and np.allclose(doc["weights"], w.numpy(), atol=1e-6)
+
+
+def test_markup_and_formula_tokens_stay_text():
+    tokens = ["=cmd|' /C calc'!A0", "$x$", "<b>", "the"]
+    rows = list(csv.reader(io.StringIO(exports.csv_text(_weights(), tokens, tokens))))
+    assert rows[0][1] == "0 =cmd|' /C calc'!A0" and rows[1][0].startswith("0 ")  # no cell starts with "="
+    assert exports.image_bytes(_weights(), tokens, tokens, "cost $5 <b>", "svg")  # "$" is not read as math
+
+
+def test_layer_views_export_no_head_of_their_own():
+    from app.head_detail import MapView, export_info, heading
+
+    for mode in ("average", "rollout"):
+        view = MapView(_weights(), TOKENS, TOKENS, mode, heading(mode, 2, 5, 12), "demo-bert")
+        info = export_info(view, 2, 5, {"entropy": 0.5}, object())
+        assert "head" not in info and "metrics" not in info and "pattern" not in info, info
+        assert view.file_stem.startswith("demo-bert_") and "head-5" not in view.file_stem
+    view = MapView(_weights(), TOKENS, TOKENS, "head", heading("head", 2, 5, 12), "demo-bert")
+    assert export_info(view, 2, 5, {"entropy": 0.5}, None)["head"] == 5
+    assert view.file_stem == "demo-bert_Layer-2-head-5"
+
+
+def test_html_report_escapes_a_markup_model_name():
+    import tiny
+    from diagnostics.diagnose import diagnose
+
+    report = diagnose((tiny.tiny_bert(), tiny.wordpiece_tokenizer()), ["the quick brown fox"])
+    report.model["name"] = '<img src=x onerror=alert(1)>**x**.zip'
+    page = report.to_html()
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page

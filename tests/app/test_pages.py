@@ -27,6 +27,10 @@ def _charts(at: AppTest):
     return at.get("plotly_chart")
 
 
+def _headings(at: AppTest) -> list[str]:
+    return [h.value for h in at.subheader]
+
+
 def _errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error]
 
@@ -46,21 +50,60 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
     assert [m.label for m in at.metric][:2] == ["Entropy (0–1)", "Confidence"]
     assert any("Pattern:" in m.value for m in at.markdown)
     assert len(at.get("iframe")) == 1  # the head view
-    assert {b.label for b in at.download_button} == {"PNG", "SVG", "CSV", "NPZ", "JSON"}
+    at.segmented_control(key="inspect_extra_view").set_value("BertViz model view").run()
+    assert not at.exception and not _errors(at)
+    frame = at.get("iframe")[0].proto.srcdoc
+    assert "/app/static/js/d3-5.7.0.min.js" in frame and "cdnjs" not in frame
+    at.segmented_control(key="inspect_extra_view").set_value("BertViz neuron view").run()
+    assert not at.exception and not _errors(at)
+    assert "bertviz_params" in at.get("iframe")[0].proto.srcdoc and "cdnjs" not in at.get("iframe")[0].proto.srcdoc
+    assert {b.label for b in at.download_button} == {"PNG", "SVG", "CSV", "NPZ", "JSON",
+                                                     "Save this view (standalone HTML)"}
 
 
 def test_inspect_switch_head_and_options(bert_folder):
     at = _inspect(_app(), str(bert_folder))
     at.selectbox(key="layer").set_value(1)
     at.selectbox(key="head").set_value(3).run()
-    assert at.subheader[-1].value == "Layer 1, head 3"
+    assert _headings(at)[0] == "Layer 1, head 3"
+    assert at.metric and any("Pattern:" in m.value for m in at.markdown)
     at.checkbox(key="inspect_hide_special").check().run()
     assert any("renormalised" in i.value for i in at.info)
-    for mode in ("average", "rollout"):
+    for mode, heading in (("average", "Layer 1, average of 4 heads"), ("rollout", "Attention rollout through layer 1")):
         at.radio(key="inspect_mode").set_value(mode).run()
         assert not at.exception and not _errors(at)
+        assert _headings(at)[0] == heading  # the view says what it shows ...
+        assert not at.metric and not any("Pattern:" in m.value for m in at.markdown)  # ... and no head's numbers
+        assert f"{mode}" in at.info[0].value.lower() or "mean" in at.info[0].value.lower()
     at.checkbox(key="inspect_log_scale").check().run()
     assert not at.exception and len(_charts(at)) == 2
+
+
+def test_inspect_text_over_the_limit_says_so_and_runs_nothing(bert_folder):
+    at = _inspect(_app(), str(bert_folder), text="word " * 2000)
+    assert not at.exception
+    assert any("over the limit of 5,000" in e for e in _errors(at)), _errors(at)
+    assert not _charts(at)  # not the previous text's attention, as if nothing happened
+    at.text_area(key="text").set_value("Short again.")
+    at.button(key="run").click().run()
+    assert not _errors(at) and len(_charts(at)) == 2
+
+
+def test_inspect_names_the_model_by_its_folder_not_its_path(bert_folder):
+    at = _inspect(_app(), str(bert_folder))
+    title = at.get("plotly_chart")[0].proto.spec
+    assert bert_folder.name in title and str(bert_folder.parent) not in title
+
+
+def test_inspect_markup_tokens_are_text(markup_folder):
+    from tiny import MARKUP_TOKENS
+
+    at = _inspect(_app(), str(markup_folder), text="|".join(MARKUP_TOKENS))
+    assert not at.exception and not _errors(at), _errors(at)
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert "<a href" not in spec and "&lt;a href" in spec and "<img" not in spec
+    page = at.get("iframe")[0].proto.srcdoc
+    assert "<!--" not in page.split("<script")[1]  # the head view's data holds the tokens escaped
 
 
 def test_inspect_encoder_decoder_parts(bart_folder):
@@ -175,3 +218,20 @@ def test_inspect_local_gguf_file(tmp_path, monkeypatch):
     at = _inspect(_app(), str(write_gpt2_gguf(tmp_path / "tiny.gguf")))
     assert not at.exception and not _errors(at), _errors(at)
     assert len(_charts(at)) == 2
+
+
+def test_long_map_is_pooled_with_a_zoom_slider():
+    def page():
+        import torch
+
+        from app import head_detail
+
+        weights = torch.softmax(torch.randn(300, 300), -1)  # (q, k): more than plots.MAX_CELLS per side
+        tokens = [f"t{i}" for i in range(300)]
+        view = head_detail.MapView(weights, tokens, tokens, "head", "Layer 0, head 0", "m")
+        head_detail.heatmap_ui("t_", view, log_scale=False)
+
+    at = AppTest.from_function(page, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    assert at.slider(key="t_window").value == (0, 300)
+    assert any("largest weight of a 3×3 block" in c.value for c in at.caption)

@@ -33,3 +33,25 @@ def test_views_at_512_tokens_stay_under_budget():
 def test_heatmap_hover_labels_are_unique_even_for_repeated_tokens():
     fig = plots.heatmap_figure(torch.full((3, 3), 1 / 3), ["the", "the", "the"], ["the", "the", "the"])
     assert len(set(fig.data[0].x)) == 3 and len(set(fig.data[0].y)) == 3
+
+
+def test_bertviz_model_view_is_bounded_and_says_what_it_left_out():
+    from app import bertviz_view
+
+    attn = _attention()
+    tokens = [f"token{i % 97}" for i in range(TOKENS)]
+    page = bertviz_view.model_view_page(attn, tokens, tokens, list(range(LAYERS)), list(range(HEADS)))
+    assert len(page.html.encode()) <= BUDGET + 50_000  # the data within 5 MB, plus bertviz's own script
+    assert page.layers and page.heads and page.note  # random maps are the worst case: not every layer fits
+    small = bertviz_view.model_view_page(attn[:, :, :16, :16], tokens[:16], tokens[:16], [0, 3], [1, 2])
+    assert (small.layers, small.heads, small.note) == ([0, 3], [1, 2], "")
+
+
+def test_bertviz_rows_hold_the_nonzero_percent_of_each_weight():
+    import json
+
+    from app.bertviz_view import _map_json
+
+    weights = torch.tensor([[0.5, 0.004, 0.496], [0.0, 1.0, 0.0]])
+    rows = json.loads(_map_json(weights))
+    assert rows == [[0, 50, 2, 50], [1, 100]]  # key, percent; weights under 0.005 left out

@@ -206,4 +206,4 @@ def test_an_upload_name_in_an_error_is_plain_text():
     at.switch_page("app_pages/diagnose.py").run()
     at = _upload_and_run(at, "[click](javascript:alert) **x**.zip", b"not a zip")
     [raw] = [e.value for e in at.error]
-    assert r"\[click\]\(javascript\:alert\) \*\*x\*\*\.zip is not a readable zip" in raw
+    assert r"\[click\]\(javascript\:alert\) \*\*x\*\*.zip is not a readable zip" in raw  # app.plain.for_markdown

@@ -11,6 +11,9 @@ from core import (
     AttnScopeTransformer, ExtractionError, InputError, TINY_PRESETS, extract_attention, extract_module_attention,
 )
 
+from core.extraction.encode import PAIR_JOINED
+from core.extraction.tokens import prettify_token
+
 TEXT = "The quick brown fox jumps over the lazy dog."
 
 
@@ -54,6 +57,20 @@ def test_special_tokens_flagged_and_pair_text():
 def test_byte_level_markers_prettified():
     result = extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), "the fox the dog")
     assert not any("Ġ" in t for t in result.tokens)
+    assert "▁the" in result.tokens  # a word after a space shows where it starts
+
+
+def test_pair_on_a_decoder_only_model_says_how_it_was_joined():
+    gpt2 = extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), "the fox", text_pair="the dog")
+    assert any(PAIR_JOINED in w for w in gpt2.warnings)
+    bert = extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), "the fox", text_pair="the dog")
+    assert not any(PAIR_JOINED in w for w in bert.warnings)  # [SEP] marks the boundary
+
+
+@pytest.mark.parametrize(("raw", "shown"), [("Ġcat", "▁cat"), ("▁cat", "▁cat"), ("cat", "cat"), ("##at", "##at"),
+                                            ("Ġ", "␣"), ("Ċ", "⏎"), ("", "∅"), ("<a href=x>", "<a href=x>")])
+def test_prettify_token_marks_word_starts(raw, shown):
+    assert prettify_token(raw) == shown
 
 
 @pytest.mark.parametrize("build", [tiny.tiny_bart, tiny.tiny_t5])

@@ -81,7 +81,7 @@ def test_smollm2_loads_offline_by_hub_id_from_its_gguf(smollm2):
     result = core.extract_attention(model, tokenizer, TEXT)
     assert result.model_name == SMOLLM2 and result.causal
     assert result.attentions.shape == (30, 9, 11, 11)
-    assert result.tokens[:3] == ["The", "cat", "sat"]  # the tokenizer from the GGUF file
+    assert result.tokens[:3] == ["The", "▁cat", "▁sat"]  # the tokenizer from the GGUF file; ▁ marks a word start
     assert_not_uniform(result)
 
 

@@ -1,0 +1,83 @@
+"""BertViz's model view in the app: pick layers and heads, see them, save them as one offline HTML file."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import core
+from app import cache
+from app.bertviz_view import MAX_BYTES, model_view_page, neuron_view_page
+from app.names import file_stem
+from core.extraction.query_key import query_key_vectors, reproduces, supports_neuron_view
+
+FRAME_PX = 280  # frame height per layer shown (bertviz draws one row of thumbnails per layer)
+MAX_FRAME_PX = 900
+
+
+@st.cache_data(max_entries=16, show_spinner="Drawing the BertViz model view…")
+def _page(result_id: str, layers: tuple[int, ...], heads: tuple[int, ...], title: str, inline: bool,
+          _result: core.AttentionResult):
+    return model_view_page(_result.attentions, list(_result.tokens), list(_result.keys), list(layers), list(heads),
+                           title, inline)
+
+
+def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int,
+                  model: str) -> None:
+    """Layers default to the selected one, heads to all of them; the page holds what fits in ``MAX_BYTES``."""
+    cols = st.columns(2)
+    layers = cols[0].multiselect("Layers", range(result.n_layers), default=[layer], key=f"{prefix}bv_layers")
+    heads = cols[1].multiselect("Heads", range(result.n_heads), default=list(range(result.n_heads)),
+                                key=f"{prefix}bv_heads")
+    if not layers or not heads:
+        st.info("Choose at least one layer and one head.")
+        return
+    layers, heads = tuple(sorted(layers)), tuple(sorted(heads))
+    page = _page(result_id, layers, heads, f"{model}: BertViz model view", False, result)
+    st.caption("BertViz (Vig 2019): one thumbnail per layer × head; click a thumbnail to enlarge it. "
+               f"Weights rounded to whole percent; the view holds at most {MAX_BYTES / 1e6:g} MB of weights.")
+    if page.note:
+        st.info(page.note)
+    st.iframe(page.html, height=min(MAX_FRAME_PX, 60 + FRAME_PX * len(page.layers)))
+    name = file_stem(model, "bertviz-model-view", "layers", "-".join(map(str, page.layers)))
+    st.download_button("Save this view (standalone HTML)",
+                       lambda: _page(result_id, tuple(page.layers), tuple(page.heads),
+                                     f"{model}: BertViz model view", True, result).html,
+                       file_name=f"{name}.html", mime="text/html", key=f"{prefix}bv_export", on_click="ignore")
+
+
+NOT_SUPPORTED = ("BertViz's neuron view needs BERT-style query and key layers whose scaled dot product is the "
+                 "score (BERT, RoBERTa, ELECTRA, MiniLM); this model's attention is computed differently.")
+
+
+@st.cache_data(max_entries=16, show_spinner="Reading the query and key vectors…")
+def _neuron_page(result_id: str, source: str, layer: int, head: int, title: str, inline: bool,
+                 _result: core.AttentionResult) -> str | None:
+    """The page, or None when q·k does not give the head's attention (a rotation or bias was added)."""
+    loaded = cache.load_model(source)
+    with loaded.lock:
+        queries, keys = query_key_vectors(loaded.model, _result.token_ids, layer, head)  # (t, d) each
+    if not reproduces(queries, keys, _result.attentions[layer, head], _result.causal):
+        return None
+    return neuron_view_page(_result.attentions[layer, head], queries, keys, list(_result.tokens),
+                            list(_result.keys), _result.causal, title, inline)
+
+
+def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int, model: str,
+                   source: str) -> None:
+    """The selected head's query and key vectors meeting (BERT-family models only)."""
+    loaded = cache.load_model(source)
+    if result.encoder is not None or not supports_neuron_view(loaded.model):
+        st.info(NOT_SUPPORTED)
+        return
+    title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
+    page = _neuron_page(result_id, source, layer, head, title, False, result)
+    if page is None:
+        st.info(NOT_SUPPORTED)
+        return
+    st.caption(f"BertViz neuron view of layer {layer}, head {head}: hover a query token to see its query vector "
+               "meet every key vector (elementwise product, dot product, softmax).")
+    st.iframe(page, height=min(900, 120 + 26 * len(result.tokens)))
+    name = file_stem(model, "bertviz-neuron-view", f"layer-{layer}", f"head-{head}")
+    st.download_button("Save this view (standalone HTML)",
+                       lambda: _neuron_page(result_id, source, layer, head, title, True, result),
+                       file_name=f"{name}.html", mime="text/html", key=f"{prefix}nv_export", on_click="ignore")

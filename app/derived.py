@@ -1,0 +1,68 @@
+"""Arrays and pages derived from a cached attention result, cached per session-independent key.
+
+A head switch or a view switch recomputes only what it shows: each function is
+cached by the result id (the result itself, ``_result``, is not hashed), so a
+rollout, every head's metrics or a layer's head-view links are computed once
+per result and reused by every later rerun and every session. Small arrays go
+through ``st.cache_data``; the every-head table and the head-view links, read
+on every rerun and never mutated, through ``st.cache_resource`` (no copy).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+
+import core
+import diagnostics.classify.patterns as patterns
+from app.head_view import head_view_data, head_view_page
+from core import views
+from diagnostics.measure.metrics import head_metrics
+
+
+@st.cache_resource(max_entries=4, show_spinner="Computing the attention rollout…")  # read-only
+def rollouts(result_id: str, _result: core.AttentionResult):
+    """The rollout through every layer ``(L, t, t)``, in one pass: each layer's is a step of the next one's."""
+    return views.attention_rollout(_result.attentions)  # (L, t, t)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: bool, _result: core.AttentionResult):
+    """``(weights (q, k), queries, keys, hidden special tokens)`` of one view of one layer."""
+    if mode == "average":
+        weights = views.head_average(_result.attentions[layer:layer + 1])[0]  # (q, k)
+    elif mode == "rollout":
+        weights = rollouts(result_id, _result)[layer]  # (t, t)
+    else:
+        weights = _result.attentions[layer, head]  # (q, k)
+    queries, keys, hidden = list(_result.tokens), list(_result.keys), []
+    if hide_special:
+        hidden = {t for t, s in zip(_result.tokens, _result.special) if s}
+        hidden = sorted(hidden | {t for t, s in zip(_result.keys, _result.keys_special) if s})
+        weights, kept_q, kept_k = views.hide_positions(weights, _result.special, _result.keys_special)
+        queries, keys = [queries[i] for i in kept_q], [keys[i] for i in kept_k]
+    return weights.clone(), queries, keys, hidden  # a copy: a view would pickle the whole result's storage
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)  # read-only: no copy per rerun
+def _head_view_links(result_id: str, layer: int, _result: core.AttentionResult) -> dict:
+    return head_view_data(_result.attentions, list(_result.tokens), list(_result.keys), layer, 0)
+
+
+def head_view(result_id: str, layer: int, head: int, result: core.AttentionResult) -> str:
+    """The offline head view of ``layer`` with ``head`` selected; the links of a layer are computed once."""
+    return head_view_page(_head_view_links(result_id, layer, result), layer, head)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Measuring every head…")  # read-only: no copy per rerun
+def head_table(result_id: str, _result: core.AttentionResult):
+    """``(patterns [layers][heads], metrics [layers][heads] of dicts)`` of every head, measured in one pass.
+
+    None when the maps cannot be measured (more queries than keys: cross-attention).
+    """
+    attn = _result.attentions  # (L, H, q, k)
+    if attn.shape[-2] > attn.shape[-1]:
+        return None
+    m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
+    scalars = [[m[layer, head].scalars() for head in range(attn.shape[1])] for layer in range(attn.shape[0])]
+    return patterns.classify_metrics(m), scalars

@@ -1,0 +1,39 @@
+"""Tokens, file names and model names as plain text, wherever the app shows them.
+
+A tokenizer's pieces and an upload's file name are user data: ``<a href=…>``
+in a plotly label becomes a link, ``<!--`` in a page's inline JSON ends the
+script, ``**bold**`` in ``st.markdown`` is bold. Each helper here makes a string
+show as the characters it holds in one rendering context.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+# Characters that make markup anywhere in a line; ":" only before a non-space (":red[", ":material/…:", ":smile:").
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#|<>~$&]|:(?=\S))")
+_LINE_START = re.compile(r"^(\s*)([-+=>])")  # a list, quote or heading underline if it began a line
+_NUMBERED = re.compile(r"^(\s*\d+)([.)])")  # "1." would start a numbered list
+
+
+def for_plotly(text: str) -> str:
+    """Text for plotly labels, titles and hover: plotly renders a subset of HTML (links, tags, entities)."""
+    return html.escape(str(text), quote=False)
+
+
+def for_markdown(text: str) -> str:
+    """Text for ``st.markdown`` and friends (titles, help, alerts): markdown metacharacters escaped.
+
+    ``:`` before a non-space is escaped too, so ``:red[…]`` and ``:material/…:`` directives stay text;
+    ``.``, ``-`` and ``+`` only where they would start a list. Newlines become spaces (one line).
+    """
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", str(text).replace("\n", " "))
+    return _NUMBERED.sub(r"\1\\\2", _LINE_START.sub(r"\1\\\2", text))
+
+
+def json_for_html(data) -> str:
+    """JSON safe inside ``<script>``: ``<``, ``>`` and ``&`` as ``\\u`` escapes, so no ``</script>`` or ``<!--``."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

