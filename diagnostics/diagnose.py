@@ -27,15 +27,20 @@ from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
 from core.errors import InputError
 from core.extraction.streaming import can_stream
-from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, note, sort_findings
+from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, cap_severity, note, sort_findings
 from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
-from diagnostics.classify.roles import head_roles, repeated_scores, role_scores
-from diagnostics.probes import RANDOM_PROBES, RepeatedProbe, as_probes, random_probe, repeated_probe
+from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
+from diagnostics.probes import (
+    MIN_COVERAGE, RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, as_probes, probe_coverage, random_probe,
+    repeated_probe, vocabulary_probe,
+)
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
 from diagnostics.measure.row_stats import OFFSETS
 from diagnostics.streaming import stream_statistics
+from diagnostics.weights.head_weights import attention_weights
+from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import check_weights
 
 SCALAR_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance",
@@ -83,31 +88,36 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     tell = progress or (lambda fraction, message: None)
     tell(0.0, "loading the model")
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
-    probes = as_probes(texts) if tokenizer is not None else []
-    streamed = _streams(model, tokenizer, probes, stream)
-    if streamed:
-        results = [_stream_probe(model, tokenizer, probe, i, len(probes), tell) for i, probe in enumerate(probes)]
-        samples, parts, notes = [], {"self": [_measured(r) for r in results]}, []
-    else:
-        samples, notes = _run_probes(model, tokenizer, probes, tell)
-        results = samples
-        tell(0.85, "measuring heads")
-        parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
+    probes, unfit, fit_notes = _fitting_probes(tokenizer, texts)
+    streamed = not (unfit and texts is None) and _streams(model, tokenizer, probes, stream)
+    layers = attention_weights(model)
+    with record_qk_norms(layers) as norms:  # the queries and keys the probes produce, for the weight checks
+        if streamed:
+            results = [_stream_probe(model, tokenizer, probe, i, len(probes), tell) for i, probe in enumerate(probes)]
+            samples, parts, notes = [], {"self": [_measured(r) for r in results]}, []
+        else:
+            samples, notes = _run_probes(model, tokenizer, probes, tell, vocabulary=unfit and texts is None)
+            results = samples
+            tell(0.85, "measuring heads")
+            parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
+    # After the recording: the bound is about the inputs the model reads, and the repeated probe's random tokens
+    # include ones no text uses ([unused*] among MiniLM's; with them its bound reaches 127.7, on its texts 47.0).
     repeated = _repeated(model, tokenizer, tell)
-    heads, findings = [], notes + _truncation_notes(results)
+    heads, findings = [], fit_notes + notes + _truncation_notes(results)
     for part, measured in parts.items():
         part_heads, part_findings = diagnose_part(part, measured, repeated if part == "self" else None)
         heads += part_heads
-        findings += part_findings
+        findings += cap_severity(part_findings) if unfit and texts is not None else part_findings
     tell(0.95, "checking weights")
-    weight_findings, weight_numbers = check_weights(model)
+    weight_findings, weight_numbers = check_weights(model, norms, layers)
     for head in heads:
         head.metrics.update(weight_numbers.get((head.part, head.layer, head.head), {}))
     summary = _model_summary(model, tokenizer, name, parts, weight_numbers, time.perf_counter() - start)
     summary["streamed"] = streamed
     tell(1.0, "done")
+    vocabulary = samples[len(probes):] if tokenizer is not None else []  # in-vocabulary probes, if any
     return Report(summary, heads, sort_findings(findings + weight_findings), samples,
-                  [p.to_dict() for p in probes])
+                  [p.to_dict() for p in probes] + [_ids_probe(r) for r in vocabulary])
 
 
 def _resolve(source, device, n_heads=None, progress=None):
@@ -129,19 +139,54 @@ def _name(model):
     return getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__
 
 
-def _run_probes(model, tokenizer, probes, tell):
-    """``(samples, notes)``: one ``AttentionResult`` per probe; random-id probes without a tokenizer."""
+def _fitting_probes(tokenizer, texts):
+    """``(probes, unfit, notes)``: the probes to run, whether some did not fit the vocabulary, and a note saying so.
+
+    Default probes below ``probes.MIN_COVERAGE`` are dropped (``_run_probes`` adds in-vocabulary probes in their
+    place); the caller's own texts are kept, and the findings they give are capped at "warning".
+    """
+    if tokenizer is None:
+        return [], False, []
+    probes = as_probes(texts)
+    coverage = [probe_coverage(tokenizer, p) for p in probes]
+    low = [c for c in coverage if c < MIN_COVERAGE]
+    if not low:
+        return probes, False, []
+    if texts is None:
+        probes = [p for p, c in zip(probes, coverage) if c >= MIN_COVERAGE]
+        action = f"they were replaced by {VOCABULARY_PROBES} sequences of random in-vocabulary tokens"
+    else:
+        action = "they were kept, and no finding from them is called an error"
+    detail = (f"{len(low)} of {len(coverage)} probes have fewer than {MIN_COVERAGE:.0%} of their tokens in the "
+              f"vocabulary (lowest {min(low):.0%}); {action}")
+    return probes, True, [note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage],
+                               threshold=MIN_COVERAGE)]
+
+
+def _run_probes(model, tokenizer, probes, tell, vocabulary=False):
+    """``(samples, notes)``: one ``AttentionResult`` per probe, then ``VOCABULARY_PROBES`` in-vocabulary ones
+    if ``vocabulary``; random-id probes without a tokenizer."""
     if tokenizer is not None:
         samples = []
         for i, probe in enumerate(probes):
             tell(0.05 + 0.8 * i / len(probes), f"probe {i + 1}/{len(probes)}")
             samples.append(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
+        if vocabulary:  # seeds from 1: seed 0 draws the repeated-sequence probe's tokens
+            try:
+                samples += [vocabulary_probe(model, tokenizer, seed) for seed in range(1, VOCABULARY_PROBES + 1)]
+            except core.ExtractionError as err:
+                return samples, [note("probes_unfit", detail=f"no in-vocabulary probe could run either ({err})")]
         return samples, []
     try:
         samples = [random_probe(model, seed) for seed in range(RANDOM_PROBES)]
     except core.ExtractionError as err:
         return [], [note("no_tokenizer", detail=f"only the weights were checked ({err})")]
     return samples, [note("no_tokenizer", detail="probed with random token ids; text views are unavailable")]
+
+
+def _ids_probe(result):
+    """The report's entry for an in-vocabulary probe: its tokens as text, and their ids."""
+    return {"text": " ".join(result.tokens), "text_pair": None, "token_ids": list(result.token_ids)}
 
 
 def _streams(model, tokenizer, probes, stream) -> bool:
@@ -221,10 +266,11 @@ def diagnose_part(part, measured, repeated=None):
     n_layers, n_heads = avg["entropy"].shape
     sink_tokens = [[Counter(s[l][h] for s in sinks).most_common(1)[0][0] for h in range(n_heads)]
                    for l in range(n_layers)]
-    findings = attention_findings(avg, part, sink_tokens)
-    pairs = redundant_pairs(torch.stack(distances).mean(0), exclude=avg["entropy"] >= DIFFUSE_ENTROPY)
-    redundant = pairs_finding("redundant_heads", pairs, n_layers * n_heads, part, REDUNDANT_JS)
-    roles = head_roles(role_scores(avg, _repeated_roles(repeated)), measured[0].causal)
+    causal = measured[0].causal
+    copy_scores = _repeated_roles(repeated)
+    findings = attention_findings(avg, part, sink_tokens, _copying(copy_scores, causal))
+    redundant = _redundancy(torch.stack(distances).mean(0), avg, repeated, part)
+    roles = head_roles(role_scores(avg, copy_scores), causal)
     heads = [_head_report(part, l, h, avg, [t[l][h] for t in labels], sink_tokens[l][h], roles[l][h])
              for l in range(n_layers) for h in range(n_heads)]
     return heads, findings + ([redundant] if redundant else [])
@@ -236,6 +282,28 @@ def _repeated_roles(repeated):
         return None
     scores = [repeated_scores(p) for p in [repeated.probe] + repeated.more]
     return {role: torch.stack([s[role] for s in scores]).mean(0) for role in scores[0]}
+
+
+def _copying(copy_scores, causal):
+    """Bool ``[L, H]``: heads with the induction or duplicate-token role (None without the repeated probe)."""
+    if copy_scores is None:
+        return None
+    induction = (copy_scores["induction"] >= INDUCTION_MIN) & causal  # induction is for causal models only
+    return induction | (copy_scores["duplicate_token"] >= DUPLICATE_MIN)
+
+
+def _redundancy(distance, avg, repeated, part):
+    """The ``redundant_heads`` finding: same-layer pairs close on the probes and on the repeated-sequence probe.
+
+    Heads alike on ordinary text can still do different things: previous-token and induction heads both sink
+    on text and separate on a repeated random sequence (SmolLM2: JS distance 0.28-0.92), so a pair counts only
+    where both agree. Its distance is the larger of the two.
+    """
+    if repeated is not None:
+        distance = torch.maximum(distance, repeated.measured.distances)  # (L, H, H)
+    pairs = redundant_pairs(distance, exclude=avg["entropy"] >= DIFFUSE_ENTROPY)
+    n_layers, n_heads = avg["entropy"].shape
+    return pairs_finding("redundant_heads", pairs, n_layers * n_heads, part, REDUNDANT_JS)
 
 
 def _average(per_text):

@@ -12,10 +12,19 @@ severity (``LEVELS``):
   them; Michel et al. 2019 prune 20-40% of BERT's heads at no cost;
 - from ``WARNING_SHARE``: a sizeable part of the model is affected;
 - from ``ERROR_SHARE`` (half): most heads are affected, the model is broken.
-Benign or early-warning codes (sinks, positional heads, redundancy, spectral
-norm) never go above "warning"; sinks and positional heads only warn when they
+Benign or early-warning codes (sinks, positional heads, large reachable
+scores) never go above "warning"; sinks and positional heads only warn when they
 are the majority, since trained models routinely have several (Clark et al.
-2019; Gu et al. 2024).
+2019; Gu et al. 2024). Copies (redundant heads, near-identical weights) covering
+half the heads are an error: the model has far fewer heads than it pays for.
+
+A head that is sharp because of a role is not saturated: a previous-token head
+puts ~1.0 on one offset (all-MiniLM-L6-v2 L0H2), a dormant head ~1.0 on the first
+token (15 of SmolLM2-135M's heads, induction heads among them: they sink on plain
+text), an induction head on the token after the earlier copy. Such heads are
+reported as positional or sink heads instead, unless near one-hot heads are the
+majority of the part: then the whole part is collapsing (Q/K × 8 makes 100% of
+the heads of both real models one-hot) and every one of them is named.
 
 Thresholds on the attention metrics (``metrics.head_metrics``, averaged over
 the probe texts) are named below with their rationale.
@@ -34,11 +43,11 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
     "diffuse_heads": ("info", "warning", "error"),
     "saturated_heads": ("info", "warning", "error"),
     "dead_heads": ("info", "warning", "error"),
-    "qk_scale_small": ("warning", "warning", "error"),
-    "qk_scale_large": ("warning", "warning", "error"),
-    "redundant_heads": ("info", "warning", "warning"),
-    "similar_head_weights": ("info", "warning", "warning"),
-    "qk_spectral_norm": ("info", "warning", "warning"),
+    "qk_scale_small": ("info", "warning", "error"),
+    "qk_scale_large": ("info", "warning", "error"),
+    "redundant_heads": ("info", "warning", "error"),
+    "similar_head_weights": ("info", "warning", "error"),
+    "large_qk_scores": ("info", "warning", "warning"),
     "sink_heads": ("info", "info", "warning"),
     "positional_heads": ("info", "info", "warning"),
 }
@@ -121,18 +130,34 @@ def _per_head(values, heads):
     return {f"L{layer}H{head}": round(float(values[layer, head]), 4) for layer, head in heads}
 
 
-def attention_findings(metrics, part="self", sink_tokens=None):
+def saturated_mask(metrics, copying=None):
+    """Bool ``[L, H]``: heads near one-hot whose sharpness no role explains (see the module docstring).
+
+    copying: bool ``[L, H]`` of heads with an induction or duplicate-token role (the repeated-sequence probe).
+    """
+    entropy, confidence = metrics["entropy"], metrics["confidence"]
+    one_hot = (entropy <= SATURATED_ENTROPY) & (confidence >= SATURATED_CONFIDENCE)  # (L, H)
+    if one_hot.float().mean() >= ERROR_SHARE:
+        return one_hot  # most heads one-hot: collapse, whatever each one's role
+    role = (metrics["best_offset_mass"] >= POSITIONAL_MASS) | (metrics["sink_score"] >= SINK_SCORE)  # (L, H)
+    if copying is not None:
+        role = role | copying
+    return one_hot & ~role
+
+
+def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
     """Findings read off per-head metrics averaged over the probes (each a ``[L, H]`` tensor).
 
     ``metrics`` needs ``entropy``, ``confidence``, ``sink_score`` and
     ``best_offset_mass``/``best_offset``; ``sink_tokens`` (``[L][H]`` strings)
-    names each head's sink key when known.
+    names each head's sink key when known; ``copying`` (bool ``[L, H]``) marks
+    induction and duplicate-token heads, whose sharpness is their role.
     """
     total = metrics["entropy"].numel()
     out = []
-    entropy, confidence = metrics["entropy"], metrics["confidence"]
+    entropy = metrics["entropy"]
     diffuse = entropy >= DIFFUSE_ENTROPY  # (L, H)
-    saturated = (entropy <= SATURATED_ENTROPY) & (confidence >= SATURATED_CONFIDENCE)  # (L, H)
+    saturated = saturated_mask(metrics, copying)  # (L, H)
     checks = [
         ("diffuse_heads", diffuse, entropy, {"threshold": DIFFUSE_ENTROPY}),
         ("saturated_heads", saturated, entropy,
@@ -153,6 +178,14 @@ def attention_findings(metrics, part="self", sink_tokens=None):
             details["sink_tokens"] = {f"L{l}H{h}": sink_tokens[l][h] for l, h in heads}
         out.append(make_finding(code, heads, total, part, details, **fields))
     return out
+
+
+def cap_severity(findings, worst="warning"):
+    """The findings with every severity above ``worst`` lowered to it (findings from unfit probes)."""
+    for f in findings:
+        if severity_rank(f.severity) < severity_rank(worst):
+            f.severity = worst
+    return findings
 
 
 def sort_findings(findings):

@@ -1,5 +1,16 @@
 """The texts a diagnosis runs through the model, random-id probes, and the repeated-sequence probe.
 
+Probes must fit the model: a text the vocabulary cannot spell measures how the
+model treats a run of [UNK]s, not the model (a healthy word-level model whose
+vocabulary misses the English probes looks uniform on them). ``probe_coverage``
+is the share of a probe's tokens that are real vocabulary: not the unknown
+token, not a SentencePiece byte-fallback token ``<0x..>``, and not a byte-level
+BPE token that is only part of a character (it decodes alone to U+FFFD). A
+byte-level BPE vocabulary (GPT-2, SmolLM2) spells any text, so it misses only
+characters it holds as raw bytes. Below ``MIN_COVERAGE`` a default probe is
+replaced by ``vocabulary_probe``s: random ordinary tokens of the model's own
+vocabulary.
+
 Default probes are ordinary English of different shapes: short and long,
 punctuation-heavy, a question, a list, and two sentence pairs (BERT's sentence
 A/B) so segment (block) and [SEP] behaviour show up. Per-head metrics are
@@ -13,6 +24,7 @@ the previous occurrence of the current one (offset ``-half + 1``) and a
 duplicate-token head to the previous occurrence itself (offset ``-half``).
 """
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +66,12 @@ RANDOM_LENGTH = 24
 # chance that a random token repeats within a copy stays small for any real vocabulary.
 REPEAT_HALF = 48
 REPEAT_MIN_HALF = 4  # fewer tokens per copy say nothing about induction
+# A probe with more than 1 token in 10 outside the vocabulary is unfit. The English default probes score 1.0 on
+# every shipped and real model (WordPiece, byte-level BPE); one [UNK] in ten already puts the same embedding
+# at every tenth position, and a vocabulary that misses most words scores far below (tests/diagnostics/test_probes).
+MIN_COVERAGE = 0.9
+VOCABULARY_PROBES = 4  # random in-vocabulary sequences that replace unfit default probes
+_BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
 @dataclass
@@ -76,6 +94,25 @@ def as_probes(texts):
         return list(DEFAULT_PROBES)
     probes = [Probe(*t) if isinstance(t, (tuple, list)) else Probe(t) for t in texts]
     return probes or list(DEFAULT_PROBES)
+
+
+def probe_coverage(tokenizer, probe: Probe) -> float:
+    """Share of ``probe``'s tokens (special tokens left out) that the vocabulary holds (see the module docstring)."""
+    ids = tokenizer(probe.text, probe.text_pair, add_special_tokens=False, verbose=False)["input_ids"]
+    if not ids:
+        return 1.0
+    unknown = tokenizer.unk_token_id if tokenizer.unk_token not in (tokenizer.eos_token, tokenizer.bos_token) else None
+    missed = sum(i == unknown or bool(_BYTE_FALLBACK.fullmatch(t or "")) or "\ufffd" in tokenizer.decode([i])
+                 for i, t in zip(ids, tokenizer.convert_ids_to_tokens(ids)))
+    return 1 - missed / len(ids)
+
+
+def vocabulary_probe(model, tokenizer, seed, length=RANDOM_LENGTH) -> AttentionResult:
+    """Attention on ``length`` random ordinary tokens of the vocabulary, wrapped in the tokenizer's special
+    tokens: a probe that fits any vocabulary (for models whose vocabulary does not fit the default texts)."""
+    before, after = _special_wrapping(tokenizer)
+    ids = before + _random_ordinary_ids(model, tokenizer, length, seed).tolist() + after
+    return _attend(model, tokenizer, ids, len(before), len(ids) - len(after))
 
 
 def random_probe(model, seed, length=RANDOM_LENGTH):
@@ -139,17 +176,21 @@ def repeated_probe(model, tokenizer, half=REPEAT_HALF, seed=0) -> RepeatedProbe:
     ids = _random_ordinary_ids(model, tokenizer, half, seed)  # (half,)
     sequence = ids.tolist() * 2
     full, prefix = before + sequence + after, len(before)
-    input_ids = torch.tensor([full]).to(model_device(model))  # (1, T)
+    return RepeatedProbe(_attend(model, tokenizer, full, prefix, prefix + len(sequence)), prefix, half)
+
+
+def _attend(model, tokenizer, ids, start, stop) -> AttentionResult:
+    """Whole maps of ``model`` on token ``ids``; the tokens outside ``start:stop`` are marked special."""
+    input_ids = torch.tensor([ids]).to(model_device(model))  # (1, T)
     was_training = model.training
     model.eval()
     try:
         attentions, causal = _run(model, input_ids)  # (L, H, T, T)
     finally:
         model.train(was_training)
-    special = [i < prefix or i >= prefix + len(sequence) for i in range(len(full))]
-    result = AttentionResult(display_tokens(tokenizer, full), attentions, causal, special, [False] * len(full),
-                             token_ids=full, model_name=getattr(model.config, "name_or_path", "") or "")
-    return RepeatedProbe(result, prefix, half)
+    special = [not start <= i < stop for i in range(len(ids))]
+    return AttentionResult(display_tokens(tokenizer, ids), attentions, causal, special, [False] * len(ids),
+                           token_ids=ids, model_name=getattr(model.config, "name_or_path", "") or "")
 
 
 def _random_ordinary_ids(model, tokenizer, half, seed) -> torch.Tensor:

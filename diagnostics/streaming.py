@@ -62,7 +62,8 @@ def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None,
     + ``classify_metrics`` give on its result; ``keep`` lists the ``(layer,
     head)`` pairs (or whole layers) whose full maps are also returned.
     ``redundancy=True`` also gives ``redundancy.js_distance``'s pairwise
-    distances (costs heads²/2 passes over each map). Encoder-decoder models:
+    distances (heads²/2 passes over at most ``redundancy.JS_ROWS`` rows of each
+    map). Encoder-decoder models:
     the encoder is streamed.
     """
     if tokenizer is None:
@@ -86,7 +87,7 @@ def stream_token_statistics(model, input_ids, attention_mask=None, special=None,
 
     def consumer(layer, n_heads, n_keys):
         metrics = MetricAccumulator(n_keys, causal, special=special, padding=padding, scratch=scratch)
-        return _Layer(metrics, PairwiseJS(n_keys, causal, padding) if redundancy else None)
+        return _Layer(metrics, PairwiseJS(n_keys, causal, padding, scratch=scratch) if redundancy else None)
 
     streamed = stream_attention(model, input_ids, consumer, attention_mask=attention_mask, keep=keep,
                                 chunk_rows=chunk_rows)

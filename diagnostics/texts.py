@@ -200,14 +200,15 @@ FINDING_TEXTS = {
         "2023), clamp the scaled scores (e.g. to ±5), lower the learning rate.",
         "{count} of {total} heads ({percent}) have Q/K weights with RMS·√d_in > {threshold}: {heads}.",
     ),
-    "qk_spectral_norm": FindingText(
-        "Large Q/K spectral norm",
-        "The spectral norm of W_Q·W_Kᵀ/√d_k bounds how large a score a pair of unit-RMS tokens can get. "
-        "A large bound is an early warning of attention entropy collapse (Zhai et al. 2023).",
-        "Watch these heads' entropy while training; σReparam/spectral normalisation of Q/K, a lower "
-        "learning rate and warm-up keep the norm in check.",
-        "{count} of {total} heads ({percent}) can reach attention scores above {threshold} on unit-RMS "
-        "inputs: {heads}.",
+    "large_qk_scores": FindingText(
+        "Very large reachable attention scores",
+        "The queries and keys these heads produce on the probes are long enough that a query aligned with a key "
+        "would score far beyond what a softmax can spread (exp(−104) is already 0 in fp32): an early warning "
+        "of attention entropy collapse (Zhai et al. 2023).",
+        "Watch these heads' entropy while training; σReparam/spectral normalisation of Q/K, QK-LayerNorm, a "
+        "lower learning rate and warm-up keep the scores in check.",
+        "{count} of {total} heads ({percent}) can reach attention scores above {threshold} (scale · max‖q‖ · "
+        "max‖k‖ on the probes): {heads}.",
     ),
     "similar_head_weights": FindingText(
         "Near-identical head weights",
@@ -217,6 +218,14 @@ FINDING_TEXTS = {
         "penalty on the per-head projections; if heads were copied on purpose, re-initialise them.",
         "{count} of {total} heads ({percent}) form {n_pairs} pair(s) whose Q·Kᵀ weights have cosine "
         "similarity > {threshold}: {pairs}.",
+    ),
+    "shared_kv_heads": FindingText(
+        "Grouped key/value heads",
+        "The model uses grouped-query attention: several query heads share one key/value head. Every head is "
+        "reported per query head; heads of one group read the same keys and values.",
+        "Nothing to fix. Heads of one group differ only by their queries, so similar maps within a group are "
+        "expected more often than across groups.",
+        "{query_heads} query heads share {kv_heads} key/value heads per layer: {groups}.",
     ),
     "weights_unavailable": FindingText(
         "Weight checks skipped",
@@ -229,6 +238,14 @@ FINDING_TEXTS = {
         "A probe text was longer than the model accepts, so only its first tokens were measured.",
         "Use shorter probe texts, or a model with more positions, to measure a whole text.",
         "Probe text truncated: {detail}.",
+    ),
+    "probes_unfit": FindingText(
+        "Probes do not fit the vocabulary",
+        "Some probe texts are mostly made of tokens the model's vocabulary does not hold ([UNK], byte fallback), "
+        "so on them the model sees runs of one placeholder token, not text.",
+        "Diagnose with texts in the model's language and vocabulary (--text); the in-vocabulary probes used "
+        "instead say how the heads treat tokens they know, not how they read text.",
+        "Probes do not fit the vocabulary: {detail}.",
     ),
     "no_tokenizer": FindingText(
         "No tokenizer",

@@ -11,20 +11,41 @@ Only heads of the same layer are compared: they read the same input and are
 concatenated into the same output projection, so one can stand in for the
 other; heads in different layers read different inputs.
 
+Cost. Every pair of heads is compared on every key of every measured row, so
+the work is heads²/2 × rows × keys per layer, against heads × rows × keys for
+the attention itself. Two things keep it near the cost of one more pass over
+the maps (docs/streaming.md):
+- the divergence is computed as ``(Σ a log a + Σ b log b)/2 − Σ m log m`` with
+  ``m = (a + b)/2``: one log per pair and key (the entropies once per head), in
+  float32. Its error against the float64 definition is below 2e-7 on distinct
+  heads; near-identical heads come out up to ~1e-4 apart instead of ~4e-5 (the
+  rounding of a difference of entropies), far below the 0.1 that matters;
+- at most ``JS_ROWS`` query rows per layer are measured, every ``stride``-th
+  (by absolute position, so a streamed and a whole map pick the same rows).
+  Probes up to ``JS_ROWS`` tokens (the default probes, the repeated-sequence
+  probe) are measured on every row; on long probes the mean over an even
+  subsample of rows estimates the mean over all rows. Measured against every
+  row (``python -m benchmarks.js_sampling``): see docs/streaming.md.
+
 ``PairedJS`` / ``paired_js_distance`` use the same row distance between the
-same head of two models (``diagnostics.compare``): how far fine-tuning moved it.
+same head of two models (``diagnostics.compare``): how far fine-tuning moved it
+(the float64 definition on every row, ``row_js``).
 """
 
 import math
 
 import torch
 
+from core.extraction.scratch import Scratch
 from diagnostics.measure import row_stats
 from diagnostics.findings import make_finding
 
 # JS distance 0.1 = JS divergence 0.01 bits: e.g. two rows that split the same
 # mass 0.5/0.5 versus 0.6/0.4 are ~0.07 apart. Clearly distinct heads are > 0.3.
 REDUNDANT_JS = 0.1
+# Query rows measured per layer (evenly spaced); the error of the subsample is in docs/streaming.md.
+JS_ROWS = 128
+_TINY = 1e-30  # x log x at 0 is 0: log of a clamped zero times the zero itself
 
 
 class PairwiseJS:
@@ -32,25 +53,58 @@ class PairwiseJS:
 
     Mean over rows (weighted as in ``row_stats``) of the Jensen–Shannon distance
     (base 2) between every two heads' rows; ``finalize`` gives ``[H, H]``.
+    n_rows: query rows of the whole map (default ``n_keys``); rows at positions
+    that are multiples of ``ceil(n_rows / max_rows)`` are measured.
     """
 
-    def __init__(self, n_keys, causal, padding=None):
+    def __init__(self, n_keys, causal, padding=None, n_rows=None, max_rows=JS_ROWS, scratch=None):
         self.n_keys, self.causal = n_keys, bool(causal)
         padding = torch.zeros(n_keys, dtype=torch.bool) if padding is None else torch.as_tensor(padding, dtype=torch.bool)
         self.key_ok = ~padding  # (k,)
+        self.stride = max(1, math.ceil((n_keys if n_rows is None else n_rows) / max_rows))
+        self.scratch = Scratch() if scratch is None else scratch  # chunk-sized temporaries, reused
         self.sums, self.weight = None, None
 
     def update(self, chunk, q_start):
-        a = chunk.detach().double()  # (H, qc, k)
-        w = _chunk_row_weights(a, q_start, self.n_keys, self.causal, self.key_ok)  # (qc,)
+        a = chunk.detach()  # (H, qc, k)
+        pos = torch.arange(a.shape[-2], device=a.device) + q_start  # (qc,)
+        if self.stride > 1:
+            pos = pos[pos % self.stride == 0]  # (qc',)
+            picked = self.scratch.get("js_rows", (a.shape[0], len(pos), a.shape[-1]), a)  # (H, qc', k)
+            a = torch.index_select(a, 1, pos - q_start, out=picked)
         if self.sums is None:
             self.sums = torch.zeros(a.shape[0], a.shape[0], dtype=torch.float64, device=a.device)  # (H, H)
             self.weight = torch.zeros((), dtype=torch.float64, device=a.device)
-        self_info = torch.special.xlogy(a, a).sum(-1)  # (H, qc)
-        for h in range(a.shape[0]):
-            distance = row_js(a[h:h + 1], a, self_info[h:h + 1], self_info)  # (H, qc)
-            self.sums[h] += (distance * w).sum(-1)  # (H,)
+        if pos.numel() == 0:
+            return
+        key_ok = self.key_ok.to(a.device)
+        valid = row_stats.valid_keys(pos, self.n_keys, self.causal, key_ok)  # (qc, k)
+        w, _ = row_stats.row_weights(valid, key_ok[pos.clamp(max=self.n_keys - 1)])  # (qc,)
+        self._add(a.float(), w.double())
         self.weight += w.sum()
+
+    def _add(self, a, w):
+        """Add the weighted JS distances of rows ``a [H, qc, k]`` between every two heads (one log per pair and key).
+
+        With s = a + b: Σ m log m = (Σ s log s − log 2 · Σ s) / 2, so JSD = (Σ a log a + Σ b log b
+        − Σ s log s + log 2 · Σ s) / 2 nats.
+        """
+        heads = a.shape[0]
+        total = a.sum(-1)  # (H, qc): 1 on rows that see any key
+        entropy = self._sum_x_log_x(a, "js_log")  # (H, qc): Σ a log a
+        mixed = self.scratch.get("js_mix", (heads - 1, *a.shape[1:]), a)  # (H-1, qc, k)
+        for h in range(heads - 1):
+            s = torch.add(a[h:h + 1], a[h + 1:], out=mixed[: heads - h - 1])  # (H-h-1, qc, k)
+            jsd = (entropy[h:h + 1] + entropy[h + 1:] - self._sum_x_log_x(s, "js_log")
+                   + math.log(2.0) * (total[h:h + 1] + total[h + 1:])) / (2 * math.log(2.0))  # (H-h-1, qc) bits
+            row_sums = jsd.clamp(min=0).sqrt().double() @ w  # (H-h-1,)
+            self.sums[h, h + 1:] += row_sums
+            self.sums[h + 1:, h] += row_sums
+
+    def _sum_x_log_x(self, x, name):
+        """Σ x log x over the last dim (0 log 0 = 0), through one reused buffer."""
+        log = torch.clamp(x, min=_TINY, out=self.scratch.get(name, x.shape, x)).log_()  # (..., k)
+        return log.mul_(x).sum(-1)  # (...)
 
     def finalize(self):
         return (self.sums / self.weight.clamp(min=1e-12)).float().cpu()  # (H, H)
@@ -106,17 +160,17 @@ def _chunk_row_weights(a, q_start, n_keys, causal, key_ok):
     return w
 
 
-def js_distance(attn, causal=False, padding=None):
+def js_distance(attn, causal=False, padding=None, max_rows=JS_ROWS):
     """Mean JS distance between every pair of heads of each layer: ``[L, H, H]``.
 
     attn: ``[L, H, q, k]`` (queries are the last q keys, as in ``metrics``).
-    One ``PairwiseJS`` per layer, fed the whole layer as one chunk.
+    One ``PairwiseJS`` per layer, fed the whole layer as one chunk; ``max_rows`` as there.
     """
     attn = torch.as_tensor(attn)
     q, k = attn.shape[-2:]
     out = []
     for layer_maps in attn:  # (H, q, k)
-        js = PairwiseJS(k, causal, padding)
+        js = PairwiseJS(k, causal, padding, n_rows=k, max_rows=max_rows)
         js.update(layer_maps, k - q)
         out.append(js.finalize())  # (H, H)
     return torch.stack(out)  # (L, H, H)

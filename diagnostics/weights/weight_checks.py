@@ -7,30 +7,40 @@ tokens x_i, x_j is ``scale · x_iᵀ A Bᵀ x_j``; the head's output is ``W_O,h 
   initialisation std 1/√d_in (≈ 1/√d_k per head up to the head count).
   PyTorch's default ``nn.Linear`` init gives 0.58, BERT/GPT-2's std 0.02 gives
   0.1-0.55, trained models stay within a few units.
-- ``qk_spectral_norm``: ``scale · σ_max(A Bᵀ) · d_in``, the largest score two
-  unit-RMS tokens (‖x‖ = √d_in, as after LayerNorm) can reach. Zhai et al. 2023
-  ("Stabilizing Transformer Training by Preventing Attention Entropy Collapse")
-  show entropy collapse follows the growth of this spectral norm.
+- ``large_qk_scores``: ``scale · max‖q‖ · max‖k‖`` over the probes' tokens
+  (``qk_norms``), the largest score the head can give any pair of such tokens.
+  Zhai et al. 2023 ("Stabilizing Transformer Training by Preventing Attention
+  Entropy Collapse") show entropy collapse follows the growth of the attention
+  logits; the spectral norm of W_Q·W_Kᵀ on unit-RMS inputs, used before, bounded
+  scores no input reaches (169–2293 on all-MiniLM-L6-v2, whose realised scores
+  stay ≤ 42.5) and warned on every head of every healthy model.
 - ``similar_head_weights``: cosine similarity of the heads' bilinear forms
   ``A Bᵀ`` (where they look; heads with equal forms produce equal maps on any
   input), invariant to any rotation inside a head. Computed from d×d Gram
   products (⟨A Bᵀ, C Dᵀ⟩ = Σ (AᵀC) ∘ (BᵀD)) so no d_in×d_in matrix is formed.
   The same cosine of ``W_O,h W_V,h`` (what they write) is kept in the details.
 - ``dead_heads``: ‖W_O,h W_V,h‖_F below ``DEAD_RATIO`` of the layer median.
+Under grouped-query attention every check runs per query head (K/V repeated,
+``head_weights``), and a ``shared_kv_heads`` note says which query heads share
+a key/value head.
 """
 
 import torch
 
 from diagnostics.findings import make_finding, note
 from diagnostics.weights.head_weights import attention_weights
+from diagnostics.weights.qk_norms import QKNorms
 from diagnostics.measure.redundancy import pairs_finding
 
 # 50x below the usual init: the scores are ~0 and every row near uniform.
 QK_SCALE_SMALL = 0.01
 # 20x above default init; Q/K x 30 of any sane model lands far beyond it.
 QK_SCALE_LARGE = 10.0
-# A score gap of 50 makes exp(-50) ≈ 2e-22: a reachable one-hot softmax in fp32.
-SPECTRAL_LIMIT = 50.0
+# A reachable score this far above a zero score: exp(-104) already underflows to 0 in fp32, so such a head can
+# give a row that is exactly one-hot, with no gradient to any other key. 128 is 1.45x the largest bound of the
+# healthy real models (SmolLM2-135M 88.1, all-MiniLM-L6-v2 47.0, demo-gpt2 25.2) and below every head of their
+# Q/K x 8 copies (>= 169.5); see ``qk_norms`` and ``python -m benchmarks.calibration``.
+SCORE_LIMIT = 128.0
 # Heads whose Q·Kᵀ forms align this closely attend alike on any input;
 # independently trained or initialised heads are far below (|cos| < 0.3).
 SIMILAR_COSINE = 0.95
@@ -40,9 +50,17 @@ DEAD_RATIO = 0.05
 
 def _gram_inner(a, b, c, d):
     """⟨A Bᵀ, C Dᵀ⟩_F for batches ``a, c: [H, n, r]``, ``b, d: [H, m, r]`` -> ``[H, H]``."""
-    ac = torch.einsum("hnr,gns->hgrs", a, c)  # (H, H, r, r)
-    bd = torch.einsum("hmr,gms->hgrs", b, d)  # (H, H, r, r)
-    return (ac * bd).sum((-2, -1))  # (H, H)
+    ac = _gram(a, c)  # (H, r, H, r): AᵀC of every pair of heads
+    bd = _gram(b, d)  # (H, r, H, r)
+    return (ac * bd).sum((1, 3))  # (H, H)
+
+
+def _gram(x, y):
+    """``x_hᵀ y_g`` for every pair of heads, as one matrix product: ``[H, n, r]`` x2 -> ``[H, r, H, r]``."""
+    heads, n, r = x.shape
+    flat_x = x.permute(1, 0, 2).reshape(n, heads * r)  # (n, H*r)
+    flat_y = y.permute(1, 0, 2).reshape(n, heads * r)  # (n, H*r)
+    return (flat_x.T @ flat_y).reshape(heads, r, heads, r)  # (H, r, H, r)
 
 
 def _cosine(a, b):
@@ -51,55 +69,75 @@ def _cosine(a, b):
     return inner / (norm[:, None] * norm[None, :]).clamp(min=1e-12), norm
 
 
-def layer_stats(lw):
-    """Per-head numbers of one ``LayerWeights``: scale, spectral bound, similarity, OV norm."""
-    q, k = lw.heads(lw.w_q).double(), lw.heads(lw.w_k).double()  # (H, d_k, d_in)
-    v, o = lw.heads(lw.w_v).double(), lw.out_heads().double()  # (H, d_v, d_in), (H, d_out, d_v)
+def layer_stats(lw, norms=None):
+    """Per-head numbers of one ``LayerWeights``: scale, reachable score (with ``norms``), similarity, OV norm."""
+    q, k = lw.heads(lw.w_q), lw.heads(lw.w_k)  # (H, d_k, d_in)
+    v, o = lw.heads(lw.w_v), lw.out_heads()  # (H, d_v, d_in), (H, d_out, d_v)
     d_in = q.shape[-1]
     rms = (q.pow(2).mean((-2, -1)) * k.pow(2).mean((-2, -1))).pow(0.25)  # (H,)
-    a, b = q.transpose(1, 2), k.transpose(1, 2)  # (H, d_in, d_k)
-    ra, rb = torch.linalg.qr(a).R, torch.linalg.qr(b).R  # (H, d_k, d_k)
-    sigma = torch.linalg.matrix_norm(ra @ rb.transpose(1, 2), ord=2)  # (H,)
-    cos_qk, qk_norm = _cosine(a, b)  # (H, H), (H,)
+    cos_qk, qk_norm = _cosine(q.transpose(1, 2), k.transpose(1, 2))  # (H, H), (H,)
     cos_ov, ov_norm = _cosine(o, v.transpose(1, 2))  # (H, H), (H,)
-    return {
+    stats = {
         "qk_scale": (rms * d_in ** 0.5).float(),
-        "max_score": (sigma * abs(lw.scale) * d_in).float(),
         "similarity": cos_qk.float(),
         "similarity_ov": cos_ov.float(),
         "qk_norm": qk_norm.float(),
         "ov_norm": ov_norm.float(),
+        "kv_head": torch.tensor([lw.kv_head(h) for h in range(lw.n_heads)]),
     }
+    bound = norms.bound(lw) if norms is not None else None
+    if bound is not None:
+        stats["max_score"] = bound.float()  # (H,)
+    return stats
 
 
-def check_weights(model):
+def check_weights(model, norms: QKNorms | None = None, layers=None):
     """``(findings, per_head)`` of every part of ``model``.
 
-    per_head maps ``(part, layer, head)`` to that head's numbers (qk_scale,
-    max_score, ov_norm). An unknown layout gives one info note and ``{}``.
+    norms: the query/key norms recorded while the probes ran (``qk_norms.record_qk_norms``); without them the
+    reachable-score check is skipped. layers: ``attention_weights(model)``, if already read.
+    per_head maps ``(part, layer, head)`` to that head's numbers (qk_scale, max_score, ov_norm, kv_head). An
+    unknown layout gives one info note and ``{}``.
     """
-    layers = attention_weights(model)
+    layers = attention_weights(model) if layers is None else layers
     if not layers:
         reason = f"no attention layer of {type(model).__name__} matches a known layout"
         return [note("weights_unavailable", reason=reason)], {}
-    stats = [layer_stats(lw) for lw in layers]
-    per_head = {(lw.part, lw.layer, h): {name: round(float(v[h]), 4) for name, v in s.items() if v.dim() == 1}
+    stats = [layer_stats(lw, norms) for lw in layers]
+    per_head = {(lw.part, lw.layer, h): {name: _number(v[h]) for name, v in s.items() if v.dim() == 1}
                 for lw, s in zip(layers, stats) for h in range(lw.n_heads)}
     findings = []
     for part in dict.fromkeys(lw.part for lw in layers):
         chosen = [(lw, s) for lw, s in zip(layers, stats) if lw.part == part]
         findings += _part_findings([lw for lw, _ in chosen], [s for _, s in chosen], part)
+        findings += _shared_kv_note([lw for lw, _ in chosen], part)
     return findings, per_head
 
 
-def weight_findings(model):
+def _number(value):
+    return int(value) if not value.is_floating_point() else round(float(value), 4)
+
+
+def weight_findings(model, norms=None):
     """Weight-only findings of ``model`` (see ``check_weights``)."""
-    return check_weights(model)[0]
+    return check_weights(model, norms)[0]
+
+
+def _shared_kv_note(layers, part):
+    """A ``shared_kv_heads`` note when query heads share key/value heads (grouped-query attention)."""
+    grouped = [lw for lw in layers if lw.kv_heads and lw.kv_heads < lw.n_heads]
+    if not grouped:
+        return []
+    lw = grouped[0]
+    groups = [[h for h in range(lw.n_heads) if lw.kv_head(h) == g] for g in range(lw.kv_heads)]
+    shown = "; ".join(f"H{heads[0]}–H{heads[-1]} share key/value head {g}" for g, heads in enumerate(groups))
+    return [note("shared_kv_heads", part, query_heads=lw.n_heads, kv_heads=lw.kv_heads, groups=shown,
+                 kv_groups=groups)]
 
 
 def _part_findings(layers, stats, part):
     total = sum(lw.n_heads for lw in layers)
-    flagged = {"qk_scale_small": [], "qk_scale_large": [], "qk_spectral_norm": [], "dead_heads": []}
+    flagged = {"qk_scale_small": [], "qk_scale_large": [], "large_qk_scores": [], "dead_heads": []}
     values = {code: {} for code in flagged}
     pairs = []
     for lw, s in zip(layers, stats):
@@ -107,9 +145,10 @@ def _part_findings(layers, stats, part):
         rules = {
             "qk_scale_small": (s["qk_scale"] < QK_SCALE_SMALL, s["qk_scale"]),
             "qk_scale_large": (s["qk_scale"] > QK_SCALE_LARGE, s["qk_scale"]),
-            "qk_spectral_norm": (s["max_score"] > SPECTRAL_LIMIT, s["max_score"]),
             "dead_heads": ((s["ov_norm"] < DEAD_RATIO * median) | (s["ov_norm"] < 1e-8), s["ov_norm"]),
         }
+        if "max_score" in s:
+            rules["large_qk_scores"] = (s["max_score"] > SCORE_LIMIT, s["max_score"])
         for code, (mask, vals) in rules.items():
             for h in torch.nonzero(mask).flatten().tolist():
                 flagged[code].append([lw.layer, h])
@@ -120,7 +159,7 @@ def _part_findings(layers, stats, part):
                 if live[a] and live[b] and s["similarity"][a, b] > SIMILAR_COSINE:
                     pairs.append((lw.layer, a, b, float(s["similarity"][a, b])))
     thresholds = {"qk_scale_small": QK_SCALE_SMALL, "qk_scale_large": QK_SCALE_LARGE,
-                  "qk_spectral_norm": SPECTRAL_LIMIT, "dead_heads": DEAD_RATIO}
+                  "large_qk_scores": SCORE_LIMIT, "dead_heads": DEAD_RATIO}
     findings = [make_finding(code, heads, total, part, {"threshold": thresholds[code], "values": values[code]},
                              threshold=thresholds[code])
                 for code, heads in flagged.items() if heads]

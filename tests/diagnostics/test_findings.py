@@ -5,9 +5,9 @@ import torch
 
 from diagnostics import FINDING_TEXTS, Finding
 from diagnostics.findings import (
-    DIFFUSE_ENTROPY, attention_findings, head_names, make_finding, severity_for, sort_findings,
+    DIFFUSE_ENTROPY, attention_findings, cap_severity, head_names, make_finding, severity_for, sort_findings,
 )
-from diagnostics.measure.redundancy import js_distance, redundant_pairs
+from diagnostics.measure.redundancy import PairwiseJS, js_distance, redundant_pairs
 
 
 def test_severity_scales_with_the_share_of_heads():
@@ -17,7 +17,9 @@ def test_severity_scales_with_the_share_of_heads():
     assert severity_for("saturated_heads", 12, 12) == "error"
     assert severity_for("sink_heads", 12, 12) == "warning"  # benign codes never reach error
     assert severity_for("sink_heads", 5, 12) == "info"
-    assert severity_for("redundant_heads", 12, 12) == "warning"
+    assert severity_for("redundant_heads", 5, 12) == "warning"
+    assert severity_for("redundant_heads", 6, 12) == "error"  # copies of half the heads or more
+    assert severity_for("large_qk_scores", 12, 12) == "warning"  # an early warning, never an error
 
 
 def metrics(n_layers=2, n_heads=4, **overrides):
@@ -43,7 +45,7 @@ def test_diffuse_saturated_sink_and_positional_thresholds():
     m = metrics(
         entropy={(0, 0): 0.99, (0, 1): 0.02, (1, 3): 0.5},
         confidence={(0, 1): 0.97},
-        sink_score={(1, 2): 0.8, (0, 1): 0.9},  # the saturated head is not also called a sink
+        sink_score={(1, 2): 0.8},
         best_offset_mass={(1, 3): 0.9},
         best_offset={(1, 3): -1},
     )
@@ -54,6 +56,32 @@ def test_diffuse_saturated_sink_and_positional_thresholds():
     assert found["sink_heads"].details["sink_tokens"] == {"L1H2": "[CLS]"}
     assert found["positional_heads"].details["offsets"] == {"L1H3": -1}
     assert found["diffuse_heads"].suggestion == FINDING_TEXTS["diffuse_heads"].suggestion
+
+
+def test_sharp_heads_with_a_role_are_not_saturated():
+    """A previous-token head (MiniLM L0H2), a dormant sink and an induction head are sharp by design."""
+    m = metrics(n_heads=6, entropy={(0, 0): 0.01, (0, 1): 0.02, (0, 2): 0.03, (1, 0): 0.01},
+                confidence={(0, 0): 0.99, (0, 1): 0.98, (0, 2): 0.97, (1, 0): 0.99},
+                best_offset_mass={(0, 0): 0.99}, best_offset={(0, 0): -1}, sink_score={(0, 1): 0.85})
+    copying = torch.zeros(2, 6, dtype=torch.bool)
+    copying[0, 2] = True
+    found = codes(attention_findings(m, copying=copying))
+    assert found["saturated_heads"].heads == [[1, 0]] and found["saturated_heads"].severity == "info"
+    assert found["positional_heads"].heads == [[0, 0]] and found["sink_heads"].heads == [[0, 1]]
+    assert codes(attention_findings(m))["saturated_heads"].heads == [[0, 2], [1, 0]]  # no repeated probe
+
+
+def test_most_heads_one_hot_is_collapse_whatever_their_roles():
+    cells = {(l, h): 0.01 for l in range(2) for h in range(4)}
+    m = metrics(entropy=cells, confidence={c: 0.99 for c in cells}, sink_score={c: 0.9 for c in list(cells)[:5]})
+    found = codes(attention_findings(m))
+    assert len(found["saturated_heads"].heads) == 8 and found["saturated_heads"].severity == "error"
+
+
+def test_cap_severity_for_unfit_probes():
+    m = metrics(entropy={(l, h): 1.0 for l in range(2) for h in range(4)})
+    capped = cap_severity(attention_findings(m))
+    assert [(f.code, f.severity) for f in capped] == [("diffuse_heads", "warning")]
 
 
 def test_most_heads_uniform_is_an_error_and_sorted_first():
@@ -109,3 +137,18 @@ def test_js_distance_ignores_row_zero_of_causal_maps():
     c[1:] = causal_rows(6, 0.2)[1:]  # differs everywhere but row 0, which is forced anyway
     d = js_distance(torch.stack([a, b, c]).unsqueeze(0), causal=True)[0]
     assert d[0, 1] < 1e-4 and d[0, 2] > 0.2
+
+
+def test_js_on_a_row_subsample_is_the_same_streamed_or_whole():
+    """Rows are picked by absolute position, so chunks that do not divide the map measure the same rows."""
+    torch.manual_seed(0)
+    q = 40
+    maps = (torch.randn(1, 3, q, q) * 3).masked_fill(~torch.ones(q, q, dtype=torch.bool).tril(), float("-inf"))
+    maps = maps.softmax(-1)  # (1, 3, q, q) causal
+    whole = js_distance(maps, causal=True, max_rows=8)[0]  # every 5th row
+    js = PairwiseJS(q, True, max_rows=8)
+    for start in range(0, q, 7):
+        js.update(maps[0, :, start:start + 7], start)
+    torch.testing.assert_close(js.finalize(), whole, atol=1e-6, rtol=0)
+    exact = js_distance(maps, causal=True)[0]
+    assert (whole - exact).abs().max() < 0.1 and not torch.equal(whole, exact)

@@ -5,11 +5,29 @@ import torch
 from torch import nn
 
 import core
+from transformers import GemmaConfig, GemmaModel, LlamaConfig, LlamaModel
 from diagnostics.weights.head_weights import attention_weights
+from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import (
     QK_SCALE_LARGE, QK_SCALE_SMALL, check_weights, layer_stats, weight_findings,
 )
 from tiny import tiny_bart, tiny_bert, tiny_gpt2, tiny_t5
+
+
+def tiny_llama():
+    """Llama with grouped-query attention: 4 query heads share 2 key/value heads."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaModel(config).eval()
+
+
+def tiny_gemma():
+    """Gemma with one key/value head for its 4 query heads (multi-query) and head_dim 8."""
+    torch.manual_seed(0)
+    config = GemmaConfig(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=64)
+    return GemmaModel(config).eval()
 
 
 def custom():
@@ -24,6 +42,7 @@ def mha_stack():
 
 @pytest.mark.parametrize("build, parts", [
     (tiny_bert, {"self": 2}), (tiny_gpt2, {"self": 2}), (custom, {"self": 2}), (mha_stack, {"self": 2}),
+    (tiny_llama, {"self": 2}), (tiny_gemma, {"self": 2}),
     (tiny_bart, {"encoder": 2, "decoder": 2, "cross": 2}), (tiny_t5, {"encoder": 2, "decoder": 2, "cross": 2}),
 ])
 def test_every_known_layout_is_found(build, parts):
@@ -83,19 +102,31 @@ def test_random_init_has_no_weight_findings():
         assert weight_findings(build()) == [], build.__name__
 
 
+def recorded_norms(model, ids):
+    """The query/key norms ``model`` produces on ``ids`` (1, T)."""
+    with record_qk_norms(attention_weights(model)) as norms, torch.no_grad():
+        model(ids)
+    return norms
+
+
 @torch.no_grad()
-def test_qk_scale_and_spectral_norm():
+def test_qk_scale_and_reachable_scores():
     model = custom()
-    base = layer_stats(attention_weights(model)[0])
+    ids = torch.arange(12).unsqueeze(0)
+    base = layer_stats(attention_weights(model)[0], recorded_norms(model, ids))
     for block in model.blocks:
-        block.attn.q_proj.weight.mul_(30)
-        block.attn.k_proj.weight.mul_(30)
-    scaled = layer_stats(attention_weights(model)[0])
+        for proj in (block.attn.q_proj, block.attn.k_proj):
+            proj.weight.mul_(30)
+            if proj.bias is not None:
+                proj.bias.mul_(30)
+    norms = recorded_norms(model, ids)
+    scaled = layer_stats(attention_weights(model)[0], norms)
     assert torch.allclose(scaled["qk_scale"], 30 * base["qk_scale"], rtol=1e-4)
     assert torch.allclose(scaled["max_score"], 900 * base["max_score"], rtol=1e-3)
-    found = {f.code: f for f in weight_findings(model)}
-    assert found["qk_scale_large"].severity == "error" and found["qk_spectral_norm"].severity == "warning"
+    found = {f.code: f for f in weight_findings(model, norms)}
+    assert found["qk_scale_large"].severity == "error" and found["large_qk_scores"].severity == "warning"
     assert min(found["qk_scale_large"].details["values"].values()) > QK_SCALE_LARGE
+    assert "large_qk_scores" not in {f.code for f in weight_findings(model)}  # no probes run: no bound
     for block in model.blocks:
         block.attn.q_proj.weight.zero_()
     found = {f.code: f for f in weight_findings(model)}
@@ -103,12 +134,25 @@ def test_qk_scale_and_spectral_norm():
     assert max(found["qk_scale_small"].details["values"].values()) < QK_SCALE_SMALL
 
 
+@pytest.mark.parametrize("build", [tiny_gpt2, tiny_bert, tiny_llama, tiny_gemma])
 @torch.no_grad()
-def test_spectral_norm_matches_dense_computation():
-    lw = attention_weights(tiny_gpt2())[1]
-    q, k = lw.heads(lw.w_q)[2], lw.heads(lw.w_k)[2]  # (d, d_in)
-    dense = torch.linalg.matrix_norm(q.T.double() @ k.double(), ord=2) * lw.scale * q.shape[1]
-    assert float(layer_stats(lw)["max_score"][2]) == pytest.approx(float(dense), rel=1e-4)
+def test_reachable_score_bounds_the_realised_scores(build):
+    """No row's realised score gap (log max/min weight) exceeds twice the bound, which is scale·max‖q‖·max‖k‖."""
+    model = build()
+    model.set_attn_implementation("eager")
+    ids = torch.randint(3, 99, (1, 16), generator=torch.Generator().manual_seed(0))
+    for lw in attention_weights(model):  # sharpen every head so the bound is tested on large scores
+        lw.q_source.module.weight.mul_(4)
+    norms = recorded_norms(model, ids)
+    out = model(ids, output_attentions=True)
+    causal = torch.ones(16, 16, dtype=torch.bool).tril() if build in (tiny_gpt2, tiny_llama, tiny_gemma) else None
+    for lw, maps in zip(attention_weights(model), out.attentions):
+        a = maps[0].double()  # (H, T, T)
+        seen = causal if causal is not None else torch.ones(16, 16, dtype=torch.bool)
+        gap = (a.masked_fill(~seen, 0).amax(-1) / a.masked_fill(~seen, 2).amin(-1)).log().amax(-1)  # (H,)
+        bound = norms.bound(lw)
+        assert bound is not None and (gap <= 2 * bound.double() + 1e-3).all()
+        assert (gap > 0.2 * bound.double()).any()  # and it is not vacuous
 
 
 @torch.no_grad()
@@ -121,3 +165,30 @@ def test_copied_heads_and_dead_heads():
     found = {f.code: f for f in weight_findings(model)}
     assert found["similar_head_weights"].details["pairs"] == [[[1, 0], [1, 2], pytest.approx(1.0, abs=1e-5)]]
     assert found["dead_heads"].heads == [[1, 3]] and found["dead_heads"].severity == "info"
+
+
+@pytest.mark.parametrize("build, kv_heads", [(tiny_llama, 2), (tiny_gemma, 1)])
+def test_grouped_kv_heads_are_checked_per_query_head(build, kv_heads):
+    model = build()
+    attn = model.layers[0].self_attn
+    lw = attention_weights(model)[0]
+    group = 4 // kv_heads
+    assert lw.kv_heads == kv_heads and [lw.kv_head(h) for h in range(4)] == [h // group for h in range(4)]
+    k_rows = attn.k_proj.weight.reshape(kv_heads, 8, 32)  # (kv, d, d_in)
+    for h in range(4):
+        assert torch.equal(lw.heads(lw.w_k)[h], k_rows[h // group])
+    findings, per_head = check_weights(model)
+    shared = [f for f in findings if f.code == "shared_kv_heads"]
+    assert len(shared) == 1 and shared[0].severity == "info"
+    assert shared[0].details["kv_groups"] == [list(range(g * group, (g + 1) * group)) for g in range(kv_heads)]
+    assert per_head[("self", 1, 3)]["kv_head"] == 3 // group
+    assert {f.code for f in findings} == {"shared_kv_heads"}  # random init: nothing wrong
+
+
+@torch.no_grad()
+def test_grouped_heads_copied_are_similar():
+    model = tiny_llama()
+    attn = model.layers[1].self_attn
+    attn.q_proj.weight[8:16] = attn.q_proj.weight[0:8]  # query head 1 := head 0; both read key/value head 0
+    found = {f.code: f for f in weight_findings(model)}
+    assert found["similar_head_weights"].details["pairs"] == [[[1, 0], [1, 1], pytest.approx(1.0, abs=1e-5)]]

@@ -1,0 +1,77 @@
+"""Error of the row-subsampled head-similarity (JS distance) against every row, on real models.
+
+    python -m benchmarks.js_sampling [--models minilm smollm2] [--tokens 512 1024] [--rows 128]
+
+Streams one long probe (the default texts repeated) through the model layer by
+layer; every chunk feeds two ``redundancy.PairwiseJS``: one over every query
+row (exact), one over at most ``--rows`` evenly spaced rows (what diagnose
+uses, ``redundancy.JS_ROWS``). Prints, over every same-layer pair of heads, the
+largest and the mean absolute difference of the two distances, and the pairs
+whose side of ``REDUNDANT_JS`` differs. ``--tokens`` pairs with ``--models``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from benchmarks.diagnose import long_probe, smollm2_model
+
+
+def minilm_model():
+    import core
+
+    return core.load_model("minilm")
+
+
+class _Both:
+    def __init__(self, exact, sampled):
+        self.exact, self.sampled = exact, sampled
+
+    def update(self, chunk, q_start, logits=None):
+        self.exact.update(chunk, q_start)
+        self.sampled.update(chunk, q_start)
+
+
+def compare(name: str, tokens: int, rows: int) -> str:
+    import torch
+
+    from core.extraction.streaming import stream_attention
+    from diagnostics.measure.redundancy import REDUNDANT_JS, PairwiseJS
+    from diagnostics.streaming import model_is_causal
+
+    model, tokenizer = minilm_model() if name == "minilm" else smollm2_model()
+    ids = tokenizer(long_probe(tokenizer, tokens), return_tensors="pt")["input_ids"][:, :tokens]  # (1, T)
+    causal = model_is_causal(model)
+    n = ids.shape[1]
+    factory = lambda layer, heads, keys: _Both(PairwiseJS(keys, causal, max_rows=10**9),
+                                               PairwiseJS(keys, causal, max_rows=rows))
+    consumers = stream_attention(model, ids, factory).consumers
+    exact = torch.stack([c.exact.finalize() for c in consumers])  # (L, H, H)
+    sampled = torch.stack([c.sampled.finalize() for c in consumers])  # (L, H, H)
+    upper = torch.ones_like(exact[0], dtype=torch.bool).triu(1).expand_as(exact)  # each pair once
+    diff = (sampled - exact).abs()[upper]
+    flipped = ((exact < REDUNDANT_JS) != (sampled < REDUNDANT_JS))[upper].sum()
+    below = (exact < REDUNDANT_JS)[upper].sum()
+    return (f"| {name} | {n} | {rows} | {int(upper.sum())} | {diff.max():.4f} | {diff.mean():.4f} "
+            f"| {int(below)} | {int(flipped)} |")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["minilm", "smollm2"], choices=["minilm", "smollm2"])
+    parser.add_argument("--tokens", nargs="+", type=int, default=[512, 1024])
+    parser.add_argument("--rows", type=int, default=None, help="rows sampled per layer (default: JS_ROWS)")
+    args = parser.parse_args(argv)
+    from diagnostics.measure.redundancy import JS_ROWS
+
+    rows = args.rows or JS_ROWS
+    print("| model | tokens | rows sampled | pairs | max abs. error | mean abs. error | pairs < 0.1 (exact) "
+          "| pairs on the other side of 0.1 |\n|---|---|---|---|---|---|---|---|", flush=True)
+    for name, tokens in zip(args.models, args.tokens):
+        print(compare(name, tokens, rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Probes fit the model: coverage of the vocabulary, and in-vocabulary probes when the default texts do not fit."""
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import BertTokenizerFast
+
+from broken_checkpoints import ALPHA
+from diagnostics import diagnose
+from diagnostics.probes import DEFAULT_PROBES, MIN_COVERAGE, Probe, probe_coverage
+from tiny import bpe_tokenizer, tiny_bert, wordpiece_tokenizer
+
+# A word-level vocabulary without a single word of the English default probes.
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon "
+         "phi chi psi omega red orange yellow green blue indigo violet north south east west up down left right "
+         "zero one two three four five six seven eight nine ten").split()
+
+
+def word_tokenizer() -> BertTokenizerFast:
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {w: i for i, w in enumerate(specials + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    return BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                             sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+
+
+@torch.no_grad()
+def healthy_word_model():
+    """A tiny BERT whose heads look at content: W_Q = W_K = ALPHA·I (as broken_checkpoints) and no position
+    embeddings, so its maps are peaked on its own words and uniform on a run of identical [UNK]s."""
+    model = tiny_bert()
+    model.embeddings.position_embeddings.weight.zero_()
+    for layer in model.encoder.layer:
+        for proj in (layer.attention.self.query, layer.attention.self.key):
+            proj.weight.copy_(ALPHA * torch.eye(proj.weight.shape[0]))
+            proj.bias.zero_()
+    return model
+
+
+def test_coverage_counts_unknown_tokens():
+    words = word_tokenizer()
+    assert probe_coverage(words, Probe("alpha beta gamma")) == 1.0
+    assert probe_coverage(words, Probe("alpha cat gamma dog")) == 0.5
+    assert max(probe_coverage(words, p) for p in DEFAULT_PROBES) < 0.2
+    assert all(probe_coverage(bpe_tokenizer(), p) == 1.0 for p in DEFAULT_PROBES)  # byte-level BPE spells any text
+    assert probe_coverage(bpe_tokenizer(), Probe("naïve café")) < 1.0  # but holds "ï" and "é" only as raw bytes
+    assert min(probe_coverage(wordpiece_tokenizer(), p) for p in DEFAULT_PROBES) >= MIN_COVERAGE
+
+
+def test_unfit_default_probes_are_replaced_by_in_vocabulary_ones():
+    model, words = healthy_word_model(), word_tokenizer()
+    report = diagnose((model, words))
+    assert [f.severity for f in report.findings if f.severity == "error"] == []
+    fit = report.finding("probes_unfit")
+    assert fit.severity == "info" and "replaced by 4 sequences" in fit.message
+    assert len(report.samples) == 4 and all(t in WORDS for t in report.samples[0].tokens[1:-1])
+    assert report.probes[0]["token_ids"] == report.samples[0].token_ids
+
+
+def test_what_the_unfit_probes_would_have_said():
+    """On the default texts this healthy model is all [UNK]s and looks uniform; kept texts give no error."""
+    model, words = healthy_word_model(), word_tokenizer()
+    texts = [p.text for p in DEFAULT_PROBES]
+    report = diagnose((model, words), texts=texts)
+    assert report.finding("diffuse_heads").severity == "warning"  # an error but for the cap
+    assert "no finding from them is called an error" in report.finding("probes_unfit").message
+    assert set(report.samples[0].tokens[1:-1]) == {"[UNK]"}

