@@ -87,8 +87,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="", help="a model folder to run instead of the app's default")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "app_screenshot.png")
-    parser.add_argument("--layer", type=int, default=2)
-    parser.add_argument("--head", type=int, default=3)
+    parser.add_argument("--layer", type=int, default=0)
+    parser.add_argument("--head", type=int, default=2)
     args = parser.parse_args()
     shoot(args.model, args.out, args.layer, args.head)
 
