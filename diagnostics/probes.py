@@ -36,6 +36,7 @@ from core.errors import ExtractionError
 from core.extraction.hf_extract import eager_attention, is_causal_config, stack_layers
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions
+from core.extraction.extract import eval_mode
 from core.extraction.tokens import display_tokens
 from core.result import AttentionResult
 
@@ -130,12 +131,8 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
         raise ExtractionError("encoder-decoder models need a tokenizer to be probed")
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (1, length), generator=generator).to(model_device(model))  # (1, T)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         attentions, causal = _run(model, ids)  # (L, H, T, T)
-    finally:
-        model.train(was_training)
     tokens = [f"#{i}" for i in ids[0].tolist()]
     flags = [False] * length
     return AttentionResult(tokens, attentions, causal, flags, list(flags), token_ids=ids[0].tolist(),
@@ -154,7 +151,6 @@ def _run(model, ids):
     if attention_modules(model):
         return run_with_hooks(model, ids)
     raise ExtractionError(f"{type(model).__name__} cannot be probed: AttnScope cannot read its attention")
-
 
 
 def repeated_probe(model, tokenizer, half=REPEAT_HALF, seed=0) -> RepeatedProbe:
@@ -182,12 +178,8 @@ def repeated_probe(model, tokenizer, half=REPEAT_HALF, seed=0) -> RepeatedProbe:
 def _attend(model, tokenizer, ids, start, stop) -> AttentionResult:
     """Whole maps of ``model`` on token ``ids``; the tokens outside ``start:stop`` are marked special."""
     input_ids = torch.tensor([ids]).to(model_device(model))  # (1, T)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         attentions, causal = _run(model, input_ids)  # (L, H, T, T)
-    finally:
-        model.train(was_training)
     special = [not start <= i < stop for i in range(len(ids))]
     return AttentionResult(display_tokens(tokenizer, ids), attentions, causal, special, [False] * len(ids),
                            token_ids=ids, model_name=getattr(model.config, "name_or_path", "") or "")
