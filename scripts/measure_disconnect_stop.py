@@ -11,12 +11,10 @@ after the close, and the load average. A server that stops spends ~0 s per windo
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from app_server import start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = " ".join(["the cat sat on the mat because it was tired and the dog barked"] * 30)
@@ -28,36 +26,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start(app_root: Path, port: int):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=app_root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(240):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError("the app did not start")
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--app-root", type=Path, default=ROOT)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = start(args.app_root, port)
+    url, proc = start_app(args.app_root)
     result = {"app_root": str(args.app_root)}
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{port}/diagnose")
+            page.goto(f"{url}/diagnose")
             page.get_by_role("heading", name="Diagnose a checkpoint").wait_for(timeout=300_000)
             page.get_by_text("Local folder", exact=True).first.click()
             field = page.get_by_role("textbox", name="Model folder, archive", exact=False)
@@ -80,8 +61,7 @@ def main():
             result[f"cpu_s_{elapsed}_to_{window}s"] = round(now - last, 2)
             last, elapsed = now, window
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_app(proc)
     result["load_average"] = os.getloadavg()[0]
     print(json.dumps(result))
 

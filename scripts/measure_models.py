@@ -19,12 +19,12 @@ from __future__ import annotations
 import os
 import re
 import resource
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from app_server import start_app, stop_app
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -34,27 +34,6 @@ TIMEOUT_MS = 600_000
 
 def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(port: int) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(240):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("streamlit did not start")
 
 
 def heatmap_of(page, model: str):
@@ -89,9 +68,7 @@ def peak_rss_mb(pid: int) -> tuple[float, float]:
 def app_numbers() -> None:
     from playwright.sync_api import sync_playwright
 
-    port = free_port()
-    server = start_server(port)
-    url = f"http://127.0.0.1:{port}"
+    url, server = start_app()
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
@@ -108,8 +85,7 @@ def app_numbers() -> None:
             print(f"app process with both models loaded: peak RSS {peak:,.0f} MB, RSS now {now:,.0f} MB")
             browser.close()
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        stop_app(server)
 
 
 def cli_numbers() -> None:

@@ -15,14 +15,12 @@ GB, with the load average.
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
+
+from app_server import start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,21 +47,6 @@ class Sampler(threading.Thread):
         return peak
 
 
-def start(app_root: Path, port: int):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-           "--server.maxUploadSize", "4000"]
-    proc = subprocess.Popen(cmd, cwd=app_root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(240):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError("the app did not start")
-
-
 def idle(page):
     page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(timeout=600_000)
 
@@ -75,21 +58,18 @@ def main():
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     folder = Path(tempfile.mkdtemp())
     upload = folder / "model.safetensors"
     with open(upload, "wb") as f:
         f.truncate(int(args.gb * 1e9))  # sparse: costs no disk
-    proc = start(args.app_root, port)
+    url, proc = start_app(args.app_root, ["--server.maxUploadSize", "4000"])
     sampler = Sampler(proc.pid)
     result = {"upload_gb": args.gb, "app_root": str(args.app_root)}
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{port}/diagnose")
+            page.goto(f"{url}/diagnose")
             page.get_by_role("heading", name="Diagnose a checkpoint").wait_for(timeout=300_000)
             idle(page)
             time.sleep(2)
@@ -114,8 +94,7 @@ def main():
             browser.close()
     finally:
         sampler.running = False
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_app(proc)
         upload.unlink()
         folder.rmdir()
     result["load_average"] = os.getloadavg()[0]

@@ -11,40 +11,18 @@ request outside localhost is refused; the script fails if one was made.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
+
+from app_server import start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = '[data-testid="stApp"][data-test-connection-state="CONNECTED"][data-test-script-state="notRunning"]'
 
 
-def _start(port: int):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
-           "--server.headless", "true", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(120):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
-            return proc
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("the app did not start")
-
-
 def shoot(model: str, out: Path, layer: int, head: int) -> None:
     from playwright.sync_api import sync_playwright
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = _start(port)
+    url, proc = start_app()
     outside = []
     try:
         with sync_playwright() as p:
@@ -53,7 +31,7 @@ def shoot(model: str, out: Path, layer: int, head: int) -> None:
             page.route("**/*", lambda r: r.continue_() if "127.0.0.1" in r.request.url
                        else (outside.append(r.request.url), r.abort()))
             page.set_default_timeout(180_000)
-            page.goto(f"http://127.0.0.1:{port}")
+            page.goto(url)
             page.locator(".heatmaplayer").first.wait_for()
             page.locator(IDLE).wait_for()
             if model:
@@ -73,11 +51,7 @@ def shoot(model: str, out: Path, layer: int, head: int) -> None:
             page.screenshot(path=str(out))
             browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_app(proc)
     if outside:
         raise SystemExit(f"requests outside the machine: {outside}")
     print(f"wrote {out}")

@@ -9,33 +9,14 @@ the view of the two heatmaps to docs/training/timeline.png.
 """
 
 import argparse
-import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from app_server import start_app, stop_app
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ("docs/training/healthy.jsonl", "docs/training/qk_x10.jsonl")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(url: str, seconds: float = 120) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except OSError:
-            time.sleep(1)
-    raise RuntimeError(f"the app did not answer at {url}")
 
 
 def shoot(url: str, out: Path) -> None:
@@ -61,18 +42,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "training" / "timeline.png")
     args = parser.parse_args(argv)
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ATTNSCOPE_ALLOWED_ROOTS": str(ROOT)}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url, server = start_app(env={"ATTNSCOPE_ALLOWED_ROOTS": str(ROOT)})
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for(url)
         shoot(url, args.out)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_app(server)
     print(f"saved {args.out}")
     return 0
 
