@@ -4,15 +4,14 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "app" / "streamlit_app.py"
-LOGS = ROOT / "docs" / "training"
-TIMEOUT = 180
+from app_runner import started_app
+
+LOGS = Path(__file__).resolve().parents[2] / "docs" / "training"
+TIMEOUT = 180  # two models load on the Compare page
 
 
 def _page(name: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
+    at = started_app(TIMEOUT)
     at.switch_page(f"app_pages/{name}.py").run()
     return at
 

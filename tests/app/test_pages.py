@@ -1,19 +1,11 @@
 """Every page under streamlit's AppTest: good input draws, bad input is one st.error, never an exception."""
 
 import importlib
-from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-APP = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
-
-TIMEOUT = 120
-
-
-def _app() -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    return at
+from app_runner import TIMEOUT
+from app_runner import started_app as _app
 
 
 def _inspect(at: AppTest, source: str, text: str = "The quick brown fox jumps over the lazy dog.") -> AppTest:

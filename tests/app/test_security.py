@@ -2,7 +2,6 @@
 
 import re
 import threading
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -10,14 +9,7 @@ from streamlit.testing.v1 import AppTest
 from app.cache import LoadedModel, ModelCache
 from core.checkpoints.checkpoint import OUTSIDE
 
-APP = Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py"
-TIMEOUT = 120
-
-
-def _app() -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    return at
+from app_runner import started_app as _app
 
 
 def _errors(at: AppTest) -> list[str]:
