@@ -27,7 +27,7 @@ from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
 from core.errors import InputError
 from core.extraction.streaming import can_stream
-from diagnostics.findings import DIFFUSE_ENTROPY, attention_findings, cap_severity, note, sort_findings
+from diagnostics.findings import attention_findings, cap_severity, diffuse_mask, note, sort_findings
 from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
@@ -43,8 +43,9 @@ from diagnostics.weights.head_weights import attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import check_weights
 
-SCALAR_METRICS = ("entropy", "confidence", "topk_mass", "block_score", "special_mass", "mean_distance",
-                  "sink_score", "sink2_score", "sink_mass", "rest_entropy", "rest_mean_distance", "rest_sink2_score")
+SCALAR_METRICS = ("entropy", "uniform_gap", "confidence", "topk_mass", "block_score", "special_mass",
+                  "mean_distance", "sink_score", "sink2_score", "sink_mass", "sink_level", "rest_entropy",
+                  "rest_mean_distance", "rest_sink2_score")
 # Seeds of the repeated-sequence probes behind the induction / duplicate-token roles. One random sequence
 # scores induction heads up to 0.1 lower or higher than another (SmolLM2 L23H0: 0.25 on seed 0, 0.36
 # averaged over seeds 1-3); three ~100-token forwards cost little. Seeds 1-3 are the ground truth's
@@ -101,7 +102,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
             tell(0.85, "measuring heads")
             parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
     # After the recording: the bound is about the inputs the model reads, and the repeated probe's random tokens
-    # include ones no text uses ([unused*] among MiniLM's; with them its bound reaches 127.7, on its texts 47.0).
+    # include ones no text uses ([unused*] among MiniLM's; with them its bound reached 127.7, on its texts 47.0).
     repeated = _repeated(model, tokenizer, tell)
     heads, findings = [], fit_notes + notes + _truncation_notes(results)
     for part, measured in parts.items():
@@ -301,7 +302,7 @@ def _redundancy(distance, avg, repeated, part):
     """
     if repeated is not None:
         distance = torch.maximum(distance, repeated.measured.distances)  # (L, H, H)
-    pairs = redundant_pairs(distance, exclude=avg["entropy"] >= DIFFUSE_ENTROPY)
+    pairs = redundant_pairs(distance, exclude=diffuse_mask(avg))
     n_layers, n_heads = avg["entropy"].shape
     return pairs_finding("redundant_heads", pairs, n_layers * n_heads, part, REDUNDANT_JS)
 

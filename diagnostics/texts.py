@@ -109,7 +109,8 @@ ROLE_TEXTS = {
         "On a random sequence repeated twice, attends from a token to its previous occurrence."),
     "sink": RoleText(
         "Sink", "sink",
-        "Parks at least 0.3 of its attention on the first token or [CLS]/[SEP] (score: that mass). Normal "
+        "Parks at least 0.3 of its attention on the first token or [CLS]/[SEP], as measured on a 20-token "
+        "text (score: that mass; a head parks less on a longer text, and the score corrects for it). Normal "
         "in trained models, a way to do nothing (Xiao et al. 2023; Gu et al. 2024); the pattern describes "
         "what the head does with the rest."),
     "local": RoleText(
@@ -118,7 +119,7 @@ ROLE_TEXTS = {
         "position dominating (score: its non-sink mass within 3 tokens)."),
     "broad": RoleText(
         "Broad", "brd",
-        "Spreads its non-sink attention almost evenly over the input (normalised entropy ≥ 0.9; Clark "
+        "Spreads its non-sink attention almost evenly over the input (normalised entropy ≥ 0.92; Clark "
         "et al. 2019's broad heads): a bag-of-words average."),
 }
 
@@ -137,7 +138,8 @@ FINDING_TEXTS = {
         "Check the Q/K initialisation (std ≈ 1/√d_k) and that the attention weights receive non-zero "
         "gradients; a learnable softmax temperature can help. If the model is trained and the heads stay "
         "uniform, they are candidates for pruning (Michel et al. 2019).",
-        "{count} of {total} heads ({percent}) are near uniform (mean normalised entropy ≥ {threshold}): {heads}.",
+        "{count} of {total} heads ({percent}) are near uniform (their rows differ from uniform by at most "
+        "{threshold} nats of KL divergence): {heads}.",
     ),
     "saturated_heads": FindingText(
         "Saturated heads (entropy collapse)",

@@ -8,23 +8,30 @@ For each model of the evaluation set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct, d
   seeds 1-3). Precision and recall pooled over the models.
 - stability: every head's pattern and role set on each of the 7 ``probes.DEFAULT_PROBES``
   alone; a head is stable when all 7 agree (also: the mean share of probes giving the head's
-  majority label). And the diagnosis itself: pattern and roles from the 16 tuning texts against
-  those from the 16 held-out texts.
+  majority label, and the share of probe pairs that agree). The same on texts the probes were
+  never chosen on: the 8 paragraphs of 4 consecutive texts of each half (``text_groups``). And the
+  diagnosis itself: pattern and roles from the 16 tuning texts against those from the 16 held-out
+  texts.
 - block: how many heads are block on one long text (the 32 texts joined, twice).
+- sink at any length (``--sink-lengths``): the texts of one half joined 1, 2, 4, 8 and 16 at a time
+  (~20 to ~300 tokens); on each paragraph alone, the share of heads whose ``sink`` role (``sink_level``
+  >= 0.3) matches the ground truth, against the raw ``sink_mass`` >= 0.3.
 
-Run: ``python -m diagnostics.classify.eval_real [--half heldout|tuning] [--models ...] [--long]``
+Run: ``python -m diagnostics.classify.eval_real [--half heldout|tuning] [--models ...] [--long]
+[--sink-lengths]``
 (ground truth: ``python -m diagnostics.classify.real_truth``).
 """
 
 import argparse
 import json
 from collections import Counter
+from itertools import combinations
 
 import core
 from diagnostics.classify.real_truth import DATA, HELDOUT, TEXTS, TUNING, real_models, truth_roles
-from diagnostics.classify.roles import head_roles, role_scores
+from diagnostics.classify.roles import SINK_MIN, head_roles, role_scores
 from diagnostics.diagnose import _repeated, _repeated_roles, diagnose_part, measure
-from diagnostics.probes import DEFAULT_PROBES
+from diagnostics.probes import DEFAULT_PROBES, Probe
 
 TARGET_ROLES = ("previous_token", "next_token", "induction", "sink")
 REPORTED_ROLES = TARGET_ROLES + ("self", "duplicate_token")
@@ -42,7 +49,9 @@ def evaluate_model(model, tokenizer, entry, half="heldout", long=False):
         actual = {tuple(i) for i in truth[role].nonzero().tolist()}
         counts[role] = [len(predicted & actual), len(predicted - actual), len(actual - predicted)]
     same = [a.pattern == b.pattern and set(a.role_names) == set(b.role_names) for a, b in zip(heads, other)]
-    out = {"counts": counts, "heads": len(heads), "halves_agree": sum(same), **stability(model, tokenizer, repeated)}
+    out = {"counts": counts, "heads": len(heads), "halves_agree": sum(same),
+           "probes": stability(model, tokenizer, repeated),
+           "groups": stability(model, tokenizer, repeated, text_groups())}
     if long:
         result = core.extract_attention(model, tokenizer, " ".join(TEXTS * 2))
         out["long"] = {"tokens": result.attentions.shape[-1],
@@ -56,11 +65,17 @@ def _diagnosed(model, tokenizer, indices, repeated):
     return diagnose_part("self", measured, repeated)[0]
 
 
-def stability(model, tokenizer, repeated):
-    """Share of heads whose pattern / role set / both are the same on all default probes alone."""
+def text_groups(size=4):
+    """Probes of ``size`` consecutive texts of each half joined: paragraphs about as long as the default probes."""
+    return [Probe(" ".join(TEXTS[i] for i in half[start:start + size]))
+            for half in (TUNING, HELDOUT) for start in range(0, len(half), size)]
+
+
+def stability(model, tokenizer, repeated, probes=DEFAULT_PROBES):
+    """Share of heads whose pattern / role set / both are the same on all ``probes`` alone."""
     rep = _repeated_roles(repeated)
     labels, roles = [], []
-    for probe in DEFAULT_PROBES:
+    for probe in probes:
         m = measure(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
         labels.append([p.label for row in m.patterns for p in row])
         roles.append([frozenset(r.role for r in rs) for row in head_roles(role_scores(m.metrics, rep), m.causal)
@@ -70,11 +85,30 @@ def stability(model, tokenizer, repeated):
     same_roles = [len({probe[i] for probe in roles}) == 1 for i in range(n)]
     pattern_counts = Counter(label for probe in labels for label in probe)
     majority = lambda values: Counter(values).most_common(1)[0][1] / len(values)  # noqa: E731
+    pairs = list(combinations(range(len(probes)), 2))
+    pair_agree = sum(labels[a][i] == labels[b][i] and roles[a][i] == roles[b][i] for a, b in pairs for i in range(n))
     return {"stable": {"pattern": sum(same_label), "roles": sum(same_roles),
                        "both": sum(a and b for a, b in zip(same_label, same_roles))},
             "agreement": {"pattern": sum(majority([p[i] for p in labels]) for i in range(n)),
-                          "roles": sum(majority([p[i] for p in roles]) for i in range(n))},
+                          "roles": sum(majority([p[i] for p in roles]) for i in range(n)),
+                          "pairs": pair_agree / len(pairs)},
             "probe_patterns": dict(pattern_counts)}
+
+
+def sink_lengths(model, tokenizer, entry, half="heldout", sizes=(1, 2, 4, 8, 16)):
+    """``{size: (mean keys, share matching the truth with sink_level, with sink_mass)}`` per paragraph alone."""
+    truth = truth_roles(entry, half)["sink"]  # (L, H)
+    texts = [TEXTS[i] for i in (HELDOUT if half == "heldout" else TUNING)]
+    out = {}
+    for size in sizes:
+        rows = []
+        for start in range(0, len(texts), size):
+            r = core.extract_attention(model, tokenizer, " ".join(texts[start:start + size]))
+            m = measure(r).metrics
+            rows.append((r.attentions.shape[-1], ((m.sink_level >= SINK_MIN) == truth).float().mean().item(),
+                         ((m.sink_mass >= SINK_MIN) == truth).float().mean().item()))
+        out[size] = tuple(sum(col) / len(rows) for col in zip(*rows))
+    return out
 
 
 def precision_recall(tp, fp, fn):
@@ -86,8 +120,11 @@ def main(argv=None):
     parser.add_argument("--half", choices=("heldout", "tuning"), default="heldout")
     parser.add_argument("--models", nargs="*", default=list(real_models()))
     parser.add_argument("--long", action="store_true", help="also count block heads on one long text")
+    parser.add_argument("--sink-lengths", action="store_true", help="only the sink role at 20-300 tokens")
     args = parser.parse_args(argv)
     truth = json.loads(DATA.read_text())
+    if args.sink_lengths:
+        return _sink_length_table(args.models, truth, args.half)
     pooled, results = {role: [0, 0, 0] for role in REPORTED_ROLES}, {}
     for name in args.models:
         model, tokenizer = real_models()[name]()
@@ -100,25 +137,40 @@ def main(argv=None):
     for role, (tp, fp, fn) in pooled.items():
         p, r = precision_recall(tp, fp, fn)
         print(f"| {role} | {tp + fn} | {tp} | {fp} | {fn} | {p:.3f} | {r:.3f} |")
-    print("\n| model | heads | same pattern on all 7 probes | same roles | both | mean pattern agreement "
-          "| mean roles agreement |\n|---|---|---|---|---|---|---|")
-    rows = list(results.items()) + [("all", _total(results))]
-    for name, res in rows:
-        s, a, n = res["stable"], res["agreement"], res["heads"]
-        print(f"| {name} | {n} | {s['pattern'] / n:.3f} | {s['roles'] / n:.3f} | {s['both'] / n:.3f} | "
-              f"{a['pattern'] / n:.3f} | {a['roles'] / n:.3f} |")
-    agree = sum(r["halves_agree"] for r in results.values())
+    _stability_table("the 7 default probes", results, "probes")
+    _stability_table("the 8 paragraphs of 4 texts (text_groups)", results, "groups")
+    agree, heads = sum(r["halves_agree"] for r in results.values()), sum(r["heads"] for r in results.values())
     print(f"\nSame pattern and roles from the 16 tuning texts as from the 16 held-out texts: {agree} of "
-          f"{_total(results)['heads']} heads ({agree / _total(results)['heads']:.3f}); per model: "
+          f"{heads} heads ({agree / heads:.3f}); per model: "
           + ", ".join(f"{name} {r['halves_agree']}/{r['heads']}" for name, r in results.items()))
     for name, res in results.items():
         if "long" in res:
             print(f"{name}, one text of {res['long']['tokens']} tokens: {dict(res['long']['patterns'])}")
 
 
-def _total(results):
-    add = lambda key: {k: sum(r[key][k] for r in results.values()) for k in next(iter(results.values()))[key]}  # noqa: E731
-    return {"heads": sum(r["heads"] for r in results.values()), "stable": add("stable"), "agreement": add("agreement")}
+def _sink_length_table(models, truth, half):
+    print(f"Sink role on paragraphs of the {half} half's texts joined 1-16 at a time: share of heads matching the "
+          "ground truth\n\n| model | texts joined | mean tokens | sink_level >= 0.3 | sink_mass >= 0.3 |\n"
+          "|---|---|---|---|---|")
+    for name in models:
+        for size, (keys, level, mass) in sink_lengths(*real_models()[name](), truth[name], half).items():
+            print(f"| {name} | {size} | {keys:.0f} | {level:.3f} | {mass:.3f} |", flush=True)
+
+
+def _stability_table(title, results, key):
+    print(f"\nEach of {title} alone:\n\n| model | heads | same pattern on all | same roles | both | mean pattern "
+          "agreement | mean roles agreement | probe pairs agreeing on both |\n|---|---|---|---|---|---|---|---|")
+    for name, res in list(results.items()) + [("all", _total(results, key))]:
+        s, a, n = res[key]["stable"], res[key]["agreement"], res["heads"]
+        print(f"| {name} | {n} | {s['pattern'] / n:.3f} | {s['roles'] / n:.3f} | {s['both'] / n:.3f} | "
+              f"{a['pattern'] / n:.3f} | {a['roles'] / n:.3f} | {a['pairs'] / n:.3f} |")
+
+
+def _total(results, key):
+    first = next(iter(results.values()))[key]
+    add = lambda part: {k: sum(r[key][part][k] for r in results.values()) for k in first[part]}  # noqa: E731
+    return {"heads": sum(r["heads"] for r in results.values()),
+            key: {"stable": add("stable"), "agreement": add("agreement")}}
 
 
 if __name__ == "__main__":

@@ -17,8 +17,7 @@ The sink itself is a role (``diagnostics.classify.roles``).
 1. vertical  sink_mass             >= PURE_SINK        almost all mass on the sink
 2. diagonal  rest_best_offset_mass >= DIAGONAL_MIN     one offset carries most of the rest
 3. block     block_score           >= block_min(k)     the rest spreads over its own segment
-4. vertical  rest_sink2_score      >= vertical_min(k)  one or two other keys draw most queries,
-             or sink_mass          >= SINK_VERTICAL    or the sink takes most and the rest is unstructured
+4. vertical  rest_sink2_score      >= vertical_min(k)  one or two other keys draw most queries
 5. diffuse   rest_entropy          >= DIFFUSE_MIN      the rest close to uniform
 6. sparse    otherwise                                 a few content-dependent peaks
 
@@ -45,9 +44,6 @@ PATTERNS = ("diagonal", "block", "diffuse", "sparse", "vertical")
 # at most a tenth of its mass, noise on short texts (SmolLM2's induction heads park 0.78-1.0 of
 # their mass on token 0 on plain text).
 PURE_SINK = 0.9
-# Sink mass that makes a head vertical when its rest has no structure (diffuse or sparse): most of
-# every row goes to [CLS]/[SEP]/the first token (Kovaleva et al. 2019's vertical pattern).
-SINK_VERTICAL = 0.5
 # Diagonal: Clark et al. 2019 call a head positional when most of its mass sits
 # on one offset; synthetic diagonals with 25% noise keep ~0.6 on theirs, while
 # sinks and blocks of 4-8 tokens reach ~0.5-0.6 on some offset by coincidence.
@@ -146,8 +142,7 @@ def _decide(m):
         ("vertical", (sink - PURE_SINK) / MARGIN_SCALE),
         ("diagonal", (m.rest_best_offset_mass.cpu().float() - diagonal_min(n_keys)) / MARGIN_SCALE),
         ("block", (m.block_score.cpu().float() - block_min(n_keys)) / MARGIN_SCALE),
-        ("vertical", torch.maximum(m.rest_sink2_score.cpu().float() - vertical_min(n_keys),
-                                   sink - SINK_VERTICAL) / MARGIN_SCALE),
+        ("vertical", (m.rest_sink2_score.cpu().float() - vertical_min(n_keys)) / MARGIN_SCALE),
         ("diffuse", (m.rest_entropy.cpu().float() - DIFFUSE_MIN) / MARGIN_SCALE),
     ]
     labels = torch.full(m.shape, PATTERNS.index("sparse"), dtype=torch.long)

@@ -12,9 +12,13 @@ Clark et al. 2019 ("What Does BERT Look At?"):
   nearest valid key (GPT-2's previous-token heads put row 0 on itself).
 - block: contiguous segments of random sizes; each query spreads over its own
   segment (causal: over the segment's keys up to itself).
-- vertical: most mass on one or two keys: the first token, the last ([SEP],
-  bidirectional only), a punctuation-like key in the middle (causal queries
-  before it use the first token), or two of these.
+- vertical: most mass on one or two keys: a punctuation-like key in the middle
+  (causal: in the first half; queries before it use the first token), the last
+  ([SEP], bidirectional only), or the first token (at most half) together with
+  one of these. A stripe on the first token alone is not drawn: the classifier
+  factors the sink out, so such a head is the ``sink`` role over whatever its
+  rest does (vertical only when almost all of its mass is on the sink,
+  ``patterns.PURE_SINK``).
 - sparse: one to three random peaks per row, drawn independently for every row.
 - diffuse: uniform over the valid keys with log-normal jitter.
 
@@ -130,11 +134,14 @@ def _segment_sizes(n, rng):
 
 def _vertical(n, causal, rng, valid, sinks=None):
     if sinks is None:
-        middle = int(rng.integers(1, n - 1)) if n > 2 else 0
-        choices = [[0], [middle], [0, middle]] + ([] if causal else [[n - 1], [0, n - 1]])
+        # causal: in the first half, so that most queries see it (the rows before it use the first token)
+        middle = int(rng.integers(1, max(2, n // 2) if causal else n - 1)) if n > 2 else 0
+        choices = [[middle], [0, middle]] + ([] if causal else [[n - 1], [0, n - 1]])
         sinks = choices[int(rng.integers(len(choices)))]
     p = np.zeros((n, n))
-    share = rng.uniform(0.3, 0.7) if len(sinks) == 2 else 1.0
+    # with the first token, the other key keeps at least half: the rest (the map with the sink factored out)
+    # must have a stripe to see, or the head is a sink over noise
+    share = (rng.uniform(0.3, 0.5) if sinks[0] == 0 else rng.uniform(0.3, 0.7)) if len(sinks) == 2 else 1.0
     for s, mass in zip(sinks, (share, 1 - share)):
         p[:, s] += mass
     p = p * valid

@@ -10,6 +10,11 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
 - ``entropy``: mean row entropy divided by ``log n`` of that row; 1 = uniform,
   0 = one-hot. Clark et al. 2019 ("What Does BERT Look At?", Sec. 3.2) use raw
   row entropy; normalising makes rows of different lengths comparable.
+- ``uniform_gap``: mean KL divergence of a row from uniform over its keys, in
+  nats (``log n - H``). Normalised entropy creeps towards 1 as a text grows
+  (a row whose logits spread by sigma around their mean keeps ``H ~ log n -
+  sigma^2 / 2``, so ``H / log n`` rises with n); the gap stays put, and is 0 for
+  uniform rows at any length.
 - ``confidence``: mean row maximum (Voita et al. 2019, "Analyzing Multi-Head
   Self-Attention", Sec. 4: a head's confidence).
 - ``diag_mass`` ``[..., 7]``: mean mass on key ``i + d`` for d = -3..+3 (+1 = next
@@ -44,6 +49,9 @@ head does besides its sink). The sink keys are the first token (Xiao et al.
 2024) and the special tokens ([CLS], [SEP]; Clark et al. 2019), known before
 any row is read, so the factoring is row-local:
 - ``sink_mass``: mean row mass on the sink keys.
+- ``sink_level``: ``sink_mass`` carried to a map of ``SINK_REFERENCE_KEYS`` keys (``sink_level``
+  below): the same head parks less on its sink in a longer text, so a fixed threshold on the mass
+  means a different thing at every length.
 - each row's non-sink mass renormalised to 1 ("the rest"), and the row weighted
   by ``(1 - 1/n') * (1 - sink mass)`` (``n'`` = its valid non-sink keys): a row
   that is almost all sink says little about the rest. On the rest:
@@ -73,12 +81,20 @@ MIN_AUDIENCE = 0.5
 CHUNK_FLOATS = 1 << 24
 DEFAULT_TOP_K = 3
 
-_ROW_METRICS = ("entropy", "confidence", "topk_mass", "special_mass", "mean_distance")
+_ROW_METRICS = ("entropy", "uniform_gap", "confidence", "topk_mass", "special_mass", "mean_distance")
 # Sums over rows weighted by their non-sink mass (``sink_mass``: by the plain row weight).
 _REST_METRICS = ("sink_mass", "block_score", "rest_entropy", "rest_mean_distance")
 # A row's non-sink mass is divided by at least this, so a row that is all sink stays finite (its
 # weight, that same mass, is then ~0 anyway).
 REST_FLOOR = 1e-6
+# The sink mass of one head falls with the length of the text: on the real models' texts joined into
+# maps of ~20, 40, 75, 150 and 300 keys, the threshold that best reproduces the heads that are sinks at
+# ~20 keys (Gu et al.'s 0.3 on the ground truth's texts, ``classify.real_truth``) falls from 0.3 to
+# 0.2, 0.15, 0.12 and 0.07 (MiniLM and SmolLM2 alike). The odds of the sink mass scale as
+# (k / SINK_REFERENCE_KEYS) ** SINK_LENGTH_POWER across those lengths (fitted on the tuning half's
+# texts; docs/classifier.md), so ``sink_level`` is the mass a head would put on its sink at 20 keys.
+SINK_REFERENCE_KEYS = 20
+SINK_LENGTH_POWER = 0.5
 # Rows with at most this many non-sink keys take a block's strongest key off once, longer rows twice
 # (``row_stats.local_run_mass``): synthetic blocks of 4-8 tokens are segments of 2-4 keys.
 SHORT_ROW = 8
@@ -89,6 +105,7 @@ class HeadMetrics:
     """Metrics of a batch of heads; every tensor is ``[...]`` unless noted."""
 
     entropy: torch.Tensor
+    uniform_gap: torch.Tensor  # nats
     confidence: torch.Tensor
     topk_mass: torch.Tensor
     block_score: torch.Tensor
@@ -102,6 +119,7 @@ class HeadMetrics:
     sink_key: torch.Tensor  # [...] long
     sink2_score: torch.Tensor
     sink_mass: torch.Tensor  # mass on the first token and the special tokens
+    sink_level: torch.Tensor  # sink_mass at SINK_REFERENCE_KEYS keys
     rest_entropy: torch.Tensor  # the metrics below: of the non-sink mass, renormalised
     rest_diag_mass: torch.Tensor  # [..., 7]
     rest_best_offset: torch.Tensor  # [...] long
@@ -183,8 +201,10 @@ class MetricAccumulator:
         w_topk = w * (n > self.top_k)  # (qc,)
         special = self.special[:width].to(a) if self.special is not None else None
         top = row_stats.top_k_weights(a, self.top_k)  # (..., qc, top_k)
+        entropy = row_stats.normalised_entropy(a, n, self.scratch, logits, peak=top[..., 0])  # (..., qc)
         per_row = {
-            "entropy": row_stats.normalised_entropy(a, n, self.scratch, logits, peak=top[..., 0]),
+            "entropy": entropy,
+            "uniform_gap": (1.0 - entropy) * torch.log(n.clamp(min=1).to(a.dtype)),
             "confidence": top[..., 0],
             "topk_mass": top.sum(-1),
             "special_mass": a @ special if special is not None else a.new_zeros(a.shape[:-1]),
@@ -286,6 +306,8 @@ class MetricAccumulator:
         w_r = s["w_rest"].clamp(min=1e-12)  # (...)
         out = {name: (s[name] / w_r).float() for name in _REST_METRICS if name != "sink_mass"}
         out["sink_mass"] = (s["sink_mass"] / s["w"].clamp(min=1e-12)).float()
+        n_valid = self.n_keys - (0 if self.padding is None else int(self.padding.sum()))
+        out["sink_level"] = sink_level(out["sink_mass"], n_valid)
         floor = (MIN_AUDIENCE * s["w_rest"]).clamp(min=1e-12).unsqueeze(-1)  # (..., 1)
         diag = s["rest_diag"] / s["rest_diag_w"].squeeze(-2).clamp(min=floor)  # (..., 7)
         best_mass, best_idx = diag.max(-1)  # (...), (...)
@@ -296,6 +318,14 @@ class MetricAccumulator:
         return dict(out, rest_diag_mass=diag.float(), rest_best_offset=torch.tensor(OFFSETS, device=diag.device)[best_idx],
                     rest_best_offset_mass=best_mass.float(), rest_sink_score=top2[..., 0].float(),
                     rest_sink2_score=top2.sum(-1).float())
+
+
+def sink_level(sink_mass, n_keys):
+    """``sink_mass`` of a map of ``n_keys`` keys, carried to ``SINK_REFERENCE_KEYS`` keys: its odds times
+    ``(n_keys / SINK_REFERENCE_KEYS) ** SINK_LENGTH_POWER``; equal to it at 20 keys."""
+    mass = torch.as_tensor(sink_mass, dtype=torch.float32).clamp(1e-7, 1 - 1e-7)
+    odds = mass / (1 - mass) * (max(n_keys, 1) / SINK_REFERENCE_KEYS) ** SINK_LENGTH_POWER
+    return odds / (1 + odds)
 
 
 def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_TOP_K):

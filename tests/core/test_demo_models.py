@@ -84,7 +84,8 @@ def random_init(model):
 def test_bert_heads_are_structured(bert):
     stats, labels = head_structure(*bert)
     entropy, cls_mass = stats[..., 0], stats[..., 1]
-    assert len({label for row in labels for label in row}) >= 3, labels  # shipped: 4 kinds
+    # shipped: diffuse and sparse (with the sink factored out, its [CLS] head is a sparse head with the sink role)
+    assert len({label for row in labels for label in row}) >= 2, labels
     assert cls_mass.max() > 0.5, cls_mass  # a [CLS] head (shipped: L1H3 at 0.60)
     assert entropy.min() < 0.55, entropy  # shipped: 0.45
     random_stats, random_labels = head_structure(random_init(bert[0]), bert[1])

@@ -5,7 +5,7 @@ import torch
 
 from diagnostics import FINDING_TEXTS, Finding
 from diagnostics.findings import (
-    DIFFUSE_ENTROPY, attention_findings, cap_severity, head_names, make_finding, severity_for, sort_findings,
+    DIFFUSE_GAP, attention_findings, cap_severity, head_names, make_finding, severity_for, sort_findings,
 )
 from diagnostics.measure.redundancy import PairwiseJS, js_distance, redundant_pairs
 
@@ -24,7 +24,7 @@ def test_severity_scales_with_the_share_of_heads():
 
 def metrics(n_layers=2, n_heads=4, **overrides):
     """Per-head metrics of ordinary sparse heads, with some heads overridden: name -> {(l, h): value}."""
-    base = {"entropy": 0.6, "confidence": 0.4, "sink_score": 0.2, "best_offset_mass": 0.2}
+    base = {"entropy": 0.6, "uniform_gap": 1.2, "confidence": 0.4, "sink_score": 0.2, "best_offset_mass": 0.2}
     out = {name: torch.full((n_layers, n_heads), value) for name, value in base.items()}
     out["best_offset"] = torch.zeros(n_layers, n_heads, dtype=torch.long)
     for name, cells in overrides.items():
@@ -44,6 +44,7 @@ def test_ordinary_heads_give_no_findings():
 def test_diffuse_saturated_sink_and_positional_thresholds():
     m = metrics(
         entropy={(0, 0): 0.99, (0, 1): 0.02, (1, 3): 0.5},
+        uniform_gap={(0, 0): 0.03},
         confidence={(0, 1): 0.97},
         sink_score={(1, 2): 0.8},
         best_offset_mass={(1, 3): 0.9},
@@ -79,18 +80,32 @@ def test_most_heads_one_hot_is_collapse_whatever_their_roles():
 
 
 def test_cap_severity_for_unfit_probes():
-    m = metrics(entropy={(l, h): 1.0 for l in range(2) for h in range(4)})
+    m = metrics(uniform_gap={(l, h): 0.0 for l in range(2) for h in range(4)})
     capped = cap_severity(attention_findings(m))
     assert [(f.code, f.severity) for f in capped] == [("diffuse_heads", "warning")]
 
 
 def test_most_heads_uniform_is_an_error_and_sorted_first():
-    m = metrics(entropy={(l, h): 1.0 for l in range(2) for h in range(4) if (l, h) != (1, 3)},
+    m = metrics(uniform_gap={(l, h): 0.0 for l in range(2) for h in range(4) if (l, h) != (1, 3)},
                 sink_score={(1, 3): 0.9})
     found = sort_findings(attention_findings(m))
     assert [f.code for f in found] == ["diffuse_heads", "sink_heads"]
     assert found[0].severity == "error" and "7 of 8 heads (88%)" in found[0].message
-    assert str(DIFFUSE_ENTROPY) in found[0].message
+    assert f"{DIFFUSE_GAP} nats" in found[0].message
+
+
+def test_near_uniform_is_judged_by_the_gap_to_uniform_at_any_length():
+    # logits with the same spread over 16 and over 1024 keys: normalised entropy rises with length,
+    # the KL gap to uniform stays (~sigma^2 / 2 = 0.045 nats here, below DIFFUSE_GAP, at both lengths)
+    from diagnostics.measure.metrics import head_metrics
+
+    g = torch.Generator().manual_seed(0)
+    short, long = ((torch.randn(n, n, generator=g) * 0.3).softmax(-1) for n in (16, 1024))  # (n, n)
+    gaps = [float(head_metrics(a).uniform_gap) for a in (short, long)]
+    entropies = [float(head_metrics(a).entropy) for a in (short, long)]
+    assert entropies[1] > entropies[0] and abs(gaps[1] - gaps[0]) < 0.02 and max(gaps) < DIFFUSE_GAP
+    sharper = (torch.randn(1024, 1024, generator=g) * 1.0).softmax(-1)  # sigma^2 / 2 = 0.5 nats
+    assert float(head_metrics(sharper).uniform_gap) > 4 * DIFFUSE_GAP
 
 
 def test_finding_wording_and_part_names():

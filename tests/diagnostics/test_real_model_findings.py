@@ -11,7 +11,7 @@ import pytest
 
 import core
 from diagnostics import diagnose
-from diagnostics.findings import SATURATED_ENTROPY
+from diagnostics.findings import SATURATED_CONFIDENCE, SATURATED_ENTROPY
 from diagnostics.probes import DEFAULT_PROBES
 from diagnostics.weights.weight_checks import SCORE_LIMIT
 from pathologies import copied_heads, scaled_qk
@@ -74,7 +74,7 @@ def test_sharp_heads_with_a_role_are_named_by_their_role(loaded):
     them: they sink on plain text)."""
     name, _, report = loaded
     one_hot = [[h.layer, h.head] for h in report.heads
-               if h.metrics["entropy"] <= SATURATED_ENTROPY and h.metrics["confidence"] >= 0.9]
+               if h.metrics["entropy"] <= SATURATED_ENTROPY and h.metrics["confidence"] >= SATURATED_CONFIDENCE]
     named = {code: report.finding(code).heads for code in ("positional_heads", "sink_heads") if report.finding(code)}
     assert all(any(head in heads for heads in named.values()) for head in one_hot), name
     if name == "minilm":
@@ -82,7 +82,9 @@ def test_sharp_heads_with_a_role_are_named_by_their_role(loaded):
         assert head.metrics["best_offset"] == -1 and head.metrics["best_offset_mass"] > 0.95
         assert [0, 2] in named["positional_heads"]
     if name == "smollm2":
-        assert len(one_hot) >= 10  # 15 heads that were called saturated before
+        # the check above covers real heads: 4 sinks on the paragraph-long default probes (15 on the
+        # one-sentence probes of before, all called saturated then)
+        assert len(one_hot) >= 3, one_hot
 
 
 def test_reachable_scores_and_grouped_heads(loaded):

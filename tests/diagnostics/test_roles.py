@@ -5,9 +5,9 @@ import torch
 
 from core.result import AttentionResult
 from diagnostics import ROLE_TEXTS, ROLES, diagnose
-from diagnostics.classify.patterns import classify_head, classify_heads
-from diagnostics.classify.roles import head_roles, repeated_scores, role_scores
-from diagnostics.measure.metrics import MetricAccumulator, head_metrics
+from diagnostics.classify.patterns import DIFFUSE_MIN, classify_head, classify_heads
+from diagnostics.classify.roles import BROAD_MIN, SINK_MIN, head_roles, repeated_scores, role_scores
+from diagnostics.measure.metrics import SINK_REFERENCE_KEYS, MetricAccumulator, head_metrics, sink_level
 from diagnostics.probes import RepeatedProbe
 from tiny import tiny_gpt2, wordpiece_tokenizer
 
@@ -40,6 +40,52 @@ def test_pure_sink_stays_vertical_with_only_the_sink_role():
     head = classify_head(causal_rows(N, lambda i: i, sink=0.95), causal=True)
     assert head.label == "vertical" and "sink" in names(head.roles)  # its last 5% on itself is its rest
     assert "previous_token" not in names(head.roles)
+
+
+def test_a_sink_beside_an_unstructured_rest_is_the_pattern_of_the_rest():
+    # 0.7 on the first token, the rest uniform: Kovaleva et al. would call it vertical; with the sink
+    # factored out it is diffuse with the sink role (only an almost pure sink stays vertical)
+    m = torch.full((N, N), 0.3 / (N - 1))
+    m[:, 0] = 0.7
+    head = classify_head(m, causal=False)
+    assert head.label == "diffuse" and {"sink", "broad"} <= set(names(head.roles))
+
+
+def test_sink_level_carries_the_sink_mass_to_twenty_tokens():
+    mass = torch.tensor([0.0, 0.1, 0.3, 0.6, 1.0])
+    torch.testing.assert_close(sink_level(mass, SINK_REFERENCE_KEYS), mass, atol=1e-6, rtol=0)
+    longer, shorter = sink_level(mass, 4 * SINK_REFERENCE_KEYS), sink_level(mass, SINK_REFERENCE_KEYS // 2)
+    assert (longer[1:4] > mass[1:4]).all() and (shorter[1:4] < mass[1:4]).all()
+    assert (longer.diff() > 0).all() and longer[0] < 1e-5 and longer[-1] > 1 - 1e-5  # monotone, 0 and 1 stay
+
+
+def test_the_same_sink_share_is_a_sink_on_a_long_text_only():
+    # a head that leaves 0.8 of every row to the text, spread over the previous tokens: on 20 tokens 0.2 on
+    # the first token is a small share; on 160 tokens, where every other key gets ~0.005, it is a sink
+    def head(n):
+        m = torch.zeros(n, n)
+        for i in range(1, n):
+            m[i, 0], m[i, 1:i + 1] = 0.2, 0.8 / i
+        m[0, 0] = 1.0
+        return classify_head(m, causal=True)
+
+    assert "sink" not in names(head(SINK_REFERENCE_KEYS).roles)
+    assert "sink" in names(head(8 * SINK_REFERENCE_KEYS).roles)
+    assert {r.role: r.score for r in head(8 * SINK_REFERENCE_KEYS).roles}["sink"] >= SINK_MIN
+
+
+def test_padding_does_not_change_the_sink_level():
+    n, pad = 30, 10
+    logits = torch.randn(2, n + pad, n + pad, generator=torch.Generator().manual_seed(0))
+    logits[..., 0] += 2
+    padding = torch.tensor([False] * n + [True] * pad)
+    padded = logits.masked_fill(padding, float("-inf")).softmax(-1)  # (H, q + pad, k + pad): no key is padding
+    unpadded = padded[:, :n, :n]  # (H, q, k)
+    torch.testing.assert_close(head_metrics(padded, padding=padding).sink_level, head_metrics(unpadded).sink_level)
+
+
+def test_broad_role_and_diffuse_pattern_share_one_threshold():
+    assert BROAD_MIN == DIFFUSE_MIN
 
 
 def test_next_token_head_of_a_bidirectional_model():
@@ -80,7 +126,7 @@ def test_sink_metrics_accumulate_chunk_by_chunk():
     for start, stop in ((20, 33), (0, 7), (7, 20), (33, n)):
         acc.update(attn[..., start:stop, :], start)
     chunked = acc.finalize()
-    for name in ("sink_mass", "block_score", "rest_entropy", "rest_diag_mass", "rest_best_offset_mass",
+    for name in ("sink_mass", "sink_level", "block_score", "rest_entropy", "rest_diag_mass", "rest_best_offset_mass",
                  "rest_sink_score", "rest_sink2_score", "rest_mean_distance"):
         torch.testing.assert_close(getattr(chunked, name), getattr(full, name), atol=1e-5, rtol=0)
 
