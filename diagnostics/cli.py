@@ -52,7 +52,7 @@ def build_compare_parser():
 
 def _add_options(parser):
     parser.add_argument("--text", action="append", metavar="TEXT",
-                        help="probe text (repeatable); default: AttnScope's built-in probe sentences")
+                        help="probe text (repeatable); default: AttnScope's seven built-in probe paragraphs")
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="report format (default: markdown)")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument("--device", help="cpu, cuda, cuda:0 or mps (default: best available)")
