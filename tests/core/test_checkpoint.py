@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import tarfile
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import core
 from core import CheckpointError, Limits, extract_attention, load_checkpoint, load_model
 from core.checkpoints import build as checkpoint_build, tokenizer as checkpoint_tokenizer
 from hostile_inputs import BAD_INPUTS, MARKER, table_rows
+from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
 TEXT = "The quick brown fox jumps over the lazy dog."
@@ -25,14 +25,7 @@ TEXT = "The quick brown fox jumps over the lazy dog."
 @pytest.fixture(autouse=True)
 def private_temp(tmp_path, monkeypatch):
     """Local paths allowed under tmp_path; temp folders under tmp_path/tmp (checked empty after); no demo tokenizers."""
-    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {})
-    checkpoint_tokenizer._demo_tokenizer.cache_clear()
-    yield
-    assert list(temp.iterdir()) == [], "the loader left files in its temporary folder"
+    yield from loader_sandbox(tmp_path, monkeypatch)
 
 
 load = load_checkpoint  # local paths are allowed under tmp_path by the fixture

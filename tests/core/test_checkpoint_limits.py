@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -18,9 +17,9 @@ from core import CheckpointError, Limits, load_checkpoint, load_untrusted
 from core.cancel import stop_between_layers, stoppable
 from core.errors import Cancelled
 from core.checkpoints import archive, build, untrusted
-from core.checkpoints import tokenizer as checkpoint_tokenizer
 from core.checkpoints.checkpoint import OUTSIDE
 from diagnostics import cli
+from loader_sandbox import loader_sandbox
 from tiny import tiny_bert, wordpiece_tokenizer
 
 MB = 10**6
@@ -29,15 +28,7 @@ MB = 10**6
 @pytest.fixture(autouse=True)
 def private_temp(tmp_path, monkeypatch):
     """Roots: tmp_path/root only; temp folders under tmp_path/tmp (checked empty after); no demo tokenizers."""
-    (tmp_path / "root").mkdir()
-    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path / "root"))
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {})
-    checkpoint_tokenizer._demo_tokenizer.cache_clear()
-    yield
-    assert list(temp.iterdir()) == [], "the loader left files in its temporary folder"
+    yield from loader_sandbox(tmp_path, monkeypatch, root=tmp_path / "root")
 
 
 def bert_folder(folder: Path, **config_changes) -> Path:

@@ -5,7 +5,6 @@ The hostile GGUF rows are in docs/checkpoints.md's table (tests/core/test_checkp
 from __future__ import annotations
 
 import io
-import tempfile
 import zipfile
 
 import pytest
@@ -16,6 +15,7 @@ from core import CheckpointError, load_checkpoint
 from core.checkpoints import gguf as gguf_loading
 from core.checkpoints.gguf_header import read_gguf_header
 from diagnostics import cli
+from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_gpt2
 from tiny_gguf import tiny_llama, write_gpt2_gguf, write_llama_gguf
 
@@ -25,12 +25,7 @@ WRITERS = {"llama": (write_llama_gguf, tiny_llama), "gpt2": (write_gpt2_gguf, la
 
 @pytest.fixture(autouse=True)
 def allowed(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    yield
-    assert list(temp.iterdir()) == [], "the loader left files in its temporary folder"
+    yield from loader_sandbox(tmp_path, monkeypatch, demo_tokenizers=True)
 
 
 @pytest.mark.parametrize("arch", list(WRITERS))
