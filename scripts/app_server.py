@@ -4,6 +4,8 @@
     ...
     stop_app(proc)
 
+``launch_chromium(playwright)`` starts Debian's Chromium (``playwright install`` cannot download browsers here).
+
 ``app_root`` runs another checkout (to measure the code before a change);
 ``extra_args`` are more ``streamlit run`` options; ``env`` adds variables.
 """
@@ -19,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"  # apt-get install -y chromium
 START_S = 120  # importing torch and transformers on a busy 2-core machine
 
 
@@ -49,3 +52,9 @@ def stop_app(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def launch_chromium(playwright, gpu: bool = False):
+    """A headless Debian Chromium browser from a ``sync_playwright()`` context."""
+    args = ["--no-sandbox"] + ([] if gpu else ["--disable-gpu"])
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=args)

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from app_server import start_app, stop_app
+from app_server import launch_chromium, start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = " ".join(["the cat sat on the mat because it was tired and the dog barked"] * 30)
@@ -36,7 +36,7 @@ def main():
     result = {"app_root": str(args.app_root)}
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            browser = launch_chromium(p)
             page = browser.new_page()
             page.goto(f"{url}/diagnose")
             page.get_by_role("heading", name="Diagnose a checkpoint").wait_for(timeout=300_000)

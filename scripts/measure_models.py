@@ -24,10 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from app_server import start_app, stop_app
+from app_server import launch_chromium, start_app, stop_app
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
 MINILM, SMOLLM2 = "sentence-transformers/all-MiniLM-L6-v2", "HuggingFaceTB/SmolLM2-135M-Instruct"
 TIMEOUT_MS = 600_000
 
@@ -71,7 +70,7 @@ def app_numbers() -> None:
     url, server = start_app()
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            browser = launch_chromium(p)
             _, _, cold = open_session(browser, url)
             print(f"MiniLM, cold server, first heatmap: {cold:.1f} s (load {load()})")
             _, page, warm = open_session(browser, url)

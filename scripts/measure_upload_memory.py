@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from app_server import start_app, stop_app
+from app_server import launch_chromium, start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def main():
     result = {"upload_gb": args.gb, "app_root": str(args.app_root)}
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            browser = launch_chromium(p)
             page = browser.new_page()
             page.goto(f"{url}/diagnose")
             page.get_by_role("heading", name="Diagnose a checkpoint").wait_for(timeout=300_000)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app_server import start_app, stop_app
+from app_server import launch_chromium, start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = '[data-testid="stApp"][data-test-connection-state="CONNECTED"][data-test-script-state="notRunning"]'
@@ -26,7 +26,7 @@ def shoot(model: str, out: Path, layer: int, head: int) -> None:
     outside = []
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+            browser = launch_chromium(p, gpu=True)
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.route("**/*", lambda r: r.continue_() if "127.0.0.1" in r.request.url
                        else (outside.append(r.request.url), r.abort()))

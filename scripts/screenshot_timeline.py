@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from app_server import start_app, stop_app
+from app_server import launch_chromium, start_app, stop_app
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ("docs/training/healthy.jsonl", "docs/training/qk_x10.jsonl")
@@ -23,7 +23,7 @@ def shoot(url: str, out: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.goto(f"{url}/timeline", timeout=120_000)
         page.get_by_text("Monitor log paths").click(timeout=180_000)
