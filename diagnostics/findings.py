@@ -56,7 +56,8 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
 # spread by sigma around their mean give ~sigma^2 / 2 at any length, 0.1 for sigma ~0.45: rows that
 # barely prefer any key. (Normalised entropy >= 0.95 was the test before; it grows with the text's
 # length: on paragraph-long probes it flagged 7 of demo-bert's 16 heads, 2 on one sentence. The gap
-# finds the same 2 at 30-200 tokens; the healthy real models' smallest gap is 0.14 nats, MiniLM's.)
+# finds the same 2 at 30-200 tokens; the healthy real models' smallest gap on the default probes is 0.13
+# nats, MiniLM's.)
 DIFFUSE_GAP = 0.1
 # Near one-hot: entropy <= 0.1 of uniform and a mean row max >= 0.8. Trained
 # previous-token heads come close, so a few such heads are only "info"; entropy

@@ -4,7 +4,8 @@
     ...
     stop_app(proc)
 
-``launch_chromium(playwright)`` starts Debian's Chromium (``playwright install`` cannot download browsers here).
+``launch_chromium(playwright)`` starts Debian's Chromium (``playwright install`` cannot download browsers here);
+``open_diagnose_page(browser, url)`` opens the Diagnose page once its heading is drawn.
 
 ``app_root`` runs another checkout (to measure the code before a change);
 ``extra_args`` are more ``streamlit run`` options; ``env`` adds variables.
@@ -58,3 +59,11 @@ def launch_chromium(playwright, gpu: bool = False):
     """A headless Debian Chromium browser from a ``sync_playwright()`` context."""
     args = ["--no-sandbox"] + ([] if gpu else ["--disable-gpu"])
     return playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+
+
+def open_diagnose_page(browser, url: str):
+    """A new page on ``url``'s Diagnose page, once its heading is drawn (the first run imports torch)."""
+    page = browser.new_page()
+    page.goto(f"{url}/diagnose")
+    page.get_by_role("heading", name="Diagnose a checkpoint").wait_for(timeout=300_000)
+    return page

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from app_server import launch_chromium, start_app, stop_app
+from app_server import launch_chromium, open_diagnose_page, start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = " ".join(["the cat sat on the mat because it was tired and the dog barked"] * 30)
@@ -37,9 +37,7 @@ def main():
     try:
         with sync_playwright() as p:
             browser = launch_chromium(p)
-            page = browser.new_page()
-            page.goto(f"{url}/diagnose")
-            page.get_by_role("heading", name="Diagnose a checkpoint").wait_for(timeout=300_000)
+            page = open_diagnose_page(browser, url)
             page.get_by_text("Local folder", exact=True).first.click()
             field = page.get_by_role("textbox", name="Model folder, archive", exact=False)
             field.fill(str(args.app_root / "core" / "demo_models" / "demo-bert"))

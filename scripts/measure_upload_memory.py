@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from app_server import launch_chromium, start_app, stop_app
+from app_server import launch_chromium, open_diagnose_page, start_app, stop_app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,9 +68,7 @@ def main():
     try:
         with sync_playwright() as p:
             browser = launch_chromium(p)
-            page = browser.new_page()
-            page.goto(f"{url}/diagnose")
-            page.get_by_role("heading", name="Diagnose a checkpoint").wait_for(timeout=300_000)
+            page = open_diagnose_page(browser, url)
             idle(page)
             time.sleep(2)
             result["baseline_gb"] = round(rss_gb(proc.pid), 2)

@@ -31,6 +31,7 @@ import core
 from diagnostics.classify.real_truth import DATA, HELDOUT, TEXTS, TUNING, real_models, truth_roles
 from diagnostics.classify.roles import SINK_MIN, head_roles, role_scores
 from diagnostics.diagnose import _repeated, _repeated_roles, diagnose_part, measure
+from diagnostics.measure.metrics import head_metrics
 from diagnostics.probes import DEFAULT_PROBES, Probe
 
 TARGET_ROLES = ("previous_token", "next_token", "induction", "sink")
@@ -104,7 +105,7 @@ def sink_lengths(model, tokenizer, entry, half="heldout", sizes=(1, 2, 4, 8, 16)
         rows = []
         for start in range(0, len(texts), size):
             r = core.extract_attention(model, tokenizer, " ".join(texts[start:start + size]))
-            m = measure(r).metrics
+            m = head_metrics(r.attentions, causal=r.causal, special=r.keys_special, padding=r.keys_padding)
             rows.append((r.attentions.shape[-1], ((m.sink_level >= SINK_MIN) == truth).float().mean().item(),
                          ((m.sink_mass >= SINK_MIN) == truth).float().mean().item()))
         out[size] = tuple(sum(col) / len(rows) for col in zip(*rows))
