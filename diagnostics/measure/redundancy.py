@@ -23,7 +23,7 @@ the maps (docs/streaming.md):
 - at most ``JS_ROWS`` query rows per layer are measured, every ``stride``-th
   (by absolute position, so a streamed and a whole map pick the same rows).
   Probes up to ``JS_ROWS`` tokens (the repeated-sequence probe) are measured on
-  every row, the default probes (117-213 tokens) on every second one; on long
+  every row, the default probes (117-201 tokens) on every second one; on long
   probes the mean over an even subsample of rows estimates the mean over all rows. Measured against every
   row (``python -m benchmarks.js_sampling``): see docs/streaming.md.
 

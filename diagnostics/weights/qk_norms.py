@@ -7,8 +7,8 @@ key align, which on other inputs they can; unlike the spectral norm of
 W_Q·W_Kᵀ on unit-RMS inputs (which assumes every direction of the residual
 stream is equally likely), it uses only the queries and keys the model really
 produces. Measured on the default probes (``python -m benchmarks.calibration``):
-all-MiniLM-L6-v2 7.6–73.8, SmolLM2-135M 12.5–104.4, demo-bert 3.3–9.7,
-demo-gpt2 14.2–36.6; their Q/K × 8 copies 226.7–9523.
+all-MiniLM-L6-v2 7.6–64.9, SmolLM2-135M 12.5–104.0, demo-bert 3.1–9.9,
+demo-gpt2 14.1–36.6; their Q/K × 8 copies 223.9–9063.
 
 ``record_qk_norms`` hooks the modules that output the queries and keys
 (``LayerWeights.q_source``/``k_source``) while the probes run; rotary

@@ -2,11 +2,12 @@
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import BertTokenizerFast
+from transformers import AutoTokenizer, BertTokenizerFast
 
 from broken_checkpoints import ALPHA
 from diagnostics import diagnose
-from diagnostics.probes import DEFAULT_PROBES, MIN_COVERAGE, Probe, probe_coverage
+from core.checkpoints.registry import resolve_source
+from diagnostics.probes import DEFAULT_PROBES, MIN_COVERAGE, PROBE_MAX_TOKENS, Probe, probe_coverage
 from tiny import bpe_tokenizer, tiny_bert, wordpiece_tokenizer
 
 # A word-level vocabulary without a single word of the English default probes.
@@ -48,6 +49,14 @@ def test_coverage_counts_unknown_tokens():
     assert all(probe_coverage(bpe_tokenizer(), p) == 1.0 for p in DEFAULT_PROBES)  # byte-level BPE spells any text
     assert probe_coverage(bpe_tokenizer(), Probe("naïve café")) < 1.0  # but holds "ï" and "é" only as raw bytes
     assert min(probe_coverage(wordpiece_tokenizer(), p) for p in DEFAULT_PROBES) >= MIN_COVERAGE
+
+
+def test_default_probes_stay_within_the_length_minilm_was_trained_on():
+    """all-MiniLM-L6-v2 saw at most 128 tokens in training; past that its previous-token head drifts
+    (L0H2: 0.99 of its mass on the previous token at 128 tokens, 0.78 at 256; probes.PROBE_MAX_TOKENS)."""
+    minilm = AutoTokenizer.from_pretrained(resolve_source("minilm"))
+    lengths = [len(minilm(p.text, p.text_pair)["input_ids"]) for p in DEFAULT_PROBES]  # [CLS] and [SEP]s included
+    assert PROBE_MAX_TOKENS == 128 and max(lengths) <= PROBE_MAX_TOKENS and min(lengths) >= 100, lengths
 
 
 def test_unfit_default_probes_are_replaced_by_in_vocabulary_ones():

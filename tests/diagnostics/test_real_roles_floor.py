@@ -36,12 +36,12 @@ def test_block_is_not_the_default_bin_on_a_long_text(results):
 
 
 def test_labels_agree_across_the_default_probes_at_least_as_measured(results):
-    # regression floors just under the measured level (docs/classifier.md: 0.765 of heads keep pattern and
-    # roles on all 7 probes, 0.902 of probe pairs agree); the target of 0.9 on all 7 is not met
+    # regression floors just under the measured level (docs/classifier.md: 0.775 of heads keep pattern and
+    # roles on all 7 probes, 0.906 of probe pairs agree); the target of 0.9 on all 7 is not met
     heads = sum(r["heads"] for r in results.values())
     stable = sum(r["probes"]["stable"]["both"] for r in results.values()) / heads
     pairs = sum(r["probes"]["agreement"]["pairs"] for r in results.values()) / heads
-    assert stable >= 0.74 and pairs >= 0.88, (stable, pairs)
+    assert stable >= 0.75 and pairs >= 0.89, (stable, pairs)
 
 
 def test_the_sink_role_matches_the_truth_on_short_and_long_paragraphs():
