@@ -104,7 +104,8 @@ DEFAULT_PROBES = (
 # the model on inputs it never saw (tests/diagnostics/test_probe_fit.py keeps the default probes within it).
 PROBE_MAX_TOKENS = 128
 RANDOM_PROBES = 4  # probes of random token ids when there is no tokenizer
-RANDOM_LENGTH = 24
+RANDOM_LENGTH = 24  # or the model's position limit, if that is less
+MIN_PROBE_TOKENS = 4  # a random probe shorter than this says nothing about a head
 # Tokens in each copy of the repeated-sequence probe: TransformerLens's detector uses short random
 # sequences; 48 keeps the probe at ~100 tokens (cheap as whole maps even for 30-layer models) while the
 # chance that a random token repeats within a copy stays small for any real vocabulary.
@@ -155,6 +156,7 @@ def vocabulary_probe(model, tokenizer, seed, length=RANDOM_LENGTH) -> AttentionR
     """Attention on ``length`` random ordinary tokens of the vocabulary, wrapped in the tokenizer's special
     tokens: a probe that fits any vocabulary (for models whose vocabulary does not fit the default texts)."""
     before, after = _special_wrapping(tokenizer)
+    length = _fitted_length(model, tokenizer, length, len(before) + len(after))
     ids = before + _random_ordinary_ids(model, tokenizer, length, seed).tolist() + after
     return _attend(model, tokenizer, ids, len(before), len(ids) - len(after))
 
@@ -172,6 +174,7 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
         raise ExtractionError(f"{type(model).__name__} has no vocab_size, so it cannot be probed with token ids")
     if getattr(config, "is_encoder_decoder", False):
         raise ExtractionError("encoder-decoder models need a tokenizer to be probed")
+    length = _fitted_length(model, None, length)
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (1, length), generator=generator).to(model_device(model))  # (1, T)
     with eval_mode(model):
@@ -180,6 +183,17 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
     flags = [False] * length
     return AttentionResult(tokens, attentions, causal, flags, list(flags), token_ids=ids[0].tolist(),
                            model_name=type(model).__name__)
+
+
+def _fitted_length(model, tokenizer, length, special=0) -> int:
+    """``length`` tokens, or fewer for a model that takes fewer (with ``special`` tokens around them)."""
+    limit = max_positions(getattr(model, "config", None), tokenizer)
+    if limit is not None:
+        length = min(length, limit - special)
+    if length < MIN_PROBE_TOKENS:
+        raise ExtractionError(f"the model takes {limit} tokens; a random probe needs {MIN_PROBE_TOKENS} plus its "
+                              "special tokens")
+    return length
 
 
 def _run(model, ids):

@@ -92,6 +92,16 @@ def test_model_without_tokenizer_uses_random_ids():
     assert report.model["causal"] is True
 
 
+def test_random_ids_fit_a_model_with_few_positions():
+    """A tokenizer-less model that takes fewer tokens than a random probe's 24 gets probes of its own length;
+    one that takes too few to say anything gets the weight checks and a note, not a crash."""
+    report = diagnose(tiny_gpt2(max_positions=16))
+    assert [len(s.tokens) for s in report.samples] == [16] * 4 and report.heads
+    tiny = core.AttnScopeTransformer(core.TransformerConfig(max_positions=3))
+    report = diagnose(tiny)
+    assert report.samples == [] and "takes 3 tokens" in report.finding("no_tokenizer").message
+
+
 def test_module_without_known_attention_gets_notes_not_a_crash():
     report = diagnose(nn.Sequential(nn.Linear(2, 2)))
     assert {f.code for f in report.findings} == {"no_tokenizer", "weights_unavailable"}
