@@ -17,8 +17,8 @@ import torch  # noqa: E402
 from transformers import BertConfig, BertModel  # noqa: E402
 
 import core  # noqa: E402
-from app import head_view, plots  # noqa: E402
-from app.head_detail import MODES  # noqa: E402,F401  (imports the page helpers the app uses)
+from app.views import head_view, plots  # noqa: E402
+from app.views.head_detail import MODES  # noqa: E402,F401  (imports the page helpers the app uses)
 from diagnostics.measure.metrics import head_metrics  # noqa: E402
 from diagnostics.classify.patterns import classify_heads  # noqa: E402
 from tiny import wordpiece_tokenizer  # noqa: E402

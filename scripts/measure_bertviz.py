@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import core  # noqa: E402
-from app.bertviz_view import model_view_page, neuron_view_page  # noqa: E402
+from app.views.bertviz_view import model_view_page, neuron_view_page  # noqa: E402
 from core.extraction.query_key import query_key_vectors  # noqa: E402
 
 TEXT = " ".join(["The cat sat on the mat because it was tired, and the dog watched it from the door."] * 40)

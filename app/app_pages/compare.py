@@ -3,7 +3,9 @@
 import pandas as pd
 import streamlit as st
 
-from app import compare_plots, errors, sources
+from app import errors
+from app.views import compare_plots
+from app.server import sources
 from diagnostics.compare import compare
 
 

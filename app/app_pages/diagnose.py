@@ -5,7 +5,9 @@ from contextlib import nullcontext
 import streamlit as st
 
 import core
-from app import errors, report_view, session, sources, uploads
+from app import errors
+from app.views import report_view
+from app.server import session, sources, uploads
 from core.cancel import stop_between_layers, stoppable
 from diagnostics.diagnose import diagnose
 

@@ -3,13 +3,15 @@
 The inputs sit in the sidebar, so the first heatmap is in view at 1280 × 800.
 The head explorer (layer, head, view, map, extra views, exports) is a fragment:
 a head or view switch reruns only it, and every array it draws is cached
-(``app.derived``, ``app.cache``).
+(``app.views.derived``, ``app.server.cache``).
 """
 
 import streamlit as st
 
 import core
-from app import bertviz_ui, cache, derived, errors, head_detail, plots
+from app import errors
+from app.views import bertviz_ui, derived, head_detail, plots
+from app.server import cache
 from app.names import display_name
 from app.plain import for_markdown
 
@@ -100,7 +102,7 @@ def _pick_from_overview() -> None:
 def overview_ui(result_id: str, result: core.AttentionResult, patterns) -> None:
     st.subheader("Model overview")
     st.caption("Every head at a glance, framed in its pattern's colour. Click a head to inspect it.")
-    sheet = cache.thumbnail_sheet(result_id, result, patterns)
+    sheet = derived.thumbnail_sheet(result_id, result, patterns)
     figure = plots.overview_figure(sheet, patterns, (result.n_layers, result.n_heads), None)
     st.plotly_chart(figure, key="overview", width="content", on_select=_pick_from_overview,
                     selection_mode="points", config={"displayModeBar": False})
@@ -110,7 +112,7 @@ def head_summary(result_id: str, result: core.AttentionResult, layer: int, head:
     """``(metrics, pattern)`` of one head: from the every-head table once the overview has made it."""
     table = derived.head_table(result_id, result) if st.session_state.get("table_for") == result_id else None
     if table is None:  # the first heatmap does not wait for every head to be measured
-        return cache.head_summary(result_id, layer, head, result)
+        return derived.head_summary(result_id, layer, head, result)
     patterns, metrics = table
     return metrics[layer][head], patterns[layer][head]
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import compare_plots, errors
+from app import errors
+from app.views import compare_plots
 from diagnostics import timeline as tl
 from diagnostics.reports.compare_report import md
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import torch
 
-from app import exports
+from app.views import exports
 
 TOKENS = ["[CLS]", "the", "the", "[SEP]"]
 
@@ -43,7 +43,7 @@ def test_markup_and_formula_tokens_stay_text():
 
 
 def test_layer_views_export_no_head_of_their_own():
-    from app.head_detail import MapView, export_info, heading
+    from app.views.head_detail import MapView, export_info, heading
 
     for mode in ("average", "rollout"):
         view = MapView(_weights(), TOKENS, TOKENS, mode, heading(mode, 2, 5, 12), "demo-bert")

@@ -216,7 +216,7 @@ def test_long_map_is_pooled_with_a_zoom_slider():
     def page():
         import torch
 
-        from app import head_detail
+        from app.views import head_detail
 
         weights = torch.softmax(torch.randn(300, 300), -1)  # (q, k): more than plots.MAX_CELLS per side
         tokens = [f"t{i}" for i in range(300)]

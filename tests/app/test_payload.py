@@ -6,7 +6,7 @@ upper end) stands in for a model; the numbers are in docs/app.md.
 
 import torch
 
-from app import head_view, plots
+from app.views import head_view, plots
 
 BUDGET = 5 * 10**6  # bytes per view
 LAYERS = HEADS = 12
@@ -36,7 +36,7 @@ def test_heatmap_hover_labels_are_unique_even_for_repeated_tokens():
 
 
 def test_bertviz_model_view_is_bounded_and_says_what_it_left_out():
-    from app import bertviz_view
+    from app.views import bertviz_view
 
     attn = _attention()
     tokens = [f"token{i % 97}" for i in range(TOKENS)]
@@ -47,10 +47,24 @@ def test_bertviz_model_view_is_bounded_and_says_what_it_left_out():
     assert (small.layers, small.heads, small.note) == ([0, 3], [1, 2], "")
 
 
+def test_a_saved_bertviz_view_carries_its_scripts():
+    """The standalone file inlines the app's static copies of the scripts the served page links to."""
+    from app.views import bertviz_view
+
+    attn = _attention()[:, :, :8, :8]
+    tokens = [f"token{i}" for i in range(8)]
+    served = bertviz_view.model_view_page(attn, tokens, tokens, [0], [0]).html
+    saved = bertviz_view.model_view_page(attn, tokens, tokens, [0], [0], inline=True).html
+    for name in bertviz_view.SCRIPTS:
+        assert f'src="/{bertviz_view.STATIC_URL}/{name}"' in served
+        assert (bertviz_view.STATIC_JS / name).read_text()[:200] in saved
+    assert "<script src=" not in saved
+
+
 def test_bertviz_rows_hold_the_nonzero_percent_of_each_weight():
     import json
 
-    from app.bertviz_view import _map_json
+    from app.views.bertviz_view import _map_json
 
     weights = torch.tensor([[0.5, 0.004, 0.496], [0.0, 1.0, 0.0]])
     rows = json.loads(_map_json(weights))

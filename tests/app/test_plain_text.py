@@ -5,7 +5,7 @@ import re
 
 import torch
 
-from app import bertviz_view, head_view, plots
+from app.views import bertviz_view, head_view, plots
 from app.names import display_name, file_stem, upload_name
 from app.plain import for_markdown, for_plotly, json_for_html
 

@@ -6,7 +6,7 @@ import threading
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.cache import LoadedModel, ModelCache
+from app.server.cache import LoadedModel, ModelCache
 from core.checkpoints.checkpoint import OUTSIDE
 
 from app_runner import started_app as _app
@@ -153,7 +153,7 @@ def test_stop_when_gone_follows_the_runtime_and_the_stop_request(monkeypatch):
 
     from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequests
 
-    from app import session
+    from app.server import session
 
     active = {"s1"}
     requests = ScriptRequests()
@@ -172,7 +172,7 @@ def test_stop_when_gone_follows_the_runtime_and_the_stop_request(monkeypatch):
 
 
 def test_outside_a_served_session_nothing_stops():
-    from app import session
+    from app.server import session
 
     assert session.stop_when_gone() is None  # plain Python, AppTest: no runtime, no hooks
 
@@ -182,7 +182,7 @@ def test_the_per_run_copy_of_an_upload_shares_its_bytes():
 
     from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRec
 
-    import app.uploads  # noqa: F401  installs the shared deepcopy
+    import app.server.uploads  # noqa: F401  installs the shared deepcopy
 
     original = UploadedFile(UploadedFileRec("id", "model.safetensors", "application/octet-stream", b"abcdef"), None)
     original.seek(2)

@@ -31,7 +31,7 @@ import torch
 
 from app.plain import json_for_html
 
-STATIC_JS = Path(__file__).parent / "static" / "js"
+STATIC_JS = Path(__file__).parents[1] / "static" / "js"  # app/static/js
 SCRIPTS = ("d3-5.7.0.min.js", "jquery-2.2.4.min.js", "require-2.3.6.js")  # d3/jQuery first: globals, not modules
 STATIC_URL = "app/static/js"  # where streamlit serves app/static (server.enableStaticServing)
 MAX_BYTES = 5 * 10**6  # the page, scripts excluded (the app links them; they are 0.41 MB)

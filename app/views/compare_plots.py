@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from core.views import pool_map
-from app.plots import MAX_CELLS
+from app.views.plots import MAX_CELLS
 
 
 def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure:

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import head_detail, plots
+from app.views import head_detail, plots
 from app.names import file_stem
 from app.plain import for_markdown
 from diagnostics.texts import PATTERN_TEXTS

@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 import core
-from app import cache
-from app.bertviz_view import MAX_BYTES, model_view_page, neuron_view_page
+from app.server import cache
+from app.views.bertviz_view import MAX_BYTES, model_view_page, neuron_view_page
 from app.names import file_stem
 from core.extraction.query_key import query_key_vectors, reproduces, supports_neuron_view
 

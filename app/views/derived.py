@@ -15,7 +15,8 @@ import streamlit as st
 
 import core
 import diagnostics.classify.patterns as patterns
-from app.head_view import head_view_data, head_view_page
+from app.views import plots
+from app.views.head_view import head_view_data, head_view_page
 from core import views
 from diagnostics.measure.metrics import head_metrics
 
@@ -66,3 +67,20 @@ def head_table(result_id: str, _result: core.AttentionResult):
     m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
     scalars = [[m[layer, head].scalars() for head in range(attn.shape[1])] for layer in range(attn.shape[0])]
     return patterns.classify_metrics(m), scalars
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def head_summary(result_id: str, layer: int, head: int, _result: core.AttentionResult):
+    """``(metrics dict, HeadPattern)`` of one head; ``({}, None)`` when q > k (cannot be measured)."""
+    attn = _result.attentions[layer, head]  # (q, k)
+    if attn.shape[0] > attn.shape[1]:
+        return {}, None
+    m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
+    return m.scalars(), patterns.classify_metrics(m)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def thumbnail_sheet(result_id: str, _result: core.AttentionResult, _patterns) -> bytes:
+    """One PNG with a thumbnail per head, framed in its pattern colour (``plots.thumbnail_sheet``)."""
+    labels = [[p.label for p in row] for row in _patterns] if _patterns else None
+    return plots.thumbnail_sheet(_result.attentions, labels)

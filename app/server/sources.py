@@ -15,7 +15,7 @@ from contextlib import nullcontext
 import streamlit as st
 
 import core
-from app import uploads
+from app.server import uploads
 from app.names import display_name, upload_name
 
 

@@ -4,7 +4,7 @@ A map is one of three views of a layer (``MODES``): the selected head, the
 average of the layer's heads, or the attention rollout up to it. Each view has
 its own heading and export names; only the selected head has a pattern badge
 and metrics. Every array transform comes from ``core.views`` (through the
-cached ``app.derived``) and every number or word about a head from
+cached ``app.views.derived``) and every number or word about a head from
 ``diagnostics``; this module only lays them out.
 """
 
@@ -16,8 +16,8 @@ import streamlit as st
 import torch
 
 import core
-from app import derived, exports, plots
-from app.head_view import frame_height
+from app.views import derived, exports, plots
+from app.views.head_view import frame_height
 from app.names import file_stem
 from app.plain import for_markdown
 from core import views
