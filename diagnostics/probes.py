@@ -185,14 +185,14 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
                            model_name=type(model).__name__)
 
 
-def _fitted_length(model, tokenizer, length, special=0) -> int:
-    """``length`` tokens, or fewer for a model that takes fewer (with ``special`` tokens around them)."""
+def _fitted_length(model, tokenizer, length, special=0, minimum=MIN_PROBE_TOKENS, what="a random probe") -> int:
+    """``length`` tokens, or fewer for a model that takes fewer (with ``special`` tokens around them);
+    ExtractionError below ``minimum``."""
     limit = max_positions(getattr(model, "config", None), tokenizer)
     if limit is not None:
         length = min(length, limit - special)
-    if length < MIN_PROBE_TOKENS:
-        raise ExtractionError(f"the model takes {limit} tokens; a random probe needs {MIN_PROBE_TOKENS} plus its "
-                              "special tokens")
+    if length < minimum:
+        raise ExtractionError(f"the model takes {limit} tokens; {what} needs {minimum} plus its special tokens")
     return length
 
 
@@ -220,12 +220,8 @@ def repeated_probe(model, tokenizer, half=REPEAT_HALF, seed=0) -> RepeatedProbe:
     if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
         raise ExtractionError("the repeated-sequence probe covers encoders and decoders, not encoder-decoders")
     before, after = _special_wrapping(tokenizer)
-    limit = max_positions(getattr(model, "config", None), tokenizer)
-    if limit is not None:  # short-context models get shorter copies
-        half = min(half, (limit - len(before) - len(after)) // 2)
-    if half < REPEAT_MIN_HALF:
-        raise ExtractionError(f"the model takes {limit} tokens; the repeated-sequence probe needs "
-                              f"{2 * REPEAT_MIN_HALF} plus its special tokens")
+    half = _fitted_length(model, tokenizer, 2 * half, len(before) + len(after), 2 * REPEAT_MIN_HALF,
+                          "the repeated-sequence probe") // 2  # short-context models get shorter copies
     ids = _random_ordinary_ids(model, tokenizer, half, seed)  # (half,)
     sequence = ids.tolist() * 2
     full, prefix = before + sequence + after, len(before)
