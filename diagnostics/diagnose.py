@@ -331,7 +331,8 @@ def _head_report(part, layer, head, avg, patterns, sink_token, roles):
                    rest_best_offset=int(avg["rest_best_offset"][layer, head]),
                    rest_diag_mass={str(d): round(float(v), 4)
                                    for d, v in zip(OFFSETS, avg["rest_diag_mass"][layer, head])},
-                   sink_token=sink_token, agreement=round(top / len(patterns), 4))
+                   sink_token=sink_token, agreement=round(top / len(patterns), 4),
+                   votes=dict(sorted(votes.items(), key=lambda item: (item[0] != label, -item[1]))))
     offset = metrics["rest_best_offset"] if label == "diagonal" else None
     return HeadReport(part, layer, head, label, round(mean_conf[label], 4), offset, metrics, roles)
 

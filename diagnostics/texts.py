@@ -130,6 +130,23 @@ def role_label(roles, short=False) -> str:
     return ", ".join(ROLE_TEXTS[n].short if short else ROLE_TEXTS[n].title.lower() for n in names if n in ROLE_TEXTS)
 
 
+BORDERLINE_TEXT = (
+    "The probe texts disagree on these heads' pattern: each sits near a threshold between patterns, "
+    "and the label is the one most texts give. Read the description of each.")
+
+
+def vote_label(votes: dict) -> str:
+    """A head's pattern votes over the probe texts (``HeadReport.metrics["votes"]``) as "sparse 4/7, vertical 3/7"."""
+    total = sum(votes.values())
+    return ", ".join(f"{label} {n}/{total}" for label, n in votes.items())
+
+
+def borderline_note(votes: dict) -> str:
+    """One head's ``BORDERLINE_TEXT``."""
+    return (f"Borderline ({vote_label(votes)} probe texts): the texts disagree on this head's pattern; it sits near "
+            "the threshold between them, and the label is the one most texts give.")
+
+
 FINDING_TEXTS = {
     "diffuse_heads": FindingText(
         "Near-uniform heads",

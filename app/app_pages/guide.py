@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS
+from diagnostics.texts import BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS
 
 
 def patterns_ui() -> None:
@@ -12,6 +12,10 @@ def patterns_ui() -> None:
         st.markdown(f"#### {swatch} {text.title} (`{label}`)", unsafe_allow_html=True)
         st.markdown(f"**Looks like:** {text.looks_like}\n\n**Reading:** {text.reading}\n\n"
                     f"**What to do:** {text.action}")
+    st.markdown("#### Borderline heads")
+    st.markdown("A diagnosis labels every head on each probe text and keeps the label most texts give. "
+                f"{BORDERLINE_TEXT} The report lists them with the votes (e.g. *sparse 4/7, vertical 3/7*), and "
+                "the head explorer says so above the metrics.")
 
 
 def roles_ui() -> None:

@@ -18,7 +18,7 @@ from PIL import Image
 
 from app.plain import for_plotly
 from core.views import pool_map
-from diagnostics.texts import PATTERN_TEXTS, role_label
+from diagnostics.texts import PATTERN_TEXTS, role_label, vote_label
 
 MAX_CELLS = 128  # heatmap cells per side sent to the browser; bigger maps are pooled
 THUMB_PX = 40  # side of one head's thumbnail, in pixels
@@ -86,7 +86,8 @@ def _pattern_text(pattern) -> str:
     if pattern is None:
         return "no label"
     roles = role_label(getattr(pattern, "roles", []))
-    return f"{pattern_label(pattern)} {pattern.confidence:.0%}" + (f"; roles: {roles}" if roles else "")
+    votes = f"; borderline: {vote_label(pattern.metrics['votes'])}" if getattr(pattern, "borderline", False) else ""
+    return f"{pattern_label(pattern)} {pattern.confidence:.0%}" + (f"; roles: {roles}" if roles else "") + votes
 
 
 def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],

@@ -5,7 +5,7 @@ import streamlit as st
 from app.views import head_detail, plots
 from app.names import file_stem
 from app.plain import for_markdown
-from diagnostics.texts import PATTERN_TEXTS
+from diagnostics.texts import PATTERN_TEXTS, borderline_note
 
 SEVERITY_BADGE = {"error": ":red-badge[:material/error: error]", "warning": ":orange-badge[:material/warning: warning]",
                   "info": ":blue-badge[:material/info: info]"}
@@ -113,6 +113,8 @@ def head_ui(report, part: str, heads) -> None:
     st.subheader(view.heading)
     if view.mode == "head":
         head_detail.pattern_ui(heads[layer][head])
+        if heads[layer][head].borderline:
+            st.caption(borderline_note(heads[layer][head].metrics["votes"]))
         head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))
         st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
     head_detail.heatmap_ui("diag_", view, options["log_scale"])

@@ -8,7 +8,9 @@ the first probe text, drawn as inline SVG so the file opens offline.
 
 from html import escape
 
-from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label
+from diagnostics.texts import (
+    BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
+)
 
 HEATMAPS_PER_FINDING = 4
 HEATMAP_PX = 180  # side of one heatmap
@@ -112,13 +114,22 @@ def _grid(report, part):
             head = report.head(layer, h, part)
             offset = f" {head.offset:+d}" if head.offset is not None else ""
             roles = ", ".join(f"{r.role} {r.score:.2f}" for r in head.roles)
+            votes = f"; borderline: {vote_label(head.metrics['votes'])}" if head.borderline else ""
             tip = escape(f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
-                         + (f"; roles: {roles}" if roles else ""))
+                         + (f"; roles: {roles}" if roles else "") + votes)
             color = PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else "#777"
             short = f"<br><small>{escape(role_label(head.roles, short=True))}</small>" if head.roles else ""
             cells.append(f"<td style='background:{color}' title='{tip}'>{label}{offset}{short}</td>")
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
-    return f"<h2>{title}</h2><table class='grid'>{head_row}{''.join(rows)}</table>"
+    return f"<h2>{escape(title)}</h2><table class='grid'>{head_row}{''.join(rows)}</table>{_borderline(report, part)}"
+
+
+def _borderline(report, part):
+    heads = report.borderline_heads(part)
+    if not heads:
+        return ""
+    items = "".join(f"<li>L{h.layer}H{h.head}: {escape(vote_label(h.metrics['votes']))}</li>" for h in heads)
+    return f"<p><strong>Borderline heads ({len(heads)}).</strong> {escape(BORDERLINE_TEXT)}</p><ul>{items}</ul>"
 
 
 def _legend():

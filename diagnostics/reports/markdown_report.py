@@ -3,7 +3,9 @@
 All wording about patterns and findings comes from ``texts``.
 """
 
-from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label
+from diagnostics.texts import (
+    BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
+)
 
 
 def render_markdown(report):
@@ -53,4 +55,8 @@ def _pattern_table(report, part):
             roles = f" ({role_label(head.roles, short=True)})" if head.roles else ""
             cells.append(f"{label}{offset}{roles}")
         lines.append(f"| L{layer} | " + " | ".join(cells) + " |")
+    borderline = report.borderline_heads(part)
+    if borderline:
+        lines += ["", f"**Borderline heads ({len(borderline)}).** {BORDERLINE_TEXT}", ""]
+        lines += [f"- L{h.layer}H{h.head}: {vote_label(h.metrics['votes'])}" for h in borderline]
     return lines + [""]

@@ -31,6 +31,11 @@ class HeadReport:
     def role_names(self) -> list[str]:
         return [r.role for r in self.roles]
 
+    @property
+    def borderline(self) -> bool:
+        """True when the probe texts disagree on this head's pattern (``metrics["votes"]``)."""
+        return len(self.metrics.get("votes", {})) > 1
+
     def to_dict(self):
         return {"part": self.part, "layer": self.layer, "head": self.head, "pattern": self.pattern,
                 "confidence": self.confidence, "offset": self.offset, "roles": [r.to_dict() for r in self.roles],
@@ -67,6 +72,11 @@ class Report:
             if (h.part, h.layer, h.head) == (part, layer, head):
                 return h
         raise InputError(f"no head L{layer}H{head} in part {part!r}")
+
+    def borderline_heads(self, part=None):
+        """The heads of ``part`` (default: the first) whose pattern the probe texts disagree on."""
+        part = part or (self.parts[0] if self.parts else "self")
+        return [h for h in self.heads if h.part == part and h.borderline]
 
     def count(self, severity):
         return sum(f.severity == severity for f in self.findings)

@@ -144,6 +144,21 @@ def test_diagnose_upload_zip_gives_a_report(bert_zip):
     assert not at.exception
 
 
+def test_diagnose_says_when_the_probes_disagree_on_a_head(bert_zip):
+    at = _diagnose(_app(), "tiny-bert.zip", bert_zip)
+    report = at.session_state["report"]
+    for h in report.heads:
+        h.metrics["votes"] = {h.pattern: 7}
+    head = report.head(0, 0)
+    assert not any("Borderline" in c.value for c in at.run().caption)
+    assert "borderline: " not in _charts(at)[0].proto.spec
+    head.metrics["votes"] = {head.pattern: 4, "vertical" if head.pattern != "vertical" else "sparse": 3}
+    captions = [c.value for c in at.run().caption]
+    assert not at.exception
+    assert any(c.startswith(f"Borderline ({head.pattern} 4/7, ") for c in captions), captions
+    assert "layer 0, head 0: " in _charts(at)[0].proto.spec and "borderline: " in _charts(at)[0].proto.spec
+
+
 def test_diagnose_long_probe_is_streamed_and_says_so(bert_zip, monkeypatch):
     monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 20)
     at = _app()
@@ -201,6 +216,7 @@ def test_guide_renders_every_pattern_and_finding():
     text = " ".join(m.value for m in at.markdown) + " ".join(e.label for e in at.expander)
     for t in [*PATTERN_TEXTS.values(), *FINDING_TEXTS.values()]:
         assert t.title in text
+    assert "Borderline heads" in text
 
 
 def test_inspect_local_gguf_file(tmp_path, monkeypatch):

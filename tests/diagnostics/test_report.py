@@ -2,6 +2,7 @@
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from torch import nn
@@ -65,6 +66,29 @@ def test_markdown_and_html_render_from_texts(report):
     html = report.to_html()
     assert html.startswith("<!DOCTYPE html>") and PATTERN_TEXTS["diffuse"].color in html
     assert "<script" not in html and not re.search(r"(src|href)=['\"]?https?:", html)
+
+
+def test_votes_count_every_probe(report):
+    for h in report.heads:
+        votes = h.metrics["votes"]
+        assert sum(votes.values()) == len(DEFAULT_PROBES) and next(iter(votes)) == h.pattern
+        assert h.metrics["agreement"] == pytest.approx(votes[h.pattern] / len(DEFAULT_PROBES), abs=1e-4)
+        assert h.borderline == (len(votes) > 1)
+    assert report.borderline_heads() == [h for h in report.heads if len(h.metrics["votes"]) > 1]
+
+
+def test_borderline_heads_are_listed_with_their_votes(report):
+    steady = replace(report, heads=[replace(h, metrics={**h.metrics, "votes": {h.pattern: 7}}) for h in report.heads])
+    assert not steady.borderline_heads()
+    assert "Borderline" not in steady.to_markdown() and "Borderline" not in steady.to_html()
+    heads = list(steady.heads)
+    heads[1] = replace(heads[1], pattern="sparse", metrics={**heads[1].metrics, "votes": {"sparse": 4, "vertical": 3}})
+    torn = replace(steady, heads=heads)
+    assert torn.borderline_heads() == [heads[1]]
+    assert "**Borderline heads (1).**" in torn.to_markdown()
+    assert "- L0H1: sparse 4/7, vertical 3/7" in torn.to_markdown()
+    html = torn.to_html()
+    assert "<li>L0H1: sparse 4/7, vertical 3/7</li>" in html and "borderline: sparse 4/7, vertical 3/7" in html
 
 
 def test_html_shows_heatmaps_of_finding_heads():
