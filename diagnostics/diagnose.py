@@ -272,7 +272,9 @@ def diagnose_part(part, measured, repeated=None):
     findings = attention_findings(avg, part, sink_tokens, _copying(copy_scores, causal))
     redundant = _redundancy(torch.stack(distances).mean(0), avg, repeated, part)
     roles = head_roles(role_scores(avg, copy_scores), causal)
-    heads = [_head_report(part, l, h, avg, [t[l][h] for t in labels], sink_tokens[l][h], roles[l][h])
+    probe_roles = [head_roles(role_scores(m, copy_scores), causal) for m in per_text]  # per probe, [L][H]
+    heads = [_head_report(part, l, h, avg, [t[l][h] for t in labels], sink_tokens[l][h], roles[l][h],
+                          Counter(r.role for p in probe_roles for r in p[l][h]))
              for l in range(n_layers) for h in range(n_heads)]
     return heads, findings + ([redundant] if redundant else [])
 
@@ -319,7 +321,7 @@ def _average(per_text):
     return avg
 
 
-def _head_report(part, layer, head, avg, patterns, sink_token, roles):
+def _head_report(part, layer, head, avg, patterns, sink_token, roles, role_votes):
     votes = Counter(p.label for p in patterns)
     top = max(votes.values())
     mean_conf = {label: sum(p.confidence for p in patterns if p.label == label) / n for label, n in votes.items()}
@@ -332,7 +334,8 @@ def _head_report(part, layer, head, avg, patterns, sink_token, roles):
                    rest_diag_mass={str(d): round(float(v), 4)
                                    for d, v in zip(OFFSETS, avg["rest_diag_mass"][layer, head])},
                    sink_token=sink_token, agreement=round(top / len(patterns), 4),
-                   votes=dict(sorted(votes.items(), key=lambda item: (item[0] != label, -item[1]))))
+                   votes=dict(sorted(votes.items(), key=lambda item: (item[0] != label, -item[1]))),
+                   role_votes=dict(role_votes.most_common()))
     offset = metrics["rest_best_offset"] if label == "diagonal" else None
     return HeadReport(part, layer, head, label, round(mean_conf[label], 4), offset, metrics, roles)
 

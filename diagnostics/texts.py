@@ -131,20 +131,26 @@ def role_label(roles, short=False) -> str:
 
 
 BORDERLINE_TEXT = (
-    "The probe texts disagree on these heads' pattern: each sits near a threshold between patterns, "
-    "and the label is the one most texts give. Read the description of each.")
+    "The probe texts disagree on these heads' pattern or roles: each sits near a threshold. The pattern shown is "
+    "the one most texts give; the roles come from the scores averaged over all texts.")
 
 
-def vote_label(votes: dict) -> str:
-    """A head's pattern votes over the probe texts (``HeadReport.metrics["votes"]``) as "sparse 4/7, vertical 3/7"."""
+def vote_label(metrics: dict) -> str:
+    """A head's votes over the probe texts (``HeadReport.metrics``: ``votes``, ``role_votes``), e.g.
+    "sparse 4/7, vertical 3/7; roles: sink 4/7" (only the roles some texts lack)."""
+    votes = metrics.get("votes", {})
     total = sum(votes.values())
-    return ", ".join(f"{label} {n}/{total}" for label, n in votes.items())
+    label = ", ".join(f"{pattern} {n}/{total}" for pattern, n in votes.items())
+    roles = [f"{ROLE_TEXTS[role].title.lower()} {n}/{total}" for role, n in metrics.get("role_votes", {}).items()
+             if n < total and role in ROLE_TEXTS]
+    return label + (f"; roles: {', '.join(roles)}" if roles else "")
 
 
-def borderline_note(votes: dict) -> str:
-    """One head's ``BORDERLINE_TEXT``."""
-    return (f"Borderline ({vote_label(votes)} probe texts): the texts disagree on this head's pattern; it sits near "
-            "the threshold between them, and the label is the one most texts give.")
+def borderline_note(metrics: dict) -> str:
+    """``BORDERLINE_TEXT`` for one head, with its votes."""
+    return (f"Borderline ({vote_label(metrics)} probe texts): the texts disagree on this head's pattern or roles, "
+            "so it sits near a threshold. The pattern shown is the one most texts give; the roles come from the "
+            "scores averaged over all texts.")
 
 
 FINDING_TEXTS = {

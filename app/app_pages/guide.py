@@ -13,9 +13,9 @@ def patterns_ui() -> None:
         st.markdown(f"**Looks like:** {text.looks_like}\n\n**Reading:** {text.reading}\n\n"
                     f"**What to do:** {text.action}")
     st.markdown("#### Borderline heads")
-    st.markdown("A diagnosis labels every head on each probe text and keeps the label most texts give. "
-                f"{BORDERLINE_TEXT} The report lists them with the votes (e.g. *sparse 4/7, vertical 3/7*), and "
-                "the head explorer says so above the metrics.")
+    st.markdown("A diagnosis labels every head, and gives it roles, on each probe text. "
+                f"{BORDERLINE_TEXT} The report lists these heads with the votes (e.g. *sparse 4/7, vertical 3/7; "
+                "roles: sink 4/7*), and the head explorer says so above the metrics.")
 
 
 def roles_ui() -> None:

@@ -86,7 +86,7 @@ def _pattern_text(pattern) -> str:
     if pattern is None:
         return "no label"
     roles = role_label(getattr(pattern, "roles", []))
-    votes = f"; borderline: {vote_label(pattern.metrics['votes'])}" if getattr(pattern, "borderline", False) else ""
+    votes = f"; borderline: {vote_label(pattern.metrics)}" if getattr(pattern, "borderline", False) else ""
     return f"{pattern_label(pattern)} {pattern.confidence:.0%}" + (f"; roles: {roles}" if roles else "") + votes
 
 

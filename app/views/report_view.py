@@ -114,7 +114,7 @@ def head_ui(report, part: str, heads) -> None:
     if view.mode == "head":
         head_detail.pattern_ui(heads[layer][head])
         if heads[layer][head].borderline:
-            st.caption(borderline_note(heads[layer][head].metrics["votes"]))
+            st.caption(borderline_note(heads[layer][head].metrics))
         head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))
         st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
     head_detail.heatmap_ui("diag_", view, options["log_scale"])

@@ -114,7 +114,7 @@ def _grid(report, part):
             head = report.head(layer, h, part)
             offset = f" {head.offset:+d}" if head.offset is not None else ""
             roles = ", ".join(f"{r.role} {r.score:.2f}" for r in head.roles)
-            votes = f"; borderline: {vote_label(head.metrics['votes'])}" if head.borderline else ""
+            votes = f"; borderline: {vote_label(head.metrics)}" if head.borderline else ""
             tip = escape(f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
                          + (f"; roles: {roles}" if roles else "") + votes)
             color = PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else "#777"
@@ -128,7 +128,7 @@ def _borderline(report, part):
     heads = report.borderline_heads(part)
     if not heads:
         return ""
-    items = "".join(f"<li>L{h.layer}H{h.head}: {escape(vote_label(h.metrics['votes']))}</li>" for h in heads)
+    items = "".join(f"<li>L{h.layer}H{h.head}: {escape(vote_label(h.metrics))}</li>" for h in heads)
     return f"<p><strong>Borderline heads ({len(heads)}).</strong> {escape(BORDERLINE_TEXT)}</p><ul>{items}</ul>"
 
 

@@ -58,5 +58,5 @@ def _pattern_table(report, part):
     borderline = report.borderline_heads(part)
     if borderline:
         lines += ["", f"**Borderline heads ({len(borderline)}).** {BORDERLINE_TEXT}", ""]
-        lines += [f"- L{h.layer}H{h.head}: {vote_label(h.metrics['votes'])}" for h in borderline]
+        lines += [f"- L{h.layer}H{h.head}: {vote_label(h.metrics)}" for h in borderline]
     return lines + [""]

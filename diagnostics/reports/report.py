@@ -33,8 +33,11 @@ class HeadReport:
 
     @property
     def borderline(self) -> bool:
-        """True when the probe texts disagree on this head's pattern (``metrics["votes"]``)."""
-        return len(self.metrics.get("votes", {})) > 1
+        """True when the probe texts disagree on this head's pattern or roles (``metrics["votes"]``,
+        ``metrics["role_votes"]``)."""
+        votes = self.metrics.get("votes", {})
+        total = sum(votes.values())
+        return len(votes) > 1 or any(n < total for n in self.metrics.get("role_votes", {}).values())
 
     def to_dict(self):
         return {"part": self.part, "layer": self.layer, "head": self.head, "pattern": self.pattern,
@@ -74,7 +77,7 @@ class Report:
         raise InputError(f"no head L{layer}H{head} in part {part!r}")
 
     def borderline_heads(self, part=None):
-        """The heads of ``part`` (default: the first) whose pattern the probe texts disagree on."""
+        """The heads of ``part`` (default: the first) whose pattern or roles the probe texts disagree on."""
         part = part or (self.parts[0] if self.parts else "self")
         return [h for h in self.heads if h.part == part and h.borderline]
 

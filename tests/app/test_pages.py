@@ -148,7 +148,7 @@ def test_diagnose_says_when_the_probes_disagree_on_a_head(bert_zip):
     at = _diagnose(_app(), "tiny-bert.zip", bert_zip)
     report = at.session_state["report"]
     for h in report.heads:
-        h.metrics["votes"] = {h.pattern: 7}
+        h.metrics.update(votes={h.pattern: 7}, role_votes={})
     head = report.head(0, 0)
     assert not any("Borderline" in c.value for c in at.run().caption)
     assert "borderline: " not in _charts(at)[0].proto.spec

@@ -73,20 +73,25 @@ def test_votes_count_every_probe(report):
         votes = h.metrics["votes"]
         assert sum(votes.values()) == len(DEFAULT_PROBES) and next(iter(votes)) == h.pattern
         assert h.metrics["agreement"] == pytest.approx(votes[h.pattern] / len(DEFAULT_PROBES), abs=1e-4)
-        assert h.borderline == (len(votes) > 1)
-    assert report.borderline_heads() == [h for h in report.heads if len(h.metrics["votes"]) > 1]
+        assert all(0 < n <= len(DEFAULT_PROBES) for n in h.metrics["role_votes"].values())
+        torn_roles = any(n < len(DEFAULT_PROBES) for n in h.metrics["role_votes"].values())
+        assert h.borderline == (len(votes) > 1 or torn_roles)
+    assert report.borderline_heads() == [h for h in report.heads if h.borderline]
 
 
 def test_borderline_heads_are_listed_with_their_votes(report):
-    steady = replace(report, heads=[replace(h, metrics={**h.metrics, "votes": {h.pattern: 7}}) for h in report.heads])
+    steady = replace(report, heads=[replace(h, metrics={**h.metrics, "votes": {h.pattern: 7}, "role_votes": {"sink": 7}})
+                                    for h in report.heads])
     assert not steady.borderline_heads()
     assert "Borderline" not in steady.to_markdown() and "Borderline" not in steady.to_html()
     heads = list(steady.heads)
     heads[1] = replace(heads[1], pattern="sparse", metrics={**heads[1].metrics, "votes": {"sparse": 4, "vertical": 3}})
+    heads[2] = replace(heads[2], metrics={**heads[2].metrics, "role_votes": {"sink": 4, "previous_token": 7}})
     torn = replace(steady, heads=heads)
-    assert torn.borderline_heads() == [heads[1]]
-    assert "**Borderline heads (1).**" in torn.to_markdown()
-    assert "- L0H1: sparse 4/7, vertical 3/7" in torn.to_markdown()
+    assert torn.borderline_heads() == [heads[1], heads[2]]
+    markdown = torn.to_markdown()
+    assert "**Borderline heads (2).**" in markdown and "- L0H1: sparse 4/7, vertical 3/7\n" in markdown
+    assert f"- L0H2: {heads[2].pattern} 7/7; roles: sink 4/7\n" in markdown  # only the roles some probes lack
     html = torn.to_html()
     assert "<li>L0H1: sparse 4/7, vertical 3/7</li>" in html and "borderline: sparse 4/7, vertical 3/7" in html
 
