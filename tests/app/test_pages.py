@@ -150,12 +150,13 @@ def test_diagnose_says_when_the_probes_disagree_on_a_head(bert_zip):
     for h in report.heads:
         h.metrics.update(votes={h.pattern: 7}, role_votes={})
     head = report.head(0, 0)
-    assert not any("Borderline" in c.value for c in at.run().caption)
+    assert not any("borderline" in c.value.lower() for c in at.run().caption)
     assert "borderline: " not in _charts(at)[0].proto.spec
     head.metrics["votes"] = {head.pattern: 4, "vertical" if head.pattern != "vertical" else "sparse": 3}
     captions = [c.value for c in at.run().caption]
     assert not at.exception
     assert any(c.startswith(f"Borderline ({head.pattern} 4/7, ") for c in captions), captions
+    assert f"1 of {len(report.heads)} heads are borderline" in " ".join(captions)
     assert "layer 0, head 0: " in _charts(at)[0].proto.spec and "borderline: " in _charts(at)[0].proto.spec
 
 
