@@ -6,8 +6,9 @@ the labels of ``patterns.classify_metrics`` and the pairwise head distances of
 ``redundancy.js_distance``. Metrics and distances are averaged over the texts;
 a head's pattern is the label most texts gave it (ties go to the higher mean
 confidence); every text's label and roles are counted (``metrics["votes"]``,
-``metrics["role_votes"]``), and a head they disagree on is borderline. Findings come from the averaged metrics (``findings``) and from
-the weights alone (``weight_checks``).
+``metrics["role_votes"]``), and a head they disagree on is borderline. Findings
+come from the averaged metrics (``findings``) and from the weights alone
+(``weight_checks``).
 
 Long probes (over ``STREAM_ABOVE_TOKENS``) are streamed: the same numbers come
 from ``streaming.stream_statistics`` without holding every attention map, and
