@@ -21,7 +21,6 @@ A head is ``changed`` when (thresholds measured in docs/compare.md):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +32,8 @@ from diagnostics.findings import severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
 from diagnostics.paired_stream import stream_paired_js
 from diagnostics.probes import as_probes
+from diagnostics.reports import compare_report
+from diagnostics.reports.exports import Exports
 from diagnostics.reports.report import Report
 
 SCHEMA = "attnscope.compare/1"
@@ -73,7 +74,7 @@ class HeadChange:
 
 
 @dataclass
-class CompareReport:
+class CompareReport(Exports):
     a: Report  # the diagnosis of model A (its samples: maps per probe, when not streamed)
     b: Report
     heads: list[HeadChange]
@@ -81,6 +82,8 @@ class CompareReport:
     disappeared: list  # findings of A that B lacks
     streamed: bool
     thresholds: dict = field(default_factory=lambda: {"changed_js": CHANGED_JS, "label_change_js": LABEL_CHANGE_JS})
+    render_markdown = staticmethod(compare_report.render_markdown)
+    render_html = staticmethod(compare_report.render_html)
 
     @property
     def changed(self):
@@ -113,16 +116,6 @@ class CompareReport:
                          "disappeared": [f.to_dict() for f in self.disappeared]},
         }
 
-    def to_json(self, indent=2):
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
-
-    def to_markdown(self):
-        from diagnostics.reports.compare_report import render_markdown
-        return render_markdown(self)
-
-    def to_html(self):
-        from diagnostics.reports.compare_report import render_html
-        return render_html(self)
 
 
 def compare(a, b, texts=None, device=None, progress=None) -> CompareReport:

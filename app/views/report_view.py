@@ -16,10 +16,11 @@ def report_ui(report, name: str = "", notes: list[str] = ()) -> None:
     summary_ui(report, name, list(notes))
     parts = report.parts
     part = st.radio("Part", parts, key="diag_part", horizontal=True) if len(parts) > 1 else parts[0]
-    pattern_counts_ui(report.pattern_grid(part))
+    grid = report.pattern_grid(part)
+    pattern_counts_ui(grid)
     borderline = len(report.borderline_heads(part))
     if borderline:
-        heads = sum(len(row) for row in report.pattern_grid(part))
+        heads = sum(len(row) for row in grid)
         st.caption(f"{borderline} of {heads} heads are borderline: the probe texts disagree on their pattern or "
                    "roles (the head explorer names them; Guide → Borderline heads).")
     findings_ui(report)

@@ -7,11 +7,12 @@ rename or removal bumps the version. ``samples`` (the probe texts'
 Markdown and HTML renderings live in ``markdown_report`` and ``html_report``.
 """
 
-import json
 from dataclasses import dataclass, field
 
 from core.errors import InputError
 from diagnostics.findings import SEVERITIES, Finding
+from diagnostics.reports import html_report, markdown_report
+from diagnostics.reports.exports import Exports
 
 SCHEMA = "attnscope.report/2"
 
@@ -46,12 +47,14 @@ class HeadReport:
 
 
 @dataclass
-class Report:
+class Report(Exports):
     model: dict  # name, architecture, model_type, layers, heads, parts, parameters, causal, device, ...
     heads: list[HeadReport]
     findings: list[Finding]  # most severe first
     samples: list = field(default_factory=list, repr=False)  # AttentionResult per probe; not serialised
     probes: list[dict] = field(default_factory=list)  # {"text", "text_pair"} per probe
+    render_markdown = staticmethod(markdown_report.render_markdown)
+    render_html = staticmethod(html_report.render_html)
 
     @property
     def parts(self):
@@ -106,13 +109,3 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
         }
 
-    def to_json(self, indent=2):
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
-
-    def to_markdown(self):
-        from diagnostics.reports.markdown_report import render_markdown
-        return render_markdown(self)
-
-    def to_html(self):
-        from diagnostics.reports.html_report import render_html
-        return render_html(self)
