@@ -55,13 +55,8 @@ def _gguf_names(model, arch, prefix: str) -> dict[str, np.ndarray]:
 def write_llama_gguf(path: Path, model: LlamaModel | None = None) -> Path:
     model = model or tiny_llama()
     c = model.config
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("tiny-llama")
-    writer.add_block_count(c.num_hidden_layers)
-    writer.add_context_length(c.max_position_embeddings)
-    writer.add_embedding_length(c.hidden_size)
-    writer.add_feed_forward_length(c.intermediate_size)
-    writer.add_head_count(c.num_attention_heads)
+    writer = _start(path, "llama", c.num_hidden_layers, c.max_position_embeddings, c.hidden_size,
+                    c.intermediate_size, c.num_attention_heads)
     writer.add_head_count_kv(c.num_key_value_heads)
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     writer.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
@@ -80,18 +75,24 @@ def write_llama_gguf(path: Path, model: LlamaModel | None = None) -> Path:
 def write_gpt2_gguf(path: Path, model=None) -> Path:
     model = model or tiny_gpt2(max_positions=1024)  # transformers reads n_positions from n_ctx (1024 in GPT-2)
     c = model.config
-    writer = gguf.GGUFWriter(str(path), "gpt2")
-    writer.add_name("tiny-gpt2")
-    writer.add_block_count(c.n_layer)
-    writer.add_context_length(c.n_positions)
-    writer.add_embedding_length(c.n_embd)
-    writer.add_feed_forward_length(4 * c.n_embd)
-    writer.add_head_count(c.n_head)
+    writer = _start(path, "gpt2", c.n_layer, c.n_positions, c.n_embd, 4 * c.n_embd, c.n_head)
     writer.add_layer_norm_eps(c.layer_norm_epsilon)
     _add_bpe_tokenizer(writer, c.vocab_size)
     for name, data in _gguf_names(model, gguf.MODEL_ARCH.GPT2, "transformer.").items():
         writer.add_tensor(name, data.T.copy() if name.endswith(GPT2_TRANSPOSED) else data)
     return _finish(writer, path)
+
+
+def _start(path: Path, arch: str, layers: int, context: int, hidden: int, feed_forward: int, heads: int):
+    """A writer with the hyperparameters every architecture's header carries."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(f"tiny-{arch}")
+    writer.add_block_count(layers)
+    writer.add_context_length(context)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(feed_forward)
+    writer.add_head_count(heads)
+    return writer
 
 
 def _add_bpe_tokenizer(writer, vocab_size: int) -> None:

@@ -13,7 +13,7 @@ import torch
 import core
 from core import CheckpointError, load_checkpoint
 from core.checkpoints import gguf as gguf_loading
-from core.checkpoints.gguf_header import read_gguf_header
+from core.checkpoints.gguf import read_gguf_header
 from diagnostics import cli
 from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_gpt2

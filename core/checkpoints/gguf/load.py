@@ -2,7 +2,7 @@
 
 GGUF is data, not code, but a file may still be corrupt or hostile. Before any
 large allocation ``check_gguf`` reads the header with AttnScope's own bounded
-reader (``gguf_header``) and refuses, with one line: an architecture that
+reader (``header``) and refuses, with one line: an architecture that
 transformers' GGUF loader does not handle, a quantisation type the ``gguf``
 package cannot dequantise, a tensor whose shape is empty, absurd or not a whole
 number of quantisation blocks, tensor data declared past the end of the file,
@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 
-from .archive import ENV_MAX_MODEL, Limits
-from .build import MAX_LAYERS
-from .gguf_header import GGUFHeader, read_gguf_header
-from .quiet import quiet_transformers
-from .tokenizer import choose_tokenizer
-from ..errors import CheckpointError, first_line
+from ..archive import ENV_MAX_MODEL, Limits
+from ..build import MAX_LAYERS
+from .header import GGUFHeader, read_gguf_header
+from ..quiet import quiet_transformers
+from ..tokenizer import choose_tokenizer
+from ...errors import CheckpointError, first_line
 
 GGUF_SUFFIX = ".gguf"
 MAX_ELEMENTS = 1 << 40  # per tensor; 4 TB of float32, far above any real tensor, far below an overflow

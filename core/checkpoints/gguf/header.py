@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CheckpointError
+from ...errors import CheckpointError
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 used 32-bit counts and is long gone
