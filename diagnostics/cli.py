@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from core.errors import AttnScopeError
+from diagnostics.probes import MIN_JUDGED_TOKENS
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 FORMATS = ("markdown", "json", "html")
@@ -52,7 +53,9 @@ def build_compare_parser():
 
 def _add_options(parser):
     parser.add_argument("--text", action="append", metavar="TEXT",
-                        help="probe text (repeatable); default: AttnScope's seven built-in probe paragraphs")
+                        help=f"probe text (repeatable), a paragraph each: findings from a probe under "
+                             f"{MIN_JUDGED_TOKENS} tokens are info only; default: AttnScope's seven built-in "
+                             "probe paragraphs")
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="report format (default: markdown)")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument("--device", help="cpu, cuda, cuda:0 or mps (default: best available)")

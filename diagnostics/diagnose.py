@@ -34,8 +34,8 @@ from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
-    MIN_COVERAGE, RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, as_probes, probe_coverage, random_probe,
-    repeated_probe, vocabulary_probe,
+    MIN_COVERAGE, MIN_JUDGED_TOKENS, RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, as_probes, probe_coverage,
+    probe_tokens, random_probe, repeated_probe, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
@@ -92,6 +92,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     tell(0.0, "loading the model")
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     probes, unfit, fit_notes = _fitting_probes(tokenizer, texts)
+    worst, short_notes = _worst_judged(model, tokenizer, probes, unfit and texts is not None)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, probes, stream)
     layers = attention_weights(model)
     with record_qk_norms(layers) as norms:  # the queries and keys the probes produce, for the weight checks
@@ -106,11 +107,11 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     # After the recording: the bound is about the inputs the model reads, and the repeated probe's random tokens
     # include ones no text uses ([unused*] among MiniLM's; with them its bound reached 127.7, on its texts 47.0).
     repeated = _repeated(model, tokenizer, tell)
-    heads, findings = [], fit_notes + notes + _truncation_notes(results)
+    heads, findings = [], fit_notes + short_notes + notes + _truncation_notes(results)
     for part, measured in parts.items():
         part_heads, part_findings = diagnose_part(part, measured, repeated if part == "self" else None)
         heads += part_heads
-        findings += cap_severity(part_findings) if unfit and texts is not None else part_findings
+        findings += cap_severity(part_findings, worst)
     tell(0.95, "checking weights")
     weight_findings, weight_numbers = check_weights(model, norms, layers)
     for head in heads:
@@ -166,6 +167,25 @@ def _fitting_probes(tokenizer, texts):
                                threshold=MIN_COVERAGE)]
 
 
+def _worst_judged(model, tokenizer, probes, unfit_kept):
+    """``(worst, notes)``: the highest severity the probes' attention findings may have, and a note if capped.
+
+    A probe shorter than ``probes.MIN_JUDGED_TOKENS`` (or than the model's position limit, if that is less: no
+    probe can be longer) caps them at "info", for the thresholds do not hold on it (the default probes are
+    longer); caller's probes that do not fit the vocabulary cap them at "warning" (``_fitting_probes``).
+    """
+    if tokenizer is None:
+        return "error", []
+    lengths, limit = _read_lengths(model, tokenizer, probes)
+    needed = min(MIN_JUDGED_TOKENS, limit or MIN_JUDGED_TOKENS)
+    short = sum(n < needed for n in lengths)
+    if short:
+        detail = (f"{short} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
+                  "too few for the thresholds, so no finding from them goes above info")
+        return "info", [note("probes_short", detail=detail, tokens=lengths, threshold=needed)]
+    return ("warning" if unfit_kept else "error"), []
+
+
 def _run_probes(model, tokenizer, probes, tell, vocabulary=False):
     """``(samples, notes)``: one ``AttentionResult`` per probe, then ``VOCABULARY_PROBES`` in-vocabulary ones
     if ``vocabulary``; random-id probes without a tokenizer."""
@@ -204,9 +224,14 @@ def _streams(model, tokenizer, probes, stream) -> bool:
         return True
     if not streamable:
         return False
-    limit = max_positions(model.config, tokenizer) or float("inf")  # what the model will actually see
-    lengths = (min(len(tokenizer(p.text, p.text_pair, verbose=False)["input_ids"]), limit) for p in probes)
-    return max(lengths, default=0) > STREAM_ABOVE_TOKENS
+    return max(_read_lengths(model, tokenizer, probes)[0], default=0) > STREAM_ABOVE_TOKENS
+
+
+def _read_lengths(model, tokenizer, probes):
+    """``(lengths, limit)``: the tokens the model reads of each probe (cut to its position limit), and the limit
+    (None: no fixed limit)."""
+    limit = max_positions(getattr(model, "config", None), tokenizer)
+    return [min(probe_tokens(tokenizer, p), limit or float("inf")) for p in probes], limit
 
 
 def _stream_probe(model, tokenizer, probe, i, count, tell):

@@ -51,6 +51,8 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
     "sink_heads": ("info", "info", "warning"),
     "positional_heads": ("info", "info", "warning"),
 }
+# Notes that say the probes cannot bear a verdict (too short; out of vocabulary): the findings from them are capped.
+INPUT_NOTES = ("probes_short", "probes_unfit")
 
 # KL divergence from uniform, in nats (``metrics.uniform_gap``): Q/K x 0 gives exactly 0. Logits that
 # spread by sigma around their mean give ~sigma^2 / 2 at any length, 0.1 for sigma ~0.45: rows that
@@ -190,7 +192,7 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
 
 
 def cap_severity(findings, worst="warning"):
-    """The findings with every severity above ``worst`` lowered to it (findings from unfit probes)."""
+    """The findings with every severity above ``worst`` lowered to it (findings from unfit or short probes)."""
     for f in findings:
         if severity_rank(f.severity) < severity_rank(worst):
             f.severity = worst
@@ -198,5 +200,7 @@ def cap_severity(findings, worst="warning"):
 
 
 def sort_findings(findings):
-    """Most severe first, then by how many heads they cover."""
-    return sorted(findings, key=lambda f: (severity_rank(f.severity), -len(f.heads), f.code))
+    """The notes on the probes first (they qualify every finding after them), then the most severe first, then
+    by how many heads they cover."""
+    return sorted(findings, key=lambda f: (f.code not in INPUT_NOTES, severity_rank(f.severity), -len(f.heads),
+                                           f.code))

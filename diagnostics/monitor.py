@@ -12,7 +12,8 @@ It warns through ``logging`` (logger ``attnscope.monitor``) the first time an
 error finding other than near-uniform heads appears, e.g. entropy collapse (Zhai et al. 2023: most heads
 saturate at once and training diverges), and once when heads are still near
 uniform ``uniform_after`` steps in: the usual sign of a Q/K initialisation
-far below 1/√d_k or of no gradient reaching Q/K.
+far below 1/√d_k or of no gradient reaching Q/K. It also warns once when the
+probes cannot bear a verdict (``findings.INPUT_NOTES``: too short, out of vocabulary).
 
 Under torch.distributed / accelerate every process measures (a sharded model
 needs all of them for its forward pass) and only the main process writes.
@@ -31,6 +32,7 @@ import torch
 
 from core.extraction.streaming import can_stream
 from diagnostics.diagnose import diagnose
+from diagnostics.findings import INPUT_NOTES
 from diagnostics.texts import MONITOR_TEXTS
 
 SCHEMA = "attnscope.monitor/1"
@@ -61,7 +63,7 @@ class AttentionMonitor:
         self.uniform_after = uniform_after
         self.tensorboard_dir = tensorboard_dir
         self._writer = None
-        self._errors_seen: set = set()
+        self._warned: set = set()  # (code, part) of the findings already warned about
         self._warned_uniform = False
         self.seconds = 0.0  # spent measuring, in total
 
@@ -132,8 +134,9 @@ class AttentionMonitor:
     def _warn(self, record):
         for f in record["findings"]:
             key = (f["code"], f["part"])
-            if f["severity"] == "error" and f["code"] not in EXPECTED_EARLY and key not in self._errors_seen:
-                self._errors_seen.add(key)
+            alarming = f["severity"] == "error" and f["code"] not in EXPECTED_EARLY
+            if (alarming or f["code"] in INPUT_NOTES) and key not in self._warned:
+                self._warned.add(key)
                 log.warning(MONITOR_TEXTS["error_appeared"].format(step=record["step"], message=f["message"],
                                                                    suggestion=f["suggestion"]))
         diffuse = next((f for f in record["findings"] if f["code"] == "diffuse_heads"), None)

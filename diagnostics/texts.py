@@ -272,6 +272,14 @@ FINDING_TEXTS = {
         "instead say how the heads treat tokens they know, not how they read text.",
         "Probes do not fit the vocabulary: {detail}.",
     ),
+    "probes_short": FindingText(
+        "Probes too short to judge",
+        "On a probe of a sentence or less, healthy heads cross the thresholds that mark sinks, positional or "
+        "diffuse heads (a one-token probe reads as uniform), so these findings are shown as information only.",
+        "Give probe texts of a short paragraph each, or leave them out to use AttnScope's seven default "
+        "paragraphs.",
+        "Probes too short to judge: {detail}.",
+    ),
     "no_tokenizer": FindingText(
         "No tokenizer",
         "The model came without a tokenizer, so it was probed with random token ids and text views are "

@@ -88,12 +88,12 @@ with columns[0]:
     source_a = sources.source_ui("cmp_a", "Model A (before)", known=True)
 with columns[1]:
     source_b = sources.source_ui("cmp_b", "Model B (after)", known=True)
-probes = st.text_area("Probe sentences, one per line (empty: AttnScope's default probes)", key="cmp_probes")
+texts = sources.probes_ui("cmp_probes")
 if st.button("Compare", type="primary", key="cmp_run"):
     if source_a is None or source_b is None:
         st.error("Choose both models first.", icon="⚠️")
     else:
-        run(source_a, source_b, [line for line in probes.splitlines() if line.strip()] or None)
+        run(source_a, source_b, texts)
 comparison = st.session_state.get("comparison")
 if comparison is not None:
     try:

@@ -14,10 +14,10 @@ from diagnostics.diagnose import diagnose
 
 def options_ui():
     with st.expander("Options"):
-        probes = st.text_area("Probe sentences, one per line (empty: AttnScope's default probes)", key="diag_probes")
+        texts = sources.probes_ui("diag_probes")
         heads = st.number_input("Heads per layer (only for a bare weights file without a config)", 0, 256, 0,
                                 key="diag_heads")
-    return [line for line in probes.splitlines() if line.strip()] or None, int(heads) or None
+    return texts, int(heads) or None
 
 
 def run(inputs, name, texts, n_heads) -> None:

@@ -1,11 +1,12 @@
-"""Where a page gets a model: the upload / folder (/ known model) picker of the Diagnose and Compare pages.
+"""Where a page gets a model and its probes: the upload / folder (/ known model) picker and the probe-text box
+of the Diagnose and Compare pages.
 
 ``source_ui(prefix)`` draws the picker; its widget keys all start with
 ``prefix`` (``{prefix}_kind``, ``{prefix}_path``, ``{prefix}_upload_<round>``,
 ``{prefix}_known``), so two pickers can share a page. An upload goes to disk at
 once (``uploads``) and the widget starts empty again. ``load_source`` loads what
 the picker returned through ``core.load_untrusted`` (allowed roots, size caps,
-known names, no code run).
+known names, no code run). ``probes_ui(key)`` is the probe-text box.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ import streamlit as st
 import core
 from app.server import uploads
 from app.names import display_name, upload_name
+from diagnostics.probes import MIN_JUDGED_TOKENS
+
+
+def probes_ui(key: str):
+    """The caller's probe texts, one per line, or None for AttnScope's default probes."""
+    probes = st.text_area("Probe texts, one per line (empty: AttnScope's seven default paragraphs)", key=key,
+                          help=f"Give a paragraph per line: findings from a probe of fewer than {MIN_JUDGED_TOKENS} "
+                               "tokens are shown as information only, since healthy heads cross the thresholds "
+                               "on a sentence.")
+    return [line for line in probes.splitlines() if line.strip()] or None
 
 
 def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):

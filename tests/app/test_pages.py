@@ -160,6 +160,18 @@ def test_diagnose_says_when_the_probes_disagree_on_a_head(bert_zip):
     assert "layer 0, head 0: " in _charts(at)[0].proto.spec and "borderline: " in _charts(at)[0].proto.spec
 
 
+def test_diagnose_a_sentence_says_first_that_it_is_too_short_to_judge(bert_zip):
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.text_area(key="diag_probes").set_value("The cat sat on the mat.")
+    at.file_uploader[0].upload("tiny-bert.zip", bert_zip).run()
+    at = at.button(key="diag_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    findings = [m.value for m in at.markdown if m.value.startswith(":") and " — " in m.value]
+    assert "**Probes too short to judge** — " in findings[0], findings
+    assert all(f.startswith(":blue-badge[") for f in findings), findings  # every finding is info
+
+
 def test_diagnose_long_probe_is_streamed_and_says_so(bert_zip, monkeypatch):
     monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 20)
     at = _app()

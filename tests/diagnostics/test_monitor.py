@@ -13,7 +13,11 @@ import torch
 from diagnostics.monitor import AttentionMonitor
 from tiny import bpe_tokenizer, tiny_gpt2
 
-PROBES = ["The quick brown fox jumps over the lazy dog.", "Attention is all you need, said the paper."]
+# Two probes of 99 and 96 tokens, cut to the tiny model's 64 positions: long enough to judge (MIN_JUDGED_TOKENS).
+PROBES = ["The quick brown fox jumps over the lazy dog. Attention is all you need, said the paper. The dog slept "
+          "in the sun while the fox ran off into the woods.",
+          "A head that looks at the previous token is a positional head; the quick brown fox jumps over it. Some "
+          "heads attend to the separator token; others spread their attention widely."]
 monitor_module = importlib.import_module("diagnostics.monitor")
 
 
@@ -88,6 +92,19 @@ def test_warns_once_when_an_error_appears_and_when_heads_stay_uniform(caplog):
     assert any("step 2" in w and "still near uniform" in w for w in warnings)
     saturated = [w for w in warnings if "near one-hot" in w]
     assert len(saturated) == 1 and "step 3" in saturated[0]
+
+
+def test_warns_once_that_short_probes_cannot_give_an_error(caplog):
+    model = tiny_gpt2().train()
+    scale_qk_(model, 100.0)  # saturated, but a sentence is too short to call it an error
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=["The quick brown fox."], every=1)
+    with caplog.at_level(logging.WARNING, logger="attnscope.monitor"):
+        records = [monitor.on_step(model, step) for step in range(3)]
+    warnings = [r.getMessage() for r in caplog.records]
+    short = [w for w in warnings if "Probes too short to judge" in w]
+    assert len(short) == 1 and "step 0" in short[0]
+    assert all("saturated_heads" in codes(r, "info") for r in records)
+    assert all("qk_scale_large" in codes(r) for r in records)  # the weights are judged whatever the probes
 
 
 def test_tensorboard_scalars_when_installed(monkeypatch, tmp_path, caplog):

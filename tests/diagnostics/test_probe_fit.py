@@ -1,4 +1,5 @@
-"""Probes fit the model: coverage of the vocabulary, and in-vocabulary probes when the default texts do not fit."""
+"""Probes fit the model: coverage of the vocabulary, in-vocabulary probes when the default texts do not fit, and
+no verdict from probes too short to judge."""
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
@@ -7,8 +8,10 @@ from transformers import AutoTokenizer, BertTokenizerFast
 from broken_checkpoints import ALPHA
 from diagnostics import diagnose
 from core.checkpoints.registry import resolve_source
-from diagnostics.probes import DEFAULT_PROBES, MIN_COVERAGE, PROBE_MAX_TOKENS, Probe, probe_coverage
-from tiny import bpe_tokenizer, tiny_bert, wordpiece_tokenizer
+from diagnostics.probes import (
+    DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, Probe, probe_coverage,
+)
+from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
 # A word-level vocabulary without a single word of the English default probes.
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon "
@@ -72,9 +75,49 @@ def test_unfit_default_probes_are_replaced_by_in_vocabulary_ones():
 def test_what_the_unfit_probes_would_have_said():
     """On the default texts this healthy model is all [UNK]s and looks uniform; kept texts give no error."""
     model, words = healthy_word_model(), word_tokenizer()
-    texts = [p.text for p in DEFAULT_PROBES]
+    texts = [p.text for p in DEFAULT_PROBES if p.text_pair is None]  # 104-114 words: not too short to judge
     report = diagnose((model, words), texts=texts)
     assert report.finding("diffuse_heads").severity == "warning"  # an error but for the cap
     assert "no finding from them is called an error" in report.finding("probes_unfit").message
     words_seen = report.samples[0].tokens[1:-1]
     assert words_seen.count("[UNK]") >= 0.9 * len(words_seen)  # "two" is one of its words
+
+
+def _alarms(report):
+    return [(f.code, f.severity) for f in report.findings if f.severity != "info"]
+
+
+def test_a_probe_too_short_to_judge_raises_no_alarm_on_a_healthy_model():
+    """One word read as uniform: demo-gpt2 got ``diffuse_heads: error`` from it before the cap."""
+    report = diagnose("demo-gpt2", texts=["Hello"])
+    assert _alarms(report) == []
+    assert report.finding("diffuse_heads") is not None  # still shown, as information
+    short = report.finding("probes_short")
+    read = len(report.samples[0].tokens)  # "Hello" and the tokenizer's special tokens
+    assert short.details["threshold"] == MIN_JUDGED_TOKENS and short.details["tokens"] == [read] and read <= 3
+    assert f"1 of 1 probes have fewer than {MIN_JUDGED_TOKENS} tokens (shortest {read})" in short.message
+
+
+def test_short_probes_show_what_they_measured_and_long_ones_judge_it():
+    model = tiny_gpt2()
+    with torch.no_grad():
+        for block in model.h:
+            block.attn.c_attn.weight[:, :64] *= 100.0  # Q/K x 100: near one-hot rows
+    sentence = "The quick brown fox jumps over the lazy dog."  # 32 tokens
+    paragraph = sentence + " Attention is all you need, said the paper. The dog slept in the sun."  # 70 tokens
+    short = diagnose((model, bpe_tokenizer()), texts=[sentence, paragraph])
+    assert short.finding("saturated_heads").severity == "info" and short.finding("probes_short")
+    assert "1 of 2 probes" in short.finding("probes_short").message
+    judged = diagnose((model, bpe_tokenizer()), texts=[paragraph])
+    assert judged.finding("saturated_heads").severity == "error" and judged.finding("probes_short") is None
+
+
+def test_a_probe_as_long_as_the_model_reads_is_judged():
+    """A model of 16 positions can read no more: a probe that fills them is not too short."""
+    model = tiny_gpt2(max_positions=16)
+    tokenizer = bpe_tokenizer()
+    tokenizer.model_max_length = 16
+    report = diagnose((model, tokenizer), texts=["The quick brown fox jumps over the lazy dog."])
+    assert report.finding("probes_short") is None and report.finding("probe_truncated")
+    report = diagnose((model, tokenizer), texts=["The fox."])
+    assert report.finding("probes_short").details["threshold"] == 16

@@ -10,7 +10,8 @@ from diagnostics.monitor import AttentionMonitor
 from diagnostics.timeline import checkpoint_folders, from_checkpoints, parse_log, read_log
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
-PROBES = ["The quick brown fox jumps over the lazy dog."]
+PROBES = ["The quick brown fox jumps over the lazy dog. Attention is all you need, said the paper. The dog slept in "
+          "the sun while the fox ran off into the woods."]  # 99 tokens: long enough to judge (MIN_JUDGED_TOKENS)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,100 @@
+"""How long a probe must be for the findings' thresholds to hold (``probes.MIN_JUDGED_TOKENS``).
+
+    python -m benchmarks.short_probes [--models minilm smollm2 demo-bert demo-gpt2] [--lengths 8 16 ...]
+                                      [--half heldout|tuning]
+
+For each model and length n, one diagnosis per probe of n tokens, with the cap
+on short probes switched off, so the table shows what the findings would say:
+- "tuning": the first n tokens of each of the seven default probes (the cap's
+  threshold was read off these);
+- "held-out": one half of the real-model texts (``real_truth.HELDOUT``, or
+  ``--half tuning``: ``real_truth.TUNING``), run together and cut into windows of
+  n tokens (up to twelve, as many as they fill). They start anywhere in a sentence.
+A cell counts the probes that gave the healthy model a warning or an error,
+with the codes; "Q/K × 8" counts the probes on which its copy with Q/K weights
+× 8 gets its ``saturated_heads`` error: what the cap hides below the threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "diagnostics"))  # pathologies
+
+WINDOWS = 12
+
+
+def probe_texts(tokenizer, n: int, half: str) -> dict[str, list[str]]:
+    """The tuning and held-out probes of ``n`` tokens (before the tokenizer's special tokens), as text."""
+    from diagnostics.classify.real_truth import HELDOUT, TEXTS, TUNING
+    from diagnostics.probes import DEFAULT_PROBES
+
+    def ids(text):
+        return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+
+    held_out = ids(" ".join(TEXTS[i] for i in (HELDOUT if half == "heldout" else TUNING)))
+    windows = min(WINDOWS, len(held_out) // n)
+    return {"tuning": [tokenizer.decode(ids(p.text)[:n]) for p in DEFAULT_PROBES],
+            "held-out": [tokenizer.decode(held_out[i * n: (i + 1) * n]) for i in range(windows)]}
+
+
+def alarms(report) -> list[str]:
+    return [f"{f.code} {f.severity}" for f in report.findings if f.severity in ("warning", "error")]
+
+
+@contextmanager
+def uncapped():
+    """Findings of short probes at the severity their thresholds give (the cap switched off)."""
+    diagnose_module = importlib.import_module("diagnostics.diagnose")  # the module, not the function
+    saved, diagnose_module.MIN_JUDGED_TOKENS = diagnose_module.MIN_JUDGED_TOKENS, 0
+    try:
+        yield diagnose_module.diagnose
+    finally:
+        diagnose_module.MIN_JUDGED_TOKENS = saved
+
+
+def summarise(name: str, lengths: list[int], half: str) -> list[str]:
+    import core
+    from pathologies import scaled_qk
+
+    model, tokenizer = core.load_model(name)
+    rows = []
+    with uncapped() as diagnose:
+        for n in lengths:
+            cells = []
+            for texts in probe_texts(tokenizer, n, half).values():
+                healthy = [alarms(diagnose((model, tokenizer), texts=[t])) for t in texts]
+                codes = Counter(code for a in healthy for code in a)
+                with scaled_qk(model, 8):
+                    broken = sum("saturated_heads error" in alarms(diagnose((model, tokenizer), texts=[t]))
+                                 for t in texts)
+                listed = ", ".join(f"{code} ×{count}" for code, count in sorted(codes.items()))
+                cells += [f"{sum(bool(a) for a in healthy)}/{len(texts)}" + (f" ({listed})" if listed else ""),
+                          f"{broken}/{len(texts)}"]
+            rows.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["minilm", "smollm2", "demo-bert", "demo-gpt2"])
+    parser.add_argument("--lengths", nargs="+", type=int, default=[4, 8, 16, 24, 32, 40, 48, 64, 96])
+    parser.add_argument("--half", choices=["heldout", "tuning"], default="heldout",
+                        help="the half of the real-model texts cut into windows")
+    args = parser.parse_args(argv)
+    print("| model | tokens | tuning: healthy with a warning or error | tuning: Q/K × 8 saturated error "
+          "| held-out: healthy with a warning or error | held-out: Q/K × 8 saturated error |\n"
+          "|---|---|---|---|---|---|", flush=True)
+    for name in args.models:
+        for row in summarise(name, args.lengths, args.half):
+            print(row, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
