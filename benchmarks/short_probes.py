@@ -1,7 +1,7 @@
 """How long a probe must be for the findings' thresholds to hold (``probes.MIN_JUDGED_TOKENS``).
 
     python -m benchmarks.short_probes [--models minilm smollm2 demo-bert demo-gpt2] [--lengths 8 16 ...]
-                                      [--half heldout|tuning]
+                                      [--half heldout|tuning] [--random]
 
 For each model and length n, one diagnosis per probe of n tokens, with the cap
 on short probes switched off, so the table shows what the findings would say:
@@ -13,6 +13,8 @@ on short probes switched off, so the table shows what the findings would say:
 A cell counts the probes that gave the healthy model a warning or an error,
 with the codes; "Q/K × 8" counts the probes on which its copy with Q/K weights
 × 8 gets its ``saturated_heads`` error: what the cap hides below the threshold.
+``--random`` lists instead the warnings and errors of AttnScope's own
+random-token probes at each length (``probes.RANDOM_LENGTH``).
 """
 
 from __future__ import annotations
@@ -80,13 +82,64 @@ def summarise(name: str, lengths: list[int], half: str) -> list[str]:
     return rows
 
 
+def random_rows(name: str, lengths: list[int]) -> list[str]:
+    """The warnings and errors of AttnScope's own random-token probes of each length: without the tokenizer
+    (random ids) and with it (random in-vocabulary tokens, as when the default probes do not fit)."""
+    import core
+    from pathologies import scaled_qk
+
+    diagnose_module = importlib.import_module("diagnostics.diagnose")
+    model, tokenizer = core.load_model(name)
+    rows = []
+    for n in lengths:
+        cells = []
+        for copy in ("healthy", "Q/K × 8"):
+            with scaled_qk(model, 8 if copy == "Q/K × 8" else 1), random_length(n), no_text_fits():
+                found = [alarms(diagnose_module.diagnose(source)) for source in (model, (model, tokenizer))]
+            cells += [", ".join(a) or "none" for a in found]
+        rows.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    return rows
+
+
+@contextmanager
+def random_length(n: int):
+    """AttnScope's random-token probes ``n`` tokens long (``probes.RANDOM_LENGTH``)."""
+    probes = importlib.import_module("diagnostics.probes")
+    saved = probes.random_probe.__defaults__, probes.vocabulary_probe.__defaults__
+    probes.random_probe.__defaults__ = probes.vocabulary_probe.__defaults__ = (n,)
+    try:
+        yield
+    finally:
+        probes.random_probe.__defaults__, probes.vocabulary_probe.__defaults__ = saved
+
+
+@contextmanager
+def no_text_fits():
+    """Every default probe counted as unfit, so the diagnosis uses random in-vocabulary tokens instead."""
+    diagnose_module = importlib.import_module("diagnostics.diagnose")
+    saved, diagnose_module.MIN_COVERAGE = diagnose_module.MIN_COVERAGE, 1.01
+    try:
+        yield
+    finally:
+        diagnose_module.MIN_COVERAGE = saved
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["minilm", "smollm2", "demo-bert", "demo-gpt2"])
     parser.add_argument("--lengths", nargs="+", type=int, default=[4, 8, 16, 24, 32, 40, 48, 64, 96])
     parser.add_argument("--half", choices=["heldout", "tuning"], default="heldout",
                         help="the half of the real-model texts cut into windows")
+    parser.add_argument("--random", action="store_true",
+                        help="instead: AttnScope's random-token probes of each length (no tokenizer; unfit texts)")
     args = parser.parse_args(argv)
+    if args.random:
+        print("| model | tokens | healthy, random ids | healthy, random vocabulary | Q/K × 8, random ids "
+              "| Q/K × 8, random vocabulary |\n|---|---|---|---|---|---|", flush=True)
+        for name in args.models:
+            for row in random_rows(name, args.lengths):
+                print(row, flush=True)
+        return 0
     print("| model | tokens | tuning: healthy with a warning or error | tuning: Q/K × 8 saturated error "
           "| held-out: healthy with a warning or error | held-out: Q/K × 8 saturated error |\n"
           "|---|---|---|---|---|---|", flush=True)

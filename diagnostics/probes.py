@@ -104,7 +104,6 @@ DEFAULT_PROBES = (
 # the model on inputs it never saw (tests/diagnostics/test_probe_fit.py keeps the default probes within it).
 PROBE_MAX_TOKENS = 128
 RANDOM_PROBES = 4  # probes of random token ids when there is no tokenizer
-RANDOM_LENGTH = 24  # or the model's position limit, if that is less
 MIN_PROBE_TOKENS = 4  # a random probe shorter than this says nothing about a head
 # Tokens in each copy of the repeated-sequence probe: TransformerLens's detector uses short random
 # sequences; 48 keeps the probe at ~100 tokens (cheap as whole maps even for 30-layer models) while the
@@ -124,6 +123,9 @@ VOCABULARY_PROBES = 4  # random in-vocabulary sequences that replace unfit defau
 # real-model texts still gave SmolLM2 a sink warning at 48 tokens (1 of 11); none did at 64 (0 of 8).
 # Findings from a caller's probe shorter than this (or than the model's position limit) are info only.
 MIN_JUDGED_TOKENS = 64
+# The random-token probes (no tokenizer; default probes that do not fit the vocabulary) are as long, or as the
+# model's position limit if that is less. At 24 tokens healthy SmolLM2 got a `sink_heads` warning from either.
+RANDOM_LENGTH = MIN_JUDGED_TOKENS
 _BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
@@ -169,8 +171,9 @@ def vocabulary_probe(model, tokenizer, seed, length=RANDOM_LENGTH) -> AttentionR
     """Attention on ``length`` random ordinary tokens of the vocabulary, wrapped in the tokenizer's special
     tokens: a probe that fits any vocabulary (for models whose vocabulary does not fit the default texts)."""
     before, after = _special_wrapping(tokenizer)
-    length = _fitted_length(model, tokenizer, length, len(before) + len(after))
-    ids = before + _random_ordinary_ids(model, tokenizer, length, seed).tolist() + after
+    ordinary = _ordinary_ids(model, tokenizer)  # (V',)
+    length = min(_fitted_length(model, tokenizer, length, len(before) + len(after)), len(ordinary))  # no repeats
+    ids = before + _shuffled(ordinary, length, seed, "an in-vocabulary probe", MIN_PROBE_TOKENS).tolist() + after
     return _attend(model, tokenizer, ids, len(before), len(ids) - len(after))
 
 
@@ -235,7 +238,7 @@ def repeated_probe(model, tokenizer, half=REPEAT_HALF, seed=0) -> RepeatedProbe:
     before, after = _special_wrapping(tokenizer)
     half = _fitted_length(model, tokenizer, 2 * half, len(before) + len(after), 2 * REPEAT_MIN_HALF,
                           "the repeated-sequence probe") // 2  # short-context models get shorter copies
-    ids = _random_ordinary_ids(model, tokenizer, half, seed)  # (half,)
+    ids = _shuffled(_ordinary_ids(model, tokenizer), half, seed, "the repeated-sequence probe")  # (half,)
     sequence = ids.tolist() * 2
     full, prefix = before + sequence + after, len(before)
     return RepeatedProbe(_attend(model, tokenizer, full, prefix, prefix + len(sequence)), prefix, half)
@@ -251,15 +254,21 @@ def _attend(model, tokenizer, ids, start, stop) -> AttentionResult:
                            token_ids=ids, model_name=getattr(model.config, "name_or_path", "") or "")
 
 
-def _random_ordinary_ids(model, tokenizer, half, seed) -> torch.Tensor:
+def _ordinary_ids(model, tokenizer) -> torch.Tensor:
+    """The ids of the tokenizer's ordinary (non-special) tokens that the model's vocabulary holds."""
     vocab = min(len(tokenizer), getattr(model.config, "vocab_size", None) or len(tokenizer))
     special = set(tokenizer.all_special_ids)
-    candidates = torch.tensor([i for i in range(vocab) if i not in special])  # (V',)
-    if len(candidates) < half:
-        raise ExtractionError(f"the vocabulary has only {len(candidates)} ordinary tokens; the repeated-sequence "
-                              f"probe needs {half}")
+    return torch.tensor([i for i in range(vocab) if i not in special])  # (V',)
+
+
+def _shuffled(ordinary, count, seed, what, needed=None) -> torch.Tensor:
+    """``count`` distinct ids of ``ordinary`` in a seeded random order; ExtractionError below ``needed``
+    (default ``count``)."""
+    if len(ordinary) < (count if needed is None else needed):
+        raise ExtractionError(f"the vocabulary has only {len(ordinary)} ordinary tokens; {what} needs "
+                              f"{count if needed is None else needed}")
     generator = torch.Generator().manual_seed(seed)
-    return candidates[torch.randperm(len(candidates), generator=generator)[:half]]  # (half,)
+    return ordinary[torch.randperm(len(ordinary), generator=generator)[:count]]  # (count,)
 
 
 def _special_wrapping(tokenizer) -> tuple[list[int], list[int]]:
