@@ -9,7 +9,7 @@ from broken_checkpoints import ALPHA
 from diagnostics import diagnose
 from core.checkpoints.registry import resolve_source
 from diagnostics.probes import (
-    DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, Probe, probe_coverage,
+    DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe, probe_coverage,
 )
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
@@ -69,6 +69,8 @@ def test_unfit_default_probes_are_replaced_by_in_vocabulary_ones():
     fit = report.finding("probes_unfit")
     assert fit.severity == "info" and "replaced by 4 sequences" in fit.message
     assert len(report.samples) == 4 and all(t in WORDS for t in report.samples[0].tokens[1:-1])
+    words_seen = report.samples[0].tokens[1:-1]  # all 50 ordinary words, once each: fewer than RANDOM_LENGTH
+    assert len(words_seen) == len(set(words_seen)) == len(WORDS) < RANDOM_LENGTH
     assert report.probes[0]["token_ids"] == report.samples[0].token_ids
 
 

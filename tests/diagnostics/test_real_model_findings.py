@@ -12,7 +12,7 @@ import pytest
 import core
 from diagnostics import diagnose
 from diagnostics.findings import SATURATED_CONFIDENCE, SATURATED_ENTROPY
-from diagnostics.probes import DEFAULT_PROBES
+from diagnostics.probes import DEFAULT_PROBES, RANDOM_LENGTH
 from diagnostics.weights.weight_checks import SCORE_LIMIT
 from pathologies import copied_heads, scaled_qk
 
@@ -42,6 +42,14 @@ def test_healthy_models_get_no_error_and_no_warning(loaded):
     assert severe(report) == {}, name
     assert report.finding("weights_unavailable") is None  # SmolLM2's grouped K/V are read too
     assert report.finding("saturated_heads") is None
+
+
+def test_healthy_models_without_their_tokenizer_get_no_warning_from_random_ids(loaded):
+    """64 random ids (24 gave SmolLM2 a sink_heads warning); demo-bert's content heads spread out on them."""
+    name, pair, _ = loaded
+    report = diagnose(pair[0])
+    assert report.finding("no_tokenizer") and len(report.samples[0].tokens) == RANDOM_LENGTH
+    assert severe(report) == ({"diffuse_heads": "warning"} if name == "demo-bert" else {}), name
 
 
 def test_q_k_times_8_saturates(loaded):
