@@ -19,6 +19,8 @@ with SmolLM2's byte-level BPE, 158-201 with the demo models' small vocabularies)
 sentence of 13-30 tokens a head's scores scatter about twice as far from probe to probe,
 and its pattern and roles change with the sentence (docs/classifier.md, "Stability").
 Per-head metrics are averaged over all of them, so one odd text cannot decide a finding.
+A caller's probe must be as long to be judged: below ``MIN_JUDGED_TOKENS`` healthy
+heads cross the findings' thresholds, so ``diagnose`` reports its findings as information.
 
 The repeated-sequence probe (``repeated_probe``) is the induction test of
 Olsson et al. 2022 ("In-context learning and induction heads") and of
