@@ -283,7 +283,8 @@ FINDING_TEXTS = {
     "no_tokenizer": FindingText(
         "No tokenizer",
         "The model came without a tokenizer, so it was probed with random token ids and text views are "
-        "unavailable.",
+        "unavailable. Heads that read content have none to read in random ids and spread out (demo-bert: "
+        "near-uniform heads), so take a near-uniform finding from them with care.",
         "Save the tokenizer next to the model (tokenizer.save_pretrained(folder)) to diagnose it on real text.",
         "No tokenizer: {detail}.",
     ),
