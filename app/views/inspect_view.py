@@ -1,0 +1,103 @@
+"""Inspect's results: the head explorer (a fragment: layer, head, view, map, extra views, exports) and the overview.
+
+``results_ui(result)`` draws everything below the inputs for one ``AttentionResult``.
+A head or view switch reruns only ``explorer_ui``, and every array it draws is cached
+(``app.views.derived``, ``app.server.cache``).
+"""
+
+import streamlit as st
+
+import core
+from app.names import display_name
+from app.plain import for_markdown
+from app.views import bertviz_ui, derived, head_detail, plots
+
+EXTRA_VIEWS = ("Head view", "BertViz model view", "BertViz neuron view", "None")
+HEAD_VIEW_FIRST_UP_TO = 128  # tokens; a longer input opens with no extra view: a 512-row head view is hard to
+# read in its frame, and redrawing it doubled the head-switch time with 4 sessions (docs/app.md)
+
+
+def part_ui(result: core.AttentionResult) -> tuple[str, core.AttentionResult]:
+    if result.encoder is None:
+        return "self", result
+    part = st.radio("Attention", ["encoder", "decoder", "cross"], key="part", horizontal=True)
+    return part, result.part(part)
+
+
+def selectors_ui(result: core.AttentionResult, columns) -> tuple[int, int]:
+    s = st.session_state
+    # Write a selector's state only to clamp it: every write is pushed to the browser as a forced value,
+    # and one from a run still in flight would undo the user's newer choice there.
+    for key, count in (("layer", result.n_layers), ("head", result.n_heads)):
+        if s.get(key, 0) >= count:
+            s[key] = count - 1
+    layer = columns[0].selectbox("Layer", range(result.n_layers), key="layer")
+    head = columns[1].selectbox("Head", range(result.n_heads), key="head")
+    return layer, head
+
+
+def _pick_from_overview() -> None:
+    points = st.session_state.overview.selection.points
+    if points:
+        st.session_state.layer, st.session_state.head = points[0]["customdata"]
+
+
+def overview_ui(result_id: str, result: core.AttentionResult, patterns) -> None:
+    st.subheader("Model overview")
+    st.caption("Every head at a glance, framed in its pattern's colour. Click a head to inspect it.")
+    sheet = derived.thumbnail_sheet(result_id, result, patterns)
+    figure = plots.overview_figure(sheet, patterns, (result.n_layers, result.n_heads), None)
+    st.plotly_chart(figure, key="overview", width="content", on_select=_pick_from_overview,
+                    selection_mode="points", config={"displayModeBar": False})
+
+
+def head_summary(result_id: str, result: core.AttentionResult, layer: int, head: int):
+    """``(metrics, pattern)`` of one head: from the every-head table once the overview has made it."""
+    table = derived.head_table(result_id, result) if st.session_state.get("table_for") == result_id else None
+    if table is None:  # the first heatmap does not wait for every head to be measured
+        return derived.head_summary(result_id, layer, head, result)
+    patterns, metrics = table
+    return metrics[layer][head], patterns[layer][head]
+
+
+@st.fragment
+def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> None:
+    """Layer, head and view pickers, the map and what describes it; a change here reruns only this."""
+    layer, head = selectors_ui(result, cols := st.columns([1, 1, 4, 1.4, 1.4], vertical_alignment="bottom"))
+    options = head_detail.options_ui("inspect_", result, cols[2:])
+    view = head_detail.build_view(result_id, result, layer, head, options, model)
+    st.subheader(view.heading)
+    metrics, pattern = head_summary(result_id, result, layer, head) if view.mode == "head" else ({}, None)
+    map_col, about_col = st.columns([3, 2])
+    with map_col:
+        head_detail.heatmap_ui("inspect_", view, options["log_scale"])
+    with about_col:
+        if view.mode == "head":
+            head_detail.pattern_ui(pattern)
+            head_detail.metrics_ui(metrics, list(result.keys), per_row=2)
+    head_detail.exports_ui("inspect_", view, head_detail.export_info(view, layer, head, metrics, pattern))
+    extra_views_ui(result_id, result, layer, head, model)
+
+
+def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, head: int, model: str) -> None:
+    """One more picture of the layer, drawn only when chosen (each is a page of its own)."""
+    default = EXTRA_VIEWS[0] if len(result.tokens) <= HEAD_VIEW_FIRST_UP_TO else "None"
+    shown = st.segmented_control("More views", EXTRA_VIEWS, default=default, key="inspect_extra_view")
+    if shown == "Head view":
+        head_detail.head_view_ui("inspect_", result_id, result, layer, head)
+    elif shown == "BertViz model view":
+        bertviz_ui.model_view_ui("inspect_", result_id, result, layer, head, model)
+    elif shown == "BertViz neuron view":
+        bertviz_ui.neuron_view_ui("inspect_", result_id, result, layer, head, model,
+                                  st.session_state.inputs["source"])
+
+
+def results_ui(full: core.AttentionResult) -> None:
+    for warning in full.warnings:
+        st.warning(for_markdown(warning))
+    part, result = part_ui(full)
+    result_id = f"{tuple(st.session_state.inputs.values())}/{part}"
+    explorer_ui(result_id, result, display_name(st.session_state.inputs["source"]))
+    table = derived.head_table(result_id, result)
+    st.session_state.table_for = result_id
+    overview_ui(result_id, result, table and table[0])
