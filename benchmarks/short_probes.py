@@ -52,12 +52,12 @@ def alarms(report) -> list[str]:
 @contextmanager
 def uncapped():
     """Findings of short probes at the severity their thresholds give (the cap switched off)."""
-    diagnose_module = importlib.import_module("diagnostics.diagnose")  # the module, not the function
-    saved, diagnose_module.MIN_JUDGED_TOKENS = diagnose_module.MIN_JUDGED_TOKENS, 0
+    fit = importlib.import_module("diagnostics.probe_fit")
+    saved, fit.MIN_JUDGED_TOKENS = fit.MIN_JUDGED_TOKENS, 0
     try:
-        yield diagnose_module.diagnose
+        yield importlib.import_module("diagnostics.diagnose").diagnose  # the module's function
     finally:
-        diagnose_module.MIN_JUDGED_TOKENS = saved
+        fit.MIN_JUDGED_TOKENS = saved
 
 
 def summarise(name: str, lengths: list[int], half: str) -> list[str]:
@@ -116,12 +116,12 @@ def random_length(n: int):
 @contextmanager
 def no_text_fits():
     """Every default probe counted as unfit, so the diagnosis uses random in-vocabulary tokens instead."""
-    diagnose_module = importlib.import_module("diagnostics.diagnose")
-    saved, diagnose_module.MIN_COVERAGE = diagnose_module.MIN_COVERAGE, 1.01
+    fit = importlib.import_module("diagnostics.probe_fit")
+    saved, fit.MIN_COVERAGE = fit.MIN_COVERAGE, 1.01
     try:
         yield
     finally:
-        diagnose_module.MIN_COVERAGE = saved
+        fit.MIN_COVERAGE = saved
 
 
 def main(argv=None) -> int:

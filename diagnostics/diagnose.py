@@ -26,16 +26,16 @@ from torch import nn
 import core
 from core.checkpoints.registry import canonical_name
 from core.device import model_device
-from core.extraction.encode import TRUNCATED, max_positions
+from core.extraction.encode import TRUNCATED
 from core.errors import InputError
 from core.extraction.streaming import can_stream
 from diagnostics.findings import attention_findings, cap_severity, diffuse_mask, note, sort_findings
 from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
+from diagnostics.probe_fit import fitting_probes, read_lengths, verdict_cap
 from diagnostics.probes import (
-    MIN_COVERAGE, MIN_JUDGED_TOKENS, RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, as_probes, probe_coverage,
-    probe_tokens, random_probe, repeated_probe, vocabulary_probe,
+    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, random_probe, repeated_probe, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
@@ -91,8 +91,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     tell = progress or (lambda fraction, message: None)
     tell(0.0, "loading the model")
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
-    probes, unfit, fit_notes = _fitting_probes(tokenizer, texts)
-    worst, short_notes = _worst_judged(model, tokenizer, probes, unfit and texts is not None)
+    probes, unfit, fit_notes = fitting_probes(tokenizer, texts)
+    worst, short_notes = verdict_cap(model, tokenizer, probes, unfit and texts is not None)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, probes, stream)
     layers = attention_weights(model)
     with record_qk_norms(layers) as norms:  # the queries and keys the probes produce, for the weight checks
@@ -143,49 +143,6 @@ def _name(model):
     return getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__
 
 
-def _fitting_probes(tokenizer, texts):
-    """``(probes, unfit, notes)``: the probes to run, whether some did not fit the vocabulary, and a note saying so.
-
-    Default probes below ``probes.MIN_COVERAGE`` are dropped (``_run_probes`` adds in-vocabulary probes in their
-    place); the caller's own texts are kept, and the findings they give are capped at "warning".
-    """
-    if tokenizer is None:
-        return [], False, []
-    probes = as_probes(texts)
-    coverage = [probe_coverage(tokenizer, p) for p in probes]
-    low = [c for c in coverage if c < MIN_COVERAGE]
-    if not low:
-        return probes, False, []
-    if texts is None:
-        probes = [p for p, c in zip(probes, coverage) if c >= MIN_COVERAGE]
-        action = f"they were replaced by {VOCABULARY_PROBES} sequences of random in-vocabulary tokens"
-    else:
-        action = "they were kept, and no finding from them is called an error"
-    detail = (f"{len(low)} of {len(coverage)} probes have fewer than {MIN_COVERAGE:.0%} of their tokens in the "
-              f"vocabulary (lowest {min(low):.0%}); {action}")
-    return probes, True, [note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage],
-                               threshold=MIN_COVERAGE)]
-
-
-def _worst_judged(model, tokenizer, probes, unfit_kept):
-    """``(worst, notes)``: the highest severity the probes' attention findings may have, and a note if capped.
-
-    A probe shorter than ``probes.MIN_JUDGED_TOKENS`` (or than the model's position limit, if that is less: no
-    probe can be longer) caps them at "info", for the thresholds do not hold on it (the default probes are
-    longer); caller's probes that do not fit the vocabulary cap them at "warning" (``_fitting_probes``).
-    """
-    if tokenizer is None:
-        return "error", []
-    lengths, limit = _read_lengths(model, tokenizer, probes)
-    needed = min(MIN_JUDGED_TOKENS, limit or MIN_JUDGED_TOKENS)
-    short = sum(n < needed for n in lengths)
-    if short:
-        detail = (f"{short} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
-                  "too few for the thresholds, so no finding from them goes above info")
-        return "info", [note("probes_short", detail=detail, tokens=lengths, threshold=needed)]
-    return ("warning" if unfit_kept else "error"), []
-
-
 def _run_probes(model, tokenizer, probes, tell, vocabulary=False):
     """``(samples, notes)``: one ``AttentionResult`` per probe, then ``VOCABULARY_PROBES`` in-vocabulary ones
     if ``vocabulary``; random-id probes without a tokenizer."""
@@ -224,14 +181,7 @@ def _streams(model, tokenizer, probes, stream) -> bool:
         return True
     if not streamable:
         return False
-    return max(_read_lengths(model, tokenizer, probes)[0], default=0) > STREAM_ABOVE_TOKENS
-
-
-def _read_lengths(model, tokenizer, probes):
-    """``(lengths, limit)``: the tokens the model reads of each probe (cut to its position limit), and the limit
-    (None: no fixed limit)."""
-    limit = max_positions(getattr(model, "config", None), tokenizer)
-    return [min(probe_tokens(tokenizer, p), limit or float("inf")) for p in probes], limit
+    return max(read_lengths(model, tokenizer, probes)[0], default=0) > STREAM_ABOVE_TOKENS
 
 
 def _stream_probe(model, tokenizer, probe, i, count, tell):
