@@ -52,7 +52,7 @@ def alarms(report) -> list[str]:
 @contextmanager
 def uncapped():
     """Findings of short probes at the severity their thresholds give (the cap switched off)."""
-    fit = importlib.import_module("diagnostics.probe_fit")
+    fit = importlib.import_module("diagnostics.probes")
     saved, fit.MIN_JUDGED_TOKENS = fit.MIN_JUDGED_TOKENS, 0
     try:
         yield importlib.import_module("diagnostics.diagnose").diagnose  # the module's function
@@ -116,7 +116,7 @@ def random_length(n: int):
 @contextmanager
 def no_text_fits():
     """Every default probe counted as unfit, so the diagnosis uses random in-vocabulary tokens instead."""
-    fit = importlib.import_module("diagnostics.probe_fit")
+    fit = importlib.import_module("diagnostics.probes")
     saved, fit.MIN_COVERAGE = fit.MIN_COVERAGE, 1.01
     try:
         yield

@@ -33,9 +33,9 @@ from diagnostics.findings import attention_findings, cap_severity, diffuse_mask,
 from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
-from diagnostics.probe_fit import fitting_probes, read_lengths, verdict_cap
 from diagnostics.probes import (
-    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, random_probe, repeated_probe, vocabulary_probe,
+    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, fitting_probes, random_probe, read_lengths, repeated_probe,
+    verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report

@@ -20,7 +20,9 @@ sentence of 13-30 tokens a head's scores scatter about twice as far from probe t
 and its pattern and roles change with the sentence (docs/classifier.md, "Stability").
 Per-head metrics are averaged over all of them, so one odd text cannot decide a finding.
 A caller's probe must be as long to be judged: below ``MIN_JUDGED_TOKENS`` healthy
-heads cross the findings' thresholds, so ``diagnose`` reports its findings as information.
+heads cross the findings' thresholds. ``fitting_probes`` keeps the probes that fit the
+vocabulary and ``verdict_cap`` is the highest severity the findings from them may have
+("info" for a short probe, "warning" for a caller's unfit texts); both give the notes that say so.
 
 The repeated-sequence probe (``repeated_probe``) is the induction test of
 Olsson et al. 2022 ("In-context learning and induction heads") and of
@@ -44,6 +46,7 @@ from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions
 from core.extraction.extract import eval_mode
 from core.extraction.tokens import display_tokens
+from diagnostics.findings import note
 from core.result import AttentionResult
 
 
@@ -167,6 +170,56 @@ def probe_coverage(tokenizer, probe: Probe) -> float:
 def probe_tokens(tokenizer, probe: Probe) -> int:
     """How many tokens the model reads for ``probe``, special tokens included (before any truncation)."""
     return len(tokenizer(probe.text, probe.text_pair, verbose=False)["input_ids"])
+
+
+def fitting_probes(tokenizer, texts):
+    """``(probes, unfit, notes)``: the probes to run, whether some did not fit the vocabulary, and a note saying so.
+
+    Default probes below ``MIN_COVERAGE`` are dropped (``diagnose`` adds in-vocabulary probes in their
+    place); the caller's own texts are kept, and the findings they give are capped at "warning".
+    """
+    if tokenizer is None:
+        return [], False, []
+    probes = as_probes(texts)
+    coverage = [probe_coverage(tokenizer, p) for p in probes]
+    low = [c for c in coverage if c < MIN_COVERAGE]
+    if not low:
+        return probes, False, []
+    if texts is None:
+        probes = [p for p, c in zip(probes, coverage) if c >= MIN_COVERAGE]
+        action = f"they were replaced by {VOCABULARY_PROBES} sequences of random in-vocabulary tokens"
+    else:
+        action = "they were kept, and no finding from them is called an error"
+    detail = (f"{len(low)} of {len(coverage)} probes have fewer than {MIN_COVERAGE:.0%} of their tokens in the "
+              f"vocabulary (lowest {min(low):.0%}); {action}")
+    return probes, True, [note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage],
+                               threshold=MIN_COVERAGE)]
+
+
+def verdict_cap(model, tokenizer, probes, unfit_kept):
+    """``(worst, notes)``: the highest severity the probes' attention findings may have, and a note if capped.
+
+    A probe shorter than ``MIN_JUDGED_TOKENS`` (or than the model's position limit, if that is less: no
+    probe can be longer) caps them at "info", for the thresholds do not hold on it (the default probes are
+    longer); caller's probes that do not fit the vocabulary cap them at "warning" (``fitting_probes``).
+    """
+    if tokenizer is None:
+        return "error", []
+    lengths, limit = read_lengths(model, tokenizer, probes)
+    needed = min(MIN_JUDGED_TOKENS, limit or MIN_JUDGED_TOKENS)
+    short = sum(n < needed for n in lengths)
+    if short:
+        detail = (f"{short} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
+                  "too few for the thresholds, so no finding from them goes above info")
+        return "info", [note("probes_short", detail=detail, tokens=lengths, threshold=needed)]
+    return ("warning" if unfit_kept else "error"), []
+
+
+def read_lengths(model, tokenizer, probes):
+    """``(lengths, limit)``: the tokens the model reads of each probe (cut to its position limit), and the limit
+    (None: no fixed limit)."""
+    limit = max_positions(getattr(model, "config", None), tokenizer)
+    return [min(probe_tokens(tokenizer, p), limit or float("inf")) for p in probes], limit
 
 
 def vocabulary_probe(model, tokenizer, seed, length=RANDOM_LENGTH) -> AttentionResult:
