@@ -133,7 +133,8 @@ def _resolve(source, device, n_heads=None, progress=None):
     if isinstance(source, nn.Module):
         return source, None, _name(source)
     if not isinstance(source, (str, Path)):
-        raise InputError(f"cannot diagnose a {type(source).__name__}; pass a model name, a folder or (model, tokenizer)")
+        raise InputError(f"cannot diagnose a {type(source).__name__}; pass a model name, a folder or "
+                         "(model, tokenizer)")
     loading = (lambda fraction, message: progress(0.05 * fraction, message)) if progress else None
     model, tokenizer = core.load_model(source, device=device, n_heads=n_heads, progress=loading)
     return model, tokenizer, canonical_name(source)  # an alias such as "minilm" is reported by its Hub id

@@ -275,7 +275,8 @@ FINDING_TEXTS = {
     "probes_short": FindingText(
         "Probes too short to judge",
         "On a probe of a sentence or less, healthy heads cross the thresholds that mark sinks, positional or "
-        "diffuse heads (a probe of a word or two reads as uniform), so these findings are shown as information only.",
+        "diffuse heads (a probe of a word or two reads as uniform), so these findings are shown as information "
+        "only.",
         "Give probe texts of a short paragraph each, or leave them out to use AttnScope's seven default "
         "paragraphs.",
         "Probes too short to judge: {detail}.",
