@@ -55,7 +55,8 @@ def encode(
     check_text(text)
     if text_pair is not None and not text_pair.strip():
         text_pair = None
-    batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt")
+    # verbose=False: transformers would warn that a long text "will result in indexing errors"; it is cut below
+    batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt", verbose=False)
     full_length = batch["input_ids"].shape[-1]
     truncate = limit is not None and full_length > limit
     if truncate:  # tokenize again: the tokenizer keeps the closing special tokens ([SEP], </s>) when cutting
@@ -78,7 +79,7 @@ PAIR_JOINED = "this tokenizer has no sentence-pair format"
 
 def _pair_warnings(tokenizer, text: str, batch) -> list[str]:
     """A warning when the tokenizer marks no boundary between the two texts (GPT-2, Llama: decoder-only)."""
-    alone = tokenizer(text, return_special_tokens_mask=True)["special_tokens_mask"]
+    alone = tokenizer(text, return_special_tokens_mask=True, verbose=False)["special_tokens_mask"]
     if int(batch["special_tokens_mask"].sum()) > sum(alone):
         return []
     return [f"{PAIR_JOINED}: the second sentence was appended right after the first, with no separator token "

@@ -1,5 +1,6 @@
 """extract_attention equals the eager model's output_attentions, for every adapter."""
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -99,10 +100,26 @@ def test_sdpa_model_gives_weights_and_is_restored():
 
 
 def test_long_input_truncated_with_warning():
-    model = tiny.tiny_bert(max_positions=16)
-    result = extract_attention(model, tiny.wordpiece_tokenizer(), " ".join(["fox"] * 40))
+    model, tokenizer = tiny.tiny_bert(max_positions=16), tiny.wordpiece_tokenizer()
+    tokenizer.model_max_length = 16
+    heard = _Heard()  # transformers' own loggers do not propagate to pytest's caplog
+    logging.getLogger("transformers.tokenization_utils_base").addHandler(heard)
+    try:
+        result = extract_attention(model, tokenizer, " ".join(["fox"] * 100))
+    finally:
+        logging.getLogger("transformers.tokenization_utils_base").removeHandler(heard)
     assert result.attentions.shape[-1] == 16
     assert result.warnings and "truncated" in result.warnings[0]
+    assert not any("indexing errors" in m for m in heard.messages)  # the text is cut, and says so; never misread
+
+
+class _Heard(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
 
 
 @pytest.mark.parametrize("text", ["", "   "])
