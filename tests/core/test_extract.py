@@ -1,5 +1,6 @@
 """extract_attention equals the eager model's output_attentions, for every adapter."""
 
+import copy
 import logging
 from dataclasses import replace
 
@@ -100,7 +101,7 @@ def test_sdpa_model_gives_weights_and_is_restored():
 
 
 def test_long_input_truncated_with_warning():
-    model, tokenizer = tiny.tiny_bert(max_positions=16), tiny.wordpiece_tokenizer()
+    model, tokenizer = tiny.tiny_bert(max_positions=16), copy.deepcopy(tiny.wordpiece_tokenizer())  # cached: copy
     tokenizer.model_max_length = 16
     heard = _Heard()  # transformers' own loggers do not propagate to pytest's caplog
     logging.getLogger("transformers.tokenization_utils_base").addHandler(heard)

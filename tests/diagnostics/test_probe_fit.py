@@ -1,6 +1,8 @@
 """Probes fit the model: coverage of the vocabulary, in-vocabulary probes when the default texts do not fit, and
 no verdict from probes too short to judge."""
 
+import copy
+
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import AutoTokenizer, BertTokenizerFast
@@ -117,7 +119,7 @@ def test_short_probes_show_what_they_measured_and_long_ones_judge_it():
 def test_a_probe_as_long_as_the_model_reads_is_judged():
     """A model of 16 positions can read no more: a probe that fills them is not too short."""
     model = tiny_gpt2(max_positions=16)
-    tokenizer = bpe_tokenizer()
+    tokenizer = copy.deepcopy(bpe_tokenizer())  # the cached one is shared by every test
     tokenizer.model_max_length = 16
     report = diagnose((model, tokenizer), texts=["The quick brown fox jumps over the lazy dog."])
     assert report.finding("probes_short") is None and report.finding("probe_truncated")
