@@ -92,8 +92,9 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     tell(0.0, "loading the model")
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     probes, unfit, fit_notes = fitting_probes(tokenizer, texts)
-    worst, short_notes = verdict_cap(model, tokenizer, probes, unfit and texts is not None)
-    streamed = not (unfit and texts is None) and _streams(model, tokenizer, probes, stream)
+    lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
+    worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None)
+    streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)
     layers = attention_weights(model)
     with record_qk_norms(layers) as norms:  # the queries and keys the probes produce, for the weight checks
         if streamed:
@@ -170,7 +171,7 @@ def _ids_probe(result):
     return {"text": " ".join(result.tokens), "text_pair": None, "token_ids": list(result.token_ids)}
 
 
-def _streams(model, tokenizer, probes, stream) -> bool:
+def _streams(model, tokenizer, lengths, stream) -> bool:
     """Whether to stream the probes: asked for, or (``stream=None``) one probe is long and streaming fits."""
     if stream is False or tokenizer is None:
         return False
@@ -182,7 +183,7 @@ def _streams(model, tokenizer, probes, stream) -> bool:
         return True
     if not streamable:
         return False
-    return max(read_lengths(model, tokenizer, probes)[0], default=0) > STREAM_ABOVE_TOKENS
+    return max(lengths, default=0) > STREAM_ABOVE_TOKENS
 
 
 def _stream_probe(model, tokenizer, probe, i, count, tell):

@@ -196,16 +196,14 @@ def fitting_probes(tokenizer, texts):
                                threshold=MIN_COVERAGE)]
 
 
-def verdict_cap(model, tokenizer, probes, unfit_kept):
+def verdict_cap(lengths, limit, unfit_kept):
     """``(worst, notes)``: the highest severity the probes' attention findings may have, and a note if capped.
 
-    A probe shorter than ``MIN_JUDGED_TOKENS`` (or than the model's position limit, if that is less: no
-    probe can be longer) caps them at "info", for the thresholds do not hold on it (the default probes are
-    longer); caller's probes that do not fit the vocabulary cap them at "warning" (``fitting_probes``).
+    ``lengths`` and ``limit`` are ``read_lengths``'s. A probe shorter than ``MIN_JUDGED_TOKENS`` (or than the
+    model's position limit, if that is less: no probe can be longer) caps them at "info", for the thresholds
+    do not hold on it (the default probes are longer); caller's probes that do not fit the vocabulary cap them
+    at "warning" (``fitting_probes``).
     """
-    if tokenizer is None:
-        return "error", []
-    lengths, limit = read_lengths(model, tokenizer, probes)
     needed = min(MIN_JUDGED_TOKENS, limit or MIN_JUDGED_TOKENS)
     short = sum(n < needed for n in lengths)
     if short:
@@ -217,7 +215,9 @@ def verdict_cap(model, tokenizer, probes, unfit_kept):
 
 def read_lengths(model, tokenizer, probes):
     """``(lengths, limit)``: the tokens the model reads of each probe (cut to its position limit), and the limit
-    (None: no fixed limit)."""
+    (None: no fixed limit). Without a tokenizer there are no text probes: ``([], None)``."""
+    if tokenizer is None:
+        return [], None
     limit = max_positions(getattr(model, "config", None), tokenizer)
     return [min(probe_tokens(tokenizer, p), limit or float("inf")) for p in probes], limit
 
