@@ -2,6 +2,7 @@
 no verdict from probes too short to judge."""
 
 import copy
+import logging
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
@@ -9,6 +10,7 @@ from transformers import AutoTokenizer, BertTokenizerFast
 
 from broken_checkpoints import ALPHA
 from diagnostics import diagnose
+from diagnostics.monitor import AttentionMonitor
 from core.checkpoints.registry import resolve_source
 from diagnostics.probes import (
     DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe, probe_coverage,
@@ -85,6 +87,15 @@ def test_what_the_unfit_probes_would_have_said():
     assert "no finding from them is called an error" in report.finding("probes_unfit").message
     words_seen = report.samples[0].tokens[1:-1]
     assert words_seen.count("[UNK]") >= 0.9 * len(words_seen)  # "two" is one of its words
+
+
+def test_the_training_monitor_warns_once_that_its_probes_do_not_fit(caplog):
+    monitor = AttentionMonitor(tokenizer=word_tokenizer(), probes=[p.text for p in DEFAULT_PROBES[:2]], every=1)
+    with caplog.at_level(logging.WARNING, logger="attnscope.monitor"):
+        for step in range(3):
+            monitor.on_step(healthy_word_model(), step)
+    unfit = [r.getMessage() for r in caplog.records if "Probes do not fit the vocabulary" in r.getMessage()]
+    assert len(unfit) == 1 and "step 0" in unfit[0]
 
 
 def _alarms(report):
