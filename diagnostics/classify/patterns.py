@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from core.errors import InputError
-from diagnostics.classify.roles import head_roles, role_scores
+from diagnostics.classify.roles import BROAD_MIN, head_roles, role_scores
 from diagnostics.measure.metrics import HeadMetrics, head_metrics
 
 PATTERNS = ("diagonal", "block", "diffuse", "sparse", "vertical")
@@ -73,10 +73,9 @@ BLOCK_PER_DECADE = 0.1
 # (0.4 at 16 tokens, 0.33 at 64).
 VERTICAL_MIN = 0.3
 VERTICAL_SHORT = 0.2
-# Normalised entropy: near-uniform rows score > 0.95 even at 25% noise, sparse
-# and vertical heads < 0.9 (a sparse row of 3 peaks over 4096 keys with 30%
-# background spread is ~0.6); 0.92 sits in the gap.
-DIFFUSE_MIN = 0.92
+# Normalised entropy of the rest: one test for "near uniform", the broad role's (roles.BROAD_MIN, 0.92: see its
+# rationale there; this module imports roles, not the other way round).
+DIFFUSE_MIN = BROAD_MIN
 # Confidence is 0.5 at a threshold and 1 this far beyond it (see _confidence).
 MARGIN_SCALE = 0.2
 # An upper triangle this close to 0 means the map is causal (when not told).

@@ -48,9 +48,11 @@ SINK_MIN = 0.3
 # the window mass itself is no test on short texts, where +-3 tokens are a third of the keys (on the
 # default probes most MiniLM heads hold 0.35-0.5 there and would flip from probe to probe).
 LOCAL_DISTANCE = 2.5
-# Broad: the non-sink mass close to uniform, the same test as the diffuse pattern (patterns.DIFFUSE_MIN,
-# whose module imports this one). A second threshold just below it on the same score (0.9 before) only
-# made heads flip between probes: MiniLM's rest entropies crowd 0.75-0.95 (docs/classifier.md).
+# Broad: the non-sink mass close to uniform, also the diffuse pattern's test (patterns.DIFFUSE_MIN is this).
+# Normalised entropy: near-uniform rows score > 0.95 even at 25% noise, sparse and vertical heads < 0.9 (a
+# sparse row of 3 peaks over 4096 keys with 30% background spread is ~0.6); 0.92 sits in the gap. A second
+# threshold just below it on the same score (0.9 before) only made heads flip between probes: MiniLM's rest
+# entropies crowd 0.75-0.95 (docs/classifier.md).
 BROAD_MIN = 0.92
 # Rows whose non-sink mass is below this count for nothing in the repeated-probe scores (see real_truth).
 REST_MIN = 0.05
