@@ -112,11 +112,17 @@ def head_names(heads, part="self", limit=12):
     return ", ".join(names) + more
 
 
+def percent(count: int, total: int) -> str:
+    """``count`` of ``total`` as a whole percentage; "<1%" for a share that would round to 0 but is not."""
+    share = 100 * count / max(total, 1)
+    return "<1%" if 0 < share < 0.5 else f"{share:.0f}%"
+
+
 def make_finding(code, heads, total, part="self", details=None, **fields):
     """A finding on ``heads`` (sorted ``[layer, head]`` lists) out of ``total`` heads."""
     heads = sorted([int(layer), int(head)] for layer, head in heads)
     text = FINDING_TEXTS[code]
-    values = {"count": len(heads), "total": total, "percent": f"{100 * len(heads) / max(total, 1):.0f}%",
+    values = {"count": len(heads), "total": total, "percent": percent(len(heads), total),
               "heads": head_names(heads, part), **fields}
     return Finding(code, severity_for(code, len(heads), total), heads, text.message.format(**values),
                    text.suggestion, details or {}, part)

@@ -1,13 +1,10 @@
-"""Diagnose: upload a checkpoint (or give a folder), label every head, list findings."""
-
-from contextlib import nullcontext
+"""Diagnose: upload a checkpoint (or give a folder, or pick a known model), label every head, list findings."""
 
 import streamlit as st
 
-import core
 from app import errors
 from app.views import report_view
-from app.server import session, sources, uploads
+from app.server import session, sources
 from core.cancel import stop_between_layers, stoppable
 from diagnostics.diagnose import diagnose
 
@@ -27,8 +24,7 @@ def run(inputs, name, texts, n_heads) -> None:
     should_stop = session.stop_when_gone()
     try:
         loading = lambda fraction, message: bar.progress(min(1.0, fraction), text=f"Loading: {message}")  # noqa: E731
-        with inputs.opened() if isinstance(inputs, uploads.Staged) else nullcontext(inputs) as source:
-            checkpoint = core.load_untrusted(source, n_heads=n_heads, progress=stoppable(loading, should_stop))
+        checkpoint = sources.load_source(inputs, n_heads, stoppable(loading, should_stop))
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
         with stop_between_layers(checkpoint.model, should_stop):  # the session may end mid-probe
             report = diagnose((checkpoint.model, checkpoint.tokenizer), texts, progress=progress)
@@ -43,11 +39,11 @@ def run(inputs, name, texts, n_heads) -> None:
 
 
 st.title("Diagnose a checkpoint")
-source = sources.source_ui("diag")
+source = sources.source_ui("diag", known=True)
 texts, n_heads = options_ui()
 if st.button("Diagnose", type="primary", key="diag_run"):
     if source is None:
-        st.error("Upload a checkpoint or give a folder path first.", icon="⚠️")
+        st.error("Upload a checkpoint, give a folder path or pick a known model first.", icon="⚠️")
     else:
         run(*source, texts, n_heads)
 if st.session_state.get("report") is not None:

@@ -60,7 +60,7 @@ def heading(mode: str, layer: int, head: int, n_heads: int) -> str:
 
 
 def options_ui(prefix: str, result: core.AttentionResult, columns=None) -> dict:
-    """Mode, special tokens and colour scale for the heatmap (in ``columns`` when given: three of them)."""
+    """Mode, special tokens and colour scale for the heatmap (in ``columns`` when given: one for each)."""
     cols = columns or st.columns([2, 1, 1])
     rollout_ok = result.attentions.shape[-1] == result.attentions.shape[-2]
     modes = [m for m in MODES if m != "rollout" or rollout_ok]

@@ -63,8 +63,9 @@ def head_summary(result_id: str, result: core.AttentionResult, layer: int, head:
 @st.fragment
 def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> None:
     """Layer, head and view pickers, the map and what describes it; a change here reruns only this."""
-    layer, head = selectors_ui(result, cols := st.columns([1, 1, 4, 1.4, 1.4], vertical_alignment="bottom"))
-    options = head_detail.options_ui("inspect_", result, cols[2:])
+    cols = st.columns([1, 1, 3.6, 2.2], vertical_alignment="bottom")
+    layer, head = selectors_ui(result, cols)
+    options = head_detail.options_ui("inspect_", result, [cols[2], cols[3], cols[3]])  # the checkboxes stacked
     view = head_detail.build_view(result_id, result, layer, head, options, model)
     st.subheader(view.heading)
     metrics, pattern = head_summary(result_id, result, layer, head) if view.mode == "head" else ({}, None)

@@ -213,6 +213,19 @@ def test_diagnose_bad_upload_is_an_error_then_works(bert_zip):
     assert not _errors(at) and len(_charts(at)) == 2
 
 
+def test_diagnose_a_known_model_with_the_default_probes():
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.radio(key="diag_kind").set_value("Known model").run()
+    at.selectbox(key="diag_known").set_value("demo-gpt2").run()
+    at = at.button(key="diag_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    report = at.session_state["report"]
+    assert report.model["name"] == "demo-gpt2" and len(report.heads) == 16
+    assert not [f.kind for f in report.findings if f.severity != "info"]  # a healthy model: nothing alarming
+    assert len(_charts(at)) == 2
+
+
 def test_diagnose_without_input_asks_for_one():
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()

@@ -167,3 +167,10 @@ def test_js_on_a_row_subsample_is_the_same_streamed_or_whole():
     torch.testing.assert_close(js.finalize(), whole, atol=1e-6, rtol=0)
     exact = js_distance(maps, causal=True)[0]
     assert (whole - exact).abs().max() < 0.1 and not torch.equal(whole, exact)
+
+
+def test_a_share_under_half_a_percent_reads_under_one_percent_not_zero():
+    from diagnostics.findings import make_finding, percent
+
+    assert [percent(0, 270), percent(1, 270), percent(2, 270), percent(7, 8)] == ["0%", "<1%", "1%", "88%"]
+    assert "1 of 270 heads (<1%)" in make_finding("qk_scale_large", [[0, 3]], 270, threshold=10.0).message
