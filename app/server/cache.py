@@ -2,12 +2,13 @@
 
 Models are loaded only through ``core.load_untrusted`` (a known name, a cached
 Hub id, a folder under the allowed roots) and kept in one per-process
-``ModelCache``: at most ``MAX_MODELS`` models and ``model_budget_bytes()`` bytes
+``BoundedCache``: at most ``MAX_MODELS`` models and ``model_budget_bytes()`` bytes
 of parameters; beyond either, the least recently used one is dropped. Each
 model carries a lock, because one model object serves every session and
-extraction switches it to eval mode. Attention results are kept with
-``st.cache_resource`` too: at 512 tokens on a 12 × 12 model they hold 150 MB,
-which ``st.cache_data`` would copy on every rerun; they are never mutated.
+extraction switches it to eval mode. Attention results are kept the same way,
+shared and never mutated (``st.cache_data`` would copy them on every rerun): at
+most ``MAX_RESULTS`` and ``result_budget_bytes()`` bytes, since one result of
+SmolLM2 on a long text holds 1.28 GB.
 What is computed from a result (metrics, labels, thumbnails) is cached in
 ``app.views.derived``. Budgets: docs/app.md, "Budgets".
 """
@@ -26,9 +27,11 @@ from core.cancel import stop_between_layers
 from core.checkpoints.archive import env_size
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
-PROGRESS_STEPS = 20  # loading-bar updates at most (each is replayed on every cache hit)
-MAX_RESULTS = 4  # attention results kept at once (a 12 × 12 model at 512 tokens: 151 MB each)
+PROGRESS_STEPS = 20  # loading-bar updates at most
+MAX_RESULTS = 4  # attention results kept at once, within result_budget_bytes()
 ENV_MODEL_CACHE = "ATTNSCOPE_MODEL_CACHE_BYTES"
+ENV_RESULT_CACHE = "ATTNSCOPE_RESULT_CACHE_BYTES"
+RESULT_BUDGET_BYTES = 2 * 10**9  # SmolLM2 on 5,000 characters (1,089 tokens) is 1.28 GB; MiniLM at 512 tokens 75 MB
 
 
 def model_budget_bytes() -> int:
@@ -36,71 +39,93 @@ def model_budget_bytes() -> int:
     return env_size(ENV_MODEL_CACHE, 2 * core.Limits().max_model_bytes)
 
 
+def result_budget_bytes() -> int:
+    """Bytes of attention weights the result cache may hold: ``$ATTNSCOPE_RESULT_CACHE_BYTES``, else 2 GB."""
+    return env_size(ENV_RESULT_CACHE, RESULT_BUDGET_BYTES)
+
+
 @dataclass
 class LoadedModel:
     model: object
     tokenizer: object
     lock: threading.Lock = field(default_factory=threading.Lock)
-    nbytes: int = 0  # parameters and buffers, as held in memory
 
 
-def model_bytes(model) -> int:
+def model_bytes(loaded: LoadedModel) -> int:
+    """Parameters and buffers, as held in memory."""
+    model = loaded.model
     tensors = list(model.parameters()) + list(model.buffers()) if hasattr(model, "parameters") else []
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-class ModelCache:
-    """Least-recently-used models, bounded in count and bytes; one load per source at a time. Thread-safe."""
+def result_bytes(result: core.AttentionResult) -> int:
+    """The attention weights of ``result`` and of its encoder / decoder / cross parts, each tensor once."""
+    parts = [result] + [p for p in (result.encoder, result.decoder, result.cross) if p is not None]
+    tensors = {id(p.attentions): p.attentions for p in parts}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
-    def __init__(self, max_models: int, max_bytes: int):
-        self.max_models, self.max_bytes = max_models, max_bytes
-        self._models: OrderedDict[str, LoadedModel] = OrderedDict()
+
+class BoundedCache:
+    """Least-recently-used values, bounded in count and in bytes (``size_of(value)``); one load per key at a
+    time, so sessions asking for the same key wait for one load. Thread-safe."""
+
+    def __init__(self, max_items: int, max_bytes: int, size_of):
+        self.max_items, self.max_bytes, self.size_of = max_items, max_bytes, size_of
+        self._values: OrderedDict[object, tuple[object, int]] = OrderedDict()  # key -> (value, bytes)
         self._lock = threading.Lock()
-        self._loading: dict[str, threading.Lock] = {}
+        self._loading: dict[object, threading.Lock] = {}
 
-    def get(self, source: str, load) -> LoadedModel:
-        """The cached model of ``source``, or ``load()``'s, kept and counted against the budget."""
+    def get(self, key, load):
+        """The cached value of ``key``, or ``load()``'s, kept and counted against the budget."""
         with self._lock:
-            if source in self._models:
-                self._models.move_to_end(source)
-                return self._models[source]
-            source_lock = self._loading.setdefault(source, threading.Lock())
-        with source_lock:  # a second session asking for the same model waits for the first load
+            if key in self._values:
+                self._values.move_to_end(key)
+                return self._values[key][0]
+            key_lock = self._loading.setdefault(key, threading.Lock())
+        with key_lock:
             with self._lock:
-                if source in self._models:
-                    return self._models[source]
-            loaded = load()
-            loaded.nbytes = model_bytes(loaded.model)
+                if key in self._values:
+                    return self._values[key][0]
+            try:
+                value = load()
+            finally:
+                with self._lock:
+                    self._loading.pop(key, None)
             with self._lock:
-                self._models[source] = loaded
+                self._values[key] = (value, self.size_of(value))
                 self._evict()
-                self._loading.pop(source, None)
-        return loaded
+        return value
 
     def _evict(self) -> None:
         """Drop the oldest until within bounds; the newest stays even alone above the budget (it is in use)."""
-        while len(self._models) > 1 and (len(self._models) > self.max_models or self.total_bytes > self.max_bytes):
-            self._models.popitem(last=False)
+        while len(self._values) > 1 and (len(self._values) > self.max_items or self.total_bytes > self.max_bytes):
+            self._values.popitem(last=False)
 
     @property
     def total_bytes(self) -> int:
-        return sum(m.nbytes for m in self._models.values())
+        return sum(size for _, size in self._values.values())
 
-    def sources(self) -> list[str]:
+    def keys(self) -> list:
         with self._lock:
-            return list(self._models)
+            return list(self._values)
 
 
 @st.cache_resource(show_spinner=False)
-def model_cache() -> ModelCache:
-    """The one ``ModelCache`` of this server process."""
-    return ModelCache(MAX_MODELS, model_budget_bytes())
+def model_cache() -> BoundedCache:
+    """The models of this server process."""
+    return BoundedCache(MAX_MODELS, model_budget_bytes(), model_bytes)
+
+
+@st.cache_resource(show_spinner=False)
+def result_cache() -> BoundedCache:
+    """The attention results of this server process, shared by every session."""
+    return BoundedCache(MAX_RESULTS, result_budget_bytes(), result_bytes)
 
 
 def load_model(source: str) -> LoadedModel:
     """A known model name, a cached Hugging Face id or a folder under the allowed roots (``core.load_untrusted``)."""
     def load():
-        bar, shown = st.empty(), []  # made here: a cached caller (``attention``) may only replay its own elements
+        bar, shown = st.empty(), []
 
         def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes
             step = int(fraction * PROGRESS_STEPS)
@@ -115,12 +140,14 @@ def load_model(source: str) -> LoadedModel:
     return model_cache().get(source, load)
 
 
-@st.cache_resource(max_entries=MAX_RESULTS, show_spinner="Reading the attention weights…")
 def attention(source: str, text: str, text_pair: str = "", target: str = "") -> core.AttentionResult:
-    """Attention of ``source`` on the text(s); errors are raised, not cached.
+    """Attention of ``source`` on the text(s), from the result cache; errors are raised, not cached.
 
     Stops between layers (``core.Cancelled``) once the asking browser session has ended.
     """
-    loaded = load_model(source)
-    with loaded.lock, stop_between_layers(loaded.model, session.stop_when_gone()):
-        return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
+    def extract():
+        loaded = load_model(source)
+        with st.spinner("Reading the attention weights…"), loaded.lock, \
+                stop_between_layers(loaded.model, session.stop_when_gone()):
+            return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
+    return result_cache().get((source, text, text_pair, target), extract)

@@ -6,7 +6,7 @@ import threading
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.server.cache import LoadedModel, ModelCache
+from app.server.cache import BoundedCache, LoadedModel, model_bytes, result_bytes
 from core.checkpoints.checkpoint import OUTSIDE
 
 from app_runner import started_app as _app
@@ -116,20 +116,20 @@ def _load(n, loads):
 
 
 def test_model_cache_evicts_the_least_recently_used_by_count_and_by_bytes():
-    cache, loads = ModelCache(max_models=2, max_bytes=10_000), []
+    cache, loads = BoundedCache(max_items=2, max_bytes=10_000, size_of=model_bytes), []
     cache.get("a", _load(100, loads))
     cache.get("b", _load(100, loads))
     cache.get("a", _load(100, loads))  # a is now the most recent
     cache.get("c", _load(100, loads))
-    assert cache.sources() == ["a", "c"] and loads == [100, 100, 100]
+    assert cache.keys() == ["a", "c"] and loads == [100, 100, 100]
     cache.get("big", _load(2000, loads))  # 8,000 bytes: within the budget, but a third model: a goes
-    assert cache.sources() == ["c", "big"]
+    assert cache.keys() == ["c", "big"]
     cache.get("huge", _load(2400, loads))  # 9,600 bytes: with big (8,000) over the budget
-    assert cache.sources() == ["huge"] and cache.total_bytes == 9600
+    assert cache.keys() == ["huge"] and cache.total_bytes == 9600
 
 
 def test_model_cache_loads_a_source_once_for_concurrent_sessions():
-    cache, loads, started = ModelCache(max_models=3, max_bytes=10**9), [], threading.Event()
+    cache, loads, started = BoundedCache(max_items=3, max_bytes=10**9, size_of=model_bytes), [], threading.Event()
 
     def slow_load():
         started.set()
@@ -144,6 +144,42 @@ def test_model_cache_loads_a_source_once_for_concurrent_sessions():
     for t in threads:
         t.join()
     assert loads == [1] and len({id(r) for r in results}) == 1
+
+
+def test_a_failed_load_is_not_kept_and_is_tried_again():
+    cache = BoundedCache(max_items=3, max_bytes=10**9, size_of=model_bytes)
+
+    def failing():
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError):
+        cache.get("m", failing)
+    assert cache.keys() == [] and cache.get("m", _load(10, [])).model.p.numel() == 10
+
+
+def test_attention_results_are_bounded_in_bytes_not_only_in_count(monkeypatch):
+    """Four long results of a large model held 5 GB; the result cache keeps what fits its byte budget."""
+    import torch
+
+    import core
+    from app.server import cache as app_cache
+
+    def result(layers, n):
+        return core.AttentionResult([str(i) for i in range(n)], torch.zeros(layers, 2, n, n), False,
+                                    [False] * n, [False] * n)
+
+    budget = result_bytes(result(2, 100)) * 3  # 3 small results, or one large one
+    results = BoundedCache(app_cache.MAX_RESULTS, budget, result_bytes)
+    for text in "abc":
+        results.get(("m", text), lambda: result(2, 100))
+    assert results.keys() == [("m", "a"), ("m", "b"), ("m", "c")]
+    results.get(("big", "d"), lambda: result(6, 100))  # 3 × the small ones: alone it fills the budget
+    assert results.keys() == [("big", "d")] and results.total_bytes == budget
+
+    monkeypatch.setenv(app_cache.ENV_RESULT_CACHE, "1000000")
+    assert app_cache.result_budget_bytes() == 1_000_000
+    monkeypatch.delenv(app_cache.ENV_RESULT_CACHE)
+    assert app_cache.result_budget_bytes() == app_cache.RESULT_BUDGET_BYTES
 
 
 # ---------------------------------------------------------------- the session's end stops the work
