@@ -31,7 +31,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 SOURCE_HELP = ("a known model (sentence-transformers/all-MiniLM-L6-v2 or minilm, HuggingFaceTB/SmolLM2-135M-Instruct "
-               "or smollm2, demo-bert, demo-gpt2), a model folder, an archive, a weights or .gguf file, or a Hugging Face id")
+               "or smollm2, demo-bert, demo-gpt2), a model folder, an archive, a weights or .gguf file, "
+               "or a Hugging Face id")
 
 
 def build_parser():

@@ -188,7 +188,8 @@ def _check_shapes(report_a, report_b):
 
 
 def _shape_text(shape):
-    return ", ".join(f"{part} {layers} layers × {heads} heads" for part, (layers, heads) in shape.items()) or "no heads"
+    parts = [f"{part} {layers} layers × {heads} heads" for part, (layers, heads) in shape.items()]
+    return ", ".join(parts) or "no heads"
 
 
 def _map_distances(samples_a, samples_b):

@@ -88,7 +88,8 @@ class _Receiver:
 
 
 def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None) -> torch.Tensor:
-    """``[L, H]`` JS distance between each head of ``model_a`` and the same head of ``model_b`` on ``input_ids`` (1, T)."""
+    """``[L, H]`` JS distance between each head of ``model_a`` and the same head of ``model_b``
+    on ``input_ids`` (1, T)."""
     input_ids = torch.as_tensor(input_ids)
     causal = model_is_causal(model_a)
     if model_is_causal(model_b) != causal:

@@ -51,7 +51,8 @@ def grid_ui(report, part) -> tuple[int, int]:
                     selection_mode="points", config={"displayModeBar": False})
     rows = [{"head": f"L{h.layer}H{h.head}", "distance": h.js_distance, "why": ", ".join(h.reasons),
              "pattern": f"{h.before['pattern']} → {h.after['pattern']}", "Δ entropy": h.entropy_delta,
-             "Δ sink": h.sink_delta, "roles": f"{', '.join(h.before['roles']) or '–'} → {', '.join(h.after['roles']) or '–'}"}
+             "Δ sink": h.sink_delta,
+             "roles": f"{', '.join(h.before['roles']) or '–'} → {', '.join(h.after['roles']) or '–'}"}
             for h in report.changed if h.part == part]
     if rows:
         st.dataframe(pd.DataFrame(rows), hide_index=True)

@@ -39,7 +39,8 @@ MAX_RATIO = 20
 RATIO_FLOOR_BYTES = 64 * 10**6
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
-TOO_BIG = "{name} is {size:,} bytes, more than the {limit:,}-byte upload limit; raise it with {env} or Limits(max_upload_bytes=...)"
+TOO_BIG = ("{name} is {size:,} bytes, more than the {limit:,}-byte upload limit; "
+           "raise it with {env} or Limits(max_upload_bytes=...)")
 TOO_MANY = "{name} holds more than {limit:,} entries; a model folder has a few dozen files at most (limit: {env})"
 TOO_LARGE_UNPACKED = ("{name} would unpack to more than {limit:,} bytes (a zip bomb, or a model above the limit); "
                       "raise it with {env} or Limits(max_total_bytes=...)")

@@ -52,7 +52,8 @@ _OPTIONAL = ("pooler.",)  # AutoModel adds BERT's pooler; masked-LM checkpoints 
 NOT_MODEL_CONFIG = ("config.json is not a model config ({why}); a model folder's config.json names its architecture, "
                     "e.g. \"model_type\": \"bert\" — upload the one written by save_pretrained")
 UNSUPPORTED = ("config.json names model_type {model_type!r}, which transformers does not know; AttnScope loads "
-               "architectures built into transformers (e.g. bert, roberta, gpt2) and never runs a checkpoint's own code")
+               "architectures built into transformers (e.g. bert, roberta, gpt2) and never runs a checkpoint's "
+               "own code")
 BAD_CONFIG = "config.json cannot build a {model_type} model ({err}); upload the config.json saved with these weights"
 TOO_BIG = ("config.json describes a model of {at_least}{n:,} parameters ({gb:.1f} GB as float32), above the "
            "{limit:,}-byte model limit; raise it with {env} or Limits(max_model_bytes=...)")

@@ -137,7 +137,8 @@ def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
         weight_map = json.loads(index.read_text())["weight_map"]
         shards = sorted(set(weight_map.values()))
     except Exception:  # noqa: BLE001
-        raise CheckpointError(BAD_INDEX.format(name=index.name, why='it has no "weight_map" of names to files')) from None
+        why = 'it has no "weight_map" of names to files'
+        raise CheckpointError(BAD_INDEX.format(name=index.name, why=why)) from None
     state = {}
     for shard in shards:
         plain = isinstance(shard, str) and Path(shard).name == shard and shard.lower().endswith(WEIGHT_SUFFIXES)
@@ -146,6 +147,7 @@ def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
         state.update(read_state_dict(index.parent / shard))
     missing = [k for k in weight_map if k not in state]
     if missing:
-        raise CheckpointError(BAD_INDEX.format(name=index.name, why=f"{len(missing)} tensors missing, e.g. {missing[0]}"))
+        why = f"{len(missing)} tensors missing, e.g. {missing[0]}"
+        raise CheckpointError(BAD_INDEX.format(name=index.name, why=why))
     return state
 

@@ -36,7 +36,8 @@ def eval_mode(model: nn.Module):
         model.train(was_training)
 
 
-def extract_attention(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None) -> AttentionResult:
+def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
+                      target: str | None = None) -> AttentionResult:
     """Per-layer, per-head attention of ``model`` on ``text``.
 
     ``text_pair`` is the second segment of pair models (BERT's sentence B);

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import torch
-import torch.nn.functional as F
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask

@@ -96,7 +96,8 @@ class HeadPattern:
 def classify_metrics(metrics: HeadMetrics):
     """Label every head of precomputed metrics; a ``HeadPattern`` or nested lists of them."""
     labels, conf = _decide(metrics)  # [...], [...]
-    columns = {name: getattr(metrics, name).reshape(-1).tolist() for name in _SCORES + ("best_offset", "sink_key", "rest_best_offset")}
+    names = _SCORES + ("best_offset", "sink_key", "rest_best_offset")
+    columns = {name: getattr(metrics, name).reshape(-1).tolist() for name in names}
     roles = _flat(head_roles(role_scores(metrics), causal=False), metrics.shape)
     flat = [_pattern({name: values[i] for name, values in columns.items()}, label, c, roles[i])
             for i, (label, c) in enumerate(zip(labels.reshape(-1).tolist(), conf.reshape(-1).tolist()))]
@@ -107,7 +108,8 @@ def classify_head(weights, causal=None):
     """Label one map ``[q, k]`` (numpy or torch, rows summing to 1); ``causal=None`` infers it."""
     attn = _as_tensor(weights)
     if attn.dim() != 2:
-        raise InputError(f"classify_head takes one map [q, k]; got shape {tuple(attn.shape)}. Use classify_heads for batches.")
+        raise InputError(f"classify_head takes one map [q, k]; got shape {tuple(attn.shape)}. "
+                         "Use classify_heads for batches.")
     return classify_heads(attn, causal=causal)
 
 
@@ -206,7 +208,8 @@ def _as_tensor(weights):
     if not isinstance(weights, torch.Tensor):
         raise InputError(f"Attention must be a numpy array or torch tensor, got {type(weights).__name__}.")
     if weights.dim() < 2 or weights.shape[-2] > weights.shape[-1] or weights.shape[-1] < 2:
-        raise InputError(f"Attention must be [..., q, k] with 1 <= q <= k and k >= 2; got shape {tuple(weights.shape)}.")
+        raise InputError("Attention must be [..., q, k] with 1 <= q <= k and k >= 2; "
+                         f"got shape {tuple(weights.shape)}.")
     weights = weights.detach().float().cpu()
     if not torch.isfinite(weights).all():
         raise InputError("Attention contains NaN or infinite values; check the model's dtype and masks.")

@@ -71,7 +71,8 @@ def make_map(label, n, causal, noise, rng, **options):
     return (weights / weights.sum(-1, keepdims=True)).astype(np.float32), info
 
 
-def make_dataset(seed, lengths=DEFAULT_LENGTHS, noise_levels=NOISE_LEVELS, big_lengths=BIG_LENGTHS, labels=PATTERN_LABELS):
+def make_dataset(seed, lengths=DEFAULT_LENGTHS, noise_levels=NOISE_LEVELS, big_lengths=BIG_LENGTHS,
+                 labels=PATTERN_LABELS):
     """Yield ``Sample``s: every label x length x noise x causal/bidirectional, plus a few big maps.
 
     A generator, so 4096-token maps are not all held at once.

@@ -29,7 +29,8 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
   ``sink_score``/``sink_key``: the largest *excess* column mass (received mass
   minus what a uniform head would give that key, same normalisation) and its
   key; ``sink2_score``: the sum of the two largest excesses. The excess keeps
-  short maps, where every key gets ~1/n anyway, from looking like sinks. Attention sinks: Clark et al. 2019 ([CLS]/[SEP]/punctuation),
+  short maps, where every key gets ~1/n anyway, from looking like sinks.
+  Attention sinks: Clark et al. 2019 ([CLS]/[SEP]/punctuation),
   Kovaleva et al. 2019 ("Revealing the Dark Secrets of BERT", vertical pattern),
   Gu et al. 2024 ("When Attention Sink Emerges in Language Models").
 - ``topk_mass``: mean mass of the ``top_k`` largest weights of a row, over rows
@@ -183,7 +184,8 @@ class MetricAccumulator:
             raise InputError(f"Expected a chunk [..., q, {self.n_keys}], got shape {tuple(chunk.shape)}.")
         dev = chunk.device
         pos = torch.arange(qc, device=dev) + q_start + self.query_offset  # (qc,)
-        padding = torch.zeros(self.n_keys, dtype=torch.bool, device=dev) if self.padding is None else self.padding.to(dev)
+        no_padding = self.padding is None
+        padding = torch.zeros(self.n_keys, dtype=torch.bool, device=dev) if no_padding else self.padding.to(dev)
         # Keys after ``width`` are invalid for every row of a causal chunk: leave them out of every reduction.
         valid = row_stats.valid_keys(pos, width, self.causal, ~padding[:width])  # (qc, width)
         query_ok = ~padding[pos.clamp(max=self.n_keys - 1)] & (pos < self.n_keys)  # (qc,)
@@ -315,7 +317,8 @@ class MetricAccumulator:
         excess = (s["rest_col"] - s["rest_uniform"].squeeze(-2)) / audience  # (..., k)
         excess = excess.masked_fill(self.sinks.to(excess.device), -1.0)
         top2 = excess.topk(min(2, self.n_keys), dim=-1).values.clamp(min=0)  # (..., 2)
-        return dict(out, rest_diag_mass=diag.float(), rest_best_offset=torch.tensor(OFFSETS, device=diag.device)[best_idx],
+        offsets = torch.tensor(OFFSETS, device=diag.device)
+        return dict(out, rest_diag_mass=diag.float(), rest_best_offset=offsets[best_idx],
                     rest_best_offset_mass=best_mass.float(), rest_sink_score=top2[..., 0].float(),
                     rest_sink2_score=top2.sum(-1).float())
 

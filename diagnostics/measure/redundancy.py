@@ -48,6 +48,13 @@ JS_ROWS = 128
 _TINY = 1e-30  # x log x at 0 is 0: log of a clamped zero times the zero itself
 
 
+def _keys_ok(n_keys: int, padding) -> torch.Tensor:
+    """``(k,)`` True for the keys that are not padding (all of them when ``padding`` is None)."""
+    if padding is None:
+        return torch.ones(n_keys, dtype=torch.bool)
+    return ~torch.as_tensor(padding, dtype=torch.bool)
+
+
 class PairwiseJS:
     """``js_distance`` of one layer, accumulated over query-row chunks ``[H, qc, k]``.
 
@@ -59,8 +66,7 @@ class PairwiseJS:
 
     def __init__(self, n_keys, causal, padding=None, n_rows=None, max_rows=JS_ROWS, scratch=None):
         self.n_keys, self.causal = n_keys, bool(causal)
-        padding = torch.zeros(n_keys, dtype=torch.bool) if padding is None else torch.as_tensor(padding, dtype=torch.bool)
-        self.key_ok = ~padding  # (k,)
+        self.key_ok = _keys_ok(n_keys, padding)  # (k,)
         self.stride = max(1, math.ceil((n_keys if n_rows is None else n_rows) / max_rows))
         self.scratch = Scratch() if scratch is None else scratch  # chunk-sized temporaries, reused
         self.sums, self.weight = None, None
@@ -120,8 +126,7 @@ class PairedJS:
 
     def __init__(self, n_keys, causal, padding=None):
         self.n_keys, self.causal = n_keys, bool(causal)
-        padding = torch.zeros(n_keys, dtype=torch.bool) if padding is None else torch.as_tensor(padding, dtype=torch.bool)
-        self.key_ok = ~padding  # (k,)
+        self.key_ok = _keys_ok(n_keys, padding)  # (k,)
         self.sums, self.weight = None, None
 
     def update(self, chunk_a, chunk_b, q_start):

@@ -12,7 +12,8 @@ from html import escape
 from diagnostics.texts import FINDING_TEXTS, SEVERITY_TITLES
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;
+margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
 h1{font-size:1.5rem}h2{margin-top:2rem;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .5rem;border:1px solid #ddd;font-size:.85rem}
 .grid td{width:4rem;text-align:center;font-size:.75rem}
@@ -36,7 +37,8 @@ def _head_name(h):
 def render_markdown(report):
     a, b = report.a.model, report.b.model
     lines = [f"# AttnScope comparison: {md(a['name'])} → {md(b['name'])}", "",
-             f"{len(report.changed)} of {len(report.heads)} heads changed (JS distance ≥ {report.thresholds['changed_js']}, "
+             f"{len(report.changed)} of {len(report.heads)} heads changed "
+             f"(JS distance ≥ {report.thresholds['changed_js']}, "
              f"or a new pattern or role at distance ≥ {report.thresholds['label_change_js']}); "
              f"probes: {len(report.a.probes) or 'random token ids'}{', streamed' if report.streamed else ''}.", ""]
     lines += _findings_markdown("Findings that appeared in B", report.appeared)
@@ -54,7 +56,8 @@ def render_markdown(report):
     lines += ["| head | distance | why | pattern | roles | Δ entropy | Δ sink |", "|---|---|---|---|---|---|---|"]
     for h in report.changed:
         lines.append(f"| {_head_name(h)} | {h.js_distance:.3f} | {', '.join(h.reasons)} | "
-                     f"{h.before['pattern']} → {h.after['pattern']} | {md(_roles(h.before))} → {md(_roles(h.after))} | "
+                     f"{h.before['pattern']} → {h.after['pattern']} | "
+                     f"{md(_roles(h.before))} → {md(_roles(h.after))} | "
                      f"{h.entropy_delta:+.3f} | {h.sink_delta:+.3f} |")
     return "\n".join(lines) + "\n"
 
@@ -62,7 +65,8 @@ def render_markdown(report):
 def _findings_markdown(title, findings):
     lines = [f"## {title} ({len(findings)})", ""]
     for f in findings:
-        lines.append(f"- **{SEVERITY_TITLES[f.severity]}**: {md(FINDING_TEXTS[f.code].title)} (`{f.code}`): {md(f.message)}")
+        title = md(FINDING_TEXTS[f.code].title)
+        lines.append(f"- **{SEVERITY_TITLES[f.severity]}**: {title} (`{f.code}`): {md(f.message)}")
     return lines + ([""] if findings else ["None.", ""])
 
 

@@ -18,7 +18,8 @@ MAX_CELLS = 64  # longer probes are shown on their first 64 tokens
 SEVERITY_COLORS = {"error": "#C0392B", "warning": "#D68910", "info": "#2874A6"}
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;
+margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
 h1{font-size:1.5rem}h2{margin-top:2rem;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .5rem;border:1px solid #ddd;font-size:.85rem}
 .grid td{width:5.5rem;text-align:center;color:#fff;font-weight:600;font-size:.75rem}
