@@ -8,6 +8,8 @@ model's layer stacks (each ``nn.ModuleList``) that raises ``Cancelled`` before
 the block runs, and ``stoppable`` wraps a ``progress(fraction, message)``
 callback so each progress step (one probe of a diagnosis) asks too. Hooks are
 removed in ``finally``, as TransformerLens does with its temporary hooks.
+``progress_span`` hands one step of a longer job (one model of a comparison, one
+checkpoint of a timeline) its share of the caller's progress bar.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ def stoppable(progress, should_stop):
         check(should_stop)
         if progress is not None:
             progress(fraction, message)
+    return tell
+
+
+def progress_span(progress, start: float, stop: float, prefix: str = ""):
+    """A ``progress(fraction, message)`` for one step of a longer job: its 0..1 maps to ``start..stop``
+    of ``progress``, and its messages get ``prefix`` when one is given (``"model A: probe 2/7"``)."""
+    def tell(fraction, message):
+        progress(start + (stop - start) * fraction, f"{prefix}: {message}" if prefix else message)
     return tell
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from core.cancel import progress_span
 from core.errors import InputError
 from core.extraction.encode import encode, max_positions
 from diagnostics.diagnose import _resolve, diagnose
@@ -131,9 +132,10 @@ def compare(a, b, texts=None, device=None, progress=None) -> CompareReport:
     tell(0.05, "loading model B")
     model_b, tok_b, name_b = _resolve(b, device)
     tokenizer = shared_tokenizer(tok_a, tok_b, model_a, model_b)
-    report_a = diagnose((model_a, tokenizer) if tokenizer else model_a, texts, progress=_span(tell, 0.1, 0.45, "A"))
+    source_a, source_b = ((model_a, tokenizer), (model_b, tokenizer)) if tokenizer else (model_a, model_b)
+    report_a = diagnose(source_a, texts, progress=progress_span(tell, 0.1, 0.45, "model A"))
     streamed = bool(report_a.model.get("streamed"))
-    report_b = diagnose((model_b, tokenizer) if tokenizer else model_b, texts, progress=_span(tell, 0.45, 0.8, "B"),
+    report_b = diagnose(source_b, texts, progress=progress_span(tell, 0.45, 0.8, "model B"),
                         stream=streamed if tokenizer else None)
     report_a.model["name"], report_b.model["name"] = name_a, name_b
     _check_shapes(report_a, report_b)
@@ -173,10 +175,6 @@ def shared_tokenizer(tok_a, tok_b, model_a, model_b):
 def _vocab_size(model):
     size = getattr(getattr(model, "config", None), "vocab_size", None)
     return size if isinstance(size, int) else None
-
-
-def _span(tell, start, stop, name):
-    return lambda fraction, message: tell(start + (stop - start) * fraction, f"model {name}: {message}")
 
 
 def _check_shapes(report_a, report_b):

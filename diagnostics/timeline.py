@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.cancel import progress_span
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
 from core.errors import InputError
 from diagnostics.compare import role_names
@@ -156,10 +157,13 @@ def from_checkpoints(folder, texts=None, progress=None, allowed_roots=None) -> T
     notes = [f"{len(chosen)} of {len(found)} checkpoints, evenly spaced"] if len(chosen) < len(found) else []
     records = []
     for i, (step, path) in enumerate(chosen):
-        tell(i / len(chosen), f"checkpoint {step} ({i + 1}/{len(chosen)})")
-        loaded = core.load_checkpoint(path, allowed_roots=allowed_roots, device="cpu")
+        name = f"checkpoint {step} ({i + 1}/{len(chosen)})"
+        this = progress_span(tell, i / len(chosen), (i + 1) / len(chosen), name)
+        this(0.0, "loading")
+        loaded = core.load_checkpoint(path, allowed_roots=allowed_roots, device="cpu",
+                                      progress=progress_span(this, 0.0, 0.2, "loading"))
         source = (loaded.model, loaded.tokenizer) if loaded.tokenizer is not None else loaded.model
-        records.append(record_of(diagnose(source, texts), step))
+        records.append(record_of(diagnose(source, texts, progress=progress_span(this, 0.2, 1.0)), step))
         del loaded
     tell(1.0, "done")
     timeline = _timeline(records)

@@ -1,11 +1,13 @@
 """Does the server stop working when the browser goes away? CPU of the app server after the tab closes.
 
-    python scripts/measure_disconnect_stop.py                       # this checkout
+    python scripts/measure_disconnect_stop.py                       # this checkout, the Diagnose page
+    python scripts/measure_disconnect_stop.py --page compare        # the Compare page
     python scripts/measure_disconnect_stop.py --app-root OTHER      # another checkout, for comparison
 
-Starts the app, diagnoses demo-bert (as a local folder) on 40 long probes in Chromium, closes the tab
-once the second probe runs, and prints one JSON line: the server's CPU seconds in successive windows
-after the close, and the load average. A server that stops spends ~0 s per window soon after.
+Starts the app and, in Chromium, diagnoses demo-bert (as a local folder) on 40 long probes, or compares
+SmolLM2 with itself on them (demo-bert compares 40 probes in seconds, before the tab could close); closes the tab once the second probe runs, and prints one JSON line: the
+server's CPU seconds in successive windows after the close, and the load average. A server that stops
+spends ~0 s per window soon after.
 """
 
 import argparse
@@ -26,28 +28,51 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def fill_probes(page) -> None:
+    probes = page.get_by_role("textbox", name="Probe texts", exact=False)
+    probes.fill("\n".join([PROBE] * 40))
+    probes.press("Control+Enter")
+    time.sleep(1)
+
+
+def start_diagnose(page, app_root: Path) -> None:
+    page.get_by_text("Local folder", exact=True).first.click()
+    field = page.get_by_role("textbox", name="Model folder, archive", exact=False)
+    field.fill(str(app_root / "core" / "demo_models" / "demo-bert"))
+    field.press("Enter")
+    page.get_by_text("Options").first.click()
+    fill_probes(page)
+    page.get_by_role("button", name="Diagnose", exact=True).click()
+
+
+def start_compare(page, app_root: Path) -> None:
+    page.get_by_role("link", name="Compare", exact=True).click()
+    page.get_by_role("heading", name="Compare two models").wait_for()
+    for side in ("a", "b"):
+        page.locator(f".st-key-cmp_{side}_kind").get_by_text("Known model", exact=True).click()
+        page.locator(f".st-key-cmp_{side}_known").wait_for()
+        time.sleep(2)  # the rerun that drew the picker may still be replacing it
+        page.locator(f".st-key-cmp_{side}_known").click()
+        page.get_by_role("option").filter(has_text="SmolLM2").first.click()
+        time.sleep(1)
+    fill_probes(page)
+    page.get_by_role("button", name="Compare", exact=True).click()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--app-root", type=Path, default=ROOT)
+    parser.add_argument("--page", choices=("diagnose", "compare"), default="diagnose")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     url, proc = start_app(args.app_root)
-    result = {"app_root": str(args.app_root)}
+    result = {"app_root": str(args.app_root), "page": args.page}
     try:
         with sync_playwright() as p:
             browser = launch_chromium(p)
             page = open_diagnose_page(browser, url)
-            page.get_by_text("Local folder", exact=True).first.click()
-            field = page.get_by_role("textbox", name="Model folder, archive", exact=False)
-            field.fill(str(args.app_root / "core" / "demo_models" / "demo-bert"))
-            field.press("Enter")
-            page.get_by_text("Options").first.click()
-            probes = page.get_by_role("textbox", name="Probe sentences", exact=False)
-            probes.fill("\n".join([PROBE] * 40))
-            probes.press("Control+Enter")
-            time.sleep(1)
-            page.get_by_role("button", name="Diagnose", exact=True).click()
+            (start_compare if args.page == "compare" else start_diagnose)(page, args.app_root)
             page.get_by_text("probe 2/", exact=False).first.wait_for(timeout=300_000)
             page.close()
             browser.close()

@@ -5,18 +5,25 @@ import streamlit as st
 
 from app import errors
 from app.views import compare_plots
-from app.server import sources
+from app.server import session, sources
+from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.compare import compare
 
 
 def run(source_a, source_b, texts) -> None:
-    """Load both models and compare them with a progress bar; the result (or the error) goes to session state."""
+    """Load both models and compare them with a progress bar; the result (or the error) goes to session state.
+
+    The work stops (``core.Cancelled``) between layers and probes once the browser session has ended."""
     st.session_state.pop("comparison", None)
     bar = st.progress(0.0, text="Loading model A…")
+    should_stop = session.stop_when_gone()
+    progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
     try:
-        a, b = sources.load_source(source_a[0]), sources.load_source(source_b[0])
-        progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
-        report = compare((a.model, a.tokenizer), (b.model, b.tokenizer), texts, progress=progress)
+        a = sources.load_source(source_a[0], progress=progress_span(progress, 0.0, 0.1, "Loading model A"))
+        b = sources.load_source(source_b[0], progress=progress_span(progress, 0.1, 0.2, "Loading model B"))
+        with stop_between_layers(a.model, should_stop), stop_between_layers(b.model, should_stop):
+            report = compare((a.model, a.tokenizer), (b.model, b.tokenizer), texts,
+                             progress=progress_span(progress, 0.2, 1.0))
         report.a.model["name"], report.b.model["name"] = source_a[1], source_b[1]
         st.session_state.comparison = report
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page

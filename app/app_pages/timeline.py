@@ -6,7 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from app import errors
+from app.server import session
 from app.views import compare_plots
+from core.cancel import stoppable
 from diagnostics import timeline as tl
 from diagnostics.reports.compare_report import md
 
@@ -36,8 +38,9 @@ def load(kind, value) -> dict:
     if kind == KINDS[1]:
         return {_short(path, value): tl.read_log(path) for path in value}
     bar = st.progress(0.0, text="Loading checkpoints…")
-    try:
-        progress = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
+    try:  # stops between checkpoints and probes once the browser session has ended
+        progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message),
+                             session.stop_when_gone())
         return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}
     finally:
         bar.empty()

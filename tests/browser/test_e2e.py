@@ -156,3 +156,41 @@ def test_diagnose_upload_then_bad_upload(page, tmp_path, bert_zip):
     page.get_by_role("link", name="Inspect", exact=True).click()  # the app still works after the error
     heatmap(page).first.wait_for()
     no_errors(page)
+
+
+def _known_model(page, side: str, name: str) -> None:
+    """Pick ``name`` as Compare's model ``side`` ("a" or "b")."""
+    page.locator(f".st-key-cmp_{side}_kind").get_by_text("Known model", exact=True).click()
+    box = page.locator(f".st-key-cmp_{side}_known")
+    box.wait_for()
+    idle(page)
+    box.click()
+    page.get_by_role("option").filter(has_text=name).first.click()
+    idle(page)
+
+
+def test_compare_two_known_models_on_a_running_server(page):
+    """Compare on a real server, where the session's stop check and the per-layer hooks are live."""
+    page.get_by_role("link", name="Compare", exact=True).click()
+    page.get_by_role("heading", name="Compare two models").wait_for(timeout=COLD_START_MS)
+    _known_model(page, "a", "demo-gpt2")
+    _known_model(page, "b", "demo-gpt2")
+    until_shown(page, page.get_by_role("button", name="Compare", exact=True).click,
+                page.get_by_role("heading", name="JS distance per head"))
+    assert "0 / 16" in page.locator('[data-testid="stMetricValue"]').first.inner_text()
+    page.locator('.st-key-cmp_grid [data-testid="stPlotlyChart"]').wait_for()
+    shot(page, "compare_report")
+    no_errors(page)
+
+
+def test_timeline_of_an_uploaded_monitor_log(page):
+    log = Path(__file__).resolve().parents[2] / "docs" / "training" / "healthy.jsonl"
+    page.get_by_role("link", name="Timeline", exact=True).click()
+    page.get_by_role("heading", name="Training timeline").wait_for(timeout=COLD_START_MS)
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(log))
+    page.get_by_text(log.name).first.wait_for()
+    until_shown(page, page.get_by_role("button", name="Load", exact=True).click,
+                page.get_by_role("heading", name="healthy.jsonl"))
+    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 1
+    shot(page, "timeline_healthy")
+    no_errors(page)

@@ -284,6 +284,20 @@ def test_diagnosis_stops_between_probes():
     assert seen == ["loading the model", "probe 1/3"]
 
 
+def test_a_comparison_reports_each_model_s_probes_and_stops_between_them():
+    from diagnostics.compare import compare
+
+    model, tokenizer = tiny_bert(), wordpiece_tokenizer()
+    seen = []
+    stop = StopAfter(6)  # loading A, loading B, model A: loading, probe 1/2, probe 2/2, then stop
+    with pytest.raises(Cancelled):
+        compare((model, tokenizer), (tiny_bert(), tokenizer), ["one probe", "two probe"],
+                progress=stoppable(lambda f, m: seen.append((round(f, 3), m)), stop))
+    assert [m for _, m in seen] == ["loading model A", "loading model B", "model A: loading the model",
+                                    "model A: probe 1/2", "model A: probe 2/2"]
+    assert [f for f, _ in seen] == sorted(f for f, _ in seen)  # the bar only moves forward
+
+
 def test_safetensors_weights_from_a_file_object_round_trip(tmp_path):
     state = {k: v.contiguous() for k, v in tiny_bert().state_dict().items()}
     files = [("bert.safetensors", io.BytesIO(save(state)))]

@@ -78,8 +78,13 @@ def test_checkpoint_folders_are_diagnosed_in_step_order(tmp_path):
     assert [s for s, _ in checkpoint_folders(tmp_path, allowed_roots=[tmp_path])] == [5, 20]
     seen = []
     timeline = from_checkpoints(tmp_path, texts=PROBES, allowed_roots=[tmp_path],
-                                progress=lambda fraction, message: seen.append(message))
+                                progress=lambda fraction, message: seen.append((fraction, message)))
     assert timeline.steps == [5, 20] and timeline.shape() == (2, 4)
-    assert seen[0].startswith("checkpoint 5") and seen[-1] == "done"
+    messages = [m for _, m in seen]
+    assert messages[0] == "checkpoint 5 (1/2): loading" and messages[-1] == "done"
+    # the bar moves inside each checkpoint's diagnosis (one step per probe), forward only
+    assert f"checkpoint 20 (2/2): probe {len(PROBES)}/{len(PROBES)}" in messages
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and 0.5 <= fractions[messages.index("checkpoint 20 (2/2): loading")]
     with pytest.raises(InputError, match="no checkpoint-<step> folders"):
         checkpoint_folders(tmp_path / "runs", allowed_roots=[tmp_path])
