@@ -8,6 +8,7 @@ on the fragment rerun a switch triggers in the browser).
 """
 
 import copy
+import os
 import sys
 import tempfile
 import time
@@ -44,12 +45,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = _model_folder(Path(tmp) / "bert-base-random")
+        os.environ["ATTNSCOPE_ALLOWED_ROOTS"] = os.pathsep.join([str(ROOT), str(Path.home()), tmp])  # the app's path check
         at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=600)
         at.run()
         at.radio(key="model_kind").set_value("Local folder").run()
         at.text_input(key="model_path").set_value(str(folder))
         at.text_area(key="text").set_value(" ".join(CORPUS * 8)[:4900])
         _timed("first run (load, extract, label)", lambda: at.button(key="run").click().run())
+        if at.error:
+            raise SystemExit(f"the app refused the model: {at.error[0].value}")
         _timed("rerun, nothing changed", at.run)
         for head in (1, 2, 3):
             _timed(f"head switch to {head}", lambda h=head: at.selectbox(key="head").set_value(h).run())
