@@ -5,9 +5,9 @@
     python scripts/measure_disconnect_stop.py --app-root OTHER      # another checkout, for comparison
 
 Starts the app and, in Chromium, diagnoses demo-bert (as a local folder) on 40 long probes, or compares
-SmolLM2 with itself on them (demo-bert compares 40 probes in seconds, before the tab could close); closes the tab once the second probe runs, and prints one JSON line: the
-server's CPU seconds in successive windows after the close, and the load average. A server that stops
-spends ~0 s per window soon after.
+SmolLM2 with itself on them (demo-bert compares 40 probes in seconds, before the tab could close); closes
+the tab once the second probe runs, and prints one JSON line: the server's CPU seconds in successive
+windows after the close, and the load average. A server that stops spends ~0 s per window soon after.
 """
 
 import argparse

@@ -45,7 +45,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = _model_folder(Path(tmp) / "bert-base-random")
-        os.environ["ATTNSCOPE_ALLOWED_ROOTS"] = os.pathsep.join([str(ROOT), str(Path.home()), tmp])  # the app's path check
+        # the app reads models only under its allowed roots
+        os.environ["ATTNSCOPE_ALLOWED_ROOTS"] = os.pathsep.join([str(ROOT), str(Path.home()), tmp])
         at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=600)
         at.run()
         at.radio(key="model_kind").set_value("Local folder").run()
