@@ -88,12 +88,14 @@ class BoundedCache:
                     return self._values[key][0]
             try:
                 value = load()
-            finally:
+            except BaseException:
                 with self._lock:
-                    self._loading.pop(key, None)
-            with self._lock:
+                    self._loading.pop(key, None)  # a failure is not kept: the next ask loads again
+                raise
+            with self._lock:  # kept before its lock goes, so a later ask finds it rather than loading again
                 self._values[key] = (value, self.size_of(value))
                 self._evict()
+                self._loading.pop(key, None)
         return value
 
     def _evict(self) -> None:
