@@ -22,7 +22,8 @@ from diagnostics.texts import PATTERN_TEXTS, role_label, vote_label
 
 MAX_CELLS = 128  # heatmap cells per side sent to the browser; bigger maps are pooled
 THUMB_PX = 40  # side of one head's thumbnail, in pixels
-TILE_PLOT_PX = 80  # side of one head's cell in the overview figure
+TILE_PLOT_PX = 80  # width of one head's cell in the overview figure
+TILE_PLOT_H = 92  # its height: the thumbnail (~60 px) and two caption lines, the pattern and the roles
 LOG_FLOOR = 1e-4  # weights below this share the bottom colour of the log scale
 UNKNOWN_COLOR = "#999999"
 HOVER = "query %{{y}}<br>key %{{x}}<br>weight %{{{weight}:.4f}}<extra></extra>"
@@ -39,7 +40,7 @@ def _viridis_lut() -> np.ndarray:
 
 
 FRAME_PX = 3  # pattern-coloured frame around each thumbnail
-LABEL_PX = 14  # room under each thumbnail for its label, drawn by plotly
+LABEL_PX = 24  # room under each thumbnail for its two-line caption, drawn by plotly
 
 
 def _hex_rgb(color: str) -> tuple[int, int, int]:
@@ -90,6 +91,14 @@ def _pattern_text(pattern) -> str:
     return f"{pattern_label(pattern)} {pattern.confidence:.0%}" + (f"; roles: {roles}" if roles else "") + votes
 
 
+def caption(pattern) -> str:
+    """A thumbnail's caption: its pattern, and under it its roles' short names ("prev, sink"), as plain text."""
+    if pattern is None:
+        return ""
+    roles = role_label(getattr(pattern, "roles", []), short=True)
+    return pattern_label(pattern) + (f"<br>{roles}" if roles else "")
+
+
 def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
                     selected: tuple[int, int] | None = None) -> go.Figure:
     """The thumbnail sheet under one invisible marker per head: hover names it, a click selects it.
@@ -102,10 +111,11 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
     row = lambda layer: n_layers - 1 - layer  # noqa: E731  layer 0 drawn at the top
     label_at = lambda l, h: pattern_label(patterns[l][h]) if patterns else None  # noqa: E731
     hover = [f"layer {l}, head {h}: {_pattern_text(patterns[l][h] if patterns else None)}" for l, h in cells]
+    caption_y = 0.5 - LABEL_PX / (THUMB_PX + 2 * FRAME_PX + LABEL_PX) / 2  # the middle of the caption band
     fig = go.Figure(go.Scatter(
-        x=[h for _, h in cells], y=[row(l) - 0.36 for l, _ in cells], customdata=cells, mode="markers+text",
-        text=[label_at(l, h) or "" for l, h in cells],
-        textfont=dict(size=10, color=[label_color(label_at(l, h)) for l, h in cells]),
+        x=[h for _, h in cells], y=[row(l) - caption_y for l, _ in cells], customdata=cells, mode="markers+text",
+        text=[caption(patterns[l][h] if patterns else None) for l, h in cells],
+        textfont=dict(size=9, color=[label_color(label_at(l, h)) for l, h in cells]),
         marker=dict(symbol="square", size=36, color="rgba(0,0,0,0.01)"), hovertext=hover, hoverinfo="text",
     ))
     shapes = []
@@ -117,7 +127,7 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
         images=[dict(source=_data_uri(sheet), x=-0.5, y=n_layers - 0.5, sizex=n_heads, sizey=n_layers, xref="x",
                      yref="y", sizing="stretch", layer="below")],
         shapes=shapes,
-        width=TILE_PLOT_PX * n_heads + 50, height=TILE_PLOT_PX * n_layers + 50,  # square tiles
+        width=TILE_PLOT_PX * n_heads + 50, height=TILE_PLOT_H * n_layers + 50,
         margin=dict(l=40, r=10, t=40, b=10), showlegend=False, plot_bgcolor="white",
         hoverdistance=40, dragmode=False,
     )

@@ -69,3 +69,20 @@ def test_bertviz_rows_hold_the_nonzero_percent_of_each_weight():
     weights = torch.tensor([[0.5, 0.004, 0.496], [0.0, 1.0, 0.0]])
     rows = json.loads(_map_json(weights))
     assert rows == [[0, 50, 2, 50], [1, 100]]  # key, percent; weights under 0.005 left out
+
+
+def test_thumbnail_captions_give_the_pattern_and_the_roles_short_names():
+    from diagnostics.classify.patterns import classify_heads
+
+    previous = torch.eye(8).roll(-1, dims=1).tril()  # (8, 8): each token on the one before it
+    previous[0, 0] = 1.0
+    uniform = torch.ones(8, 8).tril()
+    uniform = uniform / uniform.sum(-1, keepdim=True)  # (8, 8): causal, even
+    attn = torch.stack([previous, uniform])[None]  # (1, 2, 8, 8)
+    patterns = classify_heads(attn, causal=True)
+    assert [r.role for r in patterns[0][0].roles][:1] == ["previous_token"]
+    sheet = plots.thumbnail_sheet(attn, [[p.label for p in row] for row in patterns])
+    fig = plots.overview_figure(sheet, patterns, (1, 2))
+    first = fig.data[0].text[0]
+    assert first.startswith(f"{patterns[0][0].label}<br>") and "prev" in first.split("<br>")[1]
+    assert plots.caption(None) == "" and plots.caption(patterns[0][1]).split("<br>")[0] == patterns[0][1].label
