@@ -98,8 +98,10 @@ with columns[1]:
     source_b = sources.source_ui("cmp_b", "Model B (after)", known=True)
 texts = sources.probes_ui("cmp_probes")
 if st.button("Compare", type="primary", key="cmp_run"):
-    if source_a is None or source_b is None:
-        st.error("Choose both models first.", icon="⚠️")
+    problem = "Choose both models first." if source_a is None or source_b is None else sources.probes_problem(texts)
+    if problem:
+        st.session_state.pop("comparison", None)  # an earlier result must not pass for this run's
+        st.error(problem, icon="⚠️")
     else:
         run(source_a, source_b, texts)
 comparison = st.session_state.get("comparison")

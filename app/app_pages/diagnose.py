@@ -42,8 +42,11 @@ st.title("Diagnose a checkpoint")
 source = sources.source_ui("diag", known=True)
 texts, n_heads = options_ui()
 if st.button("Diagnose", type="primary", key="diag_run"):
-    if source is None:
-        st.error("Upload a checkpoint, give a folder path or pick a known model first.", icon="⚠️")
+    problem = ("Upload a checkpoint, give a folder path or pick a known model first." if source is None
+               else sources.probes_problem(texts))
+    if problem:
+        st.session_state.pop("report", None)  # an earlier result must not pass for this run's
+        st.error(problem, icon="⚠️")
     else:
         run(*source, texts, n_heads)
 if st.session_state.get("report") is not None:

@@ -6,7 +6,8 @@ of the Diagnose and Compare pages.
 ``{prefix}_known``), so two pickers can share a page. An upload goes to disk at
 once (``uploads``) and the widget starts empty again. ``load_source`` loads what
 the picker returned through ``core.load_untrusted`` (allowed roots, size caps,
-known names, no code run). ``probes_ui(key)`` is the probe-text box.
+known names, no code run). ``probes_ui(key)`` is the probe-text box, and
+``probes_problem`` says when its texts are more than the server runs.
 """
 
 from __future__ import annotations
@@ -20,14 +21,32 @@ from app.server import uploads
 from app.names import display_name, upload_name
 from diagnostics.probes import MIN_JUDGED_TOKENS
 
+# What one Diagnose or Compare run may ask of a shared server: SmolLM2 reads 2,000 tokens (about 10,000
+# characters) in ~30 s of diagnosis, so the cap is a few minutes of work; the default probes are 7 and 3,366.
+MAX_PROBES = 40
+MAX_PROBE_CHARS = 50_000
+
 
 def probes_ui(key: str):
     """The caller's probe texts, one per line, or None for AttnScope's default probes."""
     probes = st.text_area("Probe texts, one per line (empty: AttnScope's seven default paragraphs)", key=key,
                           help=f"Give a paragraph per line: findings from a probe of fewer than {MIN_JUDGED_TOKENS} "
                                "tokens are shown as information only, since healthy heads cross the thresholds "
-                               "on a sentence.")
+                               f"on a sentence. At most {MAX_PROBES} probes and {MAX_PROBE_CHARS:,} characters in "
+                               "all (a long probe is read up to the model's position limit).")
     return [line for line in probes.splitlines() if line.strip()] or None
+
+
+def probes_problem(texts) -> str | None:
+    """Why the server will not run ``texts`` (too many probes, or too much text in all), or None."""
+    if not texts:
+        return None
+    chars = sum(len(t) for t in texts)
+    if len(texts) > MAX_PROBES or chars > MAX_PROBE_CHARS:
+        return (f"Not run: {len(texts):,} probe texts with {chars:,} characters in all; this server takes at most "
+                f"{MAX_PROBES} probes and {MAX_PROBE_CHARS:,} characters. Give fewer or shorter probes, or run "
+                "`python -m diagnostics` on your own machine, which has no such limit.")
+    return None
 
 
 def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):

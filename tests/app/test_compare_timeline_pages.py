@@ -52,6 +52,18 @@ def test_compare_folder_against_upload(bert_folder, bert_zip, monkeypatch):
     assert at.metric[0].value == "0 / 8"
 
 
+def test_compare_refuses_more_probe_text_than_the_server_runs():
+    from app.server.sources import MAX_PROBES
+
+    at = _page("compare")
+    _built_in(at, "a", "demo-bert")
+    _built_in(at, "b", "demo-bert")
+    at.text_area(key="cmp_probes").set_value("\n".join(["the cat sat on the mat"] * (MAX_PROBES + 1)))
+    at = at.button(key="cmp_run").click().run()
+    assert not at.exception and "comparison" not in at.session_state
+    assert [e for e in _errors(at) if e.startswith(f"Not run: {MAX_PROBES + 1} probe texts")], _errors(at)
+
+
 def test_compare_different_vocabularies_is_one_error():
     at = _page("compare")
     _built_in(at, "a", "demo-bert")

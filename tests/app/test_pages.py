@@ -226,6 +226,19 @@ def test_diagnose_a_known_model_with_the_default_probes():
     assert len(_charts(at)) == 2
 
 
+def test_diagnose_refuses_more_probe_text_than_the_server_runs(bert_zip):
+    from app.server.sources import MAX_PROBE_CHARS, MAX_PROBES
+
+    at = _diagnose(_app(), "tiny-bert.zip", bert_zip)
+    assert at.session_state["report"] is not None
+    for probes in (["the cat sat on the mat"] * (MAX_PROBES + 1), ["word " * (MAX_PROBE_CHARS // 5 + 1)]):
+        at.text_area(key="diag_probes").set_value("\n".join(probes))
+        at = at.button(key="diag_run").click().run()
+        assert not at.exception
+        assert any(e.startswith("Not run: ") for e in _errors(at)), _errors(at)
+        assert "report" not in at.session_state and not _charts(at)  # the earlier report is gone, nothing ran
+
+
 def test_diagnose_without_input_asks_for_one():
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
