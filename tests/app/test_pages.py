@@ -214,6 +214,9 @@ def test_diagnose_bad_upload_is_an_error_then_works(bert_zip):
 
 
 def test_diagnose_a_known_model_with_the_default_probes():
+    from app.server import cache
+
+    cache.model_cache.clear()  # other tests may have loaded demo-gpt2 into this process's cache
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
     at.radio(key="diag_kind").set_value("Known model").run()
@@ -222,8 +225,13 @@ def test_diagnose_a_known_model_with_the_default_probes():
     assert not at.exception and not _errors(at), _errors(at)
     report = at.session_state["report"]
     assert report.model["name"] == "demo-gpt2" and len(report.heads) == 16
-    assert not [f.kind for f in report.findings if f.severity != "info"]  # a healthy model: nothing alarming
+    assert not [f.code for f in report.findings if f.severity != "info"]  # a healthy model: nothing alarming
     assert len(_charts(at)) == 2
+    assert "demo-gpt2" in cache.model_cache().keys()  # the server's shared copy, not one loaded for this run
+    model = cache.model_cache().get("demo-gpt2", None).model
+    at.button(key="diag_run").click().run()
+    assert not _errors(at) and cache.model_cache().get("demo-gpt2", None).model is model
+    assert not model._forward_pre_hooks and not any(m._forward_pre_hooks for m in model.modules())  # hooks gone
 
 
 def test_diagnose_refuses_more_probe_text_than_the_server_runs(bert_zip):
