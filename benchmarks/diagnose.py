@@ -66,7 +66,7 @@ def long_probe(tokenizer, tokens: int) -> str:
 def plain_seconds(model, tokenizer, text, tokens: int) -> float:
     import torch
 
-    ids = tokenizer(text, return_tensors="pt")["input_ids"][:, :tokens]  # (1, T)
+    ids = tokenizer(text, return_tensors="pt", verbose=False)["input_ids"][:, :tokens]  # (1, T)
     best = float("inf")
     for _ in range(2):
         start = time.perf_counter()
