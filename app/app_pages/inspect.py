@@ -53,14 +53,16 @@ def _submit() -> None:
 
 
 def attention_or_error():
-    """The attention for the stored inputs, or None after showing why not (a failure is not retried until Run)."""
+    """``(attention, its cache key)`` for the stored inputs, or None after showing why not (a failure is not
+    retried until Run)."""
     args = tuple(st.session_state.inputs.values())
     failed = st.session_state.get("failed")
     if failed and failed[0] == args:
         errors.shown(failed[1])
         return None
     try:
-        return cache.attention(*args)
+        key = cache.result_key(*args)
+        return cache.attention(key), key
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page
         st.session_state.failed = (args, errors.message(err))
         errors.shown(st.session_state.failed[1])
@@ -74,9 +76,9 @@ with st.sidebar:
 if st.session_state.get("input_error"):
     st.error(st.session_state.input_error, icon="⚠️")
 else:
-    full = attention_or_error()
-    if full is not None:
+    got = attention_or_error()
+    if got is not None:
         try:
-            results_ui(full)
+            results_ui(*got)
         except Exception as err:  # noqa: BLE001
             errors.show(err)

@@ -15,9 +15,12 @@ What is computed from a result (metrics, labels, thumbnails) is cached in
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
 
 import streamlit as st
 
@@ -124,8 +127,25 @@ def result_cache() -> BoundedCache:
     return BoundedCache(MAX_RESULTS, result_budget_bytes(), result_bytes)
 
 
-def load_model(source: str) -> LoadedModel:
-    """A known model name, a cached Hugging Face id or a folder under the allowed roots (``core.load_untrusted``)."""
+MAX_STAMPED_FILES = 1000  # a folder's files looked at for its stamp (the loader refuses bigger model folders)
+
+
+def source_stamp(source: str) -> tuple:
+    """The local files of ``source`` as they are now: ``(name, size, mtime)`` of a file, or of a folder and its
+    files, so a checkpoint saved again to the same place is read again rather than served from the caches.
+    ``()`` for a known name or Hub id, whose files do not change. Nothing is read but the file system's records."""
+    path = Path(source).expanduser()
+    try:
+        entries = [path] + ([] if not path.is_dir() else
+                            sorted(islice(os.scandir(path), MAX_STAMPED_FILES), key=lambda e: e.name))
+        return tuple((e.name, (st := e.stat()).st_size, st.st_mtime_ns) for e in entries)
+    except (OSError, ValueError):  # not a path here (a known name, a Hub id), or unreadable
+        return ()
+
+
+def load_model(source: str, stamp: tuple | None = None) -> LoadedModel:
+    """A known model name, a cached Hugging Face id or a folder under the allowed roots (``core.load_untrusted``),
+    as its files are now (``stamp``: ``source_stamp(source)`` unless given)."""
     def load():
         bar, shown = st.empty(), []
 
@@ -139,17 +159,24 @@ def load_model(source: str) -> LoadedModel:
             loaded = core.load_untrusted(source, progress=progress)
         bar.empty()
         return LoadedModel(loaded.model, loaded.tokenizer)
-    return model_cache().get(source, load)
+    return model_cache().get((source, source_stamp(source) if stamp is None else stamp), load)
 
 
-def attention(source: str, text: str, text_pair: str = "", target: str = "") -> core.AttentionResult:
-    """Attention of ``source`` on the text(s), from the result cache; errors are raised, not cached.
+def result_key(source: str, text: str, text_pair: str = "", target: str = "") -> tuple:
+    """What names one attention result: the inputs, and the source's files as they are now (``source_stamp``)."""
+    return source, source_stamp(source), text, text_pair, target
+
+
+def attention(key: tuple) -> core.AttentionResult:
+    """Attention for ``result_key(...)``, from the result cache; errors are raised, not cached.
 
     Stops between layers (``core.Cancelled``) once the asking browser session has ended.
     """
+    source, stamp, text, text_pair, target = key
+
     def extract():
-        loaded = load_model(source)
+        loaded = load_model(source, stamp)
         with st.spinner("Reading the attention weights…"), loaded.lock, \
                 stop_between_layers(loaded.model, session.stop_when_gone()):
             return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
-    return result_cache().get((source, text, text_pair, target), extract)
+    return result_cache().get(key, extract)

@@ -93,11 +93,12 @@ def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, hea
                                   st.session_state.inputs["source"])
 
 
-def results_ui(full: core.AttentionResult) -> None:
+def results_ui(full: core.AttentionResult, key: tuple) -> None:
+    """Everything Inspect shows of ``full``, the result cached under ``key`` (``cache.result_key``)."""
     for warning in full.warnings:
         st.warning(for_markdown(warning))
     part, result = part_ui(full)
-    result_id = f"{tuple(st.session_state.inputs.values())}/{part}"
+    result_id = f"{key}/{part}"  # what is derived from a result is cached under its inputs and files
     explorer_ui(result_id, result, display_name(st.session_state.inputs["source"]))
     table = derived.head_table(result_id, result)
     st.session_state.table_for = result_id

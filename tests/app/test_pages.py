@@ -81,6 +81,27 @@ def test_inspect_text_over_the_limit_says_so_and_runs_nothing(bert_folder):
     assert not _errors(at) and len(_charts(at)) == 2
 
 
+def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
+    """A model re-saved to the same folder (training on) is loaded afresh, not served from the caches."""
+    import torch
+
+    from tiny import tiny_bert
+    from tiny_checkpoints import save_tiny_bert
+
+    folder = save_tiny_bert(tmp_path / "my-model")
+    at = _inspect(_app(), str(folder))
+    before = at.session_state["inputs"], _charts(at)[-1].proto.spec
+    model = tiny_bert()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)  # the same architecture, sharper attention
+    model.save_pretrained(folder)
+    at = at.button(key="run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert at.session_state["inputs"] == before[0]  # the same inputs...
+    assert _charts(at)[-1].proto.spec != before[1]  # ...but the new weights' attention
+
+
 def test_inspect_names_the_model_by_its_folder_not_its_path(bert_folder):
     at = _inspect(_app(), str(bert_folder))
     title = at.get("plotly_chart")[0].proto.spec
@@ -227,10 +248,10 @@ def test_diagnose_a_known_model_with_the_default_probes():
     assert report.model["name"] == "demo-gpt2" and len(report.heads) == 16
     assert not [f.code for f in report.findings if f.severity != "info"]  # a healthy model: nothing alarming
     assert len(_charts(at)) == 2
-    assert "demo-gpt2" in cache.model_cache().keys()  # the server's shared copy, not one loaded for this run
-    model = cache.model_cache().get("demo-gpt2", None).model
+    assert ("demo-gpt2", ()) in cache.model_cache().keys()  # the server's shared copy, not one for this run
+    model = cache.model_cache().get(("demo-gpt2", ()), None).model
     at.button(key="diag_run").click().run()
-    assert not _errors(at) and cache.model_cache().get("demo-gpt2", None).model is model
+    assert not _errors(at) and cache.model_cache().get(("demo-gpt2", ()), None).model is model
     assert not model._forward_pre_hooks and not any(m._forward_pre_hooks for m in model.modules())  # hooks gone
 
 
