@@ -11,10 +11,11 @@ one line.
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from core.errors import AttnScopeError
+from core.errors import AttnScopeError, InputError
 from diagnostics.probes import MIN_JUDGED_TOKENS
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -72,22 +73,42 @@ def main(argv=None):
         args = (build_compare_parser().parse_args(argv[1:]) if comparing else build_parser().parse_args(argv))
     except _UsageError as err:
         return _fail(f"usage: {err} (try --help)", EXIT_BAD_INPUT)
+    problem = args.out and _unwritable(Path(args.out))
+    if problem:  # said before minutes of diagnosis, not after
+        return _fail(f"cannot write {args.out}: {problem}", EXIT_BAD_INPUT)
     try:
         with _progress(args.quiet) as progress:
             report = _compare(args, progress) if comparing else _diagnose(args, progress)
         text = {"json": report.to_json, "markdown": report.to_markdown, "html": report.to_html}[args.format]()
         if args.out:
-            Path(args.out).write_text(text, encoding="utf-8")
+            _write(Path(args.out), text)
         else:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
     except AttnScopeError as err:
         return _fail(str(err), EXIT_BAD_INPUT)
-    except OSError as err:
-        return _fail(f"cannot write {args.out}: {err.strerror or err}", EXIT_BAD_INPUT)
     except Exception as err:  # a bug: still one line, but a distinct status
         return _fail(f"internal error ({type(err).__name__}: {err}); please report it", EXIT_INTERNAL)
     failed = report.has_new_errors if comparing else report.has_errors
     return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the report cannot go to ``path`` (its folder is missing or read-only, or it is a folder), or None."""
+    folder = path.parent
+    if path.is_dir():
+        return "it is a folder; give a file name"
+    if not folder.is_dir():
+        return f"the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "permission denied"
+    return None
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"cannot write {path}: {err.strerror or err}") from None
 
 
 def _diagnose(args, progress):

@@ -130,6 +130,15 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert "Traceback" not in "".join(lines)
 
 
+def test_an_unwritable_out_is_refused_before_the_diagnosis(tmp_path, capsys, monkeypatch):
+    ran = []
+    monkeypatch.setattr(cli, "_diagnose", lambda args, progress: ran.append(args))
+    for out, why in ((tmp_path / "missing" / "r.md", "does not exist"), (tmp_path, "it is a folder")):
+        assert cli.main(["demo-bert", "--out", str(out), "--quiet"]) == 2
+        assert why in capsys.readouterr().err
+    assert ran == []  # nothing was diagnosed first
+
+
 def test_formats_and_text_option(bert_dir, tmp_path, capsys):
     assert cli.main([str(bert_dir), "--text", "A short probe.", "--quiet"]) == 0
     markdown = capsys.readouterr().out
