@@ -19,11 +19,12 @@ def run(source_a, source_b, texts) -> None:
     should_stop = session.stop_when_gone()
     progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
     try:
-        a = sources.load_source(source_a[0], progress=progress_span(progress, 0.0, 0.1, "Loading model A"))
-        b = sources.load_source(source_b[0], progress=progress_span(progress, 0.1, 0.2, "Loading model B"))
-        with stop_between_layers(a.model, should_stop), stop_between_layers(b.model, should_stop):
-            report = compare((a.model, a.tokenizer), (b.model, b.tokenizer), texts,
-                             progress=progress_span(progress, 0.2, 1.0))
+        loading = [progress_span(progress, 0.0, 0.1, "Loading model A"),
+                   progress_span(progress, 0.1, 0.2, "Loading model B")]
+        opened = sources.opened_models([source_a[0], source_b[0]], None, loading)
+        with opened as [(model_a, tok_a, _), (model_b, tok_b, _)], stop_between_layers(model_a, should_stop), \
+                stop_between_layers(model_b, should_stop):
+            report = compare((model_a, tok_a), (model_b, tok_b), texts, progress=progress_span(progress, 0.2, 1.0))
         report.a.model["name"], report.b.model["name"] = source_a[1], source_b[1]
         st.session_state.comparison = report
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page

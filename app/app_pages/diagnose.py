@@ -1,13 +1,10 @@
 """Diagnose: upload a checkpoint (or give a folder, or pick a known model), label every head, list findings."""
 
-from contextlib import contextmanager
-
 import streamlit as st
 
-import core
 from app import errors
 from app.views import report_view
-from app.server import cache, session, sources
+from app.server import session, sources
 from core.cancel import stop_between_layers, stoppable
 from diagnostics.diagnose import diagnose
 
@@ -20,19 +17,6 @@ def options_ui():
     return texts, int(heads) or None
 
 
-@contextmanager
-def checkpoint_of(inputs, n_heads, progress):
-    """``(model, tokenizer, notes)`` to diagnose: a known model from the server's model cache (the one Inspect
-    uses, so it is not loaded again), held under its lock; anything else loaded for this run."""
-    if isinstance(inputs, str) and inputs in core.MODEL_CHOICES:
-        loaded = cache.load_model(inputs)
-        with loaded.lock:  # one model object serves every session
-            yield loaded.model, loaded.tokenizer, []
-    else:
-        checkpoint = sources.load_source(inputs, n_heads, progress)
-        yield checkpoint.model, checkpoint.tokenizer, checkpoint.notes
-
-
 def run(inputs, name, texts, n_heads) -> None:
     """Load and diagnose with a progress bar; the report (or the error) goes into session state."""
     st.session_state.pop("report", None)
@@ -41,8 +25,8 @@ def run(inputs, name, texts, n_heads) -> None:
     try:
         loading = lambda fraction, message: bar.progress(min(1.0, fraction), text=f"Loading: {message}")  # noqa: E731
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
-        with checkpoint_of(inputs, n_heads, stoppable(loading, should_stop)) as (model, tokenizer, notes), \
-                stop_between_layers(model, should_stop):  # the session may end mid-probe
+        opened = sources.opened_models([inputs], n_heads, [stoppable(loading, should_stop)])
+        with opened as [(model, tokenizer, notes)], stop_between_layers(model, should_stop):  # may end mid-probe
             report = diagnose((model, tokenizer), texts, progress=progress)
         report.model["name"] = name  # the upload's file or the folder's name, never the server's temp path
         st.session_state.report = report

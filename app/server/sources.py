@@ -6,18 +6,19 @@ of the Diagnose and Compare pages.
 ``{prefix}_known``), so two pickers can share a page. An upload goes to disk at
 once (``uploads``) and the widget starts empty again. ``load_source`` loads what
 the picker returned through ``core.load_untrusted`` (allowed roots, size caps,
-known names, no code run). ``probes_ui(key)`` is the probe-text box, and
+known names, no code run); ``opened_models`` gives a page its models, known ones
+from the server's shared model cache. ``probes_ui(key)`` is the probe-text box, and
 ``probes_problem`` says when its texts are more than the server runs.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import streamlit as st
 
 import core
-from app.server import uploads
+from app.server import cache, uploads
 from app.names import display_name, upload_name
 from diagnostics.probes import MIN_JUDGED_TOKENS
 
@@ -100,3 +101,22 @@ def load_source(inputs, n_heads: int | None = None, progress=None) -> core.Loade
     """What ``source_ui`` returned, loaded: ``LoadedCheckpoint`` (model, tokenizer, notes)."""
     with inputs.opened() if isinstance(inputs, uploads.Staged) else nullcontext(inputs) as source:
         return core.load_untrusted(source, n_heads=n_heads, progress=progress)
+
+
+def _known(inputs) -> bool:
+    return isinstance(inputs, str) and inputs in core.MODEL_CHOICES
+
+
+@contextmanager
+def opened_models(inputs: list, n_heads: int | None, progress: list):
+    """``[(model, tokenizer, notes)]``, one per ``inputs`` (what ``source_ui`` returned), for the length of the
+    ``with``. A known model comes from the server's model cache (the one Inspect uses: not loaded again) and is
+    held under its lock; the rest are loaded first, for this run alone (``progress[i]`` follows input i).
+    Locks are taken in name order, so two runs wanting the same two known models cannot wait on each other."""
+    loaded = [None if _known(x) else load_source(x, n_heads, tell) for x, tell in zip(inputs, progress)]
+    shared = {name: cache.load_model(name) for name in sorted({x for x in inputs if _known(x)})}
+    with ExitStack() as locks:
+        for model in shared.values():
+            locks.enter_context(model.lock)  # one model object serves every session
+        yield [(shared[x].model, shared[x].tokenizer, []) if _known(x) else (c.model, c.tokenizer, c.notes)
+               for x, c in zip(inputs, loaded)]

@@ -235,3 +235,34 @@ def test_an_upload_name_in_an_error_is_plain_text():
     at = _upload_and_run(at, "[click](javascript:alert) **x**.zip", b"not a zip")
     [raw] = [e.value for e in at.error]
     assert r"\[click\]\(javascript\:alert\) \*\*x\*\*.zip is not a readable zip" in raw  # app.plain.for_markdown
+
+
+# ---------------------------------------------------------------- known models shared by the pages
+
+class _RecordingLock:
+    def __init__(self, name, taken):
+        self.name, self.taken = name, taken
+
+    def __enter__(self):
+        self.taken.append(self.name)
+
+    def __exit__(self, *exc):
+        self.taken.append(f"/{self.name}")
+
+
+def test_pages_lock_shared_known_models_once_each_and_in_name_order(monkeypatch):
+    """Compare takes two known models from the cache: in name order, so two runs cannot wait on each other,
+    and a model on both sides once (its lock is not re-entrant)."""
+    import core
+    from app.server import cache, sources
+
+    x, y = sorted(core.MODEL_CHOICES)[:2]
+    taken = []
+    shared = {n: LoadedModel(Sized(1), f"{n} tokenizer", _RecordingLock(n, taken)) for n in (x, y)}
+    monkeypatch.setattr(cache, "load_model", lambda name: shared[name])
+    with sources.opened_models([y, x], None, [None, None]) as [(model_y, tok_y, _), (model_x, _, _)]:
+        assert taken == [x, y] and model_y is shared[y].model and tok_y == f"{y} tokenizer"
+    assert taken == [x, y, f"/{y}", f"/{x}"]
+    taken.clear()
+    with sources.opened_models([x, x], None, [None, None]) as [(first, _, _), (second, _, _)]:
+        assert first is second and taken == [x]
