@@ -118,7 +118,6 @@ class CompareReport(Exports):
         }
 
 
-
 def compare(a, b, texts=None, device=None, progress=None) -> CompareReport:
     """Compare model ``b`` with model ``a`` head by head; each is anything ``diagnose`` takes.
 

@@ -46,8 +46,8 @@ from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions
 from core.extraction.extract import eval_mode
 from core.extraction.tokens import display_tokens
-from diagnostics.findings import note
 from core.result import AttentionResult
+from diagnostics.findings import note
 
 
 @dataclass(frozen=True)
@@ -319,9 +319,9 @@ def _ordinary_ids(model, tokenizer) -> torch.Tensor:
 def _shuffled(ordinary, count, seed, what, needed=None) -> torch.Tensor:
     """``count`` distinct ids of ``ordinary`` in a seeded random order; ExtractionError below ``needed``
     (default ``count``)."""
-    if len(ordinary) < (count if needed is None else needed):
-        raise ExtractionError(f"the vocabulary has only {len(ordinary)} ordinary tokens; {what} needs "
-                              f"{count if needed is None else needed}")
+    needed = count if needed is None else needed
+    if len(ordinary) < needed:
+        raise ExtractionError(f"the vocabulary has only {len(ordinary)} ordinary tokens; {what} needs {needed}")
     generator = torch.Generator().manual_seed(seed)
     return ordinary[torch.randperm(len(ordinary), generator=generator)[:count]]  # (count,)
 

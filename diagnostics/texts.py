@@ -130,9 +130,10 @@ def role_label(roles, short=False) -> str:
     return ", ".join(ROLE_TEXTS[n].short if short else ROLE_TEXTS[n].title.lower() for n in names if n in ROLE_TEXTS)
 
 
-BORDERLINE_TEXT = (
-    "The probe texts disagree on these heads' pattern or roles: each sits near a threshold. The pattern shown is "
-    "the one most texts give; the roles come from the scores averaged over all texts.")
+_BORDERLINE_READING = ("The pattern shown is the one most texts give; the roles come from the scores averaged "
+                       "over all texts.")
+BORDERLINE_TEXT = ("The probe texts disagree on these heads' pattern or roles: each sits near a threshold. "
+                   + _BORDERLINE_READING)
 
 
 def vote_label(metrics: dict) -> str:
@@ -149,8 +150,7 @@ def vote_label(metrics: dict) -> str:
 def borderline_note(metrics: dict) -> str:
     """``BORDERLINE_TEXT`` for one head, with its votes."""
     return (f"Borderline ({vote_label(metrics)} probe texts): the texts disagree on this head's pattern or roles, "
-            "so it sits near a threshold. The pattern shown is the one most texts give; the roles come from the "
-            "scores averaged over all texts.")
+            f"so it sits near a threshold. {_BORDERLINE_READING}")
 
 
 FINDING_TEXTS = {

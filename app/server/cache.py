@@ -54,18 +54,20 @@ class LoadedModel:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def model_bytes(loaded: LoadedModel) -> int:
     """Parameters and buffers, as held in memory."""
     model = loaded.model
-    tensors = list(model.parameters()) + list(model.buffers()) if hasattr(model, "parameters") else []
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return _nbytes(list(model.parameters()) + list(model.buffers()) if hasattr(model, "parameters") else [])
 
 
 def result_bytes(result: core.AttentionResult) -> int:
     """The attention weights of ``result`` and of its encoder / decoder / cross parts, each tensor once."""
     parts = [result] + [p for p in (result.encoder, result.decoder, result.cross) if p is not None]
-    tensors = {id(p.attentions): p.attentions for p in parts}
-    return sum(t.numel() * t.element_size() for t in tensors.values())
+    return _nbytes({id(p.attentions): p.attentions for p in parts}.values())
 
 
 class BoundedCache:

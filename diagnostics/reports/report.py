@@ -108,4 +108,3 @@ class Report(Exports):
             "heads": [h.to_dict() for h in self.heads],
             "findings": [f.to_dict() for f in self.findings],
         }
-
