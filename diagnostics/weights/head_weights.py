@@ -5,15 +5,23 @@ Every layer comes out in ``nn.Linear`` layout (``[out, in]``): ``w_q``/``w_k``
 owns rows ``h*d : (h+1)*d`` of the first three and those columns of ``w_o``.
 
 Recognised, by module shape rather than class name so relatives come along:
-- BERT/RoBERTa-like: ``attention.self.query/key/value`` + ``attention.output.dense``;
+- BERT/RoBERTa/ELECTRA-like: ``attention.self.query/key/value`` + ``attention.output.dense``;
 - GPT-2: fused ``attn.c_attn`` (``Conv1D``, ``[in, out]`` layout) + ``c_proj``;
   cross-attention splits ``q_attn`` and ``c_attn``;
-- ``q_proj/k_proj/v_proj`` + ``out_proj`` or ``o_proj``: BART, AttnScope's own
-  ``MultiHeadAttention``, Llama, Mistral, Qwen2, Gemma and their relatives, with
-  grouped key/value heads (GQA: ``num_key_value_heads`` < ``num_attention_heads``);
-- T5: ``q/k/v/o`` (no 1/√d_k scaling: ``scale`` is 1);
+- separate projections ``q_proj/k_proj/v_proj`` + ``out_proj``, ``o_proj`` or
+  ``dense`` (BART, OPT, GPT-J, GPT-Neo, Phi, AttnScope's own ``MultiHeadAttention``,
+  Llama, Mistral, Qwen2, Gemma and their relatives, with grouped key/value heads
+  (GQA: ``num_key_value_heads`` < ``num_attention_heads``)), ``q_lin/k_lin/v_lin``
+  + ``out_lin`` (DistilBERT), ``q/k/v/o`` (T5, whose scores are not scaled:
+  ``scale`` 1, and MPNet);
+- one fused projection (``_qkv_rows`` has the layouts): ``query_key_value`` +
+  ``dense`` (GPT-NeoX/Pythia, Bloom, Falcon), ``qkv_proj`` + ``o_proj`` (Phi-3),
+  ``Wqkv`` + ``Wo`` (ModernBERT), a linear ``c_attn`` + ``c_proj`` (GPT-BigCode);
 - ``torch.nn.MultiheadAttention`` (``in_proj_weight`` or separate projections).
-Anything else yields nothing, and the weight checks are skipped with a note.
+Anything else yields nothing (ALBERT, whose layers share one set of weights;
+DeBERTa, whose scores add position terms; CodeGen's model-parallel layout), and
+the weight checks are skipped with a note. Position terms that models add to
+q·k (ALiBi's distance penalty, T5's bucket biases) are not part of W_Q, W_K.
 
 Grouped-query attention: K and V have one head per group of ``H / kv_heads``
 query heads (query head h reads key/value head ``h // (H / kv_heads)``, as
@@ -35,14 +43,18 @@ from torch import nn
 CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
 
 
+# Models whose scores are q·k, not q·k/√d_k, though their modules look like their scaled relatives'
+# (GPT-Neo: ``GPTNeoSelfAttention._attn`` multiplies query by key and nothing else).
+UNSCALED_MODEL_TYPES = ("gpt_neo",)
+
+
 @dataclass(frozen=True)
 class Source:
-    """Columns ``start:stop`` of ``module``'s output hold ``heads`` heads (of queries or keys) side by side."""
+    """Output ``columns`` of ``module`` (all when None) hold ``heads`` heads (of queries or keys), head by head."""
 
     module: nn.Module
     heads: int
-    start: int = 0
-    stop: int | None = None
+    columns: torch.Tensor | None = None  # (heads*d,) long
 
 
 @dataclass
@@ -94,33 +106,103 @@ def _bert(module):
 
 
 def _gpt2(module):
-    if not (hasattr(module, "c_attn") and hasattr(module, "c_proj") and hasattr(module, "num_heads")):
+    if not (hasattr(module, "c_attn") and hasattr(module, "c_proj") and hasattr(module, "num_heads")) \
+            or isinstance(module.c_attn, nn.Linear):  # GPT-BigCode's c_attn is an nn.Linear: _fused
         return None
     fused = _t(module.c_attn.weight).T  # Conv1D stores [in, out]
     heads = module.num_heads
     if hasattr(module, "q_attn"):  # cross-attention: queries separate, c_attn holds K and V
         q = _t(module.q_attn.weight).T
         k, v = fused.chunk(2, dim=0)
-        sources = Source(module.q_attn, heads), Source(module.c_attn, heads, 0, len(k))
+        sources = Source(module.q_attn, heads), Source(module.c_attn, heads, torch.arange(len(k)))
     else:
         q, k, v = fused.chunk(3, dim=0)
-        sources = Source(module.c_attn, heads, 0, len(q)), Source(module.c_attn, heads, len(q), 2 * len(q))
+        sources = (Source(module.c_attn, heads, torch.arange(len(q))),
+                   Source(module.c_attn, heads, torch.arange(len(q), 2 * len(q))))
     scale = getattr(module, "scaling", None) if getattr(module, "scale_attn_weights", True) else 1.0
     return _found(heads, q, k, v, _t(module.c_proj.weight).T, scale, *sources)
 
 
+# Separate projections: (query, key, value, output names). T5's q/k/v/o are told from MPNet's by ``n_heads``.
+_SEPARATE = (("q_proj", "k_proj", "v_proj", ("out_proj", "o_proj", "dense")),
+             ("q_lin", "k_lin", "v_lin", ("out_lin",)),  # DistilBERT
+             ("q", "k", "v", ("o",)))  # T5, MPNet
+
+
 def _proj(module):
-    out = getattr(module, "out_proj", None)
-    out = getattr(module, "o_proj", None) if out is None else out
-    if not isinstance(out, nn.Linear) or not all(hasattr(module, n) for n in ("q_proj", "k_proj", "v_proj")):
+    for q_name, k_name, v_name, out_names in _SEPARATE:
+        q_proj, k_proj, v_proj = (getattr(module, n, None) for n in (q_name, k_name, v_name))
+        out = next((getattr(module, n) for n in out_names if isinstance(getattr(module, n, None), nn.Linear)), None)
+        if out is not None and all(isinstance(p, nn.Linear) for p in (q_proj, k_proj, v_proj)):
+            break
+    else:
         return None
     heads = _count(module, ("n_heads", "num_heads", "num_attention_heads"))
     kv_heads = _count(module, ("num_key_value_heads", "n_kv_heads")) or heads
-    q_out = module.q_norm if isinstance(getattr(module, "q_norm", None), nn.Module) else module.q_proj
-    k_out = module.k_norm if isinstance(getattr(module, "k_norm", None), nn.Module) else module.k_proj
-    return _found(heads, _t(module.q_proj.weight), _t(module.k_proj.weight), _t(module.v_proj.weight),
-                  _t(out.weight), getattr(module, "scaling", None), Source(q_out, heads), Source(k_out, kv_heads),
-                  kv_heads)
+    q_out = module.q_norm if isinstance(getattr(module, "q_norm", None), nn.Module) else q_proj
+    k_out = module.k_norm if isinstance(getattr(module, "k_norm", None), nn.Module) else k_proj
+    sources = (Source(q_out, heads), Source(k_out, kv_heads))
+    if isinstance(getattr(module, "q_layernorm", None), nn.Module):
+        sources = (None, None)  # Phi's per-head norm runs on [batch, heads, tokens, d]: no hook reads it
+    scale = 1.0 if q_name == "q" and hasattr(module, "n_heads") else _scale(module)  # T5 does not scale
+    return _found(heads, _t(q_proj.weight), _t(k_proj.weight), _t(v_proj.weight), _t(out.weight), scale,
+                  *sources, kv_heads)
+
+
+# One projection for Q, K and V: (its name, the output projection's, its row layout: see _qkv_rows).
+_FUSED = (("query_key_value", "dense", "per_head"), ("qkv_proj", "o_proj", "contiguous"),
+          ("Wqkv", "Wo", "contiguous"), ("c_attn", "c_proj", "per_head"))
+
+
+def _fused(module):
+    fused, out, layout = next(((getattr(module, f), getattr(module, o), layout) for f, o, layout in _FUSED
+                               if all(isinstance(getattr(module, n, None), nn.Linear) for n in (f, o))),
+                              (None, None, None))
+    heads = _count(module, ("num_heads", "num_attention_heads", "n_head"))
+    if fused is None or not isinstance(heads, int) or heads < 1 or out.in_features % heads:
+        return None
+    d = out.in_features // heads
+    rows = _qkv_rows(module, layout, fused.out_features, heads, d)
+    if rows is None:
+        return None
+    q, k, v = (_t(fused.weight)[r] for r in rows)  # (H*d, d_in), (kv*d, d_in), (kv*d, d_in)
+    kv_heads = len(rows[1]) // d
+    return _found(heads, q, k, v, _t(out.weight), _scale(module), Source(fused, heads, rows[0]),
+                  Source(fused, kv_heads, rows[1]), kv_heads)
+
+
+def _qkv_rows(module, layout, n_rows, heads, d):
+    """Which rows of a fused Q/K/V weight are the queries, keys and values, head by head (None if they do not fit).
+
+    - ``per_head``, q, k, v of each head in turn (``view(heads, 3, d)``): GPT-NeoX, Bloom, and Falcon and
+      GPT-BigCode without ``multi_query``;
+    - per key/value group, its queries, then k, then v (``view(kv, heads/kv + 2, d)``): Falcon's
+      ``new_decoder_architecture``;
+    - ``contiguous``, every head's q, then k, then v: Phi-3, ModernBERT, and Falcon and GPT-BigCode with
+      ``multi_query`` (one key/value head).
+    """
+    rows = torch.arange(n_rows)
+    if getattr(module, "new_decoder_architecture", False):
+        kv = getattr(module, "num_kv_heads", None)
+        if not isinstance(kv, int) or kv < 1 or heads % kv or n_rows != (heads + 2 * kv) * d:
+            return None
+        groups = rows.view(kv, -1, d)  # (kv, heads/kv + 2, d)
+        return groups[:, :-2].flatten(), groups[:, -2].flatten(), groups[:, -1].flatten()
+    if layout == "per_head" and not getattr(module, "multi_query", False):
+        if n_rows != 3 * heads * d:
+            return None
+        per_head = rows.view(heads, 3, d)  # (H, 3, d)
+        return per_head[:, 0].flatten(), per_head[:, 1].flatten(), per_head[:, 2].flatten()
+    kv = (n_rows // d - heads) // 2
+    if kv < 1 or n_rows != (heads + 2 * kv) * d:
+        return None
+    return rows[:heads * d], rows[heads * d:(heads + kv) * d], rows[(heads + kv) * d:]
+
+
+def _scale(module):
+    """The module's own factor on q·k where it keeps one (None: the usual 1/√d_k)."""
+    return next((getattr(module, n) for n in ("scaling", "inv_norm_factor")
+                 if isinstance(getattr(module, n, None), (int, float))), None)
 
 
 def _count(module, names):
@@ -128,14 +210,6 @@ def _count(module, names):
     config = getattr(module, "config", None)
     return next((getattr(o, n) for o in (module, config) for n in names
                  if o is not None and isinstance(getattr(o, n, None), int)), None)
-
-
-def _t5(module):
-    if not (all(isinstance(getattr(module, n, None), nn.Linear) for n in "qkvo") and hasattr(module, "n_heads")):
-        return None
-    heads = module.n_heads
-    return _found(heads, _t(module.q.weight), _t(module.k.weight), _t(module.v.weight), _t(module.o.weight), 1.0,
-                  Source(module.q, heads), Source(module.k, heads))
 
 
 def _mha(module):
@@ -148,7 +222,7 @@ def _mha(module):
     return _found(module.num_heads, q, k, v, _t(module.out_proj.weight), None)  # projections are functional
 
 
-_READERS = (_mha, _bert, _gpt2, _proj, _t5)
+_READERS = (_mha, _bert, _gpt2, _proj, _fused)
 
 
 def _part(name, encoder_decoder):
@@ -165,12 +239,16 @@ def attention_weights(model):
     Grouped K/V rows are repeated to one head per query head (see the module
     docstring); layers whose shapes do not split into equal heads are left out.
     """
-    encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+    config = getattr(model, "config", None)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    unscaled = getattr(config, "model_type", None) in UNSCALED_MODEL_TYPES
     layers, counts, claimed = [], {}, set()
     for name, module in model.named_modules():
         if any(name.startswith(c + ".") for c in claimed):
             continue  # BERT's attention.self would be read twice
         found = next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
+        if found is not None and unscaled:
+            found["scale"] = 1.0
         lw = _layer(found, name, _part(name, encoder_decoder), counts) if found is not None else None
         if lw is None:
             continue

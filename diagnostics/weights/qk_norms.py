@@ -30,7 +30,7 @@ class QKNorms:
         self.q, self.k = {}, {}
 
     def add(self, store, name, out, source):
-        x = out.detach()[..., source.start:source.stop]  # (..., heads*d)
+        x = out.detach() if source.columns is None else out.detach()[..., source.columns.to(out.device)]  # (.., H*d)
         norms = x.reshape(-1, source.heads, x.shape[-1] // source.heads).float().norm(dim=-1).amax(0).cpu()  # (heads,)
         store[name] = norms if name not in store else torch.maximum(store[name], norms)
 
