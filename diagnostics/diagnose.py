@@ -15,6 +15,7 @@ from ``streaming.stream_statistics`` without holding every attention map, and
 the report then carries no maps (``Report.samples`` is empty).
 """
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ SCALAR_METRICS = ("entropy", "uniform_gap", "confidence", "topk_mass", "block_sc
 ROLE_SEEDS = (0, 10, 11)
 # Probes longer than this (in tokens) are streamed: their maps would take layers × heads × n² floats.
 STREAM_ABOVE_TOKENS = 1024
+# A model that cannot be streamed (``core.extraction.streaming.can_stream``) is diagnosed on whole maps, which are
+# all held until the report is made: at most this many bytes of them (the app's attention results share 2 GB).
+WHOLE_MAPS_MAX_BYTES = 2 * 1024**3
 
 
 @dataclass
@@ -95,6 +99,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
     worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)
+    if not streamed:
+        _check_whole_maps(model, lengths)
     layers = attention_weights(model)
     with record_qk_norms(layers) as norms:  # the queries and keys the probes produce, for the weight checks
         if streamed:
@@ -172,18 +178,43 @@ def _ids_probe(result):
 
 
 def _streams(model, tokenizer, lengths, stream) -> bool:
-    """Whether to stream the probes: asked for, or (``stream=None``) one probe is long and streaming fits."""
+    """Whether to stream the probes: asked for, or (``stream=None``) one probe is long or their maps too big."""
     if stream is False or tokenizer is None:
         return False
     streamable = can_stream(model) and not getattr(model.config, "is_encoder_decoder", False)
     if stream:
         if not streamable:
-            raise InputError(f"streaming covers Hugging Face and AttnScope encoders and decoders, not "
-                             f"{type(model).__name__}; diagnose it with stream=False")
+            raise InputError(f"streaming covers Hugging Face and AttnScope encoders and decoders whose attention "
+                             f"runs through transformers' attention functions, not {type(model).__name__}; "
+                             "diagnose it with stream=False")
         return True
     if not streamable:
         return False
-    return max(lengths, default=0) > STREAM_ABOVE_TOKENS
+    return max(lengths, default=0) > STREAM_ABOVE_TOKENS or _whole_maps_bytes(model, lengths) > WHOLE_MAPS_MAX_BYTES
+
+
+def _whole_maps_bytes(model, lengths):
+    """float32 bytes of every probe's whole maps (0 when the config does not say the model's size)."""
+    config = getattr(model, "config", None)
+    layers, heads = (getattr(config, n, None) for n in ("num_hidden_layers", "num_attention_heads"))
+    if not (isinstance(layers, int) and isinstance(heads, int)):
+        return 0
+    return 4 * layers * heads * sum(n * n for n in lengths)
+
+
+def _check_whole_maps(model, lengths):
+    """Refuse probes whose whole maps would take over ``WHOLE_MAPS_MAX_BYTES``, before any is computed."""
+    needed = _whole_maps_bytes(model, lengths)
+    if needed <= WHOLE_MAPS_MAX_BYTES:
+        return
+    fits = math.isqrt(WHOLE_MAPS_MAX_BYTES * max(lengths) ** 2 // needed)  # every probe cut to this fits
+    name = type(model).__name__
+    why = (f"{name} is an encoder-decoder, which AttnScope does not stream"
+           if getattr(model.config, "is_encoder_decoder", False) else "not streamed (stream=False)"
+           if can_stream(model) else f"{name} computes attention in its own code, which AttnScope cannot stream")
+    raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
+                     f"take {needed / 1024**3:.1f} GB, over the {round(WHOLE_MAPS_MAX_BYTES / 1024**3, 1):g} GB limit; "
+                     f"give shorter or fewer probes (these would fit cut to {fits:,} tokens at most)")
 
 
 def _stream_probe(model, tokenizer, probe, i, count, tell):

@@ -70,7 +70,8 @@ def grid_ui(report, part) -> tuple[int, int]:
 def maps_ui(report, part, layer, head) -> None:
     st.subheader(f"Layer {layer}, head {head}")
     if not report.a.samples:
-        st.info("The probes were long, so they were streamed: distances are exact, but no maps were kept to draw.")
+        st.info("The probes were too long to keep their maps in memory, so they were streamed: distances are exact, "
+                "but no maps were kept to draw.")
         return
     probes = [p["text"] for p in report.a.probes] or [f"random ids {i}" for i in range(len(report.a.samples))]
     i = st.selectbox("Probe", range(len(probes)), format_func=lambda i: probes[i][:80], key="cmp_probe")

@@ -105,8 +105,8 @@ def head_ui(report, part: str, heads) -> None:
     layer = cols[0].selectbox("Layer", range(len(heads)), key="diag_layer")
     head = cols[1].selectbox("Head", range(len(heads[0])), key="diag_head")
     if not report.samples:
-        st.info("No attention maps to show: the probes were long, so they were streamed and only their "
-                "statistics kept." if report.model.get("streamed") else
+        st.info("No attention maps to show: the probes were too long to keep their maps in memory, so they were "
+                "streamed and only their statistics kept." if report.model.get("streamed") else
                 "No attention maps to show: the model had no tokenizer, so only its weights were checked.")
         return
     texts = [p.get("text", "") for p in report.probes] or [f"sample {i}" for i in range(len(report.samples))]

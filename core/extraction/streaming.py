@@ -217,8 +217,12 @@ AttentionMaskInterface.register(STREAM_IMPLEMENTATION, sdpa_mask)
 
 
 def can_stream(model) -> bool:
-    """Whether ``stream_attention`` takes ``model``: a Hugging Face or an AttnScope model."""
-    return isinstance(model, (PreTrainedModel, AttnScopeTransformer))
+    """Whether ``stream_attention`` takes ``model``: an AttnScope model, or a Hugging Face model whose attention
+    layers call transformers' attention interface (its ``_supports_attention_backend``; Bloom, Falcon, GPT-Neo,
+    MPNet and DeBERTa compute attention in their own code, which no registered function reaches)."""
+    if isinstance(model, AttnScopeTransformer):
+        return True
+    return isinstance(model, PreTrainedModel) and bool(getattr(model, "_supports_attention_backend", False))
 
 
 @contextmanager

@@ -3,8 +3,11 @@
 import importlib
 
 import pytest
+import torch
+from transformers import BloomConfig, BloomModel
 
 import core
+from core.extraction.streaming import can_stream
 from broken_checkpoints import structured_bert
 from diagnostics import diagnose
 from tiny import bpe_tokenizer, tiny_bart, tiny_gpt2, wordpiece_tokenizer
@@ -66,3 +69,31 @@ def test_a_probe_cut_to_the_model_limit_is_noted_and_counted_as_cut(monkeypatch)
     note = report.finding("probe_truncated")
     assert note.severity == "info" and "1 of 2 probes" in note.message and "limit of 64" in note.message
     assert diagnose((tiny_gpt2(64), bpe_tokenizer()), ["short"]).finding("probe_truncated") is None
+
+
+def tiny_bloom():
+    """Bloom computes attention in its own code: no function registered with transformers reaches it."""
+    torch.manual_seed(0)
+    return BloomModel(BloomConfig(hidden_size=32, n_head=4, n_layer=2, vocab_size=300)).eval()
+
+
+def test_a_model_that_cannot_stream_is_diagnosed_on_whole_maps_within_a_budget(monkeypatch):
+    source = (tiny_bloom(), bpe_tokenizer())
+    assert not can_stream(source[0]) and can_stream(tiny_gpt2())
+    monkeypatch.setattr(diagnose_module, "STREAM_ABOVE_TOKENS", 4)
+    report = diagnose(source, [TEXTS[0]])  # "long": before, "BloomModel ran no attention layer through ..."
+    assert report.model["streamed"] is False and len(report.samples) == 1
+    monkeypatch.setattr(diagnose_module, "WHOLE_MAPS_MAX_BYTES", 4 * 2 * 4 * 20 ** 2)  # 20 tokens' worth
+    with pytest.raises(core.InputError, match=r"BloomModel computes attention in its own code.*cut to 20 tokens"):
+        diagnose(source, [TEXTS[0]])
+    with pytest.raises(core.InputError, match="stream=False"):
+        diagnose(source, [TEXTS[0]], stream=True)
+
+
+def test_probes_whose_whole_maps_would_not_fit_are_streamed(monkeypatch):
+    source = (tiny_gpt2(256), bpe_tokenizer())
+    monkeypatch.setattr(diagnose_module, "WHOLE_MAPS_MAX_BYTES", 4 * 2 * 4 * 20 ** 2)
+    assert diagnose(source, ["short"]).model["streamed"] is False
+    assert diagnose(source, [TEXTS[0]] * 3).model["streamed"] is True  # each short, together too big
+    with pytest.raises(core.InputError, match=r"not streamed \(stream=False\), and the whole attention maps"):
+        diagnose(source, [TEXTS[0]] * 3, stream=False)
