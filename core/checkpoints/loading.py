@@ -20,7 +20,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import ModelLoadError
-from .archive import is_archive
+from .archive import ARCHIVE_SUFFIXES, is_archive
 from .build import check_config_sizes
 from .checkpoint import expand_user, load_checkpoint
 from .gguf import is_gguf, load_gguf
@@ -71,6 +71,9 @@ def load_model(
         if is_custom_config(config):
             model, tokenizer = load_custom_model(path, config), _tokenizer_or_none(path)
             return model.to(pick_device(device)), tokenizer
+    elif Path(path).is_file():
+        raise ModelLoadError(f"{path} is a file AttnScope does not read: give a model folder, an archive "
+                             f"({', '.join(ARCHIVE_SUFFIXES)}), a weights file ({', '.join(WEIGHT_SUFFIXES)}) or a .gguf")
     elif Path(path).exists():
         raise ModelLoadError(f"{path} is not a model folder: it has no {CONFIG_NAME}")
     model, tokenizer = _load_hf(path, trust_remote_code, device_map, max_memory)

@@ -74,6 +74,12 @@ def test_folder_without_config(tmp_path):
         load_model(str(tmp_path))
 
 
+def test_a_file_of_another_kind_is_named_as_a_file(tmp_path):
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ModelLoadError, match=r"notes.txt is a file AttnScope does not read: .*\.safetensors.*\.gguf"):
+        load_model(str(tmp_path / "notes.txt"))
+
+
 def test_pick_device():
     assert pick_device("cpu") == torch.device("cpu")
     assert pick_device().type in ("cpu", "cuda", "mps")
