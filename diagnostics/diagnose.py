@@ -196,8 +196,9 @@ def _streams(model, tokenizer, lengths, stream) -> bool:
 def _whole_maps_bytes(model, lengths):
     """float32 bytes of every probe's whole maps (0 when the config does not say the model's size)."""
     config = getattr(model, "config", None)
-    layers, heads = (getattr(config, n, None) for n in ("num_hidden_layers", "num_attention_heads"))
-    if not (isinstance(layers, int) and isinstance(heads, int)):
+    layers, heads = (next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
+                     for names in (("num_hidden_layers", "n_layers"), ("num_attention_heads", "n_heads")))
+    if layers is None or heads is None:  # Hugging Face's names, then AttnScope's
         return 0
     return 4 * layers * heads * sum(n * n for n in lengths)
 
