@@ -42,7 +42,7 @@ from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_find
 from diagnostics.reports.report import HeadReport, Report
 from diagnostics.measure.row_stats import OFFSETS
 from diagnostics.streaming import stream_statistics
-from diagnostics.weights.head_weights import attention_weights
+from core.extraction.head_weights import attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import check_weights
 

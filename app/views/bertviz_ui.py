@@ -45,8 +45,9 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
                        file_name=f"{name}.html", mime="text/html", key=f"{prefix}bv_export", on_click="ignore")
 
 
-NOT_SUPPORTED = ("BertViz's neuron view needs BERT-style query and key layers whose scaled dot product is the "
-                 "score (BERT, RoBERTa, ELECTRA, MiniLM); this model's attention is computed differently.")
+NOT_SUPPORTED = ("BertViz's neuron view needs heads whose score is the scaled dot product of their query and key "
+                 "vectors (BERT, RoBERTa, ELECTRA, MiniLM, DistilBERT, GPT-2, OPT, GPT-Neo); this model adds a "
+                 "rotation or a position bias to it, or computes attention in a way AttnScope does not read.")
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the query and key vectors…")
@@ -55,8 +56,8 @@ def _neuron_page(result_id: str, source: str, layer: int, head: int, title: str,
     """The page, or None when q·k does not give the head's attention (a rotation or bias was added)."""
     loaded = cache.load_model(source)
     with loaded.lock:
-        queries, keys = query_key_vectors(loaded.model, _result.token_ids, layer, head)  # (t, d) each
-    if not reproduces(queries, keys, _result.attentions[layer, head], _result.causal):
+        queries, keys, scale = query_key_vectors(loaded.model, _result.token_ids, layer, head)  # (t, d) each
+    if not reproduces(queries, keys, _result.attentions[layer, head], _result.causal, scale):
         return None
     return neuron_view_page(_result.attentions[layer, head], queries, keys, list(_result.tokens),
                             list(_result.keys), _result.causal, title, inline)
@@ -64,7 +65,7 @@ def _neuron_page(result_id: str, source: str, layer: int, head: int, title: str,
 
 def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int, model: str,
                    source: str) -> None:
-    """The selected head's query and key vectors meeting (BERT-family models only)."""
+    """The selected head's query and key vectors meeting (where their scaled dot product is the score)."""
     loaded = cache.load_model(source)
     if result.encoder is not None or not supports_neuron_view(loaded.model):
         st.info(NOT_SUPPORTED)

@@ -1,11 +1,14 @@
-"""Query and key vectors of one attention layer, for BertViz's neuron view (Vig 2019).
+"""Query and key vectors of one attention head, for BertViz's neuron view (Vig 2019).
 
 The neuron view shows how a query vector meets each key vector (elementwise
 product, dot product, softmax). It is defined for attention whose scores are
-``q · k / √d`` of linear projections: the BERT family (BERT, RoBERTa, ELECTRA,
-MiniLM), whose self-attention modules hold ``query`` and ``key`` linear layers.
-Models whose scores add a rotation (RoPE: Llama, SmolLM2) or a relative bias
-(T5) are refused: their q · k is not what they attend with.
+``scale · q · k`` of the head's projections: the layers ``head_weights`` reads
+(BERT, RoBERTa, ELECTRA, MiniLM, DistilBERT, GPT-2, OPT, GPT-Neo, GPT-BigCode,
+…), whose ``q_source``/``k_source`` say where each head's queries and keys come
+out. Models whose scores add a rotation (RoPE: Llama, SmolLM2), a distance
+penalty (ALiBi: Bloom) or a relative bias (T5, BERT's ``relative_key``) are
+refused: their q · k is not what they attend with. ``reproduces`` checks every
+head besides, and the app says so where it fails.
 """
 
 from __future__ import annotations
@@ -14,53 +17,80 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from .head_weights import LayerWeights, attention_weights
 
 
-def _qk_modules(model: nn.Module) -> list[tuple[nn.Linear, nn.Linear]]:
-    """``(query, key)`` linear layers of every BERT-style self-attention module, in layer order."""
-    found = []
-    for module in model.modules():
-        query, key = getattr(module, "query", None), getattr(module, "key", None)
-        if isinstance(query, nn.Linear) and isinstance(key, nn.Linear) and isinstance(getattr(module, "value", None),
-                                                                                     nn.Linear):
-            found.append((query, key))
-    return found
+def _self_layers(model: nn.Module) -> list[LayerWeights]:
+    """The self-attention layers whose queries and keys can be read, in layer order."""
+    return [lw for lw in attention_weights(model)
+            if lw.part == "self" and lw.q_source is not None and lw.k_source is not None]
 
 
 def supports_neuron_view(model: nn.Module) -> bool:
+    """Whether ``query_key_vectors`` reads ``model`` and nothing but q·k is known to make its scores.
+
+    ``reproduces`` checks each head as well: a sink head whose map is one-hot either way would pass it alone.
+    """
     config = getattr(model, "config", None)
-    return bool(_qk_modules(model)) and getattr(config, "position_embedding_type", "absolute") == "absolute"
+    if getattr(config, "is_encoder_decoder", False) or _positions_in_scores(model, config):
+        return False
+    return bool(_self_layers(model))
+
+
+def _positions_in_scores(model, config) -> bool:
+    """Rotary embeddings (Llama, GPT-NeoX, GPT-J, ...), ALiBi (Bloom, Falcon's option), relative position terms."""
+    return (any("Rotary" in type(m).__name__ for m in model.modules()) or getattr(config, "rotary_dim", None)
+            or getattr(config, "alibi", False) or getattr(config, "model_type", None) == "bloom"
+            or getattr(config, "position_embedding_type", None) not in (None, "absolute")
+            or getattr(config, "relative_attention_num_buckets", None))  # MPNet's relative bias
 
 
 def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: int):
-    """``(queries [t, d], keys [t, d])`` of ``head`` in ``layer`` for the tokens ``token_ids`` (float32, CPU)."""
-    modules = _qk_modules(model)
+    """``(queries [t, d], keys [t, d], scale)`` of ``head`` in ``layer`` for the tokens ``token_ids`` (CPU float32).
+
+    ``scale`` is the factor on q·k before the softmax (1/√d, or 1 for T5 and GPT-Neo).
+    """
     if not supports_neuron_view(model):
-        raise InputError(f"{type(model).__name__} has no BERT-style query/key layers; the neuron view needs them")
-    if not 0 <= layer < len(modules):
-        raise InputError(f"layer {layer} is out of range; the model has {len(modules)} attention layers")
-    n_heads = model.config.num_attention_heads
+        raise InputError(f"{type(model).__name__}'s scores are not the dot products of query/key vectors AttnScope "
+                         "reads (position terms, or a layout it does not know); the neuron view needs them")
+    layers = _self_layers(model)
+    if not 0 <= layer < len(layers):
+        raise InputError(f"layer {layer} is out of range; the model has {len(layers)} attention layers")
+    lw = layers[layer]
+    if not 0 <= head < lw.n_heads:
+        raise InputError(f"head {head} is out of range; layer {layer} has {lw.n_heads} heads")
     captured = {}
-    hooks = [m.register_forward_hook(lambda _m, _i, out, name=name: captured.__setitem__(name, out.detach()))
-             for name, m in zip(("q", "k"), modules[layer])]
+    hooks = [source.module.register_forward_hook(
+        lambda _m, _i, out, name=name: captured.__setitem__(name, (out[0] if isinstance(out, tuple) else out)[0]))
+        for name, source in (("q", lw.q_source), ("k", lw.k_source))]
     try:
         with torch.inference_mode():
             model(input_ids=torch.tensor([token_ids], device=next(model.parameters()).device))
     finally:
         for hook in hooks:
             hook.remove()
-    q, k = captured["q"][0], captured["k"][0]  # (t, hidden) each
-    d = q.shape[-1] // n_heads
-    return (q[:, head * d:(head + 1) * d].float().cpu(),  # (t, d)
-            k[:, head * d:(head + 1) * d].float().cpu())  # (t, d)
+    queries = _head(captured["q"], lw.q_source, head)  # (t, d)
+    keys = _head(captured["k"], lw.k_source, lw.kv_head(head))  # (t, d)
+    return queries, keys, lw.scale
+
+
+def _head(out: torch.Tensor, source, head: int) -> torch.Tensor:
+    """Head ``head``'s vectors ``[t, d]`` from one sequence's module output ``[t, ...]``."""
+    x = out if source.columns is None else out[..., source.columns.to(out.device)]  # (t, heads*d) or (t, heads, d)
+    return x.reshape(x.shape[0], source.heads, -1)[:, head].float().cpu()  # (t, d)
 
 
 REPRODUCE_TOLERANCE = 1e-3  # largest weight difference for q·k to count as the head's own score (float32 noise ~1e-6)
 
 
-def reproduces(queries: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, causal: bool) -> bool:
-    """True when softmax(q·kᵀ/√d) is the head's attention ``weights (q, k)``: no rotation or bias was added."""
-    scores = queries @ keys.T / queries.shape[-1] ** 0.5  # (q, k)
+def reproduces(queries: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, causal: bool,
+               scale: float | None = None) -> bool:
+    """True when softmax(scale · q·kᵀ) is the head's attention ``weights (q, k)``: no rotation or bias was added.
+
+    ``scale`` defaults to 1/√d.
+    """
+    scale = queries.shape[-1] ** -0.5 if scale is None else scale
+    scores = scale * queries @ keys.T  # (q, k)
     if causal:
         scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
     return bool((torch.softmax(scores, dim=-1) - weights).abs().max() <= REPRODUCE_TOLERANCE)

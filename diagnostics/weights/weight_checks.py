@@ -21,14 +21,14 @@ tokens x_i, x_j is ``scale · x_iᵀ A Bᵀ x_j``; the head's output is ``W_O,h 
   The same cosine of ``W_O,h W_V,h`` (what they write) is kept in the details.
 - ``dead_heads``: ‖W_O,h W_V,h‖_F below ``DEAD_RATIO`` of the layer median.
 Under grouped-query attention every check runs per query head (K/V repeated,
-``head_weights``), and a ``shared_kv_heads`` note says which query heads share
+``core.extraction.head_weights``), and a ``shared_kv_heads`` note says which query heads share
 a key/value head.
 """
 
 import torch
 
 from diagnostics.findings import make_finding, note
-from diagnostics.weights.head_weights import attention_weights
+from core.extraction.head_weights import attention_weights
 from diagnostics.weights.qk_norms import QKNorms
 from diagnostics.measure.redundancy import pairs_finding
 

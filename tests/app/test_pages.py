@@ -53,6 +53,19 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
                                                      "Save this view (standalone HTML)"}
 
 
+def test_neuron_view_of_a_gpt2_head():
+    """GPT-2's fused c_attn: before, "BertViz's neuron view needs BERT-style query and key layers"."""
+    at = _app()
+    at.selectbox(key="demo_model").set_value("demo-gpt2")
+    at.button(key="run").click().run()
+    at.selectbox(key="layer").set_value(2)
+    at.selectbox(key="head").set_value(1).run()
+    at.segmented_control(key="inspect_extra_view").set_value("BertViz neuron view").run()
+    assert not at.exception and not _errors(at) and not at.info
+    assert "bertviz_params" in at.get("iframe")[0].proto.srcdoc
+    assert any("neuron view of layer 2, head 1" in c.value for c in at.caption)
+
+
 def test_inspect_switch_head_and_options(bert_folder):
     at = _inspect(_app(), str(bert_folder))
     at.selectbox(key="layer").set_value(1)

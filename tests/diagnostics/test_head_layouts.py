@@ -16,7 +16,7 @@ import pytest
 import torch
 import transformers as tf
 
-from diagnostics.weights.head_weights import attention_weights
+from core.extraction.head_weights import attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import weight_findings
 

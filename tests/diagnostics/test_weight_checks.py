@@ -6,7 +6,7 @@ from torch import nn
 
 import core
 from transformers import GemmaConfig, GemmaModel, LlamaConfig, LlamaModel
-from diagnostics.weights.head_weights import attention_weights
+from core.extraction.head_weights import attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import (
     QK_SCALE_LARGE, QK_SCALE_SMALL, check_weights, layer_stats, weight_findings,
