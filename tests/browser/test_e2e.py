@@ -191,6 +191,6 @@ def test_timeline_of_an_uploaded_monitor_log(page):
     page.get_by_text(log.name).first.wait_for()
     until_shown(page, page.get_by_role("button", name="Load", exact=True).click,
                 page.get_by_role("heading", name="healthy.jsonl"))
-    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 1
+    page.locator('[data-testid="stPlotlyChart"]').first.wait_for()  # drawn after the heading: wait, not count
     shot(page, "timeline_healthy")
     no_errors(page)
