@@ -200,7 +200,8 @@ def _whole_maps_bytes(model, lengths):
                      for names in (("num_hidden_layers", "n_layers"), ("num_attention_heads", "n_heads")))
     if layers is None or heads is None:  # Hugging Face's names, then AttnScope's
         return 0
-    return 4 * layers * heads * sum(n * n for n in lengths)
+    parts = 3 if getattr(config, "is_encoder_decoder", False) else 1  # encoder, decoder and cross maps (about)
+    return 4 * parts * layers * heads * sum(n * n for n in lengths)
 
 
 def _check_whole_maps(model, lengths):

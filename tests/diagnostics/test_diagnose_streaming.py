@@ -59,6 +59,9 @@ def test_encoder_decoders_are_not_streamed(monkeypatch):
     monkeypatch.setattr(diagnose_module, "STREAM_ABOVE_TOKENS", 2)  # long, but only whole maps cover all parts
     report = diagnose(source, ["A dog barked at the cat."])
     assert report.model["streamed"] is False and report.parts == ["encoder", "decoder", "cross"]
+    monkeypatch.setattr(diagnose_module, "WHOLE_MAPS_MAX_BYTES", 3 * 4 * 2 * 4 * 4 ** 2)  # 3 parts at 4 tokens
+    with pytest.raises(core.InputError, match="BartModel is an encoder-decoder, .* cut to 4 tokens at most"):
+        diagnose(source, ["A dog barked at the cat."])
 
 
 def test_a_probe_cut_to_the_model_limit_is_noted_and_counted_as_cut(monkeypatch):
