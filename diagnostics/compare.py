@@ -28,6 +28,7 @@ import torch
 from core.cancel import progress_span
 from core.errors import InputError
 from core.extraction.encode import encode, max_positions
+from core.extraction.streaming import can_stream
 from diagnostics.diagnose import _resolve, diagnose
 from diagnostics.findings import severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
@@ -132,7 +133,9 @@ def compare(a, b, texts=None, device=None, progress=None) -> CompareReport:
     model_b, tok_b, name_b = _resolve(b, device)
     tokenizer = shared_tokenizer(tok_a, tok_b, model_a, model_b)
     source_a, source_b = ((model_a, tokenizer), (model_b, tokenizer)) if tokenizer else (model_a, model_b)
-    report_a = diagnose(source_a, texts, progress=progress_span(tell, 0.1, 0.45, "model A"))
+    both_stream = can_stream(model_a) and can_stream(model_b)  # lockstep distances need both; else whole maps
+    report_a = diagnose(source_a, texts, progress=progress_span(tell, 0.1, 0.45, "model A"),
+                        stream=None if both_stream else False)
     streamed = bool(report_a.model.get("streamed"))
     report_b = diagnose(source_b, texts, progress=progress_span(tell, 0.45, 0.8, "model B"),
                         stream=streamed if tokenizer else None)

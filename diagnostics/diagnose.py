@@ -212,7 +212,7 @@ def _check_whole_maps(model, lengths):
     fits = math.isqrt(WHOLE_MAPS_MAX_BYTES * max(lengths) ** 2 // needed)  # every probe cut to this fits
     name = type(model).__name__
     why = (f"{name} is an encoder-decoder, which AttnScope does not stream"
-           if getattr(model.config, "is_encoder_decoder", False) else "not streamed (stream=False)"
+           if getattr(model.config, "is_encoder_decoder", False) else "whole maps were asked for (stream=False)"
            if can_stream(model) else f"{name} computes attention in its own code, which AttnScope cannot stream")
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
                      f"take {needed / 1024**3:.1f} GB, over the {round(WHOLE_MAPS_MAX_BYTES / 1024**3, 1):g} GB limit; "

@@ -5,6 +5,7 @@ import importlib
 
 import pytest
 import torch
+from transformers import GPTNeoConfig, GPTNeoModel
 
 from core.errors import InputError
 from diagnostics.compare import CHANGED_JS, LABEL_CHANGE_JS, compare, finding_changes, head_change
@@ -65,6 +66,18 @@ def test_long_probes_are_streamed_in_lockstep_and_agree_with_the_maps(monkeypatc
     assert streamed.streamed and not from_maps.streamed and not streamed.a.samples
     for a, b in zip(from_maps.heads, streamed.heads):
         assert a.js_distance == pytest.approx(b.js_distance, abs=1e-4)
+
+
+def test_a_model_that_cannot_stream_is_compared_on_whole_maps(monkeypatch):
+    """GPT-Neo computes attention in its own code; with GPT-2 (same vocabulary) both are read on whole maps."""
+    torch.manual_seed(0)
+    config = GPTNeoConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
+                          attention_types=[[["global"], 2]])
+    neo = GPTNeoModel(config).eval()
+    monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
+    report = compare((tiny_gpt2(), bpe_tokenizer()), (neo, bpe_tokenizer()), ["the quick brown fox jumps"])
+    assert not report.streamed and len(report.a.samples) == len(report.b.samples) == 1  # before: "streaming covers"
+    assert all(0 < head.js_distance <= 1 for head in report.heads)
 
 
 def test_different_vocabularies_are_one_line_errors():
