@@ -9,6 +9,7 @@ import types
 
 import pytest
 import torch
+from transformers import BloomConfig, BloomForCausalLM
 
 from diagnostics.monitor import AttentionMonitor
 from tiny import bpe_tokenizer, tiny_gpt2
@@ -60,6 +61,14 @@ def test_measures_every_n_steps_without_gradients_and_restores_modes(tmp_path):
     assert measured == [0, 3, 6] and len(lines(tmp_path / "log.jsonl")) == 3
     assert model.training and model.h[0].training and not model.h[1].training
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_model_that_cannot_stream_is_monitored_on_whole_maps():
+    """Bloom computes attention in its own code: before, the first step failed ('ran no attention layer ...')."""
+    torch.manual_seed(0)
+    model = BloomForCausalLM(BloomConfig(hidden_size=32, n_head=4, n_layer=2, vocab_size=300)).train()
+    record = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1).on_step(model, 0)
+    assert record["model"]["layers"] == 2 and len(record["heads"]) == 8
 
 
 def test_only_the_main_process_writes(tmp_path, monkeypatch):
