@@ -48,7 +48,7 @@ CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn"
 UNSCALED_MODEL_TYPES = ("gpt_neo",)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: a tensor field has no single truth value
 class Source:
     """Output ``columns`` of ``module`` (all when None) hold ``heads`` heads (of queries or keys), head by head."""
 
