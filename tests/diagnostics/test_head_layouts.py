@@ -175,3 +175,10 @@ def test_fused_layouts_get_the_weight_checks(name):
         assert scale_rows(model, weights[2 * d:3 * d], 1000.0) == d  # head 2's queries and keys x 1000
     found = {f.code: f for f in weight_findings(model)}
     assert [1, 2] in found["qk_scale_large"].heads and [0, 2] not in found["qk_scale_large"].heads
+
+
+def test_a_fused_projection_that_does_not_split_into_heads_is_left_out():
+    model = build("gpt-neox")
+    model.layers[1].attention.query_key_value = torch.nn.Linear(32, 95)  # not 3 x 4 heads x 8
+    assert [lw.layer for lw in attention_weights(model)] == [0]
+    assert {f.code for f in weight_findings(model)} <= {"shared_kv_heads"}  # the other layer is still checked
