@@ -93,11 +93,12 @@ class _Stream:
     n_heads: int = 0
     n_keys: int = 0
 
-    def attend(self, query, key, value, mask, causal: bool, scale: float) -> torch.Tensor:
+    def attend(self, query, key, value, mask, causal: bool, scale: float, softcap: float | None = None):
         """One layer's attention output, chunk by chunk, handing each chunk's weights on.
 
         query (1, H, q, d), key/value (1, Hkv, k, d); returns (1, H, q, d_v) in
-        value's dtype. Each row is computed as the eager path computes it.
+        value's dtype. Each row is computed as the eager path computes it
+        (``softcap``: Gemma 2's tanh cap on the scaled scores).
         """
         layer = len(self.consumers)
         q, k, v = query[0].float(), key[0].float(), value[0].float()  # (H, q, d), (Hkv, k, d), (Hkv, k, dv)
@@ -119,7 +120,7 @@ class _Stream:
         for start in range(0, q_len, rows):
             stop = min(start + rows, q_len)
             weights, logits = chunk_weights(q, k, mask, causal, start, stop, chunk[:, :stop - start],
-                                            self.scratch)  # (H, rows, seen) each
+                                            self.scratch, softcap)  # (H, rows, seen) each
             out[:, start:stop] = torch.matmul(weights, v[:, :weights.shape[-1]])  # (H, rows, dv)
             if consumer is not None:
                 consumer.update(chunk[:, :stop - start], start, logits)
@@ -132,8 +133,11 @@ class _Stream:
 
 
 def chunk_weights(q, k, mask, causal: bool, start: int, stop: int, into: torch.Tensor,
-                  scratch: Scratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  scratch: Scratch | None = None, softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q Kᵀ + mask) of query rows ``start:stop`` (Q already scaled), written into ``into``.
+
+    With ``softcap``, the scores are first capped to ``softcap · tanh(scores / softcap)`` (Gemma 2, before the
+    mask, as its eager attention does).
 
     ``into`` is ``(H, rows, k)``. Returns the weights, its first ``seen`` keys
     ``(H, rows, seen)``, and the scores they come from, shifted so that each
@@ -149,6 +153,8 @@ def chunk_weights(q, k, mask, causal: bool, start: int, stop: int, into: torch.T
     seen = min(k_len, stop + k_len - q_len) if causal else k_len  # keys visible to the chunk's last row
     scores = buffer(scratch, "scores", (q.shape[0], stop - start, seen), q)  # (H, rows, seen)
     torch.matmul(q[:, start:stop], k[:, :seen].transpose(-1, -2), out=scores)
+    if softcap:
+        scores.div_(softcap).tanh_().mul_(softcap)
     lowest = torch.finfo(scores.dtype).min
     if mask is not None:
         chunk_mask = _mask_rows(mask, start, stop)[..., :seen]  # (1|H, rows|1, seen)
@@ -191,16 +197,16 @@ def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropo
     if stream is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
-    if kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None or query.shape[0] != 1:
+    if kwargs.get("position_bias") is not None or query.shape[0] != 1:
         raise ExtractionError(
-            f"{type(module).__name__} uses a position bias, soft-capping or a batch, which streaming does not "
-            "handle yet; use core.extract_attention on shorter inputs"
+            f"{type(module).__name__} uses a position bias or a batch, which streaming does not handle yet; use "
+            "core.extract_attention on shorter inputs"
         )
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     causal = bool(is_causal) and attention_mask is None and query.shape[2] > 1
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    out = stream.attend(query, key, value, attention_mask, causal, scale)  # (1, H, q, dv)
+    out = stream.attend(query, key, value, attention_mask, causal, scale, kwargs.get("softcap"))  # (1, H, q, dv)
     return out.transpose(1, 2).contiguous(), None  # (1, q, H, dv), as transformers expects
 
 

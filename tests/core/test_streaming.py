@@ -4,6 +4,7 @@ from dataclasses import fields
 
 import pytest
 import torch
+import transformers as tf
 from transformers import LlamaConfig, LlamaModel
 
 import tiny
@@ -155,6 +156,35 @@ def test_consumers_see_each_row_once_in_chunks():
     streamed = stream_attention(tiny.tiny_gpt2(), random_ids(10), lambda layer, heads, keys: Rows(), chunk_rows=4)
     assert streamed.n_layers == 2 and streamed.n_heads == 4 and streamed.n_keys == 10
     assert seen == [(0, 4), (4, 4), (8, 2)] * 2
+
+
+SIZE = dict(vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+ARCHITECTURES = {  # sliding windows, soft-capping, fused Q/K/V, local/global layers
+    "gemma2-softcap-window": (tf.Gemma2Model, tf.Gemma2Config(**SIZE, num_key_value_heads=2, head_dim=8,
+                                                              sliding_window=8, attn_logit_softcapping=2.0,
+                                                              query_pre_attn_scalar=3)),
+    "mistral-window": (tf.MistralModel, tf.MistralConfig(**SIZE, num_key_value_heads=2, sliding_window=8)),
+    "gpt-neox": (tf.GPTNeoXModel, tf.GPTNeoXConfig(**SIZE)),
+    "phi3": (tf.Phi3Model, tf.Phi3Config(**SIZE, num_key_value_heads=2, pad_token_id=0)),
+    "modernbert-local": (tf.ModernBertModel, tf.ModernBertConfig(**SIZE, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                                                 cls_token_id=1, sep_token_id=2, local_attention=8)),
+}
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_kept_maps_equal_naive_across_architectures(name):
+    """Weights std 1 so that Gemma 2's cap (2.0 on scores) binds: ignoring it moves weights by up to 0.94."""
+    model_class, config = ARCHITECTURES[name]
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    for param in model.parameters():
+        if param.dim() == 2:
+            torch.nn.init.normal_(param, std=1.0)
+    ids = random_ids(24)
+    streamed = stream_attention(model, ids, lambda *a: None, keep=[0, 1])
+    kept = torch.stack([torch.stack([streamed.kept[(layer, h)] for h in range(4)]) for layer in range(2)])
+    # scores of ~10-100 at std 1: scaling Q before or the scores after moves weights by up to ~3e-5
+    torch.testing.assert_close(kept, naive_maps(model, ids), atol=1e-4, rtol=0)
 
 
 def test_bad_inputs_are_rejected():
