@@ -72,6 +72,7 @@ class LayerWeights:
     kv_heads: int = 0  # key/value heads (< n_heads under grouped-query attention); 0 means n_heads
     q_source: "Source | None" = None  # where the queries come out, for qk_norms
     k_source: "Source | None" = None
+    softcap: float | None = None  # scores are capped to ±softcap (Gemma 2's attn_logit_softcapping)
 
     def kv_head(self, head):
         """The key/value head query head ``head`` reads."""
@@ -252,6 +253,8 @@ def attention_weights(model):
         lw = _layer(found, name, _part(name, encoder_decoder), counts) if found is not None else None
         if lw is None:
             continue
+        cap = getattr(module, "attn_logit_softcapping", None)
+        lw.softcap = float(cap) if isinstance(cap, (int, float)) and cap > 0 else None
         claimed.add(name)
         layers.append(lw)
         counts[lw.part] = counts.get(lw.part, 0) + 1

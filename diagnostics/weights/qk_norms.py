@@ -35,11 +35,13 @@ class QKNorms:
         store[name] = norms if name not in store else torch.maximum(store[name], norms)
 
     def bound(self, lw):
-        """``scale · max‖q_h‖ · max‖k_kv(h)‖`` per query head of ``lw`` (``[H]``), or None if not recorded."""
+        """``scale · max‖q_h‖ · max‖k_kv(h)‖`` per query head of ``lw`` (``[H]``, at most its soft-cap), or None if
+        not recorded."""
         q, k = self.q.get(lw.name), self.k.get(lw.name)
         if q is None or k is None or len(q) != lw.n_heads or lw.n_heads % len(k):
             return None
-        return abs(lw.scale) * q * k.repeat_interleave(lw.n_heads // len(k))  # (H,)
+        bound = abs(lw.scale) * q * k.repeat_interleave(lw.n_heads // len(k))  # (H,)
+        return bound if lw.softcap is None else bound.clamp(max=lw.softcap)  # a capped score stays below the cap
 
 
 @contextmanager

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import core
-from transformers import GemmaConfig, GemmaModel, LlamaConfig, LlamaModel
+from transformers import Gemma2Config, Gemma2Model, GemmaConfig, GemmaModel, LlamaConfig, LlamaModel
 from core.extraction.head_weights import attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import (
@@ -192,3 +192,25 @@ def test_grouped_heads_copied_are_similar():
     attn.q_proj.weight[8:16] = attn.q_proj.weight[0:8]  # query head 1 := head 0; both read key/value head 0
     found = {f.code: f for f in weight_findings(model)}
     assert found["similar_head_weights"].details["pairs"] == [[[1, 0], [1, 1], pytest.approx(1.0, abs=1e-5)]]
+
+
+@pytest.mark.parametrize("cap", [50.0, None])
+@torch.no_grad()
+def test_a_soft_capped_score_is_bounded_by_its_cap(cap):
+    """Gemma 2 caps every score to ±50 (tanh): whatever q and k, no score reaches SCORE_LIMIT."""
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
+                          attn_logit_softcapping=cap)
+    model = Gemma2Model(config).eval()
+    for param in model.parameters():
+        if param.dim() == 2:
+            torch.nn.init.normal_(param, std=1.0)  # scores far beyond the cap
+    norms = recorded_norms(model, torch.randint(3, 99, (1, 24), generator=torch.Generator().manual_seed(0)))
+    layers = attention_weights(model)
+    assert [lw.softcap for lw in layers] == [cap, cap]
+    codes = {f.code for f in weight_findings(model, norms)}
+    if cap is None:
+        assert "large_qk_scores" in codes
+    else:
+        assert all((norms.bound(lw) <= cap).all() for lw in layers) and "large_qk_scores" not in codes
