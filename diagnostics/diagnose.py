@@ -28,6 +28,7 @@ import core
 from core.checkpoints.registry import canonical_name
 from core.device import model_device
 from core.extraction.encode import TRUNCATED
+from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
 from diagnostics.findings import attention_findings, cap_severity, diffuse_mask, note, sort_findings
@@ -42,7 +43,6 @@ from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_find
 from diagnostics.reports.report import HeadReport, Report
 from diagnostics.measure.row_stats import OFFSETS
 from diagnostics.streaming import stream_statistics
-from core.extraction.head_weights import attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import check_weights
 
@@ -56,8 +56,9 @@ SCALAR_METRICS = ("entropy", "uniform_gap", "confidence", "topk_mass", "block_sc
 ROLE_SEEDS = (0, 10, 11)
 # Probes longer than this (in tokens) are streamed: their maps would take layers × heads × n² floats.
 STREAM_ABOVE_TOKENS = 1024
-# A model that cannot be streamed (``core.extraction.streaming.can_stream``) is diagnosed on whole maps, which are
-# all held until the report is made: at most this many bytes of them (the app's attention results share 2 GB).
+# Whole maps of every probe are held until the report is made: at most this many bytes of them (the app's attention
+# results share 2 GB). Past it, a model that can be streamed (``core.extraction.streaming.can_stream``) is streamed;
+# one that cannot is refused with a message.
 WHOLE_MAPS_MAX_BYTES = 2 * 1024**3
 
 
@@ -211,9 +212,12 @@ def _check_whole_maps(model, lengths):
         return
     fits = math.isqrt(WHOLE_MAPS_MAX_BYTES * max(lengths) ** 2 // needed)  # every probe cut to this fits
     name = type(model).__name__
-    why = (f"{name} is an encoder-decoder, which AttnScope does not stream"
-           if getattr(model.config, "is_encoder_decoder", False) else "whole maps were asked for (stream=False)"
-           if can_stream(model) else f"{name} computes attention in its own code, which AttnScope cannot stream")
+    if getattr(model.config, "is_encoder_decoder", False):
+        why = f"{name} is an encoder-decoder, which AttnScope does not stream"
+    elif can_stream(model):
+        why = "whole maps were asked for (stream=False)"
+    else:
+        why = f"{name} computes attention in its own code, which AttnScope cannot stream"
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
                      f"take {needed / 1024**3:.1f} GB, over the {round(WHOLE_MAPS_MAX_BYTES / 1024**3, 1):g} GB limit; "
                      f"give shorter or fewer probes (these would fit cut to {fits:,} tokens at most)")

@@ -73,7 +73,8 @@ def load_model(
             return model.to(pick_device(device)), tokenizer
     elif Path(path).is_file():
         raise ModelLoadError(f"{path} is a file AttnScope does not read: give a model folder, an archive "
-                             f"({', '.join(ARCHIVE_SUFFIXES)}), a weights file ({', '.join(WEIGHT_SUFFIXES)}) or a .gguf")
+                             f"({', '.join(ARCHIVE_SUFFIXES)}), a weights file ({', '.join(WEIGHT_SUFFIXES)}) "
+                             "or a .gguf")
     elif Path(path).exists():
         raise ModelLoadError(f"{path} is not a model folder: it has no {CONFIG_NAME}")
     model, tokenizer = _load_hf(path, trust_remote_code, device_map, max_memory)

@@ -27,8 +27,8 @@ a key/value head.
 
 import torch
 
-from diagnostics.findings import make_finding, note
 from core.extraction.head_weights import attention_weights
+from diagnostics.findings import make_finding, note
 from diagnostics.weights.qk_norms import QKNorms
 from diagnostics.measure.redundancy import pairs_finding
 
