@@ -56,6 +56,12 @@ class Source:
     heads: int
     columns: torch.Tensor | None = None  # (heads*d,) long
 
+    def split(self, out: torch.Tensor, d_head: int) -> torch.Tensor:
+        """This source's vectors in ``out``, a module output ``[..., heads*d]`` (or ``[..., heads, d]``: Qwen3's
+        and Gemma 3's per-head norms), as ``[n, heads, d]``, every leading dim flattened into n."""
+        x = out if self.columns is None else out[..., self.columns.to(out.device)]  # (..., heads*d) or (.., heads, d)
+        return x.reshape(-1, self.heads, d_head)  # (n, heads, d)
+
 
 @dataclass
 class LayerWeights:

@@ -69,15 +69,9 @@ def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: 
     finally:
         for hook in hooks:
             hook.remove()
-    queries = _head(captured["q"], lw.q_source, head)  # (t, d)
-    keys = _head(captured["k"], lw.k_source, lw.kv_head(head))  # (t, d)
+    queries = lw.q_source.split(captured["q"], lw.d_head)[:, head].float().cpu()  # (t, d)
+    keys = lw.k_source.split(captured["k"], lw.d_head)[:, lw.kv_head(head)].float().cpu()  # (t, d)
     return queries, keys, lw.scale
-
-
-def _head(out: torch.Tensor, source, head: int) -> torch.Tensor:
-    """Head ``head``'s vectors ``[t, d]`` from one sequence's module output ``[t, ...]``."""
-    x = out if source.columns is None else out[..., source.columns.to(out.device)]  # (t, heads*d) or (t, heads, d)
-    return x.reshape(x.shape[0], source.heads, -1)[:, head].float().cpu()  # (t, d)
 
 
 REPRODUCE_TOLERANCE = 1e-3  # largest weight difference for q·k to count as the head's own score (float32 noise ~1e-6)

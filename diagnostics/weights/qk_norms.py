@@ -29,9 +29,8 @@ class QKNorms:
     def __init__(self):
         self.q, self.k = {}, {}
 
-    def add(self, store, name, out, source):
-        x = out.detach() if source.columns is None else out.detach()[..., source.columns.to(out.device)]  # (.., H*d)
-        norms = x.reshape(-1, source.heads, x.shape[-1] // source.heads).float().norm(dim=-1).amax(0).cpu()  # (heads,)
+    def add(self, store, name, out, source, d_head):
+        norms = source.split(out.detach(), d_head).float().norm(dim=-1).amax(0).cpu()  # (heads,)
         store[name] = norms if name not in store else torch.maximum(store[name], norms)
 
     def bound(self, lw):
@@ -52,8 +51,8 @@ def record_qk_norms(layers):
         for lw in layers:
             for store, source in ((norms.q, lw.q_source), (norms.k, lw.k_source)):
                 if source is not None:
-                    hook = (lambda module, args, out, store=store, name=lw.name, source=source:
-                            norms.add(store, name, out[0] if isinstance(out, tuple) else out, source))
+                    hook = (lambda module, args, out, store=store, name=lw.name, source=source, d=lw.d_head:
+                            norms.add(store, name, out[0] if isinstance(out, tuple) else out, source, d))
                     hooks.append(source.module.register_forward_hook(hook))
         yield norms
     finally:

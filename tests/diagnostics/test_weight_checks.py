@@ -5,7 +5,9 @@ import torch
 from torch import nn
 
 import core
-from transformers import Gemma2Config, Gemma2Model, GemmaConfig, GemmaModel, LlamaConfig, LlamaModel
+from transformers import (
+    Gemma2Config, Gemma2Model, GemmaConfig, GemmaModel, LlamaConfig, LlamaModel, Qwen3Config, Qwen3Model,
+)
 from core.extraction.head_weights import attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import (
@@ -214,3 +216,26 @@ def test_a_soft_capped_score_is_bounded_by_its_cap(cap):
         assert "large_qk_scores" in codes
     else:
         assert all((norms.bound(lw) <= cap).all() for lw in layers) and "large_qk_scores" not in codes
+
+
+@torch.no_grad()
+def test_norms_after_a_per_head_norm_are_each_head_s():
+    """Qwen3 normalises q and k per head, on [batch, tokens, heads, d]: each head's norm is over its own d values
+    (before, that output was cut into heads as if it were [batch, tokens, heads*d] / heads, mixing every head)."""
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    model = Qwen3Model(config).eval()
+    for param in model.parameters():
+        if param.dim() == 1:
+            torch.nn.init.uniform_(param, 0.2, 3.0)  # norm weights that differ from one dimension to the next
+    attn, out = model.layers[0].self_attn, {}
+    hooks = [norm.register_forward_hook(lambda m, i, o, name=name: out.__setitem__(name, o[0]))
+             for name, norm in (("q", attn.q_norm), ("k", attn.k_norm))]
+    norms = recorded_norms(model, torch.randint(3, 99, (1, 12), generator=torch.Generator().manual_seed(0)))
+    for hook in hooks:
+        hook.remove()
+    name = attention_weights(model)[0].name
+    assert out["q"].shape == (12, 4, 8) and out["k"].shape == (12, 2, 8)  # (tokens, heads, d)
+    torch.testing.assert_close(norms.q[name], out["q"].norm(dim=-1).amax(0))
+    torch.testing.assert_close(norms.k[name], out["k"].norm(dim=-1).amax(0))
