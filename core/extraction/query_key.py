@@ -20,8 +20,12 @@ from ..errors import InputError
 from .head_weights import LayerWeights, attention_weights
 
 
-def _self_layers(model: nn.Module) -> list[LayerWeights]:
-    """The self-attention layers whose queries and keys can be read, in layer order."""
+def _neuron_layers(model: nn.Module) -> list[LayerWeights]:
+    """The self-attention layers whose scores are scale·q·k of queries and keys that can be read, in layer order;
+    none for a model that adds position terms to its scores or is an encoder-decoder."""
+    config = getattr(model, "config", None)
+    if getattr(config, "is_encoder_decoder", False) or _positions_in_scores(model, config):
+        return []
     return [lw for lw in attention_weights(model)
             if lw.part == "self" and lw.q_source is not None and lw.k_source is not None]
 
@@ -31,10 +35,7 @@ def supports_neuron_view(model: nn.Module) -> bool:
 
     ``reproduces`` checks each head as well: a sink head whose map is one-hot either way would pass it alone.
     """
-    config = getattr(model, "config", None)
-    if getattr(config, "is_encoder_decoder", False) or _positions_in_scores(model, config):
-        return False
-    return bool(_self_layers(model))
+    return bool(_neuron_layers(model))
 
 
 def _positions_in_scores(model, config) -> bool:
@@ -50,10 +51,10 @@ def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: 
 
     ``scale`` is the factor on q·k before the softmax (1/√d, or 1 for T5 and GPT-Neo).
     """
-    if not supports_neuron_view(model):
+    layers = _neuron_layers(model)
+    if not layers:
         raise InputError(f"{type(model).__name__}'s scores are not the dot products of query/key vectors AttnScope "
                          "reads (position terms, or a layout it does not know); the neuron view needs them")
-    layers = _self_layers(model)
     if not 0 <= layer < len(layers):
         raise InputError(f"layer {layer} is out of range; the model has {len(layers)} attention layers")
     lw = layers[layer]
