@@ -1,7 +1,10 @@
 """Safe unpacking of uploaded checkpoints: size limits, zip and tar extraction, loose files.
 
 Every entry is checked before a byte is written: no absolute paths, no ``..``,
-no links or device files, at most ``Limits.max_entries`` entries, and the
+no links or device files, no name a file system cannot hold (a NUL byte, a part
+over ``MAX_NAME_BYTES``), at most ``Limits.max_entries`` entries (a zip's count is
+read from its end record before its directory is parsed), no tar header record
+(a long name, PAX data) over ``MAX_HEADER_RECORD_BYTES``, and the
 declared sizes within the archive's budget (``unpack_budget``: the unpacked
 cap, itself derived from the model size cap, and at most ``MAX_RATIO`` times
 the archive's own size). The bytes really written are counted as they stream,
@@ -37,6 +40,13 @@ EXTRA_FILES_BYTES = 256 * 10**6
 # compress; a zip bomb reaches ~1000x. (python scripts/compression_ratios.py)
 MAX_RATIO = 20
 RATIO_FLOOR_BYTES = 64 * 10**6
+# Longest file or folder name (one path part) ext4, APFS and NTFS accept, in UTF-8 bytes.
+MAX_NAME_BYTES = 255
+# tarfile reads a GNU long-name or PAX header record whole, before its member exists to be counted; a real one
+# holds a path and a few key=value lines, while a lying one can declare gigabytes that decompress from kilobytes.
+MAX_HEADER_RECORD_BYTES = 64 * 1024
+# A zip directory entry: 46 fixed bytes, a path (at most PATH_MAX, 4096, to be extractable) and extra fields.
+_MAX_DIRECTORY_ENTRY_BYTES = 46 + 4096 + 1024
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 TOO_BIG = ("{name} is {size:,} bytes, more than the {limit:,}-byte upload limit; "
@@ -49,6 +59,7 @@ TOO_COMPRESSED = ("{name} would unpack to more than {limit:,} bytes, over {ratio
                   "plain zip of it")
 BAD_ENTRY = "{name} contains {entry!r}, {why}; an archive of a model folder holds only plain files and folders"
 UNREADABLE = "{name} is not a readable {kind} archive ({err}); upload a .zip or .tar.gz of the model folder"
+NOT_WRITTEN = "{name}: {entry!r} could not be written ({why}); upload the model folder's files under their own names"
 
 
 def env_size(name: str, default: int) -> int:
@@ -107,6 +118,9 @@ def _safe_relpath(name: str, entry: str, raw: str) -> PurePosixPath:
     parts = [p for p in text.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise CheckpointError(BAD_ENTRY.format(name=name, entry=entry, why="a path that climbs out with '..'"))
+    if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in parts):
+        raise CheckpointError(BAD_ENTRY.format(name=name, entry=entry[:80] + "…",
+                                               why=f"a name longer than {MAX_NAME_BYTES} bytes"))
     return PurePosixPath(*parts) if parts else PurePosixPath(".")
 
 
@@ -118,8 +132,8 @@ class _Writer:
         self.budget = limits.max_total_bytes if packed_bytes is None else limits.unpack_budget(packed_bytes)
         self.packed = packed_bytes
 
-    def count_entry(self) -> None:
-        self.entries += 1
+    def count_entry(self, entries: int = 1) -> None:
+        self.entries += entries
         if self.entries > self.limits.max_entries:
             raise CheckpointError(TOO_MANY.format(name=self.name, limit=self.limits.max_entries, env=ENV_MAX_ENTRIES))
 
@@ -148,6 +162,8 @@ class _Writer:
             fd = os.open(parent / rel.name, flags, 0o600)
         except FileExistsError:
             raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=str(rel), why="a duplicate entry")) from None
+        except OSError as err:  # the private folder's path stays out of the message
+            raise CheckpointError(NOT_WRITTEN.format(name=self.name, entry=str(rel), why=err.strerror)) from None
         written = 0
         with os.fdopen(fd, "wb") as out:
             while chunk := stream.read(CHUNK):
@@ -174,6 +190,7 @@ def extract_archive(path: Path, dest: Path, limits: Limits) -> None:
 
 
 def _extract_zip(path: Path, writer: _Writer) -> None:
+    _check_zip_directory(path, writer)
     with zipfile.ZipFile(path) as archive:
         infos = archive.infolist()
         for info in infos:  # every check before the first byte is written
@@ -192,8 +209,45 @@ def _extract_zip(path: Path, writer: _Writer) -> None:
                     writer.write(rel, stream, info.file_size)
 
 
+def _check_zip_directory(path: Path, writer: _Writer) -> None:
+    """Refuse a central directory too large for ``max_entries`` before ``ZipFile`` parses all of it: its entry
+    count and size, from the end record (zip64 too) as ``ZipFile`` reads it."""
+    with path.open("rb") as file:
+        end = zipfile._EndRecData(file)
+    if end is None:
+        return  # not a zip: ZipFile says so
+    if end[zipfile._ECD_SIZE] > writer.limits.max_entries * _MAX_DIRECTORY_ENTRY_BYTES:
+        writer.count_entry(writer.limits.max_entries + 1)
+    writer.count_entry(end[zipfile._ECD_ENTRIES_TOTAL])
+    writer.entries = 0  # counted again, one by one, from what ZipFile finds
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A tar header whose long-name and PAX records are refused before they are read (tarfile reads them whole)."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in _RECORD_TYPES and self.size > MAX_HEADER_RECORD_BYTES:
+            raise _RecordTooLarge(f"{self.name!r}, a header record of {self.size:,} bytes")
+        return super()._proc_member(tarfile_)
+
+
+class _RecordTooLarge(Exception):
+    pass
+
+
+_RECORD_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                 tarfile.SOLARIS_XHDTYPE)
+
+
 def _extract_tar(path: Path, writer: _Writer) -> None:
-    with tarfile.open(path, mode="r:*") as archive:
+    try:
+        _unpack_tar(path, writer)
+    except _RecordTooLarge as err:
+        raise CheckpointError(f"{writer.name} contains {err}; an archive of a model folder has short headers") from None
+
+
+def _unpack_tar(path: Path, writer: _Writer) -> None:
+    with tarfile.open(path, mode="r:*", tarinfo=_BoundedTarInfo) as archive:
         members = []
         while (member := archive.next()) is not None:  # stops at the limit without reading the rest
             writer.count_entry()
@@ -227,9 +281,10 @@ def write_loose_files(files: list[tuple[str, object]], dest: Path, limits: Limit
         name = str(raw_name).replace("\\", "/").rsplit("/", 1)[-1]
         if name in ("", ".", ".."):
             raise CheckpointError(f"an uploaded file is named {raw_name!r}; give each file its real name")
+        rel = _safe_relpath(writer.name, name, name)  # a NUL byte, a name too long
         writer.declare(size)
         with _opened(data) as stream:
-            writer.write(PurePosixPath(name), stream, size)
+            writer.write(rel, stream, size)
 
 
 def _data_size(data) -> int:

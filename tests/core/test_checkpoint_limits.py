@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
+import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -157,6 +159,49 @@ def test_a_zip_whose_header_lies_about_sizes_is_refused(tmp_path):
     (tmp_path / "root" / "liar.zip").write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="liar.zip"):
         load_untrusted(str(tmp_path / "root" / "liar.zip"))
+
+
+def test_a_tar_header_record_declaring_megabytes_is_refused_before_it_is_read(tmp_path):
+    """tarfile reads a GNU long-name record whole: 8 MB of it (compressing to ~8 kB) is refused unread."""
+    record = tarfile.TarInfo("././@LongLink")
+    record.type, record.size = tarfile.GNUTYPE_LONGNAME, 8 * MB
+    bomb = tmp_path / "root" / "long.tar.gz"
+    with gzip.open(bomb, "wb") as packed:
+        packed.write(record.tobuf(format=tarfile.GNU_FORMAT) + b"a" * record.size + bytes(1024))
+    reads = []
+    original = gzip.GzipFile.read
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gzip.GzipFile, "read", lambda self, size=-1: reads.append(size) or original(self, size))
+        with pytest.raises(CheckpointError, match=r"^long.tar.gz contains .*header record of 8,000,000 bytes"):
+            load_untrusted(str(bomb))
+    assert max(reads) < MB
+
+
+def test_a_zip_directory_of_many_entries_is_refused_from_its_end_record(tmp_path, monkeypatch):
+    """The count comes from the end record, before ZipFile builds an entry per directory record."""
+    many = tmp_path / "root" / "many.zip"
+    many.write_bytes(_zip({f"f{i}": b"" for i in range(50)}))
+    parsed = []
+    monkeypatch.setattr(zipfile, "ZipFile", lambda *a, **k: parsed.append(1))
+    with pytest.raises(CheckpointError, match="many.zip holds more than 20 entries"):
+        load_untrusted(str(many), limits=Limits(max_entries=20))
+    assert not parsed
+
+
+@pytest.mark.parametrize("name, why", [("model\x00.bin", "a NUL byte"), ("m" * 256 + ".bin", "longer than 255 bytes"),
+                                       ("é" * 128 + ".bin", "longer than 255 bytes")])
+def test_upload_names_a_file_system_cannot_hold_get_one_line(tmp_path, name, why):
+    with pytest.raises(CheckpointError, match=f"^the upload contains .*{why}") as caught:
+        load_untrusted([(name, b"data"), ("config.json", b"{}")])
+    assert str(tmp_path) not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_zip_entry_name_too_long_is_refused_without_the_temp_path(tmp_path):
+    long = tmp_path / "root" / "long.zip"
+    long.write_bytes(_zip({"folder/" + "x" * 300: b"1"}))
+    with pytest.raises(CheckpointError, match="^long.zip contains .*longer than 255 bytes") as caught:
+        load_untrusted(str(long))
+    assert str(tmp_path / "tmp") not in str(caught.value)
 
 
 def test_two_archives_in_one_upload_are_named():
