@@ -210,16 +210,20 @@ def _extract_zip(path: Path, writer: _Writer) -> None:
 
 
 def _check_zip_directory(path: Path, writer: _Writer) -> None:
-    """Refuse a central directory too large for ``max_entries`` before ``ZipFile`` parses all of it: its entry
-    count and size, from the end record (zip64 too) as ``ZipFile`` reads it."""
+    """Refuse a central directory too large for ``max_entries`` before ``ZipFile`` parses all of it."""
+    entries, size = zip_directory(path)
+    if size > writer.limits.max_entries * _MAX_DIRECTORY_ENTRY_BYTES:
+        writer.count_entry(writer.limits.max_entries + 1)
+    writer.count_entry(entries)
+    writer.entries = 0  # counted again, one by one, from what ZipFile finds
+
+
+def zip_directory(path: Path) -> tuple[int, int]:
+    """``(entries, bytes)`` of a zip's central directory from its end record (zip64 too), as ``ZipFile`` will read
+    it, without parsing the directory; ``(0, 0)`` when there is no end record (not a zip: ZipFile says so)."""
     with path.open("rb") as file:
         end = zipfile._EndRecData(file)
-    if end is None:
-        return  # not a zip: ZipFile says so
-    if end[zipfile._ECD_SIZE] > writer.limits.max_entries * _MAX_DIRECTORY_ENTRY_BYTES:
-        writer.count_entry(writer.limits.max_entries + 1)
-    writer.count_entry(end[zipfile._ECD_ENTRIES_TOTAL])
-    writer.entries = 0  # counted again, one by one, from what ZipFile finds
+    return (end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]) if end else (0, 0)
 
 
 class _BoundedTarInfo(tarfile.TarInfo):

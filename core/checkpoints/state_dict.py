@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import re
 import struct
+import zipfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file as load_safetensors_file
 
 from ..errors import CheckpointError
+from .archive import zip_directory
 from ..errors import first_line as _first_line
 
 SAFETENSORS_SUFFIX = ".safetensors"
@@ -28,6 +30,11 @@ WEIGHT_SUFFIXES = (SAFETENSORS_SUFFIX, *PICKLE_SUFFIXES)
 PREFERRED = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "weights")  # training-loop checkpoints
 _MAX_HEADER = 100 * 2**20
+# A torch.save zip holds one record per storage plus four; record names are ~30 bytes ("archive/data/123"), so
+# a directory entry with its extra fields stays far below _TORCH_RECORD_BYTES. Training checkpoints with
+# optimizer state hold a few thousand storages.
+MAX_TORCH_RECORDS = 100_000
+_TORCH_RECORD_BYTES = 256
 
 EMPTY = "{name} is empty (0 bytes); upload the complete weights file"
 NOT_SAFETENSORS = "{name} is not a safetensors file ({why}); upload the file written by save_file / save_pretrained"
@@ -101,6 +108,8 @@ def _check_safetensors_header(name: str, data: bytes, size: int) -> None:
 
 
 def read_pickle(path: Path) -> dict[str, torch.Tensor]:
+    if zipfile.is_zipfile(path):
+        _check_torch_zip(path)
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all mean "not loadable safely"
@@ -112,6 +121,23 @@ def read_pickle(path: Path) -> dict[str, torch.Tensor]:
         why = f"{type(err).__name__}: {detail.group(1).strip()[:120]}" if detail else _first_line(err)
         raise CheckpointError(NOT_PICKLE.format(name=path.name, why=why)) from None
     return _require_tensors(path.name, _unwrap(obj))
+
+
+def _check_torch_zip(path: Path) -> None:
+    """torch.save stores every record uncompressed, so its bytes are in the file; a compressed record (1.6 MB
+    of deflated zeros that torch.load inflates to 1.6 GB) or a directory no state dict needs is refused unread.
+    (The size torch allocates for a stored record is checked by torch against the record itself.)"""
+    records, directory = zip_directory(path)
+    if records > MAX_TORCH_RECORDS or directory > MAX_TORCH_RECORDS * _TORCH_RECORD_BYTES:
+        raise CheckpointError(NOT_PICKLE.format(name=path.name, why=f"a zip of {records:,} records"))
+    try:
+        with zipfile.ZipFile(path) as records_zip:
+            packed = [i.filename for i in records_zip.infolist() if i.compress_type != zipfile.ZIP_STORED]
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise CheckpointError(NOT_PICKLE.format(name=path.name, why=_first_line(err))) from None
+    if packed:
+        why = f"{len(packed)} compressed records, e.g. {packed[0]!r}, where torch.save stores them as they are"
+        raise CheckpointError(NOT_PICKLE.format(name=path.name, why=why))
 
 
 def _unwrap(obj):

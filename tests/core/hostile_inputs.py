@@ -105,6 +105,16 @@ def pickle_not_state_dict(d: Path) -> Path:
     return d / "list.pt"
 
 
+def pickle_deflated(d: Path) -> Path:
+    """A torch.save file whose records are re-packed with deflate: 1 MB of zeros that torch.load would inflate."""
+    buffer = io.BytesIO()
+    torch.save({"w": torch.zeros(2**18)}, buffer)
+    with zipfile.ZipFile(buffer) as plain, zipfile.ZipFile(d / "deflated.pt", "w", zipfile.ZIP_DEFLATED) as packed:
+        for name in plain.namelist():
+            packed.writestr(name, plain.read(name))
+    return d / "deflated.pt"
+
+
 def config_not_model(d: Path) -> Path:
     return _folder_zip(d / "not_a_model.zip", {"name": "my tokenizer", "lowercase": True}, save(_state(tiny_bert())))
 
@@ -222,6 +232,11 @@ def nested_zero_heads(d: Path) -> Path:
     return _folder_zip(d / "nested.zip", config, _weights())
 
 
+def tar_long_header(d: Path) -> Path:
+    """A GNU long-name record declaring 1 GB (tarfile would read it whole); the archive holds its header only."""
+    return _tar(d / "long_header.tar.gz", [(_info("././@LongLink", tarfile.GNUTYPE_LONGNAME, size=10**9), None)])
+
+
 def config_too_big(d: Path) -> Path:
     """A BERT config of 1.3 billion parameters and tiny weights: refused before anything is built."""
     config = _bert_config(hidden_size=2048, num_attention_heads=16, intermediate_size=8192, num_hidden_layers=24,
@@ -231,7 +246,7 @@ def config_too_big(d: Path) -> Path:
 
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open,
-    pickle_not_state_dict, config_not_model, config_not_json, shape_mismatch, wrong_family, unsupported_architecture,
+    pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, shape_mismatch, wrong_family, unsupported_architecture,
     unknown_state_dict, state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal,
     zip_absolute, zip_many_entries, zip_huge_declared, tar_symlink, tar_hardlink, tar_device, tar_traversal,
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,
