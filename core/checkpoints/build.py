@@ -57,6 +57,9 @@ UNSUPPORTED = ("config.json names model_type {model_type!r}, which transformers 
 BAD_CONFIG = "config.json cannot build a {model_type} model ({err}); upload the config.json saved with these weights"
 TOO_BIG = ("config.json describes a model of {at_least}{n:,} parameters ({gb:.1f} GB as float32), above the "
            "{limit:,}-byte model limit; raise it with {env} or Limits(max_model_bytes=...)")
+BIG_BUFFERS = ("config.json describes a model that takes {mb:,.0f} MB with its buffers (the largest, {name}, is "
+               "{shape}: {buffer_mb:,.0f} MB), above the {limit:,}-byte model limit; lower max_position_embeddings, "
+               "or raise the limit with {env} or Limits(max_model_bytes=...)")
 BAD_SIZE = ("config.json sets {key} to {value}; it must be a whole number from {low} to {high:,} — upload the "
             "config.json saved with these weights")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
@@ -155,6 +158,18 @@ def _check_numel(numel: int, limits: Limits, at_least: bool = False) -> None:
                                              at_least="at least " if at_least else ""))
 
 
+def _check_buffers(skeleton, limits: Limits) -> None:
+    """Buffers are built for real too: GPT-Neo's causal mask is positions x positions (24,000 positions: 1.1 GB
+    from a 1.4 kB upload). Parameters at 4 bytes plus buffers at their own size must fit the model limit."""
+    buffers = sorted(((b.numel() * b.element_size(), name, list(b.shape)) for name, b in skeleton.named_buffers()),
+                     reverse=True)
+    total = 4 * sum(p.numel() for p in skeleton.parameters()) + sum(size for size, _, _ in buffers)
+    if total > limits.max_model_bytes:
+        size, name, shape = buffers[0]
+        raise CheckpointError(BIG_BUFFERS.format(mb=total / 1e6, name=name, shape=shape, buffer_mb=size / 1e6,
+                                                 limit=limits.max_model_bytes, env=ENV_MAX_MODEL))
+
+
 def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: Limits):
     """Load a transformers model from ``config`` and ``state`` through the clean folder ``clean``."""
     model_type = check_model_config(config, limits)
@@ -170,6 +185,7 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         except Exception as err:  # noqa: BLE001 - invalid values surface as many exception types
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
         _check_numel(sum(p.numel() for p in skeleton.parameters()), limits)
+        _check_buffers(skeleton, limits)
         _check_shapes(skeleton, state, model_type)
         save_file(_unshared(state), str(clean / "model.safetensors"))
         try:

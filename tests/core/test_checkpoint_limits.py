@@ -90,6 +90,22 @@ def test_a_big_config_is_refused_before_anything_is_built(tmp_path, monkeypatch)
         load_checkpoint(bert_folder(tmp_path / "root" / "small"), limits=Limits(max_model_bytes=1000))
 
 
+def test_buffers_count_towards_the_model_limit(monkeypatch):
+    """GPT-Neo's causal mask is positions x positions bools: 4,000 positions are 16 MB beside 1,664 parameters."""
+    config = {"model_type": "gpt_neo", "vocab_size": 16, "hidden_size": 8, "num_layers": 1, "num_heads": 2,
+              "attention_types": [[["global"], 1]], "max_position_embeddings": 4000, "intermediate_size": 8}
+    with torch.device("meta"):
+        skeleton = AutoModel.from_config(CONFIG_MAPPING["gpt_neo"](**config))
+    weights = save({k: torch.zeros(v.shape) for k, v in skeleton.state_dict().items()})
+    built = []
+    monkeypatch.setattr(AutoModel, "from_pretrained", lambda *a, **k: built.append(1))
+    upload = [("neo.zip", _zip({"m/config.json": json.dumps(config).encode(), "m/model.safetensors": weights}))]
+    with pytest.raises(CheckpointError, match=r"takes 16 MB with its buffers \(the largest, h.0.attn.attention.bias, "
+                                              r"is \[1, 1, 4000, 4000\]: 16 MB\), above the 10,000,000-byte"):
+        load_untrusted(upload, limits=Limits(max_model_bytes=10 * MB))
+    assert not built
+
+
 def test_the_trusted_path_checks_config_sizes_too(tmp_path, capsys):
     """The CLI trusts its user's paths, but a broken config is still one line and exit 2, not a crash (3)."""
     folder = bert_folder(tmp_path / "root" / "neg", num_attention_heads=-4)
