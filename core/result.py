@@ -35,6 +35,7 @@ class AttentionResult:
     encoder: "AttentionResult | None" = None  # encoder-decoder models only
     decoder: "AttentionResult | None" = None
     cross: "AttentionResult | None" = None
+    token_type_ids: list[int] | None = None  # segment ids the model was given (a BERT-style pair), else None
 
     def __post_init__(self):
         if self.attentions.dim() != 4:

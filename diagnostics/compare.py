@@ -214,7 +214,7 @@ def _streamed_distances(model_a, model_b, tokenizer, texts):
     for probe in as_probes(texts):
         enc = encode(tokenizer, probe.text, probe.text_pair, min(limits) if limits else None,
                      vocab_size=_vocab_size(model_a))
-        distances.append(stream_paired_js(model_a, model_b, enc.input_ids))  # (L, H)
+        distances.append(stream_paired_js(model_a, model_b, enc.input_ids, token_type_ids=enc.token_type_ids))  # (L, H)
     return torch.stack(distances).mean(0)
 
 

@@ -87,9 +87,9 @@ class _Receiver:
         self.js.update(chunk_a, chunk, q_start)
 
 
-def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None) -> torch.Tensor:
+def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_ids=None) -> torch.Tensor:
     """``[L, H]`` JS distance between each head of ``model_a`` and the same head of ``model_b``
-    on ``input_ids`` (1, T)."""
+    on ``input_ids`` (1, T) (and a pair's segment ids ``token_type_ids``)."""
     input_ids = torch.as_tensor(input_ids)
     causal = model_is_causal(model_a)
     if model_is_causal(model_b) != causal:
@@ -99,7 +99,8 @@ def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None) -> torch.Tens
 
     def run_a():
         try:
-            stream_attention(model_a, input_ids, lambda layer, h, k: _Sender(handoff, layer), chunk_rows=rows)
+            stream_attention(model_a, input_ids, lambda layer, h, k: _Sender(handoff, layer), chunk_rows=rows,
+                             token_type_ids=token_type_ids)
             handoff.put(_DONE)
         except BaseException as err:  # noqa: BLE001  handed to the other side, raised there
             handoff.put(err)
@@ -108,7 +109,7 @@ def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None) -> torch.Tens
     worker.start()
     try:
         streamed = stream_attention(model_b, input_ids, lambda layer, h, k: _Receiver(handoff, layer, k, causal),
-                                    chunk_rows=rows)
+                                    chunk_rows=rows, token_type_ids=token_type_ids)
         handoff.finish()
     finally:
         handoff.stopped.set()

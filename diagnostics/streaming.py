@@ -71,15 +71,17 @@ def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None,
     vocab_size = getattr(model.config, "vocab_size", None)
     enc = encode(tokenizer, text, text_pair, max_positions(model.config, tokenizer), vocab_size=vocab_size)
     result = stream_token_statistics(model, enc.input_ids, special=enc.special, keep=keep, chunk_rows=chunk_rows,
-                                     redundancy=redundancy)
+                                     redundancy=redundancy, token_type_ids=enc.token_type_ids)
     result.tokens = display_tokens(tokenizer, result.token_ids)
     result.warnings = list(enc.warnings)
     return result
 
 
 def stream_token_statistics(model, input_ids, attention_mask=None, special=None, keep=(),
-                            chunk_rows: int | None = None, redundancy: bool = False) -> StreamResult:
-    """``stream_statistics`` on token ids ``(1, T)``; ``attention_mask`` (1, T) marks padding with 0."""
+                            chunk_rows: int | None = None, redundancy: bool = False,
+                            token_type_ids=None) -> StreamResult:
+    """``stream_statistics`` on token ids ``(1, T)``; ``attention_mask`` (1, T) marks padding with 0;
+    ``token_type_ids`` (1, T) are a pair's segment ids."""
     start = time.perf_counter()
     causal = model_is_causal(model)
     padding = None if attention_mask is None else (torch.as_tensor(attention_mask)[0] == 0).tolist()
@@ -90,7 +92,7 @@ def stream_token_statistics(model, input_ids, attention_mask=None, special=None,
         return _Layer(metrics, PairwiseJS(n_keys, causal, padding, scratch=scratch) if redundancy else None)
 
     streamed = stream_attention(model, input_ids, consumer, attention_mask=attention_mask, keep=keep,
-                                chunk_rows=chunk_rows)
+                                chunk_rows=chunk_rows, token_type_ids=token_type_ids)
     finishing = time.perf_counter()
     metrics = stack_metrics([layer.metrics.finalize() for layer in streamed.consumers])
     distances = torch.stack([layer.js.finalize() for layer in streamed.consumers]) if redundancy else None

@@ -56,7 +56,8 @@ def _neuron_page(result_id: str, source: str, layer: int, head: int, title: str,
     """The page, or None when q·k does not give the head's attention (a rotation or bias was added)."""
     loaded = cache.load_model(source)
     with loaded.lock:
-        queries, keys, scale = query_key_vectors(loaded.model, _result.token_ids, layer, head)  # (t, d) each
+        queries, keys, scale = query_key_vectors(loaded.model, _result.token_ids, layer, head,  # (t, d) each
+                                                 _result.token_type_ids)
     if not reproduces(queries, keys, _result.attentions[layer, head], _result.causal, scale):
         return None
     return neuron_view_page(_result.attentions[layer, head], queries, keys, list(_result.tokens),

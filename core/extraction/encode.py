@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +20,7 @@ class Encoded:
     input_ids: torch.Tensor  # (1, T) int64
     special: list[bool]  # per token: added by the tokenizer ([CLS], [SEP], <s>, ...)
     warnings: list[str] = field(default_factory=list)
+    token_type_ids: torch.Tensor | None = None  # (1, T) segment ids of a pair (BERT's sentence B = 1), else None
 
 
 def check_text(text, name: str = "text") -> str:
@@ -70,7 +72,16 @@ def encode(
         raise InputError("the text produced no tokens; type a sentence with words in it")
     _check_vocab(batch["input_ids"], vocab_size)
     special = [bool(s) for s in batch["special_tokens_mask"][0].tolist()]
-    return Encoded(batch["input_ids"], special, warnings)
+    segments = batch.get("token_type_ids")  # (1, T); all 0 is what the model assumes when given none
+    return Encoded(batch["input_ids"], special, warnings, segments if segments is not None and segments.any() else None)
+
+
+def segment_inputs(model, token_type_ids, device=None) -> dict:
+    """``{"token_type_ids": ...}`` for a forward call of ``model``, when there are segment ids and its forward takes
+    them (BERT, MiniLM, ELECTRA); ``{}`` otherwise. Without them sentence B would be embedded as sentence A."""
+    if token_type_ids is None or "token_type_ids" not in inspect.signature(model.forward).parameters:
+        return {}
+    return {"token_type_ids": torch.as_tensor(token_type_ids).reshape(1, -1).to(device)}
 
 
 # The words of the warning for a pair joined without a separator (``AttentionResult.warnings``).

@@ -17,7 +17,7 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from ..device import model_device
-from .encode import encode, max_positions, special_flags
+from .encode import encode, max_positions, segment_inputs, special_flags
 from ..errors import ExtractionError
 from ..result import AttentionResult
 from .tokens import display_tokens
@@ -63,12 +63,14 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
     with eager_attention(model), torch.inference_mode():
         if getattr(model.config, "is_encoder_decoder", False):
             return _encoder_decoder(model, tokenizer, enc, target if target and target.strip() else text, limit, device)
-        out = model(input_ids=enc.input_ids.to(device), output_attentions=True, return_dict=True)
+        segments = segment_inputs(model, enc.token_type_ids, device)
+        out = model(input_ids=enc.input_ids.to(device), **segments, output_attentions=True, return_dict=True)
     attentions = stack_layers(out.attentions, "self", model)  # (L, H, T, T)
     ids = enc.input_ids[0].tolist()
     return AttentionResult(
         tokens=display_tokens(tokenizer, ids), attentions=attentions, causal=is_causal_config(model.config),
         special=enc.special, padding=[False] * len(ids), token_ids=ids, warnings=enc.warnings,
+        token_type_ids=segments["token_type_ids"][0].tolist() if segments else None,
     )
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from .encode import segment_inputs
 from .head_weights import LayerWeights, attention_weights
 
 
@@ -46,8 +47,9 @@ def _positions_in_scores(model, config) -> bool:
             or getattr(config, "relative_attention_num_buckets", None))  # MPNet's relative bias
 
 
-def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: int):
-    """``(queries [t, d], keys [t, d], scale)`` of ``head`` in ``layer`` for the tokens ``token_ids`` (CPU float32).
+def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: int, token_type_ids=None):
+    """``(queries [t, d], keys [t, d], scale)`` of ``head`` in ``layer`` for the tokens ``token_ids`` (CPU float32)
+    and, for a pair, their segment ids ``token_type_ids`` (``AttentionResult.token_type_ids``).
 
     ``scale`` is the factor on q·k before the softmax (1/√d, or 1 for T5 and GPT-Neo).
     """
@@ -66,7 +68,8 @@ def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: 
         for name, source in (("q", lw.q_source), ("k", lw.k_source))]
     try:
         with torch.inference_mode():
-            model(input_ids=torch.tensor([token_ids], device=next(model.parameters()).device))
+            device = next(model.parameters()).device
+            model(input_ids=torch.tensor([token_ids], device=device), **segment_inputs(model, token_type_ids, device))
     finally:
         for hook in hooks:
             hook.remove()

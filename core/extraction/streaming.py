@@ -37,6 +37,7 @@ from ..attention import MultiHeadAttention
 from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from ..errors import ExtractionError, InputError
+from .encode import segment_inputs
 from .extract import eval_mode
 from .scratch import Scratch, buffer
 
@@ -265,11 +266,13 @@ def stream_attention(
     keep=(),
     chunk_rows: int | None = None,
     chunk_floats: int = CHUNK_FLOATS,
+    token_type_ids: torch.Tensor | None = None,
 ) -> StreamedAttention:
     """Run ``model`` on ``input_ids`` (1, T), feeding each layer's weights to its consumer in row chunks.
 
     ``consumer_factory(layer, n_heads, n_keys)`` is called as each layer runs.
     ``attention_mask`` (1, T): 1 = token, 0 = padding, as in Hugging Face.
+    ``token_type_ids`` (1, T): a pair's segment ids (``encode.Encoded``), for models that take them.
     ``keep``: ``(layer, head)`` pairs, or layer numbers for all heads of a layer,
     whose full maps come back in ``kept``. ``chunk_rows`` fixes the rows per
     chunk; by default ``chunk_floats`` bounds heads × rows × keys.
@@ -287,7 +290,7 @@ def stream_attention(
     token = _ACTIVE.set(stream)
     try:
         with eval_mode(model), _streaming_kernels(model), torch.inference_mode():
-            output = _forward(model, input_ids, attention_mask)
+            output = _forward(model, input_ids, attention_mask, token_type_ids)
     finally:
         _ACTIVE.reset(token)
     if not stream.consumers:
@@ -296,13 +299,14 @@ def stream_attention(
                              time.perf_counter() - start)
 
 
-def _forward(model, input_ids, attention_mask):
+def _forward(model, input_ids, attention_mask, token_type_ids=None):
     if isinstance(model, AttnScopeTransformer):
         return model(input_ids, attention_mask=attention_mask)
     if getattr(model.config, "is_encoder_decoder", False):
         return model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
     no_cache = {"use_cache": False} if hasattr(model.config, "use_cache") else {}  # a KV cache costs memory
-    return model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **no_cache)
+    segments = segment_inputs(model, token_type_ids, input_ids.device)
+    return model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **segments, **no_cache)
 
 
 def _input_device(model) -> torch.device:

@@ -56,6 +56,19 @@ def test_special_tokens_flagged_and_pair_text():
     assert sum(result.special) == 3 and not any(result.padding)
 
 
+def test_a_pair_is_run_with_its_segment_ids():
+    """Sentence B is embedded as segment 1, as the tokenizer encodes it; before, every token was segment 0."""
+    model, tok = tiny.tiny_bert(), tiny.wordpiece_tokenizer()
+    result = extract_attention(model, tok, TEXT, text_pair="A second sentence.")
+    inputs = tok(TEXT, "A second sentence.", return_tensors="pt")
+    assert result.token_type_ids == inputs["token_type_ids"][0].tolist() and 1 in result.token_type_ids
+    model.set_attn_implementation("eager")
+    assert torch.equal(result.attentions, _stacked(_reference(model, **inputs).attentions))
+    alone = _stacked(_reference(model, input_ids=inputs["input_ids"]).attentions)
+    assert (result.attentions - alone).abs().max() > 1e-4
+    assert extract_attention(model, tok, TEXT).token_type_ids is None  # one sentence: all 0, nothing to pass
+
+
 def test_byte_level_markers_prettified():
     result = extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), "the fox the dog")
     assert not any("Ġ" in t for t in result.tokens)

@@ -27,6 +27,13 @@ def test_softmax_of_scaled_dot_products_is_the_attention(build, tokenizer, causa
         assert not reproduces(q, k, result.attentions[layer, (head + 1) % 4], causal, scale)  # another head's map
 
 
+def test_a_pair_s_vectors_reproduce_its_attention():
+    model = tiny.tiny_bert()
+    result = extract_attention(model, tiny.wordpiece_tokenizer(), "the quick brown fox", "jumps over the dog")
+    q, k, scale = query_key_vectors(model, result.token_ids, 1, 3, result.token_type_ids)  # (t, d) each
+    assert reproduces(q, k, result.attentions[1, 3], False, scale)
+
+
 def test_rotary_models_are_refused():
     """RoPE rotates q and k by position: q·k is not the score, though a sink head's map may look reproduced."""
     torch.manual_seed(0)
