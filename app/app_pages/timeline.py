@@ -10,7 +10,7 @@ from app.server import session
 from app.views import compare_plots
 from core.cancel import stoppable
 from diagnostics import timeline as tl
-from diagnostics.reports.compare_report import md
+from diagnostics.reports.markdown_report import md
 
 KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
 METRICS = {"entropy": "Entropy (0 = one-hot, 1 = uniform)", "sink_score": "Sink score (excess mass on one key)"}

@@ -6,9 +6,9 @@ and roles before → after, entropy and sink deltas). Model names, roles and
 messages are escaped: they come from files and uploads.
 """
 
-import re
 from html import escape
 
+from diagnostics.reports.markdown_report import md
 from diagnostics.texts import FINDING_TEXTS, SEVERITY_TITLES
 
 CSS = """
@@ -18,14 +18,6 @@ h1{font-size:1.5rem}h2{margin-top:2rem;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .5rem;border:1px solid #ddd;font-size:.85rem}
 .grid td{width:4rem;text-align:center;font-size:.75rem}
 """
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
-
-
-def md(text) -> str:
-    """``text`` with markdown's special characters escaped, on one line."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
-
-
 def _roles(fields):
     return ", ".join(fields["roles"]) or "–"
 

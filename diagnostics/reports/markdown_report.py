@@ -1,23 +1,35 @@
 """Markdown rendering of a ``Report``: model summary, findings, pattern map (with roles) per part, legends.
 
-All wording about patterns and findings comes from ``texts``.
+All wording about patterns and findings comes from ``texts``. What comes from the model or the user (its name and
+architecture, finding messages that quote tokens) is escaped with ``md``: a folder or an uploaded file may be named
+``<img src=x onerror=...>`` or ``[click](https://...)``.
 """
+
+import re
 
 from diagnostics.texts import (
     BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+
+
+def md(text) -> str:
+    """``text`` with markdown's special characters escaped, on one line."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
 def render_markdown(report):
     m = report.model
-    lines = [f"# AttnScope diagnosis: {m['name']}", ""]
+    lines = [f"# AttnScope diagnosis: {md(m['name'])}", ""]
     lines += [
         "| | |", "|---|---|",
-        f"| architecture | {m['architecture']} ({m.get('model_type') or 'custom'}) |",
+        f"| architecture | {md(m['architecture'])} ({md(m.get('model_type') or 'custom')}) |",
         f"| layers × heads | {_shape(m)} |",
         f"| parameters | {m['parameters']:,} |",
         f"| causal | {'yes' if m['causal'] else 'no'} |",
-        f"| device | {m['device']} |",
+        f"| device | {md(m['device'])} |",
         f"| probes | {len(report.probes) or 'random token ids'} |",
         f"| time | {m['elapsed_s']:.1f} s |", "",
     ]
@@ -27,8 +39,8 @@ def render_markdown(report):
         lines += ["No findings: every head looks ordinary on the probe texts.", ""]
     for f in report.findings:
         lines += [f"### {SEVERITY_TITLES[f.severity]}: {FINDING_TEXTS[f.code].title} (`{f.code}`)", "",
-                  f.message, "", f"*What it means:* {FINDING_TEXTS[f.code].meaning}", "",
-                  f"*What to do:* {f.suggestion}", ""]
+                  md(f.message), "", f"*What it means:* {FINDING_TEXTS[f.code].meaning}", "",
+                  f"*What to do:* {md(f.suggestion)}", ""]
     for part in report.parts:
         lines += _pattern_table(report, part)
     lines += ["## Patterns", "", "| pattern | looks like | usual reading | what to do |", "|---|---|---|---|"]

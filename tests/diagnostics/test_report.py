@@ -143,3 +143,16 @@ def test_bad_sources():
         diagnose(42)
     with pytest.raises(core.ModelLoadError):
         diagnose("/definitely/not/a/model/folder")
+
+
+def test_markdown_shows_names_and_messages_as_text(report):
+    """A folder or upload may be named like markup; the report's heading, table and findings keep it as text."""
+    hostile = "x <img src=x onerror=alert(1)> [click](https://evil.example) | col"
+    finding = replace(report.findings[0], message=f"sinks on '{hostile}'") if report.findings else None
+    named = replace(report, model={**report.model, "name": hostile, "architecture": "**Bert**"},
+                    findings=[finding] if finding else [])
+    markdown = named.to_markdown()
+    assert hostile not in markdown and not re.search(r"(?<!\\)<img", markdown) and "](https" not in markdown
+    assert r"# AttnScope diagnosis: x \<img src=x onerror=alert\(1\)\> \[click\]\(https://evil.example\) \| col" \
+        in markdown
+    assert r"| architecture | \*\*Bert\*\* (" in markdown
