@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
 from .build import check_config_sizes
 from .checkpoint import expand_user, load_checkpoint
@@ -102,8 +102,8 @@ def _load_installed(path: Path, progress):
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
+    except (OSError, ValueError, RecursionError) as err:  # bad JSON or UTF-8, a 5,000-digit number, deep nesting
+        raise ModelLoadError(f"{path} is not valid JSON ({first_line(err)})") from None
 
 
 def _tokenizer_or_none(path: str, offline: bool = True):
@@ -157,20 +157,15 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
                 local_files_only=offline, **extra,
             )
     except Exception as err:
-        raise ModelLoadError(f"could not load the weights of {path!r}: {_first_line(err)}") from None
+        raise ModelLoadError(f"could not load the weights of {path!r}: {first_line(err)}") from None
     return model, _tokenizer_or_none(path, offline)
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
 def _not_found_message(path: str, local: bool, err: Exception) -> str:
     if local:
-        return f"{path} has a config.json that transformers cannot read ({_first_line(err)})"
+        return f"{path} has a config.json that transformers cannot read ({first_line(err)})"
     return (
         f"could not load model {path!r}: it is not a local folder and it could not be fetched from the "
         f"Hugging Face Hub or found in the local cache (offline, or an unknown id?). Use a local model "
-        f"folder path or a known model: {', '.join([*ALIASES, *DEMO_MODELS])}. [{_first_line(err)}]"
+        f"folder path or a known model: {', '.join([*ALIASES, *DEMO_MODELS])}. [{first_line(err)}]"
     )

@@ -123,6 +123,18 @@ def config_not_json(d: Path) -> Path:
     return _zip(d / "bad_json.zip", {"config.json": "{model_type: bert", "model.safetensors": save(_state(tiny_bert()))})
 
 
+def config_huge_number(d: Path) -> Path:
+    """A 5,000-digit number: json.loads refuses it with a plain ValueError (Python's int-conversion limit)."""
+    config = json.dumps(_bert_config())[:-1] + ', "x": ' + "9" * 5000 + "}"
+    return _zip(d / "huge_number.zip", {"config.json": config, "model.safetensors": save(_state(tiny_bert()))})
+
+
+def config_deep_nesting(d: Path) -> Path:
+    """100,000 nested lists: json.loads runs out of recursion depth."""
+    config = json.dumps(_bert_config())[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    return _zip(d / "deep.zip", {"config.json": config, "model.safetensors": save(_state(tiny_bert()))})
+
+
 def shape_mismatch(d: Path) -> Path:
     return _folder_zip(d / "mismatch.zip", _bert_config(intermediate_size=40), save(_state(tiny_bert())))
 
@@ -246,7 +258,8 @@ def config_too_big(d: Path) -> Path:
 
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open,
-    pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, shape_mismatch, wrong_family, unsupported_architecture,
+    pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, config_huge_number,
+    config_deep_nesting, shape_mismatch, wrong_family, unsupported_architecture,
     unknown_state_dict, state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal,
     zip_absolute, zip_many_entries, zip_huge_declared, tar_symlink, tar_hardlink, tar_device, tar_traversal,
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,

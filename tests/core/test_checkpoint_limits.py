@@ -115,6 +115,16 @@ def test_the_trusted_path_checks_config_sizes_too(tmp_path, capsys):
     assert "num_attention_heads to -4" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["9" * 5000, "[" * 100_000 + "]" * 100_000], ids=["huge-number", "deep"])
+def test_a_config_json_refuses_to_parse_in_one_line_on_the_trusted_path(tmp_path, capsys, value):
+    folder = bert_folder(tmp_path / "root" / "odd")
+    (folder / "config.json").write_text((folder / "config.json").read_text().rstrip()[:-1] + f', "x": {value}}}')
+    with pytest.raises(core.ModelLoadError, match=r"config.json is not valid JSON \((ValueError|RecursionError): "):
+        core.load_model(str(folder))
+    assert cli.main([str(folder), "--quiet"]) == 2  # exit 3, "internal error", before
+    assert "is not valid JSON" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- archives: budgets by real size
 
 def _zip(entries: dict[str, bytes], method=zipfile.ZIP_DEFLATED) -> bytes:
