@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from core.cancel import progress_span
+from core.checkpoints.build import MAX_HEADS, MAX_LAYERS
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
 from core.errors import InputError
 from diagnostics.compare import role_names
@@ -58,7 +59,8 @@ class Timeline:
         for i, record in enumerate(self.records):
             for h in record["heads"]:
                 value = h["metrics"].get(name)
-                if h["part"] == part and h["layer"] < n_layers and h["head"] < n_heads and value is not None:
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if h["part"] == part and h["layer"] < n_layers and h["head"] < n_heads and number:
                     out[i, h["layer"], h["head"]] = value
         return out
 
@@ -113,15 +115,41 @@ def parse_log(data) -> Timeline:
 def _parse_line(line: str, number: int) -> dict:
     try:
         record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise InputError(f"line {number} of the log is not JSON ({err.msg}); give the .jsonl written by "
+    except (ValueError, RecursionError) as err:  # bad JSON, a 5,000-digit number, deep nesting
+        why = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
+        raise InputError(f"line {number} of the log is not JSON ({why}); give the .jsonl written by "
                          "AttentionMonitor") from None
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise InputError(f"line {number} of the log is not an AttnScope monitor record (schema {SCHEMA})")
-    if not isinstance(record.get("step"), int) or not isinstance(record.get("heads"), list):
-        raise InputError(f"line {number} of the log has no step or heads; the file is damaged")
     record.setdefault("findings", [])
+    damage = _damage(record)
+    if damage:
+        raise InputError(f"line {number} of the log has {damage}; the file is damaged")
     return record
+
+
+def _damage(record: dict) -> str | None:
+    """What a record lacks that the Timeline reads (``monitor.record_of``'s fields), or None."""
+    heads, findings = record.get("heads"), record["findings"]
+    if not _whole(record.get("step"), 0, None) or not isinstance(heads, list) or not heads:
+        return "no step or heads"
+    for h in heads:
+        if not (isinstance(h, dict) and _text(h, "part", "pattern") and _whole(h.get("layer"), 0, MAX_LAYERS)
+                and _whole(h.get("head"), 0, MAX_HEADS) and isinstance(h.get("metrics"), dict)
+                and isinstance(h.get("roles", []), list)):
+            return "a head without its part, layer, head, pattern, roles and metrics"
+    if not isinstance(findings, list) or not all(
+            isinstance(f, dict) and _text(f, "code", "severity", "part", "message") for f in findings):
+        return "a finding without its code, severity, part and message"
+    return None
+
+
+def _whole(value, low, high) -> bool:
+    return type(value) is int and value >= low and (high is None or value < high)
+
+
+def _text(entry: dict, *keys) -> bool:
+    return all(isinstance(entry.get(key), str) for key in keys)
 
 
 def _timeline(records: list[dict]) -> Timeline:

@@ -34,7 +34,7 @@ def inputs_ui():
 def load(kind, value) -> dict:
     """``{run name: Timeline}``; checkpoints are diagnosed one by one under a progress bar."""
     if kind == KINDS[0]:
-        return {name: tl.parse_log(data) for name, data in value}
+        return dict(zip(_distinct([name for name, _ in value]), (tl.parse_log(data) for _, data in value)))
     if kind == KINDS[1]:
         return {_short(path, value): tl.read_log(path) for path in value}
     bar = st.progress(0.0, text="Loading checkpoints…")
@@ -46,17 +46,32 @@ def load(kind, value) -> dict:
         bar.empty()
 
 
+def _distinct(names) -> list[str]:
+    """Upload names made distinct: two runs' ``attention.jsonl`` are "attention.jsonl" and "attention.jsonl (2)"."""
+    out = []
+    for name in names:
+        label, copy = name, 1
+        while label in out:
+            copy += 1
+            label = f"{name} ({copy})"
+        out.append(label)
+    return out
+
+
 def _short(path, paths) -> str:
     """The file name, or the path where two logs share a name: runs are named, server paths not shown."""
     name = Path(path).name
     return name if sum(Path(p).name == name for p in paths) == 1 else path
 
 
-def run_ui(name, timeline, metric, layer) -> None:
+def run_ui(name, timeline, metric, layer, part) -> None:
     st.subheader(md(name))
     for note in timeline.notes:
         st.info(note)
-    values = timeline.metric(metric)  # (steps, layers, heads)
+    if part not in timeline.parts:
+        st.info(f"This run has no {part} heads.")
+        return
+    values = timeline.metric(metric, part)  # (steps, layers, heads)
     st.plotly_chart(compare_plots.steps_heatmap_figure(values, timeline.steps, METRICS[metric]),
                     key=f"tl_heat_{name}")
     if layer < values.shape[1]:
@@ -64,8 +79,10 @@ def run_ui(name, timeline, metric, layer) -> None:
                         key=f"tl_lines_{name}")
     st.markdown("**Findings: first step**")
     findings = timeline.first_findings()
-    st.dataframe(pd.DataFrame(findings)[["code", "severity", "first_step", "first_error_step", "last_step", "message"]]
-                 if findings else pd.DataFrame(), hide_index=True, key=f"tl_findings_{name}")
+    columns = ["part"] * (len(timeline.parts) > 1) + ["code", "severity", "first_step", "first_error_step", "last_step",
+                                                      "message"]
+    st.dataframe(pd.DataFrame(findings)[columns] if findings else pd.DataFrame(), hide_index=True,
+                 key=f"tl_findings_{name}")
     changes = timeline.pattern_changes()
     with st.expander(f"Pattern and role changes ({len(changes)})"):
         st.dataframe(pd.DataFrame(changes), hide_index=True, key=f"tl_changes_{name}")
@@ -87,12 +104,14 @@ if st.button("Load", type="primary", key="tl_run"):
 timelines = st.session_state.get("timelines")
 if timelines:
     try:
-        cols = st.columns(2)
+        parts = list(dict.fromkeys(part for t in timelines.values() for part in t.parts))
+        cols = st.columns(3 if len(parts) > 1 else 2)
         metric = cols[0].radio("Metric", list(METRICS), format_func=METRICS.get, key="tl_metric", horizontal=True)
-        layers = max(t.shape()[0] for t in timelines.values())
+        part = cols[2].radio("Part", parts, key="tl_part", horizontal=True) if len(parts) > 1 else parts[0]
+        layers = max(t.shape(part)[0] for t in timelines.values() if part in t.parts)
         layer = cols[1].selectbox("Layer for the lines", range(layers), key="tl_layer")
         for column, (name, timeline) in zip(st.columns(len(timelines)), timelines.items()):
             with column:
-                run_ui(name, timeline, metric, layer)
+                run_ui(name, timeline, metric, layer, part)
     except Exception as err:  # noqa: BLE001
         errors.show(err)

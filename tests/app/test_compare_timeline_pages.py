@@ -89,6 +89,38 @@ def test_timeline_shows_two_committed_logs_side_by_side():
     assert not at.exception and not _errors(at)
 
 
+def test_timeline_keeps_two_uploads_of_the_same_name_apart():
+    """Two runs' attention.jsonl (docs/training.md logs to runs/<name>/attention.jsonl): one run was dropped."""
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload")
+    uploader.upload("attention.jsonl", (LOGS / "healthy.jsonl").read_bytes())
+    uploader.upload("attention.jsonl", (LOGS / "qk_x10.jsonl").read_bytes()).run()
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert [h.value for h in at.subheader] == ["attention.jsonl", r"attention.jsonl \(2\)"]  # markdown-escaped
+    assert len(at.get("plotly_chart")) == 4
+
+
+def test_timeline_of_an_encoder_decoder_picks_its_part(tmp_path):
+    from diagnostics.monitor import AttentionMonitor
+    from tiny import tiny_bart, wordpiece_tokenizer
+
+    log = tmp_path / "bart.jsonl"
+    monitor = AttentionMonitor(wordpiece_tokenizer(), probes=["the quick brown fox jumps over the lazy dog"], every=1,
+                               log_path=log)
+    model = tiny_bart()
+    for step in (0, 10):
+        monitor.on_step(model, step)
+    at = _page("timeline")
+    at.file_uploader(key="tl_upload").upload("bart.jsonl", log.read_bytes()).run()
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert at.radio(key="tl_part").options == ["encoder", "decoder", "cross"]
+    at.radio(key="tl_part").set_value("cross").run()
+    assert not at.exception and not _errors(at) and len(at.get("plotly_chart")) == 2
+    assert at.selectbox(key="tl_layer").options == ["0", "1"]  # the cross part's 2 layers
+
+
 def test_timeline_path_outside_the_roots_is_one_error(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
     at = _page("timeline")

@@ -1,7 +1,9 @@
 """``diagnostics.timeline``: monitor logs and Trainer checkpoint folders as metrics over steps, changes, findings."""
 
 import json
+import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -57,6 +59,40 @@ def test_repeated_steps_keep_the_later_measurement(log_text):
 def test_bad_logs_are_one_line_errors(text, message):
     with pytest.raises(InputError, match=message):
         parse_log(text)
+
+
+DAMAGE = {  # a change to the first record -> the error it gets (each crashed the Timeline with a raw error before)
+    "huge step": (lambda r: r.update(step=None), "not JSON (ValueError)"),
+    "empty heads": (lambda r: r.update(heads=[]), "has no step or heads"),
+    "heads of numbers": (lambda r: r.update(heads=[1, 2]), "a head without its part"),
+    "head without part": (lambda r: r["heads"][0].pop("part"), "a head without its part"),
+    "layer as text": (lambda r: r["heads"][0].update(layer="0"), "a head without its part"),
+    "layer of a billion": (lambda r: r["heads"][0].update(layer=10**9), "a head without its part"),
+    "findings a number": (lambda r: r.update(findings=5), "a finding without its code"),
+    "finding without part": (lambda r: r["findings"][0].pop("part"), "a finding without its code"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_damaged_records_are_one_line_errors(log_text, case):
+    change, message = DAMAGE[case]
+    record = json.loads(log_text.splitlines()[2])  # step 20: it has findings
+    change(record)
+    text = json.dumps(record) if case != "huge step" else json.dumps(record).replace("null", "9" * 5000, 1)
+    with pytest.raises(InputError, match=rf"^line 1 of the log .*{re.escape(message)}"):
+        parse_log(text)
+
+
+def test_deeply_nested_lines_are_one_line_errors():
+    with pytest.raises(InputError, match=r"line 1 of the log is not JSON \(RecursionError\)"):
+        parse_log("[" * 100_000 + "]" * 100_000)
+
+
+def test_a_metric_that_is_not_a_number_is_left_out(log_text):
+    record = json.loads(log_text.splitlines()[0])
+    record["heads"][0]["metrics"]["entropy"] = "high"
+    entropy = parse_log(json.dumps(record)).metric("entropy")  # (1, L, H)
+    assert np.isnan(entropy[0, 0, 0]) and not np.isnan(entropy[0, 0, 1])
 
 
 def test_read_log_stays_inside_the_allowed_roots(log_text, tmp_path):
