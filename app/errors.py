@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import streamlit as st
@@ -23,6 +24,17 @@ def message(err: Exception) -> str:
 
 def show(err: Exception) -> None:
     shown(message(err))
+
+
+def caught(draw):
+    """``draw`` with any error shown as one line: under ``st.fragment`` an error would be a traceback on the page."""
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        try:
+            return draw(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001  Streamlit's rerun and stop signals are BaseExceptions: they pass
+            show(err)
+    return drawn
 
 
 def shown(text: str) -> None:

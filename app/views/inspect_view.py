@@ -8,6 +8,7 @@ A head or view switch reruns only ``explorer_ui``, and every array it draws is c
 import streamlit as st
 
 import core
+from app import errors
 from app.names import display_name
 from app.plain import for_markdown
 from app.views import bertviz_ui, derived, head_detail, plots
@@ -61,6 +62,7 @@ def head_summary(result_id: str, result: core.AttentionResult, layer: int, head:
 
 
 @st.fragment
+@errors.caught
 def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> None:
     """Layer, head and view pickers, the map and what describes it; a change here reruns only this."""
     cols = st.columns([1, 1, 3.6, 2.2], vertical_alignment="bottom")

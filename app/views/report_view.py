@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from app import errors
 from app.views import head_detail, plots
 from app.names import file_stem
 from app.plain import for_markdown
@@ -99,6 +100,7 @@ def explorer_ui(report, part: str) -> None:
 
 
 @st.fragment
+@errors.caught
 def head_ui(report, part: str, heads) -> None:
     """One head (or layer view) of one probe; a change here reruns only this."""
     cols = st.columns(3)

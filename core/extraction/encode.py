@@ -72,6 +72,9 @@ def encode(
         raise InputError("the text produced no tokens; type a sentence with words in it")
     _check_vocab(batch["input_ids"], vocab_size)
     special = [bool(s) for s in batch["special_tokens_mask"][0].tolist()]
+    if all(special):  # e.g. only a zero-width space, which the tokenizer drops: [CLS] [SEP]
+        raise InputError(f"the text gives no tokens besides the tokenizer's own ({len(special)} special tokens); "
+                         "type a sentence with words in it")
     segments = batch.get("token_type_ids")  # (1, T); all 0 is what the model assumes when given none
     return Encoded(batch["input_ids"], special, warnings, segments if segments is not None and segments.any() else None)
 

@@ -154,6 +154,27 @@ def test_inspect_empty_text_is_an_error(bert_folder):
     assert not _errors(at) and len(_charts(at)) == 2  # the app keeps working
 
 
+def test_inspect_text_of_only_dropped_characters_is_an_error(bert_folder):
+    """A zero-width space (pasted web text) passes str.strip but the tokenizer drops it: [CLS] [SEP] only."""
+    at = _inspect(_app(), str(bert_folder), text="\u200b")
+    assert not at.exception
+    assert any("no tokens besides the tokenizer" in e for e in _errors(at)), _errors(at)
+
+
+def test_an_error_in_the_head_explorer_is_one_line_not_a_traceback(bert_folder, monkeypatch):
+    """The explorer is a fragment: an error there was a traceback, and the page's own handler never saw it."""
+    from app.views import head_detail
+
+    at = _inspect(_app(), str(bert_folder))
+    monkeypatch.setattr(head_detail, "build_view", lambda *a, **k: 1 / 0)
+    at.selectbox(key="layer").set_value(1).run()
+    assert not at.exception
+    assert any("ZeroDivisionError" in e for e in _errors(at)), _errors(at)
+    monkeypatch.undo()
+    at.selectbox(key="head").set_value(2).run()
+    assert not at.exception and not _errors(at) and _headings(at)[0] == "Layer 1, head 2"  # the page keeps working
+
+
 def test_inspect_unknown_model_is_an_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     at = _inspect(_app(), "no-such-org/no-such-model-attnscope")

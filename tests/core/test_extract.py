@@ -136,6 +136,13 @@ class _Heard(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+@pytest.mark.parametrize("text", ["\u200b", "\x07"])
+def test_text_of_only_special_tokens_is_an_input_error(text):
+    """Characters the tokenizer drops leave [CLS] [SEP]: nothing of the user's to show, and hiding specials breaks."""
+    with pytest.raises(InputError, match=r"^the text gives no tokens besides the tokenizer's own \(\d special"):
+        extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), text)
+
+
 @pytest.mark.parametrize("text", ["", "   "])
 def test_empty_text_is_value_error(text):
     with pytest.raises(ValueError, match="empty"):
