@@ -132,8 +132,8 @@ class _Writer:
         self.budget = limits.max_total_bytes if packed_bytes is None else limits.unpack_budget(packed_bytes)
         self.packed = packed_bytes
 
-    def count_entry(self, entries: int = 1) -> None:
-        self.entries += entries
+    def count_entry(self) -> None:
+        self.entries += 1
         if self.entries > self.limits.max_entries:
             raise CheckpointError(TOO_MANY.format(name=self.name, limit=self.limits.max_entries, env=ENV_MAX_ENTRIES))
 
@@ -211,11 +211,10 @@ def _extract_zip(path: Path, writer: _Writer) -> None:
 
 def _check_zip_directory(path: Path, writer: _Writer) -> None:
     """Refuse a central directory too large for ``max_entries`` before ``ZipFile`` parses all of it."""
+    limit = writer.limits.max_entries
     entries, size = zip_directory(path)
-    if size > writer.limits.max_entries * _MAX_DIRECTORY_ENTRY_BYTES:
-        writer.count_entry(writer.limits.max_entries + 1)
-    writer.count_entry(entries)
-    writer.entries = 0  # counted again, one by one, from what ZipFile finds
+    if entries > limit or size > limit * _MAX_DIRECTORY_ENTRY_BYTES:  # ZipFile reads entries by size, not count
+        raise CheckpointError(TOO_MANY.format(name=writer.name, limit=limit, env=ENV_MAX_ENTRIES))
 
 
 def zip_directory(path: Path) -> tuple[int, int]:

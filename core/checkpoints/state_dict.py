@@ -20,8 +20,8 @@ import torch
 from safetensors.torch import load_file as load_safetensors_file
 
 from ..errors import CheckpointError
-from .archive import zip_directory
 from ..errors import first_line as _first_line
+from .archive import zip_directory
 
 SAFETENSORS_SUFFIX = ".safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
