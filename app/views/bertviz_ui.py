@@ -38,7 +38,8 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
     if page.note:
         st.info(page.note)
     st.iframe(page.html, height=min(MAX_FRAME_PX, 60 + FRAME_PX * len(page.layers)))
-    name = file_stem(model, "bertviz-model-view", "layers", "-".join(map(str, page.layers)))
+    part = [] if result.kind == "self" else [result.kind]  # an encoder-decoder's three parts save apart
+    name = file_stem(model, *part, "bertviz-model-view", "layers", "-".join(map(str, page.layers)))
     st.download_button("Save this view (standalone HTML)",
                        lambda: _page(result_id, tuple(page.layers), tuple(page.heads),
                                      f"{model}: BertViz model view", True, result).html,

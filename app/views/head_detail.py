@@ -37,9 +37,10 @@ class MapView:
     queries: list[str]
     keys: list[str]
     mode: str  # a key of MODES
-    heading: str  # what the map shows, e.g. "Layer 2, head 5"
+    heading: str  # what the map shows, e.g. "Layer 2, head 5" or "Cross-attention, layer 2, head 5"
     model: str  # the model's display name (never a server path)
     notes: list[str] = field(default_factory=list)
+    part: str = "self"  # AttentionResult.kind: cross maps zoom queries and keys apart
 
     @property
     def title(self) -> str:
@@ -50,19 +51,25 @@ class MapView:
         return file_stem(self.model, self.heading)
 
 
-def heading(mode: str, layer: int, head: int, n_heads: int) -> str:
-    """The heading a view shows above its map (and the base of its export names)."""
+PARTS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross-attention"}
+
+
+def heading(mode: str, layer: int, head: int, n_heads: int, part: str = "self") -> str:
+    """The heading a view shows above its map (and the base of its export names); an encoder-decoder's part first."""
     if mode == "average":
-        return f"Layer {layer}, average of {n_heads} heads"
-    if mode == "rollout":
-        return f"Attention rollout through layer {layer}"
-    return f"Layer {layer}, head {head}"
+        text = f"Layer {layer}, average of {n_heads} heads"
+    elif mode == "rollout":
+        text = f"Attention rollout through layer {layer}"
+    else:
+        text = f"Layer {layer}, head {head}"
+    return f"{PARTS[part]}, {text[0].lower()}{text[1:]}" if part in PARTS else text
 
 
 def options_ui(prefix: str, result: core.AttentionResult, columns=None) -> dict:
     """Mode, special tokens and colour scale for the heatmap (in ``columns`` when given: one for each)."""
     cols = columns or st.columns([2, 1, 1])
-    rollout_ok = result.attentions.shape[-1] == result.attentions.shape[-2]
+    # rollout multiplies self-attention maps; a cross map is square whenever the decoder text is the encoder's
+    rollout_ok = result.kind != "cross" and result.attentions.shape[-1] == result.attentions.shape[-2]
     modes = [m for m in MODES if m != "rollout" or rollout_ok]
     mode = cols[0].radio("Show", modes, format_func=MODES.get, key=f"{prefix}mode", horizontal=True)
     hide = cols[1].checkbox("Hide special tokens", key=f"{prefix}hide_special")
@@ -83,24 +90,34 @@ def build_view(result_id: str, result: core.AttentionResult, layer: int, head: i
                          "over the remaining keys.")
         else:
             notes.append("This input has no special tokens; nothing was hidden.")
-    return MapView(weights, queries, keys, mode, heading(mode, layer, head, result.n_heads), model, notes)
+    return MapView(weights, queries, keys, mode, heading(mode, layer, head, result.n_heads, result.kind), model, notes,
+                   result.kind)
 
 
 def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
     for note in view.notes:
         st.info(note)
-    weights, queries, keys = view.weights, view.queries, view.keys
+    weights, (q0, q1), (k0, k1) = view.weights, (0, len(view.queries)), (0, len(view.keys))
     if max(weights.shape) > plots.MAX_CELLS:
-        lo, hi = st.slider("Zoom to query tokens", 0, len(queries), (0, len(queries)), key=f"{prefix}window")
-        hi = max(hi, lo + 1)
-        square = len(queries) == len(keys)
-        weights, queries = weights[lo:hi, lo:hi] if square else weights[lo:hi], queries[lo:hi]
-        keys = keys[lo:hi] if square else keys
-        block = views.pool_factor(max(weights.shape), plots.MAX_CELLS)
-        if block > 1:
-            st.caption(f"{len(view.queries)} tokens: each cell shows the largest weight of a {block}×{block} block. "
+        q0, q1 = _window("Zoom to query tokens", len(view.queries), f"{prefix}window")
+        if view.part == "cross":  # queries are decoder tokens, keys encoder tokens: each axis its own window
+            k0, k1 = _window("Zoom to key tokens", len(view.keys), f"{prefix}key_window")
+        else:  # self-attention: the window is the same tokens on both axes
+            k0, k1 = q0, q1
+        weights = weights[q0:q1, k0:k1]  # (q', k')
+        bq, bk = views.pool_factor(q1 - q0, plots.MAX_CELLS), views.pool_factor(k1 - k0, plots.MAX_CELLS)
+        if bq * bk > 1:
+            st.caption(f"{q1 - q0} × {k1 - k0} tokens: each cell shows the largest weight of a {bq}×{bk} block. "
                        "Narrow the zoom window for full detail; the exports hold every weight.")
-    st.plotly_chart(plots.heatmap_figure(weights, queries, keys, log_scale, view.title), key=f"{prefix}heatmap")
+    figure = plots.heatmap_figure(weights, view.queries[q0:q1], view.keys[k0:k1], log_scale, view.title, (q0, k0))
+    st.plotly_chart(figure, key=f"{prefix}heatmap")
+
+
+def _window(label: str, n: int, key: str) -> tuple[int, int]:
+    """A zoom slider's ``(start, end)``, never empty (a slider set to (n, n) gives the last token)."""
+    lo, hi = st.slider(label, 0, n, (0, n), key=key)
+    lo = min(lo, n - 1)
+    return lo, max(hi, lo + 1)
 
 
 def pattern_ui(pattern) -> None:
@@ -143,7 +160,7 @@ def head_view_ui(prefix: str, result_id: str, result: core.AttentionResult, laye
 
 def export_info(view: MapView, layer: int, head: int, metrics: dict, pattern) -> dict:
     """What the JSON export says about its map: the head, its metrics and pattern only for a head's own map."""
-    info = {"model": view.model, "view": view.mode, "heading": view.heading, "layer": layer}
+    info = {"model": view.model, "part": view.part, "view": view.mode, "heading": view.heading, "layer": layer}
     if view.mode == "head":
         info.update(head=head, metrics=metrics,
                     pattern=None if pattern is None else {"label": plots.pattern_label(pattern),

@@ -143,6 +143,11 @@ def test_inspect_encoder_decoder_parts(bart_folder):
         assert len(_charts(at)) == 2
     options = at.radio(key="inspect_mode").options
     assert len(options) == 2 and not any("rollout" in o.lower() for o in options)  # cross-attention: no rollout
+    assert _headings(at)[0] == "Cross-attention, layer 0, head 0"  # the part names the view and its exports
+    at.text_input(key="target").set_value("").run()  # no target: the decoder reads the text, a square cross map
+    at.button(key="run").click().run()
+    at.radio(key="part").set_value("cross").run()
+    assert not any("rollout" in o.lower() for o in at.radio(key="inspect_mode").options)
 
 
 def test_inspect_empty_text_is_an_error(bert_folder):
@@ -344,4 +349,32 @@ def test_long_map_is_pooled_with_a_zoom_slider():
     at = AppTest.from_function(page, default_timeout=TIMEOUT).run()
     assert not at.exception, at.exception
     assert at.slider(key="t_window").value == (0, 300)
-    assert any("largest weight of a 3×3 block" in c.value for c in at.caption)
+    assert any("300 × 300 tokens: each cell shows the largest weight of a 3×3 block" in c.value for c in at.caption)
+    at.slider(key="t_window").set_value((150, 200)).run()
+    labels = at.get("plotly_chart")[0].proto.spec
+    assert '"150 t150"' in labels and '"199 t199"' in labels and '"0 t150"' not in labels  # positions, not 0..49
+    at.slider(key="t_window").set_value((300, 300)).run()
+    assert not at.exception and '"299 t299"' in at.get("plotly_chart")[0].proto.spec  # never an empty map
+
+
+def test_a_long_cross_map_zooms_queries_and_keys_apart():
+    def page():
+        import torch
+
+        from app.views import head_detail
+
+        weights = torch.softmax(torch.randn(300, 300), -1)  # (decoder q, encoder k): square, yet not self-attention
+        view = head_detail.MapView(weights, [f"d{i}" for i in range(300)], [f"e{i}" for i in range(300)], "head",
+                                   "Cross-attention, layer 0, head 0", "m", part="cross")
+        head_detail.heatmap_ui("t_", view, log_scale=False)
+
+    at = AppTest.from_function(page, default_timeout=TIMEOUT).run()
+    at.slider(key="t_window").set_value((0, 10)).run()
+    assert not at.exception, at.exception
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert '"9 d9"' in spec and '"10 d10"' not in spec  # the query window
+    assert '"297–299 e297…"' in spec  # every encoder key still there (pooled 3 to a cell) ...
+    assert any("10 × 300 tokens" in c.value and "1×3 block" in c.value for c in at.caption)
+    at.slider(key="t_key_window").set_value((100, 200)).run()
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert '"100 e100"' in spec and '"199 e199"' in spec and not at.caption  # ... until the key window narrows them
