@@ -1,5 +1,8 @@
 """The Diagnose page's results: summary, pattern counts, findings, head explorer, report downloads."""
 
+import uuid
+import weakref
+
 import streamlit as st
 
 from app import errors
@@ -62,8 +65,21 @@ def _pick_from_map() -> None:
 
 
 def report_key(report, part: str, sample: int = 0) -> str:
-    """Cache key of one report's map: a report lives in session state, so its id is stable while shown."""
-    return f"report/{id(report)}/{report.model.get('elapsed_s')}/{part}/{sample}"
+    """Cache key of one report's map. The caches are shared by every session, so the key is a random id given
+    to the report object once (``id(report)`` alone is reused once a report is freed: another user's maps)."""
+    return f"report/{_report_id(report)}/{part}/{sample}"
+
+
+_REPORT_IDS = {}  # id(report) -> (weak reference to it, its random id); an entry goes with its report
+
+
+def _report_id(report) -> str:
+    entry = _REPORT_IDS.get(id(report))
+    if entry is None or entry[0]() is not report:
+        key = id(report)
+        entry = (weakref.ref(report, lambda _: _REPORT_IDS.pop(key, None)), uuid.uuid4().hex)
+        _REPORT_IDS[key] = entry
+    return entry[1]
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

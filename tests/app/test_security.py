@@ -266,3 +266,23 @@ def test_pages_lock_shared_known_models_once_each_and_in_name_order(monkeypatch)
     taken.clear()
     with sources.opened_models([x, x], None, [None, None]) as [(first, _, _), (second, _, _)]:
         assert first is second and taken == [x]
+
+
+def test_report_maps_are_cached_under_a_random_id_not_the_object_s_address():
+    """The map caches are shared by every session; id(report) is reused once a report is freed."""
+    import gc
+    from dataclasses import replace
+
+    from app.views import report_view
+    from diagnostics import diagnose
+    from tiny import tiny_bert, wordpiece_tokenizer
+
+    report = diagnose((tiny_bert(), wordpiece_tokenizer()), ["the quick brown fox jumps over the lazy dog"])
+    again = replace(report)  # the same content, elapsed time included: the old key could not tell them apart
+    key = report_view.report_key(report, "self")
+    assert report_view.report_key(report, "self") == key != report_view.report_key(again, "self")
+    assert re.fullmatch(r"report/[0-9a-f]{32}/self/0", key)
+    address = id(again)
+    del again
+    gc.collect()
+    assert address not in report_view._REPORT_IDS  # nothing kept for a freed report
