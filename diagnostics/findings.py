@@ -40,6 +40,7 @@ SEVERITIES = ("error", "warning", "info")  # most severe first
 WARNING_SHARE = 0.25
 ERROR_SHARE = 0.5
 LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
+    "non_finite_attention": ("error", "error", "error"),  # one NaN head makes every later layer NaN
     "diffuse_heads": ("info", "warning", "error"),
     "saturated_heads": ("info", "warning", "error"),
     "dead_heads": ("info", "warning", "error"),
@@ -172,8 +173,9 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
     induction and duplicate-token heads, whose sharpness is their role.
     """
     total = metrics["entropy"].numel()
-    out = []
     entropy = metrics["entropy"]
+    broken = ~torch.isfinite(entropy) | ~torch.isfinite(metrics["confidence"])  # (L, H): NaN or inf maps
+    out = [make_finding("non_finite_attention", _flagged(broken), total, part)] if broken.any() else []
     saturated = saturated_mask(metrics, copying)  # (L, H)
     checks = [
         ("diffuse_heads", diffuse_mask(metrics), metrics["uniform_gap"], {"threshold": DIFFUSE_GAP}),
@@ -198,9 +200,10 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
 
 
 def cap_severity(findings, worst="warning"):
-    """The findings with every severity above ``worst`` lowered to it (findings from unfit or short probes)."""
+    """The findings with every severity above ``worst`` lowered to it (findings from unfit or short probes);
+    NaN maps are broken on any probe, so ``non_finite_attention`` keeps its error."""
     for f in findings:
-        if severity_rank(f.severity) < severity_rank(worst):
+        if severity_rank(f.severity) < severity_rank(worst) and f.code != "non_finite_attention":
             f.severity = worst
     return findings
 

@@ -154,6 +154,15 @@ def borderline_note(metrics: dict) -> str:
 
 
 FINDING_TEXTS = {
+    "non_finite_attention": FindingText(
+        "NaN or infinite attention",
+        "These heads' attention weights are NaN or infinite: a weight or an activation overflowed, as in a "
+        "diverged training run. Every layer they feed is NaN too, so the other findings and the patterns of "
+        "these heads mean nothing.",
+        "Find the non-finite tensors (torch.isfinite on each weight) and go back to the last checkpoint without "
+        "them; then lower the learning rate, clip gradients, or train in bf16/fp32 instead of fp16.",
+        "{count} of {total} heads ({percent}) give NaN or infinite attention weights: {heads}.",
+    ),
     "diffuse_heads": FindingText(
         "Near-uniform heads",
         "These heads spread attention almost evenly over the input, so they pass on an average of it and "

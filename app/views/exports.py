@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 import numpy as np
 import torch
+
+from diagnostics.reports.exports import strict_json
 
 LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th one
 
@@ -74,5 +75,5 @@ def npz_bytes(weights: torch.Tensor, queries: list[str], keys: list[str]) -> byt
 
 def json_text(weights: torch.Tensor, queries: list[str], keys: list[str], info: dict) -> str:
     """The map plus whatever describes it (model, layer, head, metrics, pattern)."""
-    return json.dumps({**info, "query_tokens": queries, "key_tokens": keys,
-                       "weights": [[round(w, 6) for w in row] for row in weights.tolist()]})
+    return strict_json({**info, "query_tokens": queries, "key_tokens": keys,  # NaN weights become null
+                        "weights": [[round(w, 6) for w in row] for row in weights.tolist()]})

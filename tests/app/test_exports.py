@@ -66,3 +66,10 @@ def test_html_report_escapes_a_markup_model_name():
     report.model["name"] = '<img src=x onerror=alert(1)>**x**.zip'
     page = report.to_html()
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_json_export_of_a_nan_map_is_strict_json():
+    weights = _weights()
+    weights[0, 0] = float("nan")
+    data = json.loads(exports.json_text(weights, TOKENS, TOKENS, {}), parse_constant=lambda name: 1 / 0)
+    assert data["weights"][0][0] is None and data["weights"][0][1] is not None

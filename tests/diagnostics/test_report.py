@@ -13,6 +13,7 @@ from diagnostics.classify.patterns import PATTERNS
 from diagnostics.probes import DEFAULT_PROBES
 import core
 from tiny import tiny_bart, tiny_gpt2, wordpiece_tokenizer
+from tiny import tiny_bert as tiny_bert_model
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +157,23 @@ def test_markdown_shows_names_and_messages_as_text(report):
     assert r"# AttnScope diagnosis: x \<img src=x onerror=alert\(1\)\> \[click\]\(https://evil.example\) \| col" \
         in markdown
     assert r"| architecture | \*\*Bert\*\* (" in markdown
+
+
+def test_a_diverged_checkpoint_gets_an_error_and_a_report_any_json_parser_reads():
+    """One infinite query weight makes head 0's maps NaN, and every later layer's: the report says so in an error
+    finding, and its JSON writes those heads' metrics as null (bare NaN, before, which JSON.parse rejects)."""
+    import torch
+
+    model = tiny_bert_model()
+    with torch.no_grad():
+        model.encoder.layer[0].attention.self.query.weight[0, 0] = float("inf")
+    report = diagnose((model, wordpiece_tokenizer()), ["the quick brown fox jumps over the lazy dog"])
+    broken = next(f for f in report.findings if f.code == "non_finite_attention")
+    assert broken.severity == "error" and [0, 0] in broken.heads and [1, 3] in broken.heads
+    data = json.loads(report.to_json(), parse_constant=lambda name: pytest.fail(f"bare {name} in the JSON"))
+    assert "non_finite_attention" in [f["code"] for f in data["findings"]]
+    assert any(h["metrics"]["entropy"] is None for h in data["heads"])
+
+
+def test_a_healthy_model_has_no_non_finite_finding(report):
+    assert "non_finite_attention" not in {f.code for f in report.findings}
