@@ -12,6 +12,7 @@ import io
 import numpy as np
 import torch
 
+from core.extraction.tokens import visible
 from diagnostics.reports.exports import strict_json
 
 LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th one
@@ -23,7 +24,9 @@ def numbered(tokens: list[str]) -> list[str]:
 
 
 def _mpl_text(text: str) -> str:
-    return text.replace("$", r"\$")  # matplotlib reads $…$ as math
+    """``$`` escaped (matplotlib reads $…$ as math) and control characters shown (raw, they make the SVG ill-formed
+    XML): tokens already are (``prettify_token``), a title holds the model's name."""
+    return visible(text).replace("$", r"\$")
 
 
 def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: str):

@@ -83,7 +83,9 @@ def test_pair_on_a_decoder_only_model_says_how_it_was_joined():
 
 
 @pytest.mark.parametrize(("raw", "shown"), [("Ġcat", "▁cat"), ("▁cat", "▁cat"), ("cat", "cat"), ("##at", "##at"),
-                                            ("Ġ", "␣"), ("Ċ", "⏎"), ("", "∅"), ("<a href=x>", "<a href=x>")])
+                                            ("Ġ", "␣"), ("Ċ", "⏎"), ("", "∅"), ("<a href=x>", "<a href=x>"),
+                                            ("a\x1bb", "a\\x1bb"), ("\x00", "\\x00"), ("\x7f", "\\x7f"),
+                                            ("\x85", "\\x85")])
 def test_prettify_token_marks_word_starts(raw, shown):
     assert prettify_token(raw) == shown
 
