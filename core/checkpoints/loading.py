@@ -28,6 +28,7 @@ from .layout import holds_model_files
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
+from .tokenizer import TOKENIZER_FILES
 
 
 def load_model(
@@ -107,10 +108,15 @@ def _read_json(path: Path) -> dict:
 
 
 def _tokenizer_or_none(path: str, offline: bool = True):
+    """The folder's (or cached Hub model's) tokenizer; None without one. transformers builds an empty tokenizer
+    from config.json's model_type alone (BERT: its 5 special tokens), which turned every probe into [CLS] [SEP]."""
+    if Path(path).is_dir() and not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
+        return None
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=offline)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
     except Exception:  # a custom model may ship without tokenizer files
         return None
+    return tokenizer if len(tokenizer) > len(set(tokenizer.all_special_ids)) else None
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:

@@ -27,6 +27,19 @@ def test_hf_folder_round_trip(tmp_path):
     assert torch.equal(extract_attention(loaded, loaded_tok, TEXT).attentions, expected)
 
 
+@pytest.mark.parametrize("build", [tiny.tiny_bert, tiny.tiny_gpt2])
+def test_a_folder_without_tokenizer_files_has_no_tokenizer(tmp_path, build):
+    """transformers builds an empty tokenizer from config.json alone (BERT: 5 special tokens): every probe was then
+    [CLS] [SEP], a diagnosis of 0 heads (BERT) or "the text produced no tokens" (GPT-2)."""
+    from diagnostics import diagnose
+
+    build().save_pretrained(tmp_path)
+    model, tokenizer = load_model(str(tmp_path))
+    assert tokenizer is None
+    report = diagnose(str(tmp_path))
+    assert len(report.heads) == 8 and "no_tokenizer" in {f.code for f in report.findings}
+
+
 def test_custom_folder_round_trip(tmp_path):
     torch.manual_seed(0)
     model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-encoder"], vocab_size=200)).eval()
