@@ -27,13 +27,15 @@ from .tokens import display_tokens
 
 @contextmanager
 def eval_mode(model: nn.Module):
-    """Dropout off for the call (it would make rows not sum to 1), training state restored after."""
-    was_training = model.training
+    """Dropout off for the call (it would make rows not sum to 1), every module's training state restored after
+    (a frozen block kept in eval mode inside a training model stays so)."""
+    modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
         yield
     finally:
-        model.train(was_training)
+        for module, training in modes:
+            module.training = training
 
 
 def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,

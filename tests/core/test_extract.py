@@ -161,6 +161,14 @@ def test_training_model_is_evaluated_and_restored():
     assert model.training
 
 
+def test_a_frozen_block_s_eval_mode_is_restored_too():
+    model = tiny.tiny_gpt2().train()
+    model.h[0].eval()  # a frozen block inside a training model
+    extract_attention(model, tiny.bpe_tokenizer(), TEXT)
+    assert model.training and model.h[1].training
+    assert not any(m.training for m in model.h[0].modules())  # all 13 were back in train mode, dropout on
+
+
 def test_custom_model_matches_its_output_attentions():
     torch.manual_seed(0)
     model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-decoder"], vocab_size=200)).eval()
