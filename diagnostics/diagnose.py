@@ -37,7 +37,7 @@ from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
     RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, fitting_probes, random_probe, read_lengths, repeated_probe,
-    verdict_cap, vocabulary_probe,
+    user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
@@ -96,6 +96,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     tell = progress or (lambda fraction, message: None)
     tell(0.0, "loading the model")
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
+    texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
     probes, unfit, fit_notes = fitting_probes(tokenizer, texts)
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
     worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None)

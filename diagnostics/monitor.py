@@ -23,7 +23,6 @@ to ``tensorboard_dir`` when tensorboard is installed; it is optional.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 from core.extraction.streaming import can_stream
 from diagnostics.diagnose import diagnose
 from diagnostics.findings import INPUT_NOTES
+from diagnostics.reports.exports import strict_json
 from diagnostics.texts import MONITOR_TEXTS
 
 SCHEMA = "attnscope.monitor/1"
@@ -103,7 +103,7 @@ class AttentionMonitor:
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.write(strict_json(record, ensure_ascii=False) + "\n")  # a diverged model's NaN metrics: null
 
     def _scalars(self, record):
         writer = self._tensorboard()

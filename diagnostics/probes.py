@@ -148,12 +148,20 @@ class RepeatedProbe:
         return range(self.prefix + self.half, self.prefix + 2 * self.half)
 
 
+def user_texts(texts):
+    """The caller's probe texts as a list, or None for the default probes (None or an empty list); one string is
+    one probe (iterated, it was a probe per character)."""
+    if texts is None or isinstance(texts, str):
+        return None if texts is None else [texts]
+    return list(texts) or None
+
+
 def as_probes(texts):
-    """User texts (strings or ``(text, pair)`` tuples) as ``Probe``s; None gives the defaults."""
+    """User texts (strings or ``(text, pair)`` tuples) as ``Probe``s; None or [] gives the defaults."""
+    texts = user_texts(texts)
     if texts is None:
         return list(DEFAULT_PROBES)
-    probes = [Probe(*t) if isinstance(t, (tuple, list)) else Probe(t) for t in texts]
-    return probes or list(DEFAULT_PROBES)
+    return [Probe(*t) if isinstance(t, (tuple, list)) else Probe(t) for t in texts]
 
 
 def probe_coverage(tokenizer, probe: Probe) -> float:
@@ -180,6 +188,7 @@ def fitting_probes(tokenizer, texts):
     """
     if tokenizer is None:
         return [], False, []
+    texts = user_texts(texts)
     probes = as_probes(texts)
     coverage = [probe_coverage(tokenizer, p) for p in probes]
     low = [c for c in coverage if c < MIN_COVERAGE]

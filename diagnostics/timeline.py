@@ -47,13 +47,14 @@ class Timeline:
         return list(dict.fromkeys(h["part"] for r in self.records for h in r["heads"]))
 
     def shape(self, part=None) -> tuple[int, int]:
-        """``(layers, heads)`` of ``part`` (default: the first)."""
-        heads = [h for h in self.records[-1]["heads"] if h["part"] == (part or self.parts[0])]
-        return max(h["layer"] for h in heads) + 1, max(h["head"] for h in heads) + 1
+        """``(layers, heads)`` of ``part`` (default: the first); (0, 0) when no record measured its heads."""
+        part = part or (self.parts or [None])[0]
+        heads = [h for r in self.records for h in r["heads"] if h["part"] == part]
+        return (max(h["layer"] for h in heads) + 1, max(h["head"] for h in heads) + 1) if heads else (0, 0)
 
     def metric(self, name: str, part=None) -> np.ndarray:
         """``[steps, layers, heads]`` of one head metric (``entropy``, ``sink_score``, ...); NaN where missing."""
-        part = part or self.parts[0]
+        part = part or (self.parts or [None])[0]
         n_layers, n_heads = self.shape(part)
         out = np.full((len(self.records), n_layers, n_heads), np.nan, dtype=np.float32)
         for i, record in enumerate(self.records):
@@ -131,8 +132,8 @@ def _parse_line(line: str, number: int) -> dict:
 def _damage(record: dict) -> str | None:
     """What a record lacks that the Timeline reads (``monitor.record_of``'s fields), or None."""
     heads, findings = record.get("heads"), record["findings"]
-    if not _whole(record.get("step"), 0, None) or not isinstance(heads, list) or not heads:
-        return "no step or heads"
+    if not _whole(record.get("step"), 0, None) or not isinstance(heads, list):  # [] when the monitor measured
+        return "no step or heads"                                                  # weights only (no tokenizer)
     for h in heads:
         if not (isinstance(h, dict) and _text(h, "part", "pattern") and _whole(h.get("layer"), 0, MAX_LAYERS)
                 and _whole(h.get("head"), 0, MAX_HEADS) and isinstance(h.get("metrics"), dict)

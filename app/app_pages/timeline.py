@@ -68,15 +68,27 @@ def run_ui(name, timeline, metric, layer, part) -> None:
     st.subheader(md(name))
     for note in timeline.notes:
         st.info(note)
-    if part not in timeline.parts:
-        st.info(f"This run has no {part} heads.")
-        return
+    if part in timeline.parts:
+        charts_ui(name, timeline, metric, layer, part)
+    else:
+        st.info(f"This run has no {part} heads." if part else NO_HEADS)
+    findings_ui(name, timeline)
+
+
+NO_HEADS = ("This log measured no heads (a monitor without a tokenizer on an encoder-decoder checks the weights "
+            "only); its findings are below.")
+
+
+def charts_ui(name, timeline, metric, layer, part) -> None:
     values = timeline.metric(metric, part)  # (steps, layers, heads)
     st.plotly_chart(compare_plots.steps_heatmap_figure(values, timeline.steps, METRICS[metric]),
                     key=f"tl_heat_{name}")
     if layer < values.shape[1]:
         st.plotly_chart(compare_plots.steps_lines_figure(values, timeline.steps, layer, f"Layer {layer}"),
                         key=f"tl_lines_{name}")
+
+
+def findings_ui(name, timeline) -> None:
     st.markdown("**Findings: first step**")
     findings = timeline.first_findings()
     columns = ["part"] * (len(timeline.parts) > 1) + ["code", "severity", "first_step", "first_error_step", "last_step",
@@ -107,9 +119,9 @@ if timelines:
         parts = list(dict.fromkeys(part for t in timelines.values() for part in t.parts))
         cols = st.columns(3 if len(parts) > 1 else 2)
         metric = cols[0].radio("Metric", list(METRICS), format_func=METRICS.get, key="tl_metric", horizontal=True)
-        part = cols[2].radio("Part", parts, key="tl_part", horizontal=True) if len(parts) > 1 else parts[0]
-        layers = max(t.shape(part)[0] for t in timelines.values() if part in t.parts)
-        layer = cols[1].selectbox("Layer for the lines", range(layers), key="tl_layer")
+        part = cols[2].radio("Part", parts, key="tl_part", horizontal=True) if len(parts) > 1 else (parts or [None])[0]
+        layers = max((t.shape(part)[0] for t in timelines.values() if part in t.parts), default=0)
+        layer = cols[1].selectbox("Layer for the lines", range(layers), key="tl_layer") if layers else 0
         for column, (name, timeline) in zip(st.columns(len(timelines)), timelines.items()):
             with column:
                 run_ui(name, timeline, metric, layer, part)

@@ -121,6 +121,21 @@ def test_timeline_of_an_encoder_decoder_picks_its_part(tmp_path):
     assert at.selectbox(key="tl_layer").options == ["0", "1"]  # the cross part's 2 layers
 
 
+def test_timeline_of_a_weights_only_log_shows_its_findings(tmp_path):
+    from diagnostics.monitor import AttentionMonitor
+    from tiny import tiny_bart
+
+    log = tmp_path / "bart.jsonl"
+    monitor = AttentionMonitor(tokenizer=None, every=1, log_path=log)
+    for step in (0, 10):
+        monitor.on_step(tiny_bart(), step)
+    at = _page("timeline")
+    at.file_uploader(key="tl_upload").upload("bart.jsonl", log.read_bytes()).run()
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert any("measured no heads" in i.value for i in at.info) and not at.get("plotly_chart")
+
+
 def test_timeline_path_outside_the_roots_is_one_error(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
     at = _page("timeline")

@@ -163,3 +163,13 @@ def test_trainer_callback_writes_three_lines_on_three_steps(tmp_path):
     records = lines(tmp_path / "attention.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3]
     assert model.training  # the Trainer's mode, as found
+
+
+def test_a_diverged_model_s_log_line_is_strict_json(tmp_path):
+    model = tiny_gpt2()
+    with torch.no_grad():
+        model.h[0].attn.c_attn.weight[0, 0] = float("inf")
+    log = tmp_path / "attention.jsonl"
+    AttentionMonitor(tokenizer=bpe_tokenizer(), every=1, log_path=log).on_step(model, 0)
+    record = json.loads(log.read_text(), parse_constant=lambda name: pytest.fail(f"bare {name} in the log"))
+    assert "non_finite_attention" in {f["code"] for f in record["findings"]}

@@ -26,3 +26,16 @@ def test_decoder_probe_is_causal_rows_sum_to_one_and_model_mode_is_restored():
     assert torch.allclose(attn.sum(-1), torch.ones(attn.shape[:-1]), atol=1e-5)
     assert torch.all(attn.triu(1) == 0)
     assert repeated_probe(model, bpe_tokenizer(), half=10, seed=0).result.token_ids == probe.result.token_ids
+
+
+def test_one_string_is_one_probe_and_an_empty_list_means_the_defaults():
+    from diagnostics import diagnose
+    from diagnostics.probes import DEFAULT_PROBES, as_probes, user_texts
+
+    assert user_texts("The cat sat.") == ["The cat sat."] and user_texts([]) is None and user_texts(None) is None
+    assert as_probes([]) == as_probes(None) == list(DEFAULT_PROBES)
+    report = diagnose((tiny_bert(), wordpiece_tokenizer()), texts="The cat sat on the mat.")
+    assert [p["text"] for p in report.probes] == ["The cat sat on the mat."]  # a probe per character, before
+    defaults = diagnose((tiny_bert(), wordpiece_tokenizer()), texts=[])
+    assert "probes_short" not in {f.code for f in defaults.findings}  # judged as the defaults, not capped
+    assert len(defaults.probes) == len(DEFAULT_PROBES)

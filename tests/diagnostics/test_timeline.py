@@ -63,7 +63,7 @@ def test_bad_logs_are_one_line_errors(text, message):
 
 DAMAGE = {  # a change to the first record -> the error it gets (each crashed the Timeline with a raw error before)
     "huge step": (lambda r: r.update(step=None), "not JSON (ValueError)"),
-    "empty heads": (lambda r: r.update(heads=[]), "has no step or heads"),
+    "heads not a list": (lambda r: r.update(heads={"0": 1}), "has no step or heads"),
     "heads of numbers": (lambda r: r.update(heads=[1, 2]), "a head without its part"),
     "head without part": (lambda r: r["heads"][0].pop("part"), "a head without its part"),
     "layer as text": (lambda r: r["heads"][0].update(layer="0"), "a head without its part"),
@@ -81,6 +81,19 @@ def test_damaged_records_are_one_line_errors(log_text, case):
     text = json.dumps(record) if case != "huge step" else json.dumps(record).replace("null", "9" * 5000, 1)
     with pytest.raises(InputError, match=rf"^line 1 of the log .*{re.escape(message)}"):
         parse_log(text)
+
+
+def test_a_weights_only_log_reads_back(tmp_path):
+    """Without a tokenizer the monitor checks an encoder-decoder's weights only: records with no heads."""
+    from tiny import tiny_bart
+
+    log = tmp_path / "bart.jsonl"
+    monitor = AttentionMonitor(tokenizer=None, every=1, log_path=log)
+    for step in (0, 10):
+        monitor.on_step(tiny_bart(), step)
+    timeline = parse_log(log.read_text())  # "line 1 of the log has no step or heads", before
+    assert timeline.steps == [0, 10] and timeline.parts == [] and timeline.shape() == (0, 0)
+    assert timeline.metric("entropy").shape == (2, 0, 0)
 
 
 def test_deeply_nested_lines_are_one_line_errors():
