@@ -31,12 +31,16 @@ def scaled_dot_product_attention(
     ``[..., q, k]`` where True means "may attend". A row whose keys are all
     masked gets zero weights (and a zero output), never NaN.
     """
+    if mask is not None and mask.dtype != torch.bool:
+        raise InputError(f"the attention mask must be bool (True = may attend), not {mask.dtype}; convert it: "
+                         "mask.bool() for a 0/1 mask, mask == 0 for an additive one (0 = attend, -inf = masked)")
     d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., q, k)
+    scores = (query / math.sqrt(d_k)) @ key.transpose(-2, -1)  # (..., q, k); scaled first: fp16 q·k passes 65,504
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., q, k)
-    weights = torch.nan_to_num(weights, nan=0.0)  # fully masked rows -> 0
+    if mask is not None:  # a row with every key masked is NaN after the softmax: zero weights, zero output
+        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ value, weights  # (..., q, d_v), (..., q, k)

@@ -38,6 +38,8 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "TransformerConfig":
         known = {f.name for f in fields(cls)}
+        if not isinstance(data.get("causal", False), bool):  # bool("false") is True: an encoder built causal
+            raise InputError(f"causal must be true or false, not {data['causal']!r}")
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -52,6 +52,11 @@ def capture_mha_weights(model: nn.Module):
         weights = output[1]  # (B, H, q, k)
         if weights is None or weights.dim() != 4:
             raise ExtractionError("nn.MultiheadAttention returned no per-head weights")
+        call = {**dict(zip(_MHA_POSITIONAL, args)), **kwargs}
+        if call.get("query") is not call.get("key"):  # cross-attention: a decoder reading an encoder's memory
+            raise ExtractionError(f"{type(model).__name__} has cross-attention (an encoder-decoder such as "
+                                  "nn.Transformer), whose maps are not a stack of self-attention layers; give "
+                                  "extract_module_attention its encoder or a self-attention stack")
         captured.append((weights.detach(), _is_causal_call(kwargs, *weights.shape[-2:])))
 
     fastpath = torch.backends.mha.get_fastpath_enabled()

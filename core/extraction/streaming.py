@@ -94,12 +94,14 @@ class _Stream:
     n_heads: int = 0
     n_keys: int = 0
 
-    def attend(self, query, key, value, mask, causal: bool, scale: float, softcap: float | None = None):
+    def attend(self, query, key, value, mask, causal: bool, scale: float, softcap: float | None = None,
+               masked_rows_zero: bool = False):
         """One layer's attention output, chunk by chunk, handing each chunk's weights on.
 
         query (1, H, q, d), key/value (1, Hkv, k, d); returns (1, H, q, d_v) in
         value's dtype. Each row is computed as the eager path computes it
-        (``softcap``: Gemma 2's tanh cap on the scaled scores).
+        (``softcap``: Gemma 2's tanh cap on the scaled scores; ``masked_rows_zero``: a row whose bool mask has no
+        key gets zero weights, as ``core.attention`` gives it, where transformers' eager path spreads it evenly).
         """
         layer = len(self.consumers)
         q, k, v = query[0].float(), key[0].float(), value[0].float()  # (H, q, d), (Hkv, k, d), (Hkv, k, dv)
@@ -122,6 +124,8 @@ class _Stream:
             stop = min(start + rows, q_len)
             weights, logits = chunk_weights(q, k, mask, causal, start, stop, chunk[:, :stop - start],
                                             self.scratch, softcap)  # (H, rows, seen) each
+            if masked_rows_zero and mask is not None:
+                weights.masked_fill_(~_mask_rows(mask, start, stop)[..., :weights.shape[-1]].any(-1, keepdim=True), 0)
             out[:, start:stop] = torch.matmul(weights, v[:, :weights.shape[-1]])  # (H, rows, dv)
             if consumer is not None:
                 consumer.update(chunk[:, :stop - start], start, logits)
@@ -216,7 +220,7 @@ def _custom_attention(query, key, value, mask=None, dropout_p=0.0):
     stream = _ACTIVE.get()
     if stream is None or query.shape[0] != 1:
         raise ExtractionError("AttnScope streaming runs one sequence inside core.stream_attention only")
-    return stream.attend(query, key, value, mask, False, 1.0 / math.sqrt(query.shape[-1])), None
+    return stream.attend(query, key, value, mask, False, 1.0 / math.sqrt(query.shape[-1]), masked_rows_zero=True), None
 
 
 AttentionInterface.register(STREAM_IMPLEMENTATION, _hf_attention)

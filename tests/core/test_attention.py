@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from core import InputError, MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 ATOL = 1e-5
 
@@ -91,3 +91,21 @@ def test_dropout_only_in_training():
 def test_rejects_indivisible_width():
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 3)
+
+
+def test_fp16_scores_are_scaled_before_they_overflow():
+    """q·k of 1.1e5 overflows fp16 (max 65,504); scaled first it is 1.4e4, as torch's own kernel computes it."""
+    torch.manual_seed(0)
+    q, k = (torch.randn(1, 2, 4, 64) * 40).half(), (torch.randn(1, 2, 4, 64) * 40).half()  # (B, H, t, d)
+    v = torch.randn(1, 2, 4, 64).half()
+    out, weights = scaled_dot_product_attention(q, k, v)
+    assert torch.isfinite(weights).all() and torch.allclose(weights.float().sum(-1), torch.ones(1, 2, 4), atol=1e-3)
+    torch.testing.assert_close(out.float(), F.scaled_dot_product_attention(q.float(), k.float(), v.float()),
+                               atol=2e-2, rtol=0)
+
+
+@pytest.mark.parametrize("mask", [torch.zeros(4, 4), torch.ones(4, 4, dtype=torch.long)], ids=["additive", "0/1"])
+def test_a_mask_that_is_not_bool_is_one_clear_error(mask):
+    x = torch.randn(1, 1, 4, 8)
+    with pytest.raises(InputError, match="the attention mask must be bool"):
+        scaled_dot_product_attention(x, x, x, mask)

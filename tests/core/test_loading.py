@@ -40,6 +40,15 @@ def test_a_folder_without_tokenizer_files_has_no_tokenizer(tmp_path, build):
     assert len(report.heads) == 8 and "no_tokenizer" in {f.code for f in report.findings}
 
 
+def test_a_custom_config_whose_causal_is_not_a_bool_is_refused(tmp_path):
+    model = AttnScopeTransformer(TINY_PRESETS["attnscope-nano-encoder"])
+    save_custom_model(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "causal": "false"}))  # bool("false") is True
+    with pytest.raises(ModelLoadError, match="causal must be true or false, not 'false'"):
+        load_model(str(tmp_path))
+
+
 def test_custom_folder_round_trip(tmp_path):
     torch.manual_seed(0)
     model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-encoder"], vocab_size=200)).eval()

@@ -101,6 +101,22 @@ def test_padding_mask(name):
     assert streamed.padding == [True] * 3 + [False] * 37
 
 
+def test_left_padded_attnscope_decoder_keeps_its_maps_and_output():
+    """A padded causal row sees no key: the model's own attention gives it zero weights, and so must the stream
+    (it spread them over all keys, real tokens after it included, and moved the padded logits by ~2)."""
+    model, ids = MODELS["custom-decoder"](), random_ids(12, seed=3)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    streamed = stream_attention(model, ids, lambda *a: None, attention_mask=mask, keep=[0, 1], chunk_rows=4)
+    naive = naive_maps(model, ids, mask)  # (L, H, q, k)
+    for (layer, head), kept in streamed.kept.items():
+        torch.testing.assert_close(kept, naive[layer, head], atol=1e-6, rtol=0)
+    assert not naive[:, :, :3].any()  # the padded rows really are zero in the model's own maps
+    with torch.inference_mode():
+        logits = model(ids, attention_mask=mask)["logits"]
+    torch.testing.assert_close(streamed.output["logits"], logits, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("build,tokenizer", [
     (tiny.tiny_bert, tiny.wordpiece_tokenizer), (tiny.tiny_gpt2, tiny.bpe_tokenizer),
 ])
