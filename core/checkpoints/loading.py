@@ -28,7 +28,6 @@ from .layout import holds_model_files
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
-from .tokenizer import TOKENIZER_FILES
 
 
 def load_model(
@@ -109,9 +108,8 @@ def _read_json(path: Path) -> dict:
 
 def _tokenizer_or_none(path: str, offline: bool = True):
     """The folder's (or cached Hub model's) tokenizer; None without one. transformers builds an empty tokenizer
-    from config.json's model_type alone (BERT: its 5 special tokens), which turned every probe into [CLS] [SEP]."""
-    if Path(path).is_dir() and not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
-        return None
+    from config.json's model_type alone (BERT: its 5 special tokens), which turned every probe into [CLS] [SEP]:
+    a tokenizer of special tokens only is none."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
     except Exception:  # a custom model may ship without tokenizer files

@@ -58,13 +58,14 @@ def encode(
     if text_pair is not None and not text_pair.strip():
         text_pair = None
     # verbose=False: transformers would warn that a long text "will result in indexing errors"; it is cut below
-    batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt", verbose=False)
+    # a pair's segment ids even where the tokenizer does not list them among its inputs (ALBERT's, in transformers 5)
+    segments = {"return_token_type_ids": True} if text_pair is not None else {}
+    batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt", verbose=False, **segments)
     full_length = batch["input_ids"].shape[-1]
     truncate = limit is not None and full_length > limit
     if truncate:  # tokenize again: the tokenizer keeps the closing special tokens ([SEP], </s>) when cutting
-        batch = tokenizer(
-            text, text_pair, return_special_tokens_mask=True, truncation=True, max_length=limit, return_tensors="pt"
-        )
+        batch = tokenizer(text, text_pair, return_special_tokens_mask=True, truncation=True, max_length=limit,
+                          return_tensors="pt", **segments)
     warnings = [] if text_pair is None else _pair_warnings(tokenizer, text, batch)
     if truncate:
         warnings.append(f"input has {full_length} tokens; {TRUNCATED} of {limit}")
@@ -80,11 +81,15 @@ def encode(
 
 
 def segment_inputs(model, token_type_ids, device=None) -> dict:
-    """``{"token_type_ids": ...}`` for a forward call of ``model``, when there are segment ids and its forward takes
-    them (BERT, MiniLM, ELECTRA); ``{}`` otherwise. Without them sentence B would be embedded as sentence A."""
-    if token_type_ids is None or "token_type_ids" not in inspect.signature(model.forward).parameters:
+    """``{"token_type_ids": ...}`` for a forward call of ``model``, when there are segment ids, its forward takes them
+    and its segment table has a row for each (BERT, MiniLM, ELECTRA, ALBERT); ``{}`` otherwise (RoBERTa, XLM-R: one
+    row, whatever a BERT tokenizer gives them). Without them sentence B would be embedded as sentence A."""
+    rows = getattr(getattr(model, "config", None), "type_vocab_size", None)
+    if (token_type_ids is None or not isinstance(rows, int)
+            or "token_type_ids" not in inspect.signature(model.forward).parameters):
         return {}
-    return {"token_type_ids": torch.as_tensor(token_type_ids).reshape(1, -1).to(device)}
+    ids = torch.as_tensor(token_type_ids).reshape(1, -1)  # (1, T)
+    return {"token_type_ids": ids.to(device)} if int(ids.max()) < rows else {}
 
 
 # The words of the warning for a pair joined without a separator (``AttentionResult.warnings``).

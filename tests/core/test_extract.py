@@ -69,6 +69,21 @@ def test_a_pair_is_run_with_its_segment_ids():
     assert extract_attention(model, tok, TEXT).token_type_ids is None  # one sentence: all 0, nothing to pass
 
 
+def test_segment_ids_are_asked_for_and_given_only_where_the_model_has_rows_for_them():
+    """A tokenizer that does not list token_type_ids among its inputs (ALBERT's in transformers 5) still gives a
+    pair's; a RoBERTa-type model (one segment row) with a BERT tokenizer (klue/roberta) gets none, not an IndexError."""
+    from transformers import RobertaConfig, RobertaModel
+
+    tok = copy.deepcopy(tiny.wordpiece_tokenizer())
+    tok.model_input_names = ["input_ids", "attention_mask"]
+    assert extract_attention(tiny.tiny_bert(), tok, TEXT, "A second sentence.").token_type_ids is not None
+    torch.manual_seed(0)
+    roberta = RobertaModel(RobertaConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=37, type_vocab_size=1), add_pooling_layer=False).eval()
+    result = extract_attention(roberta, tiny.wordpiece_tokenizer(), TEXT, "A second sentence.")
+    assert result.token_type_ids is None and result.attentions.shape[0] == 2
+
+
 def test_byte_level_markers_prettified():
     result = extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), "the fox the dog")
     assert not any("Ġ" in t for t in result.tokens)
@@ -226,6 +241,16 @@ def test_torch_causal_encoder_detected_and_bare_module():
     assert result.causal and torch.all(result.attentions.triu(diagonal=1) == 0)
     bare = extract_module_attention(model.encoder, torch.randn(1, 5, 32))
     assert bare.attentions.shape == (3, 4, 5, 5) and bare.tokens == ["0", "1", "2", "3", "4"]
+
+
+def test_a_module_with_cross_attention_is_refused_not_stacked():
+    """nn.Transformer's encoder self-, decoder self- and cross-attention came back as three 'layers'."""
+    model = nn.Transformer(d_model=16, nhead=4, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32,
+                           dropout=0.0, batch_first=True).eval()
+    x = torch.randn(1, 5, 16)
+    with pytest.raises(ExtractionError, match="has cross-attention"):
+        extract_module_attention(model, x, x)
+    assert extract_module_attention(model.encoder, x).attentions.shape == (1, 4, 5, 5)
 
 
 def test_tokenizer_larger_than_vocabulary_is_clear_error():
