@@ -54,6 +54,8 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
 }
 # Notes that say the probes cannot bear a verdict (too short; out of vocabulary): the findings from them are capped.
 INPUT_NOTES = ("probes_short", "probes_unfit")
+# Findings those notes do not cap: NaN maps are broken on any probe.
+UNCAPPED = ("non_finite_attention",)
 
 # KL divergence from uniform, in nats (``metrics.uniform_gap``): Q/K x 0 gives exactly 0. Logits that
 # spread by sigma around their mean give ~sigma^2 / 2 at any length, 0.1 for sigma ~0.45: rows that
@@ -200,10 +202,10 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
 
 
 def cap_severity(findings, worst="warning"):
-    """The findings with every severity above ``worst`` lowered to it (findings from unfit or short probes);
-    NaN maps are broken on any probe, so ``non_finite_attention`` keeps its error."""
+    """The findings with every severity above ``worst`` lowered to it (findings from unfit or short probes), but
+    for ``UNCAPPED``."""
     for f in findings:
-        if severity_rank(f.severity) < severity_rank(worst) and f.code != "non_finite_attention":
+        if severity_rank(f.severity) < severity_rank(worst) and f.code not in UNCAPPED:
             f.severity = worst
     return findings
 

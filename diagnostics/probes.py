@@ -183,12 +183,12 @@ def probe_tokens(tokenizer, probe: Probe) -> int:
 def fitting_probes(tokenizer, texts):
     """``(probes, unfit, notes)``: the probes to run, whether some did not fit the vocabulary, and a note saying so.
 
-    Default probes below ``MIN_COVERAGE`` are dropped (``diagnose`` adds in-vocabulary probes in their
-    place); the caller's own texts are kept, and the findings they give are capped at "warning".
+    ``texts`` as ``user_texts`` gives them (None: the default probes). Default probes below ``MIN_COVERAGE`` are
+    dropped (``diagnose`` adds in-vocabulary probes in their place); the caller's own texts are kept, and the
+    findings they give are capped at "warning".
     """
     if tokenizer is None:
         return [], False, []
-    texts = user_texts(texts)
     probes = as_probes(texts)
     coverage = [probe_coverage(tokenizer, p) for p in probes]
     low = [c for c in coverage if c < MIN_COVERAGE]

@@ -48,13 +48,13 @@ class Timeline:
 
     def shape(self, part=None) -> tuple[int, int]:
         """``(layers, heads)`` of ``part`` (default: the first); (0, 0) when no record measured its heads."""
-        part = part or (self.parts or [None])[0]
+        part = self._part(part)
         heads = [h for r in self.records for h in r["heads"] if h["part"] == part]
         return (max(h["layer"] for h in heads) + 1, max(h["head"] for h in heads) + 1) if heads else (0, 0)
 
     def metric(self, name: str, part=None) -> np.ndarray:
         """``[steps, layers, heads]`` of one head metric (``entropy``, ``sink_score``, ...); NaN where missing."""
-        part = part or (self.parts or [None])[0]
+        part = self._part(part)
         n_layers, n_heads = self.shape(part)
         out = np.full((len(self.records), n_layers, n_heads), np.nan, dtype=np.float32)
         for i, record in enumerate(self.records):
@@ -64,6 +64,10 @@ class Timeline:
                 if h["part"] == part and h["layer"] < n_layers and h["head"] < n_heads and number:
                     out[i, h["layer"], h["head"]] = value
         return out
+
+    def _part(self, part):
+        """``part``, or the first part of the log (None when it measured no heads)."""
+        return part or next(iter(self.parts), None)
 
     def pattern_changes(self) -> list[dict]:
         """Every head whose pattern or roles differ from the previous step: step, part, layer, head, before, after."""

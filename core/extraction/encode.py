@@ -59,13 +59,14 @@ def encode(
         text_pair = None
     # verbose=False: transformers would warn that a long text "will result in indexing errors"; it is cut below
     # a pair's segment ids even where the tokenizer does not list them among its inputs (ALBERT's, in transformers 5)
-    segments = {"return_token_type_ids": True} if text_pair is not None else {}
-    batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt", verbose=False, **segments)
+    ask_segments = {"return_token_type_ids": True} if text_pair is not None else {}
+    batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt", verbose=False,
+                      **ask_segments)
     full_length = batch["input_ids"].shape[-1]
     truncate = limit is not None and full_length > limit
     if truncate:  # tokenize again: the tokenizer keeps the closing special tokens ([SEP], </s>) when cutting
         batch = tokenizer(text, text_pair, return_special_tokens_mask=True, truncation=True, max_length=limit,
-                          return_tensors="pt", **segments)
+                          return_tensors="pt", **ask_segments)
     warnings = [] if text_pair is None else _pair_warnings(tokenizer, text, batch)
     if truncate:
         warnings.append(f"input has {full_length} tokens; {TRUNCATED} of {limit}")

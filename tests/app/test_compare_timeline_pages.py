@@ -75,13 +75,31 @@ def test_compare_different_vocabularies_is_one_error():
     assert not at.get("plotly_chart")
 
 
-def test_timeline_shows_two_committed_logs_side_by_side():
+def _timeline_of(uploads) -> AppTest:
+    """The Timeline page after loading ``uploads`` (``(file name, bytes)`` pairs), checked free of errors."""
     at = _page("timeline")
     uploader = at.file_uploader(key="tl_upload")
-    uploader.upload("healthy.jsonl", (LOGS / "healthy.jsonl").read_bytes())
-    uploader.upload("qk_x10.jsonl", (LOGS / "qk_x10.jsonl").read_bytes()).run()
-    at = at.button(key="tl_run").click().run()
+    for name, data in uploads:
+        uploader.upload(name, data)
+    at = uploader.run().button(key="tl_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
+    return at
+
+
+def _bart_log(tmp_path, tokenizer) -> bytes:
+    """Two steps of a monitor log of a tiny BART (``tokenizer`` None: its weights only)."""
+    from diagnostics.monitor import AttentionMonitor
+    from tiny import tiny_bart
+
+    log = tmp_path / "bart.jsonl"
+    monitor = AttentionMonitor(tokenizer, probes=["the quick brown fox jumps over the lazy dog"], every=1, log_path=log)
+    for step in (0, 10):
+        monitor.on_step(tiny_bart(), step)
+    return log.read_bytes()
+
+
+def test_timeline_shows_two_committed_logs_side_by_side():
+    at = _timeline_of([(name, (LOGS / name).read_bytes()) for name in ("healthy.jsonl", "qk_x10.jsonl")])
     assert len(at.get("plotly_chart")) == 4  # per run: the heads × steps heatmap and the layer's lines
     assert len(at.dataframe) >= 2
     at.radio(key="tl_metric").set_value("sink_score").run()
@@ -91,30 +109,15 @@ def test_timeline_shows_two_committed_logs_side_by_side():
 
 def test_timeline_keeps_two_uploads_of_the_same_name_apart():
     """Two runs' attention.jsonl (docs/training.md logs to runs/<name>/attention.jsonl): one run was dropped."""
-    at = _page("timeline")
-    uploader = at.file_uploader(key="tl_upload")
-    uploader.upload("attention.jsonl", (LOGS / "healthy.jsonl").read_bytes())
-    uploader.upload("attention.jsonl", (LOGS / "qk_x10.jsonl").read_bytes()).run()
-    at = at.button(key="tl_run").click().run()
-    assert not at.exception and not _errors(at), _errors(at)
+    at = _timeline_of([("attention.jsonl", (LOGS / name).read_bytes()) for name in ("healthy.jsonl", "qk_x10.jsonl")])
     assert [h.value for h in at.subheader] == ["attention.jsonl", r"attention.jsonl \(2\)"]  # markdown-escaped
     assert len(at.get("plotly_chart")) == 4
 
 
 def test_timeline_of_an_encoder_decoder_picks_its_part(tmp_path):
-    from diagnostics.monitor import AttentionMonitor
-    from tiny import tiny_bart, wordpiece_tokenizer
+    from tiny import wordpiece_tokenizer
 
-    log = tmp_path / "bart.jsonl"
-    monitor = AttentionMonitor(wordpiece_tokenizer(), probes=["the quick brown fox jumps over the lazy dog"], every=1,
-                               log_path=log)
-    model = tiny_bart()
-    for step in (0, 10):
-        monitor.on_step(model, step)
-    at = _page("timeline")
-    at.file_uploader(key="tl_upload").upload("bart.jsonl", log.read_bytes()).run()
-    at = at.button(key="tl_run").click().run()
-    assert not at.exception and not _errors(at), _errors(at)
+    at = _timeline_of([("bart.jsonl", _bart_log(tmp_path, wordpiece_tokenizer()))])
     assert at.radio(key="tl_part").options == ["encoder", "decoder", "cross"]
     at.radio(key="tl_part").set_value("cross").run()
     assert not at.exception and not _errors(at) and len(at.get("plotly_chart")) == 2
@@ -122,17 +125,7 @@ def test_timeline_of_an_encoder_decoder_picks_its_part(tmp_path):
 
 
 def test_timeline_of_a_weights_only_log_shows_its_findings(tmp_path):
-    from diagnostics.monitor import AttentionMonitor
-    from tiny import tiny_bart
-
-    log = tmp_path / "bart.jsonl"
-    monitor = AttentionMonitor(tokenizer=None, every=1, log_path=log)
-    for step in (0, 10):
-        monitor.on_step(tiny_bart(), step)
-    at = _page("timeline")
-    at.file_uploader(key="tl_upload").upload("bart.jsonl", log.read_bytes()).run()
-    at = at.button(key="tl_run").click().run()
-    assert not at.exception and not _errors(at), _errors(at)
+    at = _timeline_of([("bart.jsonl", _bart_log(tmp_path, None))])
     assert any("measured no heads" in i.value for i in at.info) and not at.get("plotly_chart")
 
 
