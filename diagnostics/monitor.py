@@ -24,14 +24,17 @@ to ``tensorboard_dir`` when tensorboard is installed; it is optional.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
 import torch
 
+from core.errors import InputError
 from core.extraction.streaming import can_stream
 from diagnostics.diagnose import diagnose
 from diagnostics.findings import INPUT_NOTES
+from diagnostics.probes import as_probes
 from diagnostics.reports.exports import strict_json
 from diagnostics.texts import MONITOR_TEXTS
 
@@ -55,11 +58,17 @@ class AttentionMonitor:
     def __init__(self, tokenizer=None, probes=None, every: int = DEFAULT_EVERY, log_path=None,
                  uniform_after: int = DEFAULT_UNIFORM_AFTER, tensorboard_dir=None):
         """tokenizer: the model's; probes: texts as ``diagnose`` takes them (None: its default probes);
-        every: measure when ``step % every == 0``; log_path: the JSONL file appended to (None: no file)."""
-        if every < 1:
-            raise ValueError(f"every must be at least 1 step; got {every}")
+        every: measure when ``step % every == 0``; log_path: the JSONL file appended to (None: no file).
+        Every argument is checked here, so that a bad one stops the run before training, not at a measurement."""
+        for name, value, least in (("every", every, 1), ("uniform_after", uniform_after, 0)):
+            if type(value) is not int or value < least:
+                raise InputError(f"{name} must be a whole number of steps, at least {least}; got {value!r}")
+        _check_probes(probes)
         self.tokenizer, self.probes, self.every = tokenizer, probes, every
         self.log_path = None if log_path is None else Path(log_path)
+        problem = self.log_path and _unwritable(self.log_path)
+        if problem:
+            raise InputError(f"cannot write the monitor log {self.log_path}: {problem}")
         self.uniform_after = uniform_after
         self.tensorboard_dir = tensorboard_dir
         self._writer = None
@@ -81,6 +90,7 @@ class AttentionMonitor:
     def measure(self, model, step: int) -> dict:
         """The record of ``model`` at ``step``, without gradients, every module's mode restored."""
         start = time.perf_counter()
+        model = unwrap(model)
         modes = [(module, module.training) for module in model.modules()]
         try:
             with torch.no_grad():
@@ -102,8 +112,8 @@ class AttentionMonitor:
         if self.log_path is None:
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a", encoding="utf-8") as out:
-            out.write(strict_json(record, ensure_ascii=False) + "\n")  # a diverged model's NaN metrics: null
+        with self.log_path.open("a+b") as out:
+            out.write(_fresh_line(out) + (strict_json(record, ensure_ascii=False) + "\n").encode())  # NaN: null
 
     def _scalars(self, record):
         writer = self._tensorboard()
@@ -144,6 +154,48 @@ class AttentionMonitor:
             self._warned_uniform = True
             log.warning(MONITOR_TEXTS["still_uniform"].format(step=record["step"], count=len(diffuse["heads"]),
                                                               message=diffuse["message"]))
+
+
+def unwrap(model):
+    """The model inside DataParallel / DistributedDataParallel (``.module``) and ``torch.compile`` (``._orig_mod``):
+    a wrapper is a module whose only child is one of those, unwrapped until none is left."""
+    while True:
+        children = dict(model.named_children()) if isinstance(model, torch.nn.Module) else {}
+        inner = children.get("module", children.get("_orig_mod")) if len(children) == 1 else None
+        if inner is None:
+            return model
+        model = inner
+
+
+def _check_probes(probes):
+    for probe in as_probes(probes):
+        if not isinstance(probe.text, str) or not probe.text.strip() or (
+                probe.text_pair is not None and (not isinstance(probe.text_pair, str) or not probe.text_pair.strip())):
+            raise InputError(f"every monitor probe must be non-empty text (or a pair of texts); got {probe.text!r}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a log cannot be appended at ``path`` (a folder, a file in its way, no permission), or None; missing
+    folders are made at the first write."""
+    if path.is_dir():
+        return "it is a folder; give a file name such as attention.jsonl"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK) and not path.exists() or path.exists() and not os.access(path, os.W_OK):
+        return "permission denied"
+    return None
+
+
+def _fresh_line(log) -> bytes:
+    """A newline when the log (opened ``a+b``) ends inside a line, from a write cut short (disk full, killed):
+    the next record then starts its own line, and the reader skips the cut one."""
+    if log.seek(0, os.SEEK_END) == 0:
+        return b""
+    log.seek(-1, os.SEEK_END)
+    return b"" if log.read(1) == b"\n" else b"\n"
 
 
 def _streams(model, tokenizer):

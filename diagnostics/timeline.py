@@ -60,8 +60,7 @@ class Timeline:
         for i, record in enumerate(self.records):
             for h in record["heads"]:
                 value = h["metrics"].get(name)
-                number = isinstance(value, (int, float)) and not isinstance(value, bool)
-                if h["part"] == part and h["layer"] < n_layers and h["head"] < n_heads and number:
+                if h["part"] == part and h["layer"] < n_layers and h["head"] < n_heads and _number(value):
                     out[i, h["layer"], h["head"]] = value
         return out
 
@@ -113,17 +112,32 @@ def parse_log(data) -> Timeline:
         if len(data) > MAX_LOG_BYTES:
             raise InputError(f"the log is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
         data = data.decode("utf-8", errors="replace")
-    records = [_parse_line(line, n) for n, line in enumerate(str(data).splitlines(), 1) if line.strip()]
-    return _timeline(records)
+    records, cut = [], []
+    for number, line in enumerate(str(data).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(_parse_line(line, number))
+        except _NotJSON as err:  # a write cut short (disk full, a killed run) leaves half a line
+            cut.append(err)
+    if cut and not records:
+        raise InputError(str(cut[0]))
+    notes = [f"line {', '.join(str(err.number) for err in cut)} of the log is not JSON (a write cut short?): "
+             "skipped"] if cut else []
+    return _timeline(records, notes)
+
+
+class _NotJSON(InputError):
+    def __init__(self, number: int, why: str):
+        super().__init__(f"line {number} of the log is not JSON ({why}); give the .jsonl written by AttentionMonitor")
+        self.number = number
 
 
 def _parse_line(line: str, number: int) -> dict:
     try:
         record = json.loads(line)
     except (ValueError, RecursionError) as err:  # bad JSON, a 5,000-digit number, deep nesting
-        why = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
-        raise InputError(f"line {number} of the log is not JSON ({why}); give the .jsonl written by "
-                         "AttentionMonitor") from None
+        raise _NotJSON(number, err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__) from None
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise InputError(f"line {number} of the log is not an AttnScope monitor record (schema {SCHEMA})")
     record.setdefault("findings", [])
@@ -149,6 +163,11 @@ def _damage(record: dict) -> str | None:
     return None
 
 
+def _number(value) -> bool:
+    """A metric the float32 grid can hold (a hand-edited 10**400 is left out, as text is)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= 3.4e38
+
+
 def _whole(value, low, high) -> bool:
     return type(value) is int and value >= low and (high is None or value < high)
 
@@ -157,15 +176,34 @@ def _text(entry: dict, *keys) -> bool:
     return all(isinstance(entry.get(key), str) for key in keys)
 
 
-def _timeline(records: list[dict]) -> Timeline:
+def _timeline(records: list[dict], notes=()) -> Timeline:
     if not records:
         raise InputError("the log holds no measurement yet; train past the monitor's first step")
+    _one_model(records)
     by_step = {}
     for record in records:  # a restarted run appends again: its later measurement of a step wins
         by_step[record["step"]] = record
-    notes = [f"{len(records) - len(by_step)} repeated steps: the later measurement is shown"] \
-        if len(by_step) < len(records) else []
+    notes = list(notes) + ([f"{len(records) - len(by_step)} repeated steps: the later measurement is shown"]
+                           if len(by_step) < len(records) else [])
     return Timeline([by_step[s] for s in sorted(by_step)], notes)
+
+
+def _one_model(records: list[dict]) -> None:
+    """Refuse a log in which two runs of different models were appended to one file (merged, one's steps would
+    overwrite the other's and its heads would be drawn in the other's grid)."""
+    first = _model_shape(records[0])
+    for record in records[1:]:
+        if _model_shape(record) != first:
+            raise InputError(f"the log measures two different models ({first}, then {_model_shape(record)} at "
+                             f"step {record['step']}); give each run its own log_path")
+
+
+def _model_shape(record: dict) -> str:
+    """``architecture: part layers × heads, ...`` of the model a record measured."""
+    model = record.get("model") if isinstance(record.get("model"), dict) else {}
+    parts = model.get("parts") if isinstance(model.get("parts"), dict) else {}
+    shapes = [f"{name} {p.get('layers')} × {p.get('heads')}" for name, p in parts.items() if isinstance(p, dict)]
+    return f"{model.get('architecture')}: {', '.join(shapes) or 'no heads'}"
 
 
 def checkpoint_folders(folder, allowed_roots=None) -> list[tuple[int, Path]]:

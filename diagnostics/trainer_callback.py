@@ -1,7 +1,8 @@
 """``AttentionMonitorCallback``: ``monitor.AttentionMonitor`` as a ``transformers.TrainerCallback``.
 
 Measures after each optimiser step at ``state.global_step`` (1 after the first
-step), on the unwrapped model (DDP's ``.module``). The tokenizer, when the
+step), on the unwrapped model (``monitor.unwrap``: DDP's ``.module``,
+torch.compile's ``._orig_mod``). The tokenizer, when the
 monitor has none, is the Trainer's ``processing_class``.
 """
 
@@ -17,5 +18,5 @@ class AttentionMonitorCallback(TrainerCallback):
             return control
         if self.monitor.tokenizer is None and processing_class is not None:
             self.monitor.tokenizer = processing_class
-        self.monitor.on_step(getattr(model, "module", model), state.global_step)
+        self.monitor.on_step(model, state.global_step)  # unwrapped by the monitor
         return control

@@ -11,7 +11,9 @@ import pytest
 import torch
 from transformers import BloomConfig, BloomForCausalLM
 
+from core.errors import InputError
 from diagnostics.monitor import AttentionMonitor
+from diagnostics.timeline import parse_log
 from tiny import bpe_tokenizer, tiny_gpt2
 
 # Two probes of 99 and 96 tokens, cut to the tiny model's 64 positions: long enough to judge (MIN_JUDGED_TOKENS).
@@ -69,6 +71,49 @@ def test_a_model_that_cannot_stream_is_monitored_on_whole_maps():
     model = BloomForCausalLM(BloomConfig(hidden_size=32, n_head=4, n_layer=2, vocab_size=300)).train()
     record = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1).on_step(model, 0)
     assert record["model"]["layers"] == 2 and len(record["heads"]) == 8
+
+
+@pytest.mark.parametrize("wrap", [torch.nn.DataParallel, lambda m: torch.compile(m, backend="eager"),
+                                  lambda m: torch.nn.DataParallel(torch.compile(m, backend="eager"))],
+                         ids=["DataParallel", "torch.compile", "both"])
+def test_a_wrapped_model_is_measured_as_the_model_inside(wrap):
+    """Trainer(model=torch.compile(m)) and DataParallel: before, the first measurement raised ExtractionError."""
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1)
+    bare, wrapped = monitor.on_step(tiny_gpt2(), 0), monitor.on_step(wrap(tiny_gpt2()), 0)
+    assert [h["metrics"]["entropy"] for h in wrapped["heads"]] == [h["metrics"]["entropy"] for h in bare["heads"]]
+    callback = AttentionMonitor(probes=PROBES, every=1).callback()
+    callback.on_step_end(None, types.SimpleNamespace(global_step=1), None, model=wrap(tiny_gpt2()),
+                         processing_class=bpe_tokenizer())
+    assert callback.monitor.seconds > 0
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"every": 0}, "every must be a whole number of steps, at least 1"),
+    ({"every": 1.5}, "every must be a whole number"),
+    ({"uniform_after": None}, "uniform_after must be a whole number"),
+    ({"probes": ["  "]}, "every monitor probe must be non-empty text"),
+    ({"probes": [("a pair", "")]}, "every monitor probe must be non-empty text"),
+    ({"log_path": "{tmp}"}, "it is a folder"),
+    ({"log_path": "{tmp}/notes.txt/attention.jsonl"}, "notes.txt is a file, not a folder"),
+])
+def test_bad_arguments_are_refused_before_training(tmp_path, arguments, message):
+    """Before, each was accepted and failed at the first due step (a raw TypeError or OSError, mid-training)."""
+    (tmp_path / "notes.txt").write_text("not a folder")
+    arguments = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in arguments.items()}
+    with pytest.raises(InputError, match=message):
+        AttentionMonitor(tokenizer=bpe_tokenizer(), **{"probes": PROBES, **arguments})
+
+
+def test_a_write_cut_short_does_not_swallow_the_next_record(tmp_path):
+    """A run killed (or out of disk) mid-line, then resumed: the next record was appended to the cut line, and the
+    whole log stopped reading ('line 2 of the log is not JSON')."""
+    log = tmp_path / "attention.jsonl"
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=log)
+    monitor.on_step(tiny_gpt2(), 0)
+    log.write_text(log.read_text() + log.read_text()[:300])  # the step-0 record again, cut after 300 characters
+    AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=log).on_step(tiny_gpt2(), 1)
+    timeline = parse_log(log.read_bytes())
+    assert timeline.steps == [0, 1] and timeline.notes == ["line 2 of the log is not JSON (a write cut short?): skipped"]
 
 
 def test_only_the_main_process_writes(tmp_path, monkeypatch):

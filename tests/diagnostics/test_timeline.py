@@ -61,6 +61,20 @@ def test_bad_logs_are_one_line_errors(text, message):
         parse_log(text)
 
 
+def test_a_line_that_is_not_json_is_skipped_when_others_read(log_text):
+    lines = log_text.splitlines()
+    timeline = parse_log("\n".join([lines[0], lines[1][:500], lines[2]]))
+    assert timeline.steps == [0, 20] and "line 2 of the log is not JSON" in timeline.notes[0]
+
+
+def test_two_models_in_one_log_are_refused(log_text):
+    """Before, a 2 x 4 run and a 3 x 6 run appended to one file were drawn as one run in the 3 x 6 grid."""
+    other = json.loads(log_text.splitlines()[0])
+    other.update(step=40, model=other["model"] | {"layers": 3, "parts": {"self": {"layers": 3, "heads": 4}}})
+    with pytest.raises(InputError, match=r"two different models \(GPT2.*self 2 × 4, then .*self 3 × 4 at step 40"):
+        parse_log(log_text + json.dumps(other) + "\n")
+
+
 DAMAGE = {  # a change to the first record -> the error it gets (each crashed the Timeline with a raw error before)
     "huge step": (lambda r: r.update(step=None), "not JSON (ValueError)"),
     "heads not a list": (lambda r: r.update(heads={"0": 1}), "has no step or heads"),
@@ -104,8 +118,9 @@ def test_deeply_nested_lines_are_one_line_errors():
 def test_a_metric_that_is_not_a_number_is_left_out(log_text):
     record = json.loads(log_text.splitlines()[0])
     record["heads"][0]["metrics"]["entropy"] = "high"
+    record["heads"][1]["metrics"]["entropy"] = 10 ** 400  # a hand-edited line: OverflowError before
     entropy = parse_log(json.dumps(record)).metric("entropy")  # (1, L, H)
-    assert np.isnan(entropy[0, 0, 0]) and not np.isnan(entropy[0, 0, 1])
+    assert np.isnan(entropy[0, 0, :2]).all() and not np.isnan(entropy[0, 0, 2])
 
 
 def test_read_log_stays_inside_the_allowed_roots(log_text, tmp_path):
