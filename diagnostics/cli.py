@@ -38,10 +38,10 @@ SOURCE_HELP = ("a known model (sentence-transformers/all-MiniLM-L6-v2 or minilm,
 
 def build_parser():
     parser = _Parser(prog="python -m diagnostics",
-                     description="Diagnose the attention heads of a model and report findings with suggested fixes.")
+                     description="Diagnose the attention heads of a model and report findings with suggested fixes.",
+                     epilog="python -m diagnostics compare A B [options] compares two models head by head "
+                            "(python -m diagnostics compare --help).")
     parser.add_argument("source", help=SOURCE_HELP)
-    parser.add_argument("--heads", type=int, metavar="N",
-                        help="attention heads per layer, for a bare state dict whose weights do not say it")
     return _add_options(parser)
 
 
@@ -54,6 +54,8 @@ def build_compare_parser():
 
 
 def _add_options(parser):
+    parser.add_argument("--heads", type=int, metavar="N",
+                        help="attention heads per layer, for a bare state dict whose weights do not say it")
     parser.add_argument("--text", action="append", metavar="TEXT",
                         help=f"probe text (repeatable), a paragraph each: findings from a probe under "
                              f"{MIN_JUDGED_TOKENS} tokens are info only; default: AttnScope's seven built-in "
@@ -118,7 +120,7 @@ def _diagnose(args, progress):
 
 def _compare(args, progress):
     from diagnostics.compare import compare
-    return compare(args.a, args.b, texts=args.text, device=args.device, progress=progress)
+    return compare(args.a, args.b, texts=args.text, device=args.device, progress=progress, n_heads=args.heads)
 
 
 def _fail(message, status):

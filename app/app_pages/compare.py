@@ -10,7 +10,7 @@ from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.compare import compare
 
 
-def run(source_a, source_b, texts) -> None:
+def run(source_a, source_b, texts, n_heads=None) -> None:
     """Load both models and compare them with a progress bar; the result (or the error) goes to session state.
 
     The work stops (``core.Cancelled``) between layers and probes once the browser session has ended."""
@@ -21,7 +21,7 @@ def run(source_a, source_b, texts) -> None:
     try:
         loading = [progress_span(progress, 0.0, 0.1, "Loading model A"),
                    progress_span(progress, 0.1, 0.2, "Loading model B")]
-        opened = sources.opened_models([source_a[0], source_b[0]], None, loading)
+        opened = sources.opened_models([source_a[0], source_b[0]], n_heads, loading)
         with opened as [(model_a, tok_a, _), (model_b, tok_b, _)], stop_between_layers(model_a, should_stop), \
                 stop_between_layers(model_b, should_stop):
             report = compare((model_a, tok_a), (model_b, tok_b), texts, progress=progress_span(progress, 0.2, 1.0))
@@ -99,13 +99,15 @@ with columns[0]:
 with columns[1]:
     source_b = sources.source_ui("cmp_b", "Model B (after)", known=True)
 texts = sources.probes_ui("cmp_probes")
+n_heads = st.number_input("Heads per layer (only for bare weights files without a config)", 0, 256, 0,
+                          key="cmp_heads")
 if st.button("Compare", type="primary", key="cmp_run"):
     problem = "Choose both models first." if source_a is None or source_b is None else sources.probes_problem(texts)
     if problem:
         st.session_state.pop("comparison", None)  # an earlier result must not pass for this run's
         st.error(problem, icon="⚠️")
     else:
-        run(source_a, source_b, texts)
+        run(source_a, source_b, texts, int(n_heads) or None)
 comparison = st.session_state.get("comparison")
 if comparison is not None:
     try:

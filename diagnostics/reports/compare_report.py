@@ -40,17 +40,17 @@ def render_markdown(report):
         lines += [f"## JS distance per head{'' if part == 'self' else f': {part}'}", "",
                   "| layer | " + " | ".join(f"H{h}" for h in range(len(grid[0]))) + " |",
                   "|---" * (len(grid[0]) + 1) + "|"]
-        lines += [f"| L{layer} | " + " | ".join(f"{v:.3f}" for v in row) + " |" for layer, row in enumerate(grid)]
+        lines += [f"| L{layer} | " + " | ".join(_number(v) for v in row) + " |" for layer, row in enumerate(grid)]
         lines.append("")
     lines += ["## Changed heads", ""]
     if not report.changed:
         return "\n".join(lines + ["No head changed beyond the thresholds.", ""])
     lines += ["| head | distance | why | pattern | roles | Δ entropy | Δ sink |", "|---|---|---|---|---|---|---|"]
     for h in report.changed:
-        lines.append(f"| {_head_name(h)} | {h.js_distance:.3f} | {', '.join(h.reasons)} | "
+        lines.append(f"| {_head_name(h)} | {_number(h.js_distance)} | {', '.join(h.reasons)} | "
                      f"{h.before['pattern']} → {h.after['pattern']} | "
                      f"{md(_roles(h.before))} → {md(_roles(h.after))} | "
-                     f"{h.entropy_delta:+.3f} | {h.sink_delta:+.3f} |")
+                     f"{_number(h.entropy_delta, '+.3f')} | {_number(h.sink_delta, '+.3f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -74,10 +74,12 @@ def render_html(report):
     for part in dict.fromkeys(h.part for h in report.heads):
         body.append(_grid_html(report, part))
     rows = "".join(
-        f"<tr><td>{escape(_head_name(h))}</td><td>{h.js_distance:.3f}</td><td>{escape(', '.join(h.reasons))}</td>"
+        f"<tr><td>{escape(_head_name(h))}</td><td>{_number(h.js_distance)}</td>"
+        f"<td>{escape(', '.join(h.reasons))}</td>"
         f"<td>{escape(h.before['pattern'])} → {escape(h.after['pattern'])}</td>"
         f"<td>{escape(_roles(h.before))} → {escape(_roles(h.after))}</td>"
-        f"<td>{h.entropy_delta:+.3f}</td><td>{h.sink_delta:+.3f}</td></tr>" for h in report.changed)
+        f"<td>{_number(h.entropy_delta, '+.3f')}</td><td>{_number(h.sink_delta, '+.3f')}</td></tr>"
+        for h in report.changed)
     body.append("<h2>Changed heads</h2>" + (
         "<table><tr><th>head</th><th>distance</th><th>why</th><th>pattern</th><th>roles</th><th>Δ entropy</th>"
         f"<th>Δ sink</th></tr>{rows}</table>" if rows else "<p>No head changed beyond the thresholds.</p>"))
@@ -96,7 +98,14 @@ def _grid_html(report, part):
     head_row = "<tr><th>layer</th>" + "".join(f"<th>H{h}</th>" for h in range(len(grid[0]))) + "</tr>"
     rows = []
     for layer, values in enumerate(grid):
-        cells = "".join(f"<td style='background:rgba(192,57,43,{min(1.0, v / 0.5):.2f})'>{v:.3f}</td>" for v in values)
+        shade = [min(1.0, v / 0.5) if v == v else 0.0 for v in values]  # NaN (a diverged head): unshaded
+        cells = "".join(f"<td style='background:rgba(192,57,43,{a:.2f})'>{_number(v)}</td>"
+                        for a, v in zip(shade, values))
         rows.append(f"<tr><th>L{layer}</th>{cells}</tr>")
     title = "JS distance per head" + ("" if part == "self" else f": {escape(part)}")
     return f"<h2>{title}</h2><table class='grid'>{head_row}{''.join(rows)}</table>"
+
+
+def _number(value, spec=".3f") -> str:
+    """``value`` formatted, or "n/a" for a diverged head's NaN (no distance, no entropy)."""
+    return "n/a" if value != value else format(value, spec)

@@ -52,6 +52,25 @@ def test_compare_folder_against_upload(bert_folder, bert_zip, monkeypatch):
     assert at.metric[0].value == "0 / 8"
 
 
+def test_compare_two_bare_weights_files_with_the_heads_field(monkeypatch, tmp_path):
+    """The loader's message asked for 'the Heads field', which the Compare page lacked."""
+    from safetensors.torch import save_file
+    from tiny import tiny_bert
+
+    weights = tmp_path / "bert.safetensors"
+    save_file({k: v.contiguous() for k, v in tiny_bert().state_dict().items()}, str(weights))
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("compare")
+    for side in "ab":
+        at.radio(key=f"cmp_{side}_kind").set_value("Local folder").run()
+        at.text_input(key=f"cmp_{side}_path").set_value(str(weights))
+    at.text_area(key="cmp_probes").set_value("the cat sat on the mat")
+    at.number_input(key="cmp_heads").set_value(4)
+    at = at.button(key="cmp_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert at.metric[0].value == "0 / 8"
+
+
 def test_compare_refuses_more_probe_text_than_the_server_runs():
     from app.server.sources import MAX_PROBES
 

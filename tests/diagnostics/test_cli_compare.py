@@ -52,3 +52,22 @@ def test_formats(bert_dir, tmp_path, fmt, marker):
     assert cli.main(["compare", str(bert_dir), str(bert_dir), "--format", fmt, "--out", str(out), "--quiet",
                      "--text", "A short probe."]) == 0
     assert out.read_text().startswith(marker)
+
+
+def test_bare_state_dicts_take_heads(tmp_path, capsys):
+    """The loader asked for --heads N, which compare did not accept ('unrecognized arguments')."""
+    from safetensors.torch import save_file
+    from tiny import tiny_bert
+
+    weights = tmp_path / "bert.safetensors"
+    save_file({k: v.contiguous() for k, v in tiny_bert().state_dict().items()}, str(weights))
+    assert run_compare(weights, weights, tmp_path)[0] == 2
+    assert "--heads N" in capsys.readouterr().err
+    status, report = run_compare(weights, weights, tmp_path, "--heads", "4", "--text", "the cat sat on the mat")
+    assert status == 0 and report["summary"] == {**report["summary"], "heads": 8, "changed": 0}
+
+
+def test_help_names_the_compare_command(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["--help"])
+    assert "python -m diagnostics compare A B" in capsys.readouterr().out

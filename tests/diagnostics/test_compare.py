@@ -86,7 +86,51 @@ def test_different_vocabularies_are_one_line_errors():
         compare((bert, wordpiece_tokenizer()), (gpt2, bpe_tokenizer()))
     with pytest.raises(InputError, match="the tokenizers differ") as err:
         compare((bert, wordpiece_tokenizer()), (bert, wordpiece_tokenizer(vocab_size=150)))
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "is only in A" in str(err.value)
+    grown = copy.deepcopy(wordpiece_tokenizer())
+    grown.add_tokens(["zzznew"])
+    with pytest.raises(InputError, match=r"\('zzznew' is only in B\)"):  # "B has 1 more" named no token before
+        compare((bert, wordpiece_tokenizer()), (bert, grown))
+
+
+def test_a_causal_model_against_a_bidirectional_one_is_refused():
+    """Before, whole maps gave a distance that depended on which model was A (0.528 against 0.485)."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    gpt2 = GPT2Model(GPT2Config(vocab_size=200, n_embd=32, n_layer=2, n_head=4, n_positions=64))  # BERT's vocab size
+    for a, b in ((tiny_bert(), gpt2), (gpt2, tiny_bert())):
+        with pytest.raises(InputError, match="one model is causal and the other is not"):
+            compare((a, wordpiece_tokenizer()), (b, wordpiece_tokenizer()), ["the cat sat on the mat"])
+
+
+def test_a_diverged_head_is_changed_and_a_copy_of_it_is_not():
+    """A NaN map's distance is NaN, and NaN >= CHANGED_JS was False: the head passed as unchanged."""
+    model = tiny_bert()
+    diverged = copy.deepcopy(model)
+    with torch.no_grad():
+        diverged.encoder.layer[1].attention.self.query.weight[0, 0] = float("nan")  # head L1H0's scores
+    tokenizer, texts = wordpiece_tokenizer(), ["the quick brown fox jumps over the lazy dog"]
+    report = compare((model, tokenizer), (diverged, tokenizer), texts)
+    assert [(h.layer, h.head, h.reasons) for h in report.changed] == [(1, 0, ["non_finite"])]
+    assert "| L1H0 | n/a | non_finite |" in report.to_markdown() and '"js_distance": null' in report.to_json()
+    same = compare((diverged, tokenizer), (copy.deepcopy(diverged), tokenizer), texts)
+    assert not same.changed and max(h.js_distance for h in same.heads) == 0.0
+
+
+def test_texts_may_be_any_iterable():
+    """A generator fed A's diagnosis and left B the default probes ('the models read a probe differently')."""
+    model, tokenizer = tiny_bert(), wordpiece_tokenizer()
+    report = compare((model, tokenizer), (copy.deepcopy(model), tokenizer), (t for t in ["the cat", "a dog ran"]))
+    assert len(report.a.probes) == len(report.b.probes) == 2 and not report.changed
+
+
+def test_models_whose_heads_cannot_be_measured_are_one_error():
+    """Two encoder-decoders without tokenizers: '0 of 0 heads changed' and exit 0 before (the page: IndexError)."""
+    from tiny import tiny_bart
+
+    with pytest.raises(InputError, match="no head could be measured"):
+        compare(tiny_bart(), tiny_bart())
 
 
 def _head(pattern="diffuse", roles=None):

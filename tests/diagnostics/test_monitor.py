@@ -113,7 +113,8 @@ def test_a_write_cut_short_does_not_swallow_the_next_record(tmp_path):
     log.write_text(log.read_text() + log.read_text()[:300])  # the step-0 record again, cut after 300 characters
     AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=log).on_step(tiny_gpt2(), 1)
     timeline = parse_log(log.read_bytes())
-    assert timeline.steps == [0, 1] and timeline.notes == ["line 2 of the log is not JSON (a write cut short?): skipped"]
+    assert timeline.steps == [0, 1]
+    assert timeline.notes == ["line 2 of the log is not JSON (a write cut short?): skipped"]
 
 
 def test_only_the_main_process_writes(tmp_path, monkeypatch):
