@@ -35,15 +35,17 @@ def scaled_dot_product_attention(
         raise InputError(f"the attention mask must be bool (True = may attend), not {mask.dtype}; convert it: "
                          "mask.bool() for a 0/1 mask, mask == 0 for an additive one (0 = attend, -inf = masked)")
     d_k = query.size(-1)
-    scores = (query / math.sqrt(d_k)) @ key.transpose(-2, -1)  # (..., q, k); scaled first: fp16 q·k passes 65,504
+    # Scores and softmax in float32 (as fused kernels accumulate): fp16 scores overflow past 65,504 to inf and NaN.
+    scores = (query.float() / math.sqrt(d_k)) @ key.float().transpose(-2, -1)  # (..., q, k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., q, k)
     if mask is not None:  # a row with every key masked is NaN after the softmax: zero weights, zero output
         weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    weights = weights.to(query.dtype)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return weights @ value, weights  # (..., q, d_v), (..., q, k)
+    return weights.to(value.dtype) @ value, weights  # (..., q, d_v), (..., q, k)
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> torch.Tensor:

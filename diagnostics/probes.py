@@ -315,12 +315,12 @@ def _attend(model, tokenizer, ids, start, stop) -> AttentionResult:
         attentions, causal = _run(model, input_ids)  # (L, H, T, T)
     special = [not start <= i < stop for i in range(len(ids))]
     return AttentionResult(display_tokens(tokenizer, ids), attentions, causal, special, [False] * len(ids),
-                           token_ids=ids, model_name=getattr(model.config, "name_or_path", "") or "")
+                           token_ids=ids, model_name=getattr(getattr(model, "config", None), "name_or_path", "") or "")
 
 
 def _ordinary_ids(model, tokenizer) -> torch.Tensor:
     """The ids of the tokenizer's ordinary (non-special) tokens that the model's vocabulary holds."""
-    vocab = min(len(tokenizer), getattr(model.config, "vocab_size", None) or len(tokenizer))
+    vocab = min(len(tokenizer), getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
     special = set(tokenizer.all_special_ids)
     return torch.tensor([i for i in range(vocab) if i not in special])  # (V',)
 

@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from .encode import check_text, encode, max_positions
-from ..errors import ExtractionError
+from ..errors import AttnScopeError, ExtractionError, first_line
 from .hf_extract import extract_hf, stack_layers
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
@@ -93,16 +93,26 @@ def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> 
 
 def _extract_module(model: nn.Module, tokenizer, text, text_pair) -> AttentionResult:
     enc = encode(tokenizer, text, text_pair, max_positions(None, tokenizer))  # the tokenizer's limit only
-    try:
-        attentions, causal = run_with_hooks(model, enc.input_ids.to(model_device(model)))
-    except ExtractionError:
-        raise
-    except Exception as err:  # the module's own forward rejected token ids
+    attentions, causal = _run_module(model, "(input_ids)", "for a module that takes embeddings, call "
+                                     "core.extract_module_attention(module, inputs, tokens=...) instead",
+                                     enc.input_ids.to(model_device(model)))  # (L, H, q, k)
+    if attentions.shape[-1] != enc.input_ids.shape[-1]:
         raise ExtractionError(
-            f"{type(model).__name__}(input_ids) failed ({type(err).__name__}: {err}); for a module that takes "
-            "embeddings, call core.extract_module_attention(module, inputs, tokens=...) instead"
-        ) from None
+            f"{type(model).__name__} attended over {attentions.shape[-1]} positions for {enc.input_ids.shape[-1]} "
+            "tokens: its attention layers read (sequence, batch, feature) (nn.MultiheadAttention's default, "
+            "batch_first=False) or reshape the ids; build them with batch_first=True, or call "
+            "core.extract_module_attention with inputs in the layout the module takes")
     return _result(tokenizer, enc, attentions, causal)
+
+
+def _run_module(module, call: str, hint: str, *inputs, **kwargs):
+    """``run_with_hooks``, the module's own exceptions as one ExtractionError line."""
+    try:
+        return run_with_hooks(module, *inputs, **kwargs)
+    except AttnScopeError:
+        raise
+    except Exception as err:  # the module's own forward rejected the inputs
+        raise ExtractionError(f"{type(module).__name__}{call} failed ({first_line(err)}); {hint}") from None
 
 
 def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | None = None, **kwargs) -> AttentionResult:
@@ -113,10 +123,12 @@ def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | Non
     """
     start = time.perf_counter()
     with eval_mode(module):
-        attentions, causal = run_with_hooks(module, *inputs, **kwargs)  # (L, H, q, k)
+        attentions, causal = _run_module(module, "(inputs)", "give it the inputs its forward takes",
+                                         *inputs, **kwargs)  # (L, H, q, k)
     length = attentions.shape[-1]
     tokens = list(tokens) if tokens is not None else [str(i) for i in range(length)]
     result = AttentionResult(tokens, attentions, causal, [False] * length, [False] * length)
     result.model_name, result.elapsed_s = type(module).__name__, time.perf_counter() - start
     result.device = str(model_device(module))
+    result.dtype = str(next(module.parameters()).dtype).replace("torch.", "")
     return result

@@ -3,12 +3,14 @@
 Temporary hooks, registered and removed in one place (as TransformerLens does):
 a forward pre-hook asks each ``nn.MultiheadAttention`` for per-head weights
 (``need_weights=True, average_attn_weights=False``) and a forward hook keeps
-them. PyTorch's fused "fast path" skips the module call entirely, so it is
-switched off while the hooks are in place.
+them, handing the module's caller the weights it asked for. PyTorch's fused
+"fast path" skips the module call entirely, so it is switched off while the
+hooks are in place. Only the capturing thread's calls are kept.
 """
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -18,6 +20,7 @@ from ..errors import ExtractionError
 from .hf_extract import stack_layers
 
 _MHA_POSITIONAL = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
+MASKED_SCORE = -1e4  # an additive mask entry at or below this blocks its key: exp(-1e4) is 0 in every dtype
 
 
 def attention_modules(model: nn.Module) -> list[nn.MultiheadAttention]:
@@ -25,51 +28,93 @@ def attention_modules(model: nn.Module) -> list[nn.MultiheadAttention]:
 
 
 def _is_causal_call(kwargs: dict, q_len: int, k_len: int) -> bool:
+    """Whether the call's mask blocks exactly the keys after each query: a bool mask (True = blocked) or an
+    additive one whose blocked entries are -inf or a large finite negative (finfo.min, -1e9), 2-D or per head."""
     if kwargs.get("is_causal"):
         return True
     mask = kwargs.get("attn_mask")
-    if mask is None or mask.dim() != 2:
+    if mask is None or mask.dim() not in (2, 3):
         return False
-    blocked = mask if mask.dtype == torch.bool else torch.isinf(mask) & (mask < 0)  # (q, k)
-    upper = torch.ones(q_len, k_len, dtype=torch.bool, device=mask.device).triu(diagonal=1)
-    return bool(torch.equal(blocked.bool(), upper))
+    blocked = mask if mask.dtype == torch.bool else mask <= MASKED_SCORE  # (q, k) or (B·H, q, k)
+    upper = torch.ones(q_len, k_len, dtype=torch.bool, device=mask.device).triu(diagonal=1)  # (q, k)
+    return bool((blocked == upper).all())
+
+
+_FASTPATH_LOCK = threading.Lock()
+_fastpath_users = [0, True]  # captures running now, the fast-path setting found by the first
+
+
+@contextmanager
+def _fastpath_off():
+    """PyTorch's fused MHA path skips the module call (and its hooks): off while any capture runs, restored
+    when the last one ends (a global flag: two threads must not restore it under each other)."""
+    with _FASTPATH_LOCK:
+        if _fastpath_users[0] == 0:
+            _fastpath_users[1] = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+        _fastpath_users[0] += 1
+    try:
+        yield
+    finally:
+        with _FASTPATH_LOCK:
+            _fastpath_users[0] -= 1
+            if _fastpath_users[0] == 0:
+                torch.backends.mha.set_fastpath_enabled(_fastpath_users[1])
+
+
+def _refuse_extra_keys(modules, model):
+    if any(m.bias_k is not None or m.add_zero_attn for m in modules):
+        raise ExtractionError(f"{type(model).__name__} uses nn.MultiheadAttention with add_bias_kv or add_zero_attn, "
+                              "whose extra key column is no token; AttnScope reads attention over the tokens only")
+
+
+def _is_self_attention(call: dict) -> bool:
+    query, key = call.get("query"), call.get("key")
+    return query is key or (query.shape == key.shape and torch.equal(query, key))
 
 
 @contextmanager
 def capture_mha_weights(model: nn.Module):
-    """Yield a list that fills with ``(weights (B, H, q, k), causal)`` per attention call."""
+    """Yield a list that fills with ``(weights (B, H, q, k), causal)`` per attention call of this thread.
+
+    The module still returns what its caller asked for (averaged weights, or none)."""
     modules = attention_modules(model)
     if not modules:
         raise ExtractionError(f"{type(model).__name__} contains no torch.nn.MultiheadAttention layer")
-    captured, handles = [], []
+    _refuse_extra_keys(modules, model)
+    captured, handles, asked, thread = [], [], [], threading.get_ident()
 
     def request_weights(module, args, kwargs):
         kwargs = {**dict(zip(_MHA_POSITIONAL, args)), **kwargs}
-        kwargs.update(need_weights=True, average_attn_weights=False)
+        if threading.get_ident() == thread:
+            asked.append((kwargs.get("need_weights", True), kwargs.get("average_attn_weights", True)))
+            kwargs.update(need_weights=True, average_attn_weights=False)
         return (), kwargs
 
     def keep_weights(module, args, kwargs, output):
-        weights = output[1]  # (B, H, q, k)
-        if weights is None or weights.dim() != 4:
+        if threading.get_ident() != thread:  # another thread's call of a shared module: not this capture's
+            return None
+        need, average = asked.pop()
+        weights = output[1]  # (B, H, q, k), or (H, q, k) for an unbatched call
+        if weights is None or weights.dim() not in (3, 4):
             raise ExtractionError("nn.MultiheadAttention returned no per-head weights")
-        call = {**dict(zip(_MHA_POSITIONAL, args)), **kwargs}
-        if call.get("query") is not call.get("key"):  # cross-attention: a decoder reading an encoder's memory
+        if not _is_self_attention({**dict(zip(_MHA_POSITIONAL, args)), **kwargs}):
             raise ExtractionError(f"{type(model).__name__} has cross-attention (an encoder-decoder such as "
                                   "nn.Transformer), whose maps are not a stack of self-attention layers; give "
                                   "extract_module_attention its encoder or a self-attention stack")
-        captured.append((weights.detach(), _is_causal_call(kwargs, *weights.shape[-2:])))
+        per_head = weights if weights.dim() == 4 else weights.unsqueeze(0)  # (B, H, q, k)
+        captured.append((per_head.detach(), _is_causal_call(kwargs, *weights.shape[-2:])))
+        return output[0], (weights.mean(-3) if average else weights) if need else None
 
-    fastpath = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        for module in modules:
-            handles.append(module.register_forward_pre_hook(request_weights, with_kwargs=True))
-            handles.append(module.register_forward_hook(keep_weights, with_kwargs=True))
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()
-        torch.backends.mha.set_fastpath_enabled(fastpath)
+    with _fastpath_off():
+        try:
+            for module in modules:
+                handles.append(module.register_forward_pre_hook(request_weights, with_kwargs=True))
+                handles.append(module.register_forward_hook(keep_weights, with_kwargs=True))
+            yield captured
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, bool]:

@@ -299,6 +299,10 @@ def stream_attention(
         _ACTIVE.reset(token)
     if not stream.consumers:
         raise ExtractionError(f"{type(model).__name__} ran no attention layer through the streaming function")
+    missing = sorted(stream.keep - set(stream.kept))
+    if missing:
+        raise InputError(f"keep asks for layer {missing[0][0]}, head {missing[0][1]}, but the model has layers "
+                         f"0-{len(stream.consumers) - 1} and heads 0-{stream.n_heads - 1}")
     return StreamedAttention(stream.consumers, stream.n_heads, stream.n_keys, stream.kept, output,
                              time.perf_counter() - start)
 

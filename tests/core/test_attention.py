@@ -93,10 +93,12 @@ def test_rejects_indivisible_width():
         MultiHeadAttention(10, 3)
 
 
-def test_fp16_scores_are_scaled_before_they_overflow():
-    """q·k of 1.1e5 overflows fp16 (max 65,504); scaled first it is 1.4e4, as torch's own kernel computes it."""
+@pytest.mark.parametrize("size", [40, 300])
+def test_fp16_scores_do_not_overflow(size):
+    """q·k of 1.1e5 (size 40) overflows fp16 (max 65,504); scaled it is 1.4e4, but at size 300 the scaled scores
+    pass 65,504 too (NaN weights before): scores and softmax are float32, as torch's own kernel computes them."""
     torch.manual_seed(0)
-    q, k = (torch.randn(1, 2, 4, 64) * 40).half(), (torch.randn(1, 2, 4, 64) * 40).half()  # (B, H, t, d)
+    q, k = (torch.randn(1, 2, 4, 64) * size).half(), (torch.randn(1, 2, 4, 64) * size).half()  # (B, H, t, d)
     v = torch.randn(1, 2, 4, 64).half()
     out, weights = scaled_dot_product_attention(q, k, v)
     assert torch.isfinite(weights).all() and torch.allclose(weights.float().sum(-1), torch.ones(1, 2, 4), atol=1e-3)

@@ -14,6 +14,7 @@ from core import (
 )
 
 from core.extraction.encode import PAIR_JOINED
+from core.extraction.module_extract import capture_mha_weights
 from core.extraction.tokens import prettify_token
 
 TEXT = "The quick brown fox jumps over the lazy dog."
@@ -251,6 +252,93 @@ def test_a_module_with_cross_attention_is_refused_not_stacked():
     with pytest.raises(ExtractionError, match="has cross-attention"):
         extract_module_attention(model, x, x)
     assert extract_module_attention(model.encoder, x).attentions.shape == (1, 4, 5, 5)
+
+
+class OneLayer(nn.Module):
+    """One nn.MultiheadAttention called as a user's model calls it."""
+
+    def __init__(self, **options):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True, **options)
+
+    def forward(self, x, mask=None):
+        out, pooled = self.attn(x, x.clone(), x, attn_mask=mask)  # (B, q, E), (B, q, k): averaged, as PyTorch's default
+        return out + torch.einsum("bqk,bkd->bqd", pooled, x)  # attention pooling reads the averaged weights
+
+
+@pytest.mark.parametrize("mask", [
+    nn.Transformer.generate_square_subsequent_mask(5),
+    torch.full((5, 5), torch.finfo(torch.float32).min).triu(1),
+    torch.full((5, 5), -1e9).triu(1),
+    torch.ones(4, 5, 5, dtype=torch.bool).triu(1),  # per head (B·H, q, k)
+], ids=["-inf", "finfo.min", "-1e9", "bool 3-D"])
+def test_a_causal_mask_is_causal_whatever_its_blocked_value_or_shape(mask):
+    """Only a 2-D mask of -inf counted before: the others gave causal=False, and every metric read each row as
+    seeing every key."""
+    torch.manual_seed(0)
+    model, x = OneLayer().eval(), torch.randn(1, 5, 16)
+    result = extract_module_attention(model, x, mask=mask)
+    assert result.causal and torch.all(result.attentions.triu(diagonal=1) == 0)
+    assert not extract_module_attention(model, x, mask=torch.zeros(5, 5)).causal
+
+
+def test_the_module_returns_what_its_caller_asked_for():
+    """The hooks asked for per-head weights and handed them to the model: its einsum over averaged weights
+    failed (RuntimeError), and the key (a clone of the query) was taken for cross-attention."""
+    torch.manual_seed(0)
+    model, x = OneLayer().eval(), torch.randn(1, 5, 16)
+    with torch.no_grad():
+        expected = model(x)
+    result = extract_module_attention(model, x)
+    assert result.attentions.shape == (1, 4, 5, 5)
+    with torch.no_grad():
+        _, per_head = model.attn(x, x, x, average_attn_weights=False)
+    torch.testing.assert_close(result.attentions[0], per_head[0])
+    with capture_mha_weights(model), torch.no_grad():
+        torch.testing.assert_close(model(x), expected)
+
+
+def test_module_inputs_it_rejects_and_extra_key_columns_are_one_clear_error():
+    torch.manual_seed(0)
+    with pytest.raises(ExtractionError, match=r"OneLayer\(inputs\) failed \(AssertionError: .*embedding dim"):
+        extract_module_attention(OneLayer().eval(), torch.randn(1, 5, 8))
+    for options in ({"add_bias_kv": True}, {"add_zero_attn": True}):
+        with pytest.raises(ExtractionError, match="add_bias_kv or add_zero_attn"):
+            extract_module_attention(OneLayer(**options).eval(), torch.randn(1, 5, 16))
+    x = torch.randn(5, 16)  # unbatched, as nn.MultiheadAttention takes it: "returned no per-head weights" before
+    unbatched = extract_module_attention(OneLayer().attn.eval(), x, x, x)
+    assert unbatched.attentions.shape == (1, 4, 5, 5)
+    assert extract_module_attention(OneLayer().to(torch.bfloat16).eval(),
+                                    torch.randn(1, 5, 16, dtype=torch.bfloat16)).dtype == "bfloat16"
+
+
+def test_sequence_first_layers_fed_batch_first_ids_are_one_clear_error():
+    """nn.TransformerEncoderLayer's default batch_first=False read (1, T) ids as T sequences of one token:
+    'attention is 1×1 but there are 12 query and 12 key tokens'."""
+    model = EncoderLM().eval()
+    model.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64), 2, enable_nested_tensor=False)
+    with pytest.raises(ExtractionError, match="batch_first=False"):
+        extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
+
+
+def test_captures_overlapping_in_threads_keep_their_own_calls_and_the_fast_path_flag():
+    """A capture took the calls of other threads to a shared module as its own layers, and two captures that did
+    not end in reverse order left PyTorch's MHA fast path off for good."""
+    import threading
+
+    model, x = OneLayer().eval(), torch.randn(1, 5, 16)
+    before = torch.backends.mha.get_fastpath_enabled()
+    first, second = capture_mha_weights(model), capture_mha_weights(model)
+    captured = first.__enter__()
+    second.__enter__()
+    other = threading.Thread(target=lambda: model(x))
+    other.start()
+    other.join()
+    assert captured == []  # the other thread's call is not this capture's
+    first.__exit__(None, None, None)
+    assert torch.backends.mha.get_fastpath_enabled() is False  # the second capture still runs
+    second.__exit__(None, None, None)
+    assert torch.backends.mha.get_fastpath_enabled() is before
 
 
 def test_tokenizer_larger_than_vocabulary_is_clear_error():

@@ -208,6 +208,9 @@ def test_bad_inputs_are_rejected():
         stream_attention(tiny.tiny_gpt2(), torch.zeros(2, 5, dtype=torch.long), lambda *a: None)
     with pytest.raises(InputError, match="keep"):
         stream_attention(tiny.tiny_gpt2(), random_ids(5), lambda *a: None, keep=["x"])
+    for keep in ([(99, 0)], [(0, 4)], [(-1, 0)]):  # dropped without a word before: kept[(l, h)] was a KeyError
+        with pytest.raises(InputError, match="the model has layers 0-1 and heads 0-3"):
+            stream_attention(tiny.tiny_gpt2(), random_ids(5), lambda *a: None, keep=keep)
     with pytest.raises(ExtractionError, match="neither"):
         stream_attention(torch.nn.Linear(2, 2), random_ids(5), lambda *a: None)
 

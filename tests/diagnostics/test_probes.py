@@ -39,3 +39,24 @@ def test_one_string_is_one_probe_and_an_empty_list_means_the_defaults():
     defaults = diagnose((tiny_bert(), wordpiece_tokenizer()), texts=[])
     assert "probes_short" not in {f.code for f in defaults.findings}  # judged as the defaults, not capped
     assert len(defaults.probes) == len(DEFAULT_PROBES)
+
+
+def test_a_plain_pytorch_model_is_diagnosed():
+    """Its repeated-sequence probe read model.config: a raw AttributeError for any module without one."""
+    from torch import nn
+
+    from diagnostics.diagnose import diagnose
+
+    class EncoderLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(200, 32)
+            layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+        def forward(self, input_ids):
+            return self.encoder(self.embed(input_ids))
+
+    torch.manual_seed(0)
+    report = diagnose((EncoderLM().eval(), wordpiece_tokenizer()), ["the quick brown fox jumps over the lazy dog"])
+    assert len(report.heads) == 8 and report.model["name"] == "EncoderLM"
