@@ -78,6 +78,9 @@ def main(argv=None):
     problem = args.out and _unwritable(Path(args.out))
     if problem:  # said before minutes of diagnosis, not after
         return _fail(f"cannot write {args.out}: {problem}", EXIT_BAD_INPUT)
+    problem = args.device and _unusable_device(args.device)
+    if problem:  # before the model is loaded, not after
+        return _fail(problem, EXIT_BAD_INPUT)
     try:
         with _progress(args.quiet) as progress:
             report = _compare(args, progress) if comparing else _diagnose(args, progress)
@@ -103,6 +106,17 @@ def _unwritable(path: Path) -> str | None:
         return f"the folder {folder} does not exist"
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         return "permission denied"
+    return None
+
+
+def _unusable_device(device: str) -> str | None:
+    """Why ``--device`` cannot be used on this machine (unknown, or absent here), or None."""
+    from core.device import pick_device  # imports torch: not for --help or a bad option
+
+    try:
+        pick_device(device)
+    except InputError as err:
+        return str(err)
     return None
 
 

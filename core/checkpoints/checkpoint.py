@@ -42,6 +42,7 @@ NOT_FOUND = "{path} does not exist; give the path of a model folder, an archive 
 # what lies outside the folders they may read, nor where those folders are.
 OUTSIDE = ("{path} is outside the folders AttnScope may read, or does not exist there; give a path under them "
            "(the folders are set by {env})")
+NUL_BYTE = "the path {path} holds a NUL byte, which no file name can; give the path without it"
 SEVERAL_ARCHIVES = ("the upload holds {count} archives ({names}); upload one archive, or the files of one model "
                     "folder, at a time")
 NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
@@ -118,10 +119,12 @@ def check_allowed(path: Path, roots: list[Path]) -> Path:
 
     Outside the roots, a missing path, a link out and an unreadable one get the same message (``OUTSIDE``).
     """
+    if "\x00" in str(path):  # no file name can hold one; os.stat raises ValueError, not OSError
+        raise CheckpointError(NUL_BYTE.format(path=ascii(str(path))))
     try:
         resolved = expand_user(path).resolve()
         inside = any(resolved.is_relative_to(root) for root in roots)
-    except (OSError, RuntimeError):  # a symlink loop, a path too long, no permission
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a path too long, no permission
         inside = False
     if not inside:
         raise CheckpointError(OUTSIDE.format(path=path, env=ENV_ROOTS))
@@ -136,18 +139,13 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
     upload.mkdir(mode=0o700)
     if isinstance(inputs, (str, Path)):
         path = check_allowed(Path(inputs), roots)
+        given = expand_user(Path(inputs))
         if path.is_dir():
-            folder = model_root(path, path.name, limits.max_entries)
+            label = _label(given, path)
+            folder = model_root(path, label, limits.max_entries)
             _check_folder_files(folder, roots)
-            return folder, path.name, _ignored_code(folder, recursive=False)
-        check_upload_size(path.name, path.stat().st_size, limits)
-        if is_archive(path):
-            extract_archive(path, upload, limits)
-            return _model_root(upload, path.name)
-        if is_gguf(path):  # read in place: GGUF files are large, and it is memory-mapped, not copied
-            return path.parent, path.name, []
-        shutil.copyfile(path, upload / path.name)
-        return upload, path.name, []
+            return folder, label, _ignored_code(folder, recursive=False)
+        return _stage_file(path, _file_name(given, path), work, limits)
     if isinstance(inputs, tuple) and len(inputs) == 2 and _is_data(inputs[1]):
         inputs = [inputs]
     if not isinstance(inputs, (list, tuple)) or not inputs:
@@ -164,6 +162,35 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
     return _model_root(upload, files[0].name if len(files) == 1 else "the upload")
 
 
+def _stage_file(path: Path, name: str, work: Path, limits: Limits) -> tuple[Path, str, list[str]]:
+    """Stage the checked file ``path`` under ``name``: a Hub cache blob (blobs/<sha256>) has no suffix of its own."""
+    upload = work / "upload"
+    check_upload_size(name, path.stat().st_size, limits)
+    if is_archive(Path(name)):
+        (work / name).symlink_to(path)  # the link's target is the resolved path checked against the roots
+        extract_archive(work / name, upload, limits)
+        return _model_root(upload, name)
+    if is_gguf(Path(name)):  # read in place: GGUF files are large, and it is memory-mapped, not copied
+        (upload / name).symlink_to(path)
+        return upload, name, []
+    shutil.copyfile(path, upload / name)
+    return upload, name, []
+
+
+def _label(given: Path, resolved: Path) -> str:
+    """How messages name a path: as the user gave it; ``.`` and ``..`` by the folder's name, ``/`` in full."""
+    name = given.name if given.name not in ("", "..") else resolved.name
+    return name or str(resolved)
+
+
+def _file_name(given: Path, resolved: Path) -> str:
+    """The name a file is read by: the one given, unless only the link's target names a type AttnScope reads."""
+    for path in (given, resolved):
+        if is_archive(path) or is_gguf(path) or path.name.lower().endswith(WEIGHT_SUFFIXES):
+            return path.name
+    return _label(given, resolved)
+
+
 def _is_data(data) -> bool:
     return isinstance(data, (bytes, bytearray)) or (hasattr(data, "read") and hasattr(data, "seek"))
 
@@ -175,8 +202,9 @@ def _as_upload(item, roots, limits: Limits) -> Upload:
         path = check_allowed(Path(item), roots)
         if not path.is_file():
             raise CheckpointError(f"{item} is not a file; list the files of the model folder, or pass the folder")
-        check_upload_size(path.name, path.stat().st_size, limits)
-        return path.name, path  # copied in chunks by write_loose_files
+        name = _file_name(expand_user(Path(item)), path)
+        check_upload_size(name, path.stat().st_size, limits)
+        return name, path  # copied in chunks by write_loose_files
     raise CheckpointError(BAD_INPUT.format(kind=f"list holding a {type(item).__name__}"))
 
 
@@ -201,7 +229,7 @@ def _ignored_code(folder: Path, recursive: bool) -> list[str]:
 
 def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits, notes: list[str],
                  progress=None) -> LoadedCheckpoint:
-    gguf = _gguf_file(folder, label)
+    gguf = gguf_in_folder(folder, label)
     if gguf is not None:
         model, tokenizer, gguf_notes = load_gguf(gguf, limits, progress)
         return LoadedCheckpoint(model, tokenizer, notes + gguf_notes, model.config.model_type)
@@ -231,7 +259,7 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
     return LoadedCheckpoint(model, tokenizer, notes, model_type)
 
 
-def _gguf_file(folder: Path, label: str) -> Path | None:
+def gguf_in_folder(folder: Path, label: str) -> Path | None:
     """The GGUF file to load from ``folder`` (a label naming one wins), or None when the folder has none."""
     if is_gguf(Path(label)) and (folder / label).is_file():
         return folder / label

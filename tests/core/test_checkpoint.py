@@ -18,6 +18,7 @@ from core.checkpoints import build as checkpoint_build, tokenizer as checkpoint_
 from hostile_inputs import BAD_INPUTS, MARKER, table_rows
 from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+from tiny_gguf import write_llama_gguf
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -228,6 +229,45 @@ def test_local_paths_outside_allowed_roots_are_refused(tmp_path, monkeypatch):
     (tmp_path / "elsewhere" / "link.safetensors").symlink_to(tmp_path / "bert.safetensors")
     with pytest.raises(CheckpointError, match="outside the folders"):
         load_checkpoint(tmp_path / "elsewhere" / "link.safetensors", n_heads=4)
+
+
+@pytest.mark.parametrize("kind", ["gguf", "safetensors", "zip"])
+def test_a_file_linked_to_a_hub_cache_blob_is_read_by_the_name_given(tmp_path, kind):
+    """The Hugging Face cache links snapshots/<rev>/model.gguf to ../../blobs/<sha256>, a name with no suffix."""
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "abc123"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    blob = blobs / "9f86d081884c7d659a2feaa0c55ad015"
+    if kind == "gguf":
+        write_llama_gguf(blobs / "written.gguf").rename(blob)
+    elif kind == "safetensors":
+        save_file(state(tiny_bert()), blob)
+    else:
+        zip_folder(hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer()), blob)
+    link = snapshot / f"model.{kind}"
+    link.symlink_to(Path("..", "..", "blobs", blob.name))
+    loaded = load(link, n_heads=4)
+    assert loaded.architecture == ("llama" if kind == "gguf" else "bert")
+    if kind == "gguf":
+        assert loaded.model.config.name_or_path == "model.gguf"  # not the blob's hash
+
+
+def test_a_linked_file_whose_target_has_no_type_is_named_by_the_link(tmp_path):
+    (tmp_path / "blob").write_bytes(b"not a model")
+    (tmp_path / "notes").symlink_to(tmp_path / "blob")
+    with pytest.raises(CheckpointError, match=r"^notes holds no model"):
+        load(tmp_path / "notes")
+
+
+def test_the_file_system_root_is_named_in_full():
+    with pytest.raises(CheckpointError, match=r"^/ holds more than 5 files"):
+        load_checkpoint("/", allowed_roots=["/"], limits=Limits(max_entries=5))
+
+
+@pytest.mark.parametrize("name", ["demo-bert\x00", "x\x00/y", "~\x00"])
+def test_a_path_with_a_nul_byte_is_a_one_line_checkpoint_error(name):
+    with pytest.raises(CheckpointError, match=r"^the path '.*\\x00.*' holds a NUL byte, .* give the path without it$"):
+        core.load_untrusted(name)
 
 
 def test_limits_from_arguments_and_environment(tmp_path, monkeypatch):

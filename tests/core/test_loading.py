@@ -10,9 +10,10 @@ import transformers
 
 import tiny
 from core import (
-    AttnScopeTransformer, InputError, ModelLoadError, TINY_PRESETS, extract_attention, load_model, pick_device,
-    save_custom_model,
+    AttnScopeTransformer, InputError, ModelLoadError, TINY_PRESETS, extract_attention, load_checkpoint, load_model,
+    pick_device, save_custom_model,
 )
+from tiny_gguf import tiny_llama, write_llama_gguf
 
 TEXT = "the quick brown fox"
 
@@ -110,6 +111,39 @@ def test_pick_device():
             pick_device("cuda")
     with pytest.raises(InputError, match="unknown device"):
         pick_device("quantum")
+
+
+@pytest.mark.parametrize("device, message", [("quantum", "unknown device 'quantum'; use 'cpu'"),
+                                             ("vulkan", "'vulkan' is not one AttnScope computes on; use 'cpu'"),
+                                             ("meta", "'meta' is not one AttnScope computes on"),
+                                             ("mps", "Apple MPS is not available here; use 'cpu'"),
+                                             ("cuda", "no CUDA GPU is available; use 'cpu'")])
+def test_devices_this_machine_cannot_compute_on_are_input_errors(monkeypatch, device, message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(InputError, match=message):
+        pick_device(device)
+
+
+def test_available_accelerators_are_accepted_and_a_missing_gpu_index_refused(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert pick_device("mps") == torch.device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert pick_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(InputError, match="'cuda:1' was requested but this machine has 1 CUDA GPU"):
+        pick_device("cuda:1")
+
+
+def test_a_folder_of_config_json_and_a_gguf_loads_as_the_app_loads_it(tmp_path):
+    """Hub GGUF repositories keep the original config.json beside the .gguf: the .gguf is the model."""
+    write_llama_gguf(tmp_path / "tiny.Q8_0.gguf")
+    tiny_llama().config.to_json_file(tmp_path / "config.json")
+    model, tokenizer = load_model(tmp_path, device="cpu")
+    app = load_checkpoint(tmp_path, allowed_roots=[tmp_path], device="cpu")
+    assert model.config.name_or_path == app.model.config.name_or_path == "tiny.Q8_0.gguf"
+    assert torch.equal(extract_attention(model, tokenizer, TEXT).attentions,
+                       extract_attention(app.model, app.tokenizer, TEXT).attentions)
 
 
 @pytest.mark.parametrize("damage", ["missing weights", "corrupt weights", "bad config field"])

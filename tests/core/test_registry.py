@@ -11,6 +11,7 @@ import pytest
 import core
 from core import ModelLoadError
 from core.checkpoints import registry
+from core.checkpoints.untrusted import is_known_name
 
 MINILM, SMOLLM2 = "sentence-transformers/all-MiniLM-L6-v2", "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -27,6 +28,21 @@ def test_default_model_is_minilm_and_the_picker_lists_real_models_first():
                                           (MINILM, MINILM), ("demo-bert", "demo-bert"), ("bert-base", "bert-base")])
 def test_aliases_become_hub_ids(name, hub_id):
     assert registry.canonical_name(name) == hub_id
+
+
+@pytest.mark.parametrize("name, known", [("Demo-BERT", "demo-bert"), ("DEMO-GPT2", "demo-gpt2"),
+                                         ("sentence-transformers/all-minilm-l6-v2", MINILM),
+                                         ("huggingfacetb/SMOLLM2-135m-instruct", SMOLLM2)])
+def test_known_names_match_in_any_case(name, known):
+    assert registry.canonical_name(name) == known
+    assert is_known_name(name)
+    if known in registry.DEMO_MODELS:
+        assert registry.resolve_source(name) == str(registry.DEMO_MODELS[known])
+
+
+@pytest.mark.parametrize("name", ["Bert-Base-Uncased", "./Demo-BERT", "/Models/MiniLM"])
+def test_other_names_and_paths_keep_their_case(name):
+    assert registry.canonical_name(name) == name and not is_known_name(name)
 
 
 def test_installed_models_resolve_to_wheel_files_without_importing_them():

@@ -139,6 +139,21 @@ def test_an_unwritable_out_is_refused_before_the_diagnosis(tmp_path, capsys, mon
     assert ran == []  # nothing was diagnosed first
 
 
+@pytest.mark.parametrize("argv", [["demo-bert"], ["compare", "demo-bert", "demo-gpt2"]])
+@pytest.mark.parametrize("device", ["mps", "vulkan", "meta", "quantum"])
+def test_an_unusable_device_is_refused_before_the_model_is_loaded(capsys, monkeypatch, argv, device):
+    import torch
+
+    ran = []
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(cli, "_diagnose", lambda args, progress: ran.append(args))
+    monkeypatch.setattr(cli, "_compare", lambda args, progress: ran.append(args))
+    assert cli.main([*argv, "--device", device, "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f"'{device}'" in lines[0]
+    assert "internal error" not in lines[0] and ran == []
+
+
 def test_formats_and_text_option(bert_dir, tmp_path, capsys):
     assert cli.main([str(bert_dir), "--text", "A short probe.", "--quiet"]) == 0
     markdown = capsys.readouterr().out
