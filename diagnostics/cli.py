@@ -11,6 +11,7 @@ one line.
 """
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -81,6 +82,7 @@ def main(argv=None):
     problem = args.device and _unusable_device(args.device)
     if problem:  # before the model is loaded, not after
         return _fail(problem, EXIT_BAD_INPUT)
+    _print_load_notes()
     try:
         with _progress(args.quiet) as progress:
             report = _compare(args, progress) if comparing else _diagnose(args, progress)
@@ -107,6 +109,19 @@ def _unwritable(path: Path) -> str | None:
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         return "permission denied"
     return None
+
+
+def _print_load_notes() -> None:
+    """What loading a checkpoint inferred, borrowed or ignored (an architecture read from the weights, a demo
+    model's tokenizer): one ``note:`` line each on stderr, as the app shows them above its report."""
+    load_log = logging.getLogger("attnscope.load")
+    for old in [h for h in load_log.handlers if getattr(h, "attnscope_cli", False)]:
+        load_log.removeHandler(old)  # an earlier main()'s, bound to the stderr of then
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("note: %(message)s"))
+    handler.attnscope_cli = True
+    load_log.addHandler(handler)
+    load_log.propagate = False
 
 
 def _unusable_device(device: str) -> str | None:

@@ -9,6 +9,7 @@ a checkpoint must never run its own Python code by default.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
@@ -28,6 +29,8 @@ from .layout import holds_model_files
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
+
+log = logging.getLogger("attnscope.load")  # what a checkpoint load inferred, borrowed or ignored (the CLI prints it)
 
 
 def load_model(
@@ -62,8 +65,10 @@ def load_model(
         path = str(expand_user(path))
     if is_checkpoint_path(Path(path)):  # the local user is trusted: any path they can read (docs/checkpoints.md)
         anywhere = [Path(path).resolve().anchor]
-        return tuple(load_checkpoint(path, n_heads=n_heads, device=device, allowed_roots=anywhere,
-                                     progress=progress))
+        loaded = load_checkpoint(path, n_heads=n_heads, device=device, allowed_roots=anywhere, progress=progress)
+        for note in loaded.notes:  # load_model returns (model, tokenizer): the notes go to the log
+            log.warning(note)
+        return loaded.model, loaded.tokenizer
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
         if isinstance(config, dict):

@@ -175,3 +175,20 @@ def test_python_m_diagnostics(bert_dir, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "diagnostics", str(tmp_path / "nope")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and bad.stdout == ""
+
+
+def test_what_loading_inferred_is_a_note_on_stderr(tmp_path, capsys):
+    """load_model kept (model, tokenizer) of a checkpoint load and dropped its notes: nothing said that the
+    architecture was read from the weights or that a demo model's tokenizer was borrowed."""
+    from safetensors.torch import save_file
+
+    import core
+
+    model, _ = core.load_model("demo-gpt2", device="cpu")
+    weights = tmp_path / "weights.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    assert cli.main([str(weights), "--heads", "4", "--quiet", "--text", "the cat sat on the mat",
+                     "--out", str(tmp_path / "r.md")]) in (0, 1)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+    assert any("read the architecture from the weights" in n for n in notes), notes
+    assert any("demo-gpt2's tokenizer" in n for n in notes)
