@@ -22,10 +22,10 @@ from tiny import bpe_tokenizer, tiny_gpt2
 GPT2_TRANSPOSED = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
 
 
-def tiny_llama() -> LlamaModel:
+def tiny_llama(kv_heads: int = 2) -> LlamaModel:
     """2 layers, 4 query heads sharing 2 key/value heads (grouped-query attention), as SmolLM2 does."""
     config = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=64,
                          rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=0, eos_token_id=0)
     torch.manual_seed(0)
     return LlamaModel(config).eval()
@@ -52,12 +52,16 @@ def _gguf_names(model, arch, prefix: str) -> dict[str, np.ndarray]:
     return out
 
 
-def write_llama_gguf(path: Path, model: LlamaModel | None = None) -> Path:
+def write_llama_gguf(path: Path, model: LlamaModel | None = None, *, head_count: int | None = None,
+                     head_count_kv: bool = True) -> Path:
+    """``head_count`` overrides the heads the metadata claims (the tensors keep the model's); without
+    ``head_count_kv`` the optional key is left out, as files of models without grouped-query attention may."""
     model = model or tiny_llama()
     c = model.config
     writer = _start(path, "llama", c.num_hidden_layers, c.max_position_embeddings, c.hidden_size,
-                    c.intermediate_size, c.num_attention_heads)
-    writer.add_head_count_kv(c.num_key_value_heads)
+                    c.intermediate_size, head_count or c.num_attention_heads)
+    if head_count_kv:
+        writer.add_head_count_kv(c.num_key_value_heads)
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     writer.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
     writer.add_rope_freq_base(10000.0)

@@ -34,6 +34,14 @@ def raw_gguf(path: Path, arch: str = "llama", tensors=(), extra_kv: bytes = b"",
     return path
 
 
+def metadata_arrays(path: Path, arrays: dict[str, tuple[int, int]]) -> Path:
+    """A GGUF whose metadata holds, per key, an array of ``(item type, count)`` zero items: 0 (u8) or "" (string)."""
+    item_bytes = {U8_TYPE: 1, STRING_TYPE: 8}  # an empty string is its u64 length, 0
+    kv = b"".join(_string(key) + struct.pack("<IIQ", ARRAY_TYPE, item, n) + bytes(n * item_bytes[item])
+                  for key, (item, n) in arrays.items())
+    return raw_gguf(path, extra_kv=kv, n_kv_extra=len(arrays))
+
+
 def gguf_not_gguf(d: Path) -> Path:
     (d / "notgguf.gguf").write_bytes(random.Random(0).randbytes(4096))
     return d / "notgguf.gguf"
@@ -103,4 +111,15 @@ def gguf_without_tensors(d: Path) -> Path:
     return raw_gguf(d / "empty_model.gguf", extra_kv=b"".join(_u32(k, v) for k, v in kv.items()), n_kv_extra=len(kv))
 
 
-GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [gguf_absurd_layers, gguf_without_tensors]})
+def gguf_array_amplification(d: Path) -> Path:
+    """16,385 empty strings (8 bytes each in the file): gguf.GGUFReader turns each into numpy objects, ~1 KB apiece."""
+    return metadata_arrays(d / "amplify.gguf", {"general.junk": (STRING_TYPE, 16_385)})
+
+
+def gguf_metadata_mismatch(d: Path) -> Path:
+    """A tiny Llama (4 heads of 8, 2 key/value heads) whose metadata claims 8 heads."""
+    return write_llama_gguf(d / "heads8.gguf", head_count=8)
+
+
+GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [
+    gguf_absurd_layers, gguf_without_tensors, gguf_array_amplification, gguf_metadata_mismatch]})

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import io
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
 
 import core
-from core import CheckpointError, load_checkpoint
-from core.checkpoints import gguf as gguf_loading
-from core.checkpoints.gguf import read_gguf_header
+from core import CheckpointError, Limits, load_checkpoint
+from core.checkpoints import gguf as gguf_loading, registry
+from core.checkpoints.gguf import check_gguf, header as gguf_header, read_gguf_header, shapes
 from diagnostics import cli
+from hostile_gguf import STRING_TYPE, U8_TYPE, metadata_arrays
 from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_gpt2
 from tiny_gguf import tiny_llama, write_gpt2_gguf, write_llama_gguf
@@ -50,6 +52,91 @@ def test_gguf_attention_equals_the_safetensors_weights(tmp_path, arch):
 def test_llama_gguf_keeps_grouped_query_heads(tmp_path):
     model, _ = core.load_model(write_llama_gguf(tmp_path / "llama.gguf"))
     assert (model.config.num_attention_heads, model.config.num_key_value_heads) == (4, 2)
+
+
+@pytest.mark.parametrize("with_key", [True, False], ids=["head_count_kv", "no_head_count_kv"])
+def test_llama_gguf_without_head_count_kv_has_the_same_attention(tmp_path, with_key):
+    """head_count_kv is optional in GGUF (absent: one key/value head per query head); transformers then skipped
+    un-permuting Q and K (max |difference| 0.20 with these sharpened weights)."""
+    original = tiny_llama(kv_heads=4)
+    with torch.no_grad():
+        for layer in original.layers:  # sharper maps, so a wrong Q/K layout shows clearly
+            layer.self_attn.q_proj.weight.mul_(6)
+            layer.self_attn.k_proj.weight.mul_(6)
+    path = write_llama_gguf(tmp_path / "mha.gguf", original, head_count_kv=with_key)
+    assert ("llama.attention.head_count_kv" in read_gguf_header(path).fields) == with_key
+    model, tokenizer = core.load_model(path)
+    got = core.extract_attention(model, tokenizer, TEXT).attentions
+    want = core.extract_attention(original, bpe_tokenizer(), TEXT).attentions
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_missing_head_count_kv_is_refused_when_transformers_cannot_be_told(tmp_path, monkeypatch):
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    monkeypatch.delitem(gguf_utils.TENSOR_PROCESSORS, "llama")
+    path = write_llama_gguf(tmp_path / "mha.gguf", tiny_llama(kv_heads=4), head_count_kv=False)
+    with pytest.raises(CheckpointError, match=r"^mha.gguf has no llama.attention.head_count_kv key, which this "):
+        core.load_model(path)
+    core.load_model(write_llama_gguf(tmp_path / "gqa.gguf"))  # a file with the key needs no help
+
+
+def test_metadata_that_does_not_match_the_tensors_is_named_from_the_header(tmp_path, monkeypatch):
+    path = write_llama_gguf(tmp_path / "heads8.gguf", head_count=8)  # the tensors have 4 heads of 8
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", lambda *a, **k: pytest.fail("reached transformers"))
+    with pytest.raises(CheckpointError) as caught:
+        core.load_model(path)
+    assert str(caught.value).startswith(
+        "heads8.gguf: tensor 'blk.0.attn_k.weight' has shape [32, 16] in the file, but the metadata implies [32, 8] "
+        "(llama.embedding_length=32, llama.attention.head_count=8, llama.attention.head_count_kv=2); ")
+
+
+def test_shape_mismatches_the_header_rules_miss_are_named_after_loading(tmp_path, monkeypatch):
+    """Architectures outside LLAMA_LAYOUT (fused or per-layer projections) rely on transformers' own comparison,
+    whose report quiet_transformers hides: the message names the parameter and both shapes instead."""
+    monkeypatch.setattr(shapes, "LLAMA_LAYOUT", ())
+    with pytest.raises(CheckpointError) as caught:
+        core.load_model(write_llama_gguf(tmp_path / "heads8.gguf", head_count=8))
+    assert str(caught.value).startswith(
+        "heads8.gguf: its metadata describes a model whose layers.0.self_attn.o_proj.weight has shape [32, 64], "
+        "but the file holds [32, 32]; ")  # transformers takes the head size from rope.dimension_count (8)
+
+
+def test_shape_rules_accept_a_real_file_and_refuse_it_with_other_metadata():
+    path = Path(registry.resolve_source("HuggingFaceTB/SmolLM2-135M-Instruct"))  # 9 heads of 64, 3 key/value heads
+    header = check_gguf(path, Limits())
+    header.fields["llama.attention.head_count_kv"] = 1
+    with pytest.raises(CheckpointError, match=r"tensor 'blk.0.attn_k.weight' has shape \[576, 192\] in the file, "
+                                              r"but the metadata implies \[576, 64\]"):
+        shapes.check_tensor_shapes(header, path.name)
+
+
+@pytest.mark.parametrize("prefix, limit", [("tokenizer.ggml.", gguf_header.MAX_TOKENIZER_ITEMS),
+                                           ("general.", gguf_header.MAX_OTHER_ITEMS)])
+def test_metadata_arrays_are_capped_by_total_items_per_group(tmp_path, prefix, limit):
+    half = limit // 2  # two arrays: the cap is on their total
+    fits = metadata_arrays(tmp_path / "fits.gguf", {f"{prefix}a": (U8_TYPE, half), f"{prefix}b": (U8_TYPE, half)})
+    assert read_gguf_header(fits).fields[f"{prefix}b"] == ("array", half)
+    over = metadata_arrays(tmp_path / "over.gguf", {f"{prefix}a": (U8_TYPE, half), f"{prefix}b": (U8_TYPE, half + 1)})
+    with pytest.raises(CheckpointError, match=rf"^over.gguf: the metadata array '{prefix}b' brings the .* to "
+                                              rf"{limit + 1:,} items, more than the {limit:,} a real model file"):
+        read_gguf_header(over)
+
+
+def test_long_tokenizer_arrays_do_not_count_against_the_other_arrays(tmp_path):
+    path = metadata_arrays(tmp_path / "both.gguf", {"tokenizer.ggml.scores": (U8_TYPE, gguf_header.MAX_OTHER_ITEMS * 4),
+                                                    "general.tags": (U8_TYPE, gguf_header.MAX_OTHER_ITEMS)})
+    assert read_gguf_header(path).fields["general.tags"] == ("array", gguf_header.MAX_OTHER_ITEMS)
+
+
+def test_an_amplifying_array_is_refused_before_transformers_reads_the_file(tmp_path, monkeypatch):
+    import gguf
+
+    n = gguf_header.MAX_TOKENIZER_ITEMS + 1  # empty strings, 8 bytes each in the file, ~1 KB each once parsed
+    path = metadata_arrays(tmp_path / "amplify.gguf", {"tokenizer.ggml.junk": (STRING_TYPE, n)})
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: pytest.fail("reached gguf.GGUFReader"))
+    with pytest.raises(CheckpointError, match=rf"^amplify.gguf: .* arrays to {n:,} items"):
+        core.load_model(path)
 
 
 def test_gguf_as_uploaded_bytes_and_in_a_zip(tmp_path):

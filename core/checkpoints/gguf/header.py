@@ -7,7 +7,10 @@ after padding to ``general.alignment``, the tensor data. Every count and length
 read here is checked against the bytes left in the file before it is used, so a
 hostile header cannot make the reader loop for ever or allocate more than the
 file holds (``gguf.GGUFReader`` trusts an array's count and walks it item by
-item, past the end of the file). Only little-endian files are read.
+item, past the end of the file). Arrays that fit in the file are capped too, by
+their total item count: ``GGUFReader`` and transformers turn every item into Python
+objects (about 17 µs and 1 KB each), so 2,000,000 empty strings, a 16 MB file, took
+53 s and 3.5 GB to load before the cap. Only little-endian files are read.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ MAX_TENSORS = 100_000  # a 405 B Llama has 1,138 tensors; mixture-of-experts fil
 MAX_KEYS = 100_000  # a real file has a few dozen keys
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_DEPTH = 2  # arrays of arrays exist (e.g. per-layer lists); deeper is corrupt
+# Metadata array items, all arrays of a group together (gguf.GGUFReader parses SmolLM2's 147,204 in 2.6 s, 160 MB).
+# tokenizer.ggml.* holds at most four per-token arrays (tokens, scores, token types, and BPE merges or a Unigram
+# charsmap, ~240 KB in T5) of the largest vocabulary among transformers' GGUF architectures, Gemma's 262,144 tokens;
+# every other array is short (per-layer lists of at most 512 layers, tags, languages).
+TOKENIZER_PREFIX = "tokenizer.ggml."
+MAX_TOKENIZER_ITEMS = 4 * 262_144
+MAX_OTHER_ITEMS = 16_384
 
 # value type id -> (struct format, size); 8 = string, 9 = array
 _SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4), 6: ("f", 4), 7: ("?", 1),
@@ -36,6 +46,8 @@ NOT_GGUF = "{name} is not a GGUF file ({why}); upload the .gguf written by llama
 CUT = ("{name} is truncated or corrupt: {what} at byte {at:,} runs past the end of the file ({size:,} bytes); "
        "upload the complete file")
 COUNT = "{name} declares {n:,} {what}, more than the {limit:,} any model file has; the header is corrupt"
+MANY_ITEMS = ("{name}: the metadata array {key!r} brings the {group} to {n:,} items, more than the {limit:,} "
+              "a real model file holds (each costs time and memory to parse); the header is corrupt or hostile")
 
 
 @dataclass
@@ -53,6 +65,22 @@ class GGUFHeader:
     tensors: list[TensorInfo] = field(default_factory=list)
     data_start: int = 0  # byte where the tensor data begins
     file_size: int = 0
+
+
+class _ItemBudget:
+    """Counts metadata array items per group (tokenizer.ggml.* or the rest), refusing past the group's cap."""
+
+    def __init__(self, name: str):
+        self.name, self.spent = name, {True: 0, False: 0}
+
+    def spend(self, key: str, count: int) -> None:
+        tokenizer = key.startswith(TOKENIZER_PREFIX)
+        self.spent[tokenizer] += count
+        limit = MAX_TOKENIZER_ITEMS if tokenizer else MAX_OTHER_ITEMS
+        if self.spent[tokenizer] > limit:
+            group = f"{TOKENIZER_PREFIX}* arrays" if tokenizer else f"arrays outside {TOKENIZER_PREFIX}*"
+            raise CheckpointError(MANY_ITEMS.format(name=self.name, key=key, group=group, n=self.spent[tokenizer],
+                                                    limit=limit))
 
 
 class _Cursor:
@@ -107,10 +135,10 @@ def _parse(cur: _Cursor, name: str) -> GGUFHeader:
     for count, what, limit in ((n_tensors, "tensors", MAX_TENSORS), (n_keys, "metadata keys", MAX_KEYS)):
         if count > limit:
             raise CheckpointError(COUNT.format(name=name, n=count, what=what, limit=limit))
-    header = GGUFHeader(version, file_size=cur.size)
+    header, budget = GGUFHeader(version, file_size=cur.size), _ItemBudget(name)
     for _ in range(n_keys):
         key = cur.string("a metadata key")
-        header.fields[key] = _value(cur, cur.u32(f"the type of {key!r}"), key, depth=0)
+        header.fields[key] = _value(cur, cur.u32(f"the type of {key!r}"), key, 0, budget)
     for _ in range(n_tensors):
         header.tensors.append(_tensor_info(cur))
     alignment = header.fields.get("general.alignment", DEFAULT_ALIGNMENT)
@@ -120,7 +148,7 @@ def _parse(cur: _Cursor, name: str) -> GGUFHeader:
     return header
 
 
-def _value(cur: _Cursor, type_id: int, key: str, depth: int):
+def _value(cur: _Cursor, type_id: int, key: str, depth: int, budget: _ItemBudget):
     if type_id in _SCALARS:
         return cur.scalar(*_SCALARS[type_id], what=f"the value of {key!r}")
     if type_id == STRING:
@@ -129,11 +157,12 @@ def _value(cur: _Cursor, type_id: int, key: str, depth: int):
         item_type, count = cur.u32(f"the item type of {key!r}"), cur.u64(f"the length of {key!r}")
         smallest = _SCALARS[item_type][1] if item_type in _SCALARS else 8  # a string or array is >= 8 bytes
         cur.need(count * smallest, f"the {count:,} items of {key!r}")
+        budget.spend(key, count)  # before walking the items, so a refusal is quick too
         if item_type in _SCALARS:
             cur.pos += count * smallest
         else:
             for _ in range(count):
-                _value(cur, item_type, key, depth + 1)
+                _value(cur, item_type, key, depth + 1, budget)
         return ("array", count)
     raise CheckpointError(NOT_GGUF.format(name=cur.name, why=f"the metadata key {key!r} has unknown type {type_id}"))
 

@@ -6,17 +6,20 @@ reader (``header``) and refuses, with one line: an architecture that
 transformers' GGUF loader does not handle, a quantisation type the ``gguf``
 package cannot dequantise, a tensor whose shape is empty, absurd or not a whole
 number of quantisation blocks, tensor data declared past the end of the file,
-and a model whose float32 weights would exceed ``Limits.max_model_bytes``. The
+a model whose float32 weights would exceed ``Limits.max_model_bytes``, and a
+tensor whose shape differs from the one the metadata implies (``shapes``). The
 model the metadata describes is sized too, on the ``meta`` device, before it is
 built. Only then does transformers dequantise it (``from_pretrained(gguf_file=...)``,
 eager attention, no remote code, local files only); a model tensor the file
-lacks is an error, not a random weight. The tokenizer comes from the file.
+lacks, or holds in another shape, is an error, not a random weight. The
+tokenizer comes from the file.
 
-transformers offers no hooks here, so two of its module globals are swapped for
+transformers offers no hooks here, so three of its module globals are swapped for
 the duration of one load (under a lock): its per-tensor ``tqdm`` loop reports to a
-``progress(fraction, message)`` callback, and ``gguf.GGUFReader`` is shared, so
-the metadata is parsed once instead of three times (config, weights, tokenizer).
-See https://huggingface.co/docs/transformers/gguf.
+``progress(fraction, message)`` callback, ``gguf.GGUFReader`` is shared, so
+the metadata is parsed once instead of three times (config, weights, tokenizer),
+and its Llama tensor processor treats a missing ``head_count_kv`` as llama.cpp
+does. See https://huggingface.co/docs/transformers/gguf.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch
 from ..archive import ENV_MAX_MODEL, Limits
 from ..build import MAX_LAYERS
 from .header import GGUFHeader, read_gguf_header
+from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
 from ...errors import CheckpointError, first_line
@@ -51,6 +55,11 @@ TOO_BIG = ("{name} would dequantise to {gb:.1f} GB of float32 weights ({n:,} par
 MISSING = ("{name} does not hold the model its metadata describes: {n} of the model's {total} tensors are missing "
            "(e.g. {key}); upload the complete GGUF written by llama.cpp")
 BAD_METADATA = "{name}: its metadata gives {key}={value:,}, outside 1 to {limit:,}; the file is corrupt"
+SHAPES_DIFFER = ("{name}: its metadata describes a model whose {param} has shape {want}, but the file holds {got}; "
+                 + NOT_MATCHING)
+NO_KV_DEFAULT = ("{name} has no llama.attention.head_count_kv key, which this transformers version cannot be made to "
+                 "read as llama.cpp does (one key/value head per query head); re-convert the model with a current "
+                 "llama.cpp convert_hf_to_gguf.py, which writes the key")
 LOAD_FAILED = "transformers could not build a model from {name} ({err}); the GGUF may be from a newer llama.cpp"
 NO_TOKENIZER = "the GGUF file's tokenizer could not be read ({err}); "
 
@@ -90,6 +99,7 @@ def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeade
         end = header.data_start + tensor.offset + stored
         if end > header.file_size:
             raise CheckpointError(PAST_END.format(name=name, tensor=tensor.name, end=end, size=header.file_size))
+    check_tensor_shapes(header, name)
     return header
 
 
@@ -130,26 +140,34 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
     name = name or path.name
     tell = progress or (lambda fraction, message: None)
     tell(0.0, f"checking {name}")
-    check_gguf(path, limits or Limits(), name)
+    header = check_gguf(path, limits or Limits(), name)
     tell(0.02, "reading the GGUF metadata")
     notes: list[str] = []
-    with _LOAD_LOCK, quiet_transformers(), _one_reader(), _dequantisation_progress(tell):
+    with (_LOAD_LOCK, quiet_transformers(), _one_reader(), _dequantisation_progress(tell),
+          _kv_heads_default(header, name)):
         config = _checked_config(path, name, limits or Limits())
-        try:
+        try:  # mismatched sizes are let through to be named below, not in a report quiet_transformers hides
             model, info = AutoModel.from_pretrained(
                 path.parent, gguf_file=path.name, config=config, attn_implementation="eager", trust_remote_code=False,
-                local_files_only=True, dtype=torch.float32, output_loading_info=True)
+                local_files_only=True, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
             raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
-        if info.get("missing_keys"):
-            missing = sorted(info["missing_keys"])
-            raise CheckpointError(MISSING.format(name=name, n=len(missing), total=len(model.state_dict()),
-                                                 key=missing[0]))
+        _check_loading_info(info, model, name)
         model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
         tell(0.9, "reading the tokenizer")
         tokenizer = _gguf_tokenizer(path, model, notes)
     tell(1.0, "loaded")
     return model.eval(), tokenizer, notes
+
+
+def _check_loading_info(info: dict, model, name: str) -> None:
+    """CheckpointError for a model tensor the file lacks or holds in another shape (both would be random weights)."""
+    if info.get("missing_keys"):
+        missing = sorted(info["missing_keys"])
+        raise CheckpointError(MISSING.format(name=name, n=len(missing), total=len(model.state_dict()), key=missing[0]))
+    if info.get("mismatched_keys"):
+        param, got, want = sorted(info["mismatched_keys"])[0]
+        raise CheckpointError(SHAPES_DIFFER.format(name=name, param=param, want=list(want), got=list(got)))
 
 
 def _checked_config(path: Path, name: str, limits: Limits):
@@ -211,6 +229,35 @@ def _one_reader():
         yield
     finally:
         gguf.GGUFReader = original
+
+
+@contextmanager
+def _kv_heads_default(header: GGUFHeader, name: str):
+    """Make transformers un-permute Q and K of a Llama file without ``head_count_kv``. The key is optional in GGUF
+    (absent: one key/value head per query head, as llama.cpp reads it), but transformers' LlamaTensorProcessor
+    then skips the un-permutation and the attention is silently wrong (max |difference| 0.20 on a tiny model)."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    if header.fields.get("general.architecture") != "llama" or "llama.attention.head_count_kv" in header.fields:
+        yield
+        return
+    processors = getattr(gguf_utils, "TENSOR_PROCESSORS", {})
+    original = processors.get("llama")
+    if original is None:  # a transformers laid out otherwise: refuse rather than risk the wrong attention
+        raise CheckpointError(NO_KV_DEFAULT.format(name=name))
+
+    class DefaultKeyValueHeads(original):
+        def __init__(self, config=None):
+            config = dict(config or {})
+            if config.get("num_key_value_heads") is None:
+                config["num_key_value_heads"] = config.get("num_attention_heads")
+            super().__init__(config=config)
+
+    processors["llama"] = DefaultKeyValueHeads
+    try:
+        yield
+    finally:
+        processors["llama"] = original
 
 
 @contextmanager
