@@ -28,6 +28,7 @@ import core
 from core.checkpoints.registry import canonical_name
 from core.device import model_device
 from core.extraction.encode import TRUNCATED
+from core.extraction.extract import whole_maps_bytes
 from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
@@ -192,23 +193,12 @@ def _streams(model, tokenizer, lengths, stream) -> bool:
         return True
     if not streamable:
         return False
-    return max(lengths, default=0) > STREAM_ABOVE_TOKENS or _whole_maps_bytes(model, lengths) > WHOLE_MAPS_MAX_BYTES
-
-
-def _whole_maps_bytes(model, lengths):
-    """float32 bytes of every probe's whole maps (0 when the config does not say the model's size)."""
-    config = getattr(model, "config", None)
-    layers, heads = (next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
-                     for names in (("num_hidden_layers", "n_layers"), ("num_attention_heads", "n_heads")))
-    if layers is None or heads is None:  # Hugging Face's names, then AttnScope's
-        return 0
-    parts = 3 if getattr(config, "is_encoder_decoder", False) else 1  # encoder, decoder and cross maps (about)
-    return 4 * parts * layers * heads * sum(n * n for n in lengths)
+    return max(lengths, default=0) > STREAM_ABOVE_TOKENS or whole_maps_bytes(model, lengths) > WHOLE_MAPS_MAX_BYTES
 
 
 def _check_whole_maps(model, lengths):
     """Refuse probes whose whole maps would take over ``WHOLE_MAPS_MAX_BYTES``, before any is computed."""
-    needed = _whole_maps_bytes(model, lengths)
+    needed = whole_maps_bytes(model, lengths)
     if needed <= WHOLE_MAPS_MAX_BYTES:
         return
     fits = math.isqrt(WHOLE_MAPS_MAX_BYTES * max(lengths) ** 2 // needed)  # every probe cut to this fits

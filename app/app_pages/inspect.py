@@ -13,7 +13,8 @@ from app.views.inspect_view import results_ui
 
 EXAMPLE = "The cat sat on the mat because it was tired."
 MODEL_KINDS = ("Known model", "Hugging Face id", "Local folder")
-MAX_CHARS = 5000  # about 1,000 tokens; models truncate to their own limit and say so
+MAX_CHARS = 5000  # about 1,000 English tokens; models truncate to their own limit and say so, and a text whose
+# maps would pass the result budget (digits, CJK: a token a character) is refused (cache._check_result_size)
 INTRO = ("Run a model on a sentence and see where every attention head looks: click a head in the overview, "
          "switch views, and export any map.")
 

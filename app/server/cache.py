@@ -15,6 +15,7 @@ What is computed from a result (metrics, labels, thumbnails) is cached in
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections import OrderedDict
@@ -26,6 +27,7 @@ import streamlit as st
 
 import core
 from app.server import session
+from core.extraction.extract import input_length, whole_maps_bytes
 from core.cancel import stop_between_layers
 from core.checkpoints.archive import env_size
 
@@ -178,7 +180,22 @@ def attention(key: tuple) -> core.AttentionResult:
 
     def extract():
         loaded = load_model(source, stamp)
+        _check_result_size(loaded, text, text_pair, target)
         with st.spinner("Reading the attention weights…"), loaded.lock, \
                 stop_between_layers(loaded.model, session.stop_when_gone()):
             return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
     return result_cache().get(key, extract)
+
+
+def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: str) -> None:
+    """Refuse, before the forward pass, a text whose attention maps would not fit the result budget: characters
+    do not bound tokens (5,000 digits are 5,000 SmolLM2 tokens, 27 GB of maps)."""
+    if loaded.tokenizer is None:  # extract_attention says why it cannot run
+        return
+    tokens = input_length(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
+    needed, budget = whole_maps_bytes(loaded.model, [tokens]), result_budget_bytes()
+    if needed > budget:
+        fits = math.isqrt(budget * tokens * tokens // needed)
+        raise core.InputError(f"this text is {tokens:,} tokens for this model, whose attention maps would take "
+                              f"{needed / 1e9:.1f} GB, over the {budget / 1e9:.1f} GB a result may take on "
+                              f"this server; shorten it to about {fits:,} tokens")

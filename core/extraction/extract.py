@@ -132,3 +132,22 @@ def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | Non
     result.device = str(model_device(module))
     result.dtype = str(next(module.parameters()).dtype).replace("torch.", "")
     return result
+
+
+def whole_maps_bytes(model, lengths) -> int:
+    """float32 bytes of the whole maps of inputs of ``lengths`` tokens (0 when the config does not say the model's
+    size): layers × heads × T² × 4 each, three parts (encoder, decoder, cross) for an encoder-decoder."""
+    config = getattr(model, "config", None)
+    layers, heads = (next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
+                     for names in (("num_hidden_layers", "n_layers"), ("num_attention_heads", "n_heads")))
+    if layers is None or heads is None:  # Hugging Face's names, then AttnScope's
+        return 0
+    parts = 3 if getattr(config, "is_encoder_decoder", False) else 1  # encoder, decoder and cross maps (about)
+    return 4 * parts * layers * heads * sum(n * n for n in lengths)
+
+
+def input_length(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None) -> int:
+    """Tokens ``extract_attention`` would run (cut to the model's limit), counted before any forward pass."""
+    limit = max_positions(getattr(model, "config", None), tokenizer)
+    lengths = [len(tokenizer(t, p, verbose=False)["input_ids"]) for t, p in ((text, text_pair), (target, None)) if t]
+    return min(max(lengths, default=0), limit or max(lengths, default=0))

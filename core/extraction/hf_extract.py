@@ -74,21 +74,22 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
     )
 
 
-def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> list[int]:
-    """Teacher-forced decoder input: the start token followed by the target shifted right."""
-    labels = encode(tokenizer, target, limit=limit, vocab_size=getattr(model.config, "vocab_size", None))
-    labels = labels.input_ids[0].tolist()
+def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list[int], list[str]]:
+    """Teacher-forced decoder input: the start token followed by the target shifted right; and the target's
+    warnings (its truncation)."""
+    encoded = encode(tokenizer, target, limit=limit, vocab_size=getattr(model.config, "vocab_size", None))
+    labels = encoded.input_ids[0].tolist()
     config = model.config
     start = getattr(config, "decoder_start_token_id", None)
     if start is None:
         start = config.pad_token_id if config.pad_token_id is not None else config.bos_token_id
     if start is None:
         raise ExtractionError(f"{type(model).__name__} has no decoder_start_token_id; cannot build decoder input")
-    return [start] + labels[:-1]
+    return [start] + labels[:-1], [f"target: {w}" for w in encoded.warnings]
 
 
 def _encoder_decoder(model, tokenizer, enc, target, limit, device) -> AttentionResult:
-    dec_ids = _decoder_ids(model, tokenizer, target, limit)
+    dec_ids, target_warnings = _decoder_ids(model, tokenizer, target, limit)
     out = model(
         input_ids=enc.input_ids.to(device), decoder_input_ids=torch.tensor([dec_ids], device=device),
         output_attentions=True, return_dict=True,
@@ -111,5 +112,5 @@ def _encoder_decoder(model, tokenizer, enc, target, limit, device) -> AttentionR
     )
     return AttentionResult(
         enc_tokens, encoder.attentions, False, enc.special, enc_pad, token_ids=enc_ids, kind="encoder",
-        warnings=enc.warnings, encoder=encoder, decoder=decoder, cross=cross,
+        warnings=enc.warnings + target_warnings, encoder=encoder, decoder=decoder, cross=cross,
     )

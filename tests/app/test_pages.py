@@ -94,6 +94,18 @@ def test_inspect_text_over_the_limit_says_so_and_runs_nothing(bert_folder):
     assert not _errors(at) and len(_charts(at)) == 2
 
 
+def test_inspect_text_whose_maps_would_pass_the_result_budget_is_refused_before_running(bert_folder, monkeypatch):
+    """5,000 characters of digits are 5,000 SmolLM2 tokens, 27 GB of maps: characters did not bound the result."""
+    monkeypatch.setenv("ATTNSCOPE_RESULT_CACHE_BYTES", "100000")  # tiny BERT, 2 x 4 heads: 55 tokens fit
+    at = _inspect(_app(), str(bert_folder), text="1 " * 200)
+    assert not at.exception and not _charts(at)
+    assert any("over the 0.0 GB a result may take" in e and "shorten it to about 55 tokens" in e
+               for e in _errors(at)), _errors(at)
+    at.text_area(key="text").set_value("Short again.")
+    at.button(key="run").click().run()
+    assert not _errors(at) and len(_charts(at)) == 2
+
+
 def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
     """A model re-saved to the same folder (training on) is loaded afresh, not served from the caches."""
     import torch

@@ -123,6 +123,14 @@ def test_encoder_decoder_parts_equal_eager(build):
     assert result.decoder.token_ids[0] == model.config.decoder_start_token_id
 
 
+def test_a_target_over_the_limit_says_so():
+    """The target's truncation warning was dropped: the decoder was cut to the model's limit without a word."""
+    long = "The quick brown fox jumps over the lazy dog. " * 20
+    result = extract_attention(tiny.tiny_bart(), tiny.wordpiece_tokenizer(), "A short text.", target=long)
+    assert [w for w in result.warnings if w.startswith("target: ") and "truncated" in w], result.warnings
+    assert len(result.decoder.tokens) <= tiny.tiny_bart().config.max_position_embeddings
+
+
 def test_sdpa_model_gives_weights_and_is_restored():
     model = tiny.tiny_bert()
     model.set_attn_implementation("sdpa")
