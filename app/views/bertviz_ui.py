@@ -23,11 +23,15 @@ def _page(result_id: str, layers: tuple[int, ...], heads: tuple[int, ...], title
 
 def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int,
                   model: str) -> None:
-    """Layers default to the selected one, heads to all of them; the page holds what fits in ``MAX_BYTES``."""
+    """Layers default to the selected one, heads to all of them; the page holds what fits in ``MAX_BYTES``.
+
+    The pickers are keyed by the result (and the layers by the explorer's layer): a choice made on another
+    result (4 heads kept for a 12-head model, layer 5 of a 4-layer one) or another layer starts afresh."""
     cols = st.columns(2)
-    layers = cols[0].multiselect("Layers", range(result.n_layers), default=[layer], key=f"{prefix}bv_layers")
+    layers = cols[0].multiselect("Layers", range(result.n_layers), default=[layer],
+                                 key=f"{prefix}bv_layers_{result_id}_{layer}")
     heads = cols[1].multiselect("Heads", range(result.n_heads), default=list(range(result.n_heads)),
-                                key=f"{prefix}bv_heads")
+                                key=f"{prefix}bv_heads_{result_id}")
     if not layers or not heads:
         st.info("Choose at least one layer and one head.")
         return

@@ -84,6 +84,23 @@ def test_inspect_switch_head_and_options(bert_folder):
     assert not at.exception and len(_charts(at)) == 2
 
 
+def test_the_bertviz_model_view_starts_afresh_for_a_new_result_and_layer(bert_folder):
+    """Its pickers kept the choice made on the previous result (layer 3 of 4 on a 2-layer model: 'Choose at least
+    one layer'), and ignored the explorer's layer once opened."""
+    at = _app()
+    at.radio(key="model_kind").set_value("Known model").run()
+    at.selectbox(key="demo_model").set_value("demo-bert")
+    at.button(key="run").click().run()
+    at.segmented_control(key="inspect_extra_view").set_value("BertViz model view").run()
+    at.selectbox(key="layer").set_value(3).run()
+    layers = next(m for m in at.multiselect if m.label == "Layers")
+    assert layers.value == [3]
+    layers.set_value([2, 3]).run()
+    at = _inspect(at, str(bert_folder))  # 2 layers × 4 heads
+    assert not at.exception and not any("Choose at least one" in i.value for i in at.info)
+    assert [m.value for m in at.multiselect] == [[at.selectbox(key="layer").value], [0, 1, 2, 3]]
+
+
 def test_inspect_text_over_the_limit_says_so_and_runs_nothing(bert_folder):
     at = _inspect(_app(), str(bert_folder), text="word " * 2000)
     assert not at.exception
