@@ -12,12 +12,12 @@ one line.
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
 from core.errors import AttnScopeError, InputError
 from diagnostics.probes import MIN_JUDGED_TOKENS
+from diagnostics.reports.exports import unwritable
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 FORMATS = ("markdown", "json", "html")
@@ -76,7 +76,7 @@ def main(argv=None):
         args = (build_compare_parser().parse_args(argv[1:]) if comparing else build_parser().parse_args(argv))
     except _UsageError as err:
         return _fail(f"usage: {err} (try --help)", EXIT_BAD_INPUT)
-    problem = args.out and _unwritable(Path(args.out))
+    problem = args.out and unwritable(Path(args.out))
     if problem:  # said before minutes of diagnosis, not after
         return _fail(f"cannot write {args.out}: {problem}", EXIT_BAD_INPUT)
     problem = args.device and _unusable_device(args.device)
@@ -97,18 +97,6 @@ def main(argv=None):
         return _fail(f"internal error ({type(err).__name__}: {err}); please report it", EXIT_INTERNAL)
     failed = report.has_new_errors if comparing else report.has_errors
     return EXIT_FINDINGS if failed else EXIT_OK
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why the report cannot go to ``path`` (its folder is missing or read-only, or it is a folder), or None."""
-    folder = path.parent
-    if path.is_dir():
-        return "it is a folder; give a file name"
-    if not folder.is_dir():
-        return f"the folder {folder} does not exist"
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return "permission denied"
-    return None
 
 
 def _print_load_notes() -> None:

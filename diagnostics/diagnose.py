@@ -15,7 +15,6 @@ from ``streaming.stream_statistics`` without holding every attention map, and
 the report then carries no maps (``Report.samples`` is empty).
 """
 
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ import core
 from core.checkpoints.registry import canonical_name
 from core.device import model_device
 from core.extraction.encode import TRUNCATED
-from core.extraction.extract import whole_maps_bytes
+from core.extraction.extract import maps_over_budget, whole_maps_bytes
 from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
@@ -198,10 +197,10 @@ def _streams(model, tokenizer, lengths, stream) -> bool:
 
 def _check_whole_maps(model, lengths):
     """Refuse probes whose whole maps would take over ``WHOLE_MAPS_MAX_BYTES``, before any is computed."""
-    needed = whole_maps_bytes(model, lengths)
-    if needed <= WHOLE_MAPS_MAX_BYTES:
+    over = maps_over_budget(model, lengths, WHOLE_MAPS_MAX_BYTES)
+    if over is None:
         return
-    fits = math.isqrt(WHOLE_MAPS_MAX_BYTES * max(lengths) ** 2 // needed)  # every probe cut to this fits
+    needed, fits = over  # every probe cut to fits tokens fits
     name = type(model).__name__
     if getattr(model.config, "is_encoder_decoder", False):
         why = f"{name} is an encoder-decoder, which AttnScope does not stream"

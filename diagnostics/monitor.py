@@ -35,7 +35,7 @@ from core.extraction.streaming import can_stream
 from diagnostics.diagnose import diagnose
 from diagnostics.findings import INPUT_NOTES
 from diagnostics.probes import as_probes
-from diagnostics.reports.exports import strict_json
+from diagnostics.reports.exports import strict_json, unwritable
 from diagnostics.texts import MONITOR_TEXTS
 
 SCHEMA = "attnscope.monitor/1"
@@ -66,7 +66,7 @@ class AttentionMonitor:
         _check_probes(probes)
         self.tokenizer, self.probes, self.every = tokenizer, probes, every
         self.log_path = None if log_path is None else Path(log_path)
-        problem = self.log_path and _unwritable(self.log_path)
+        problem = self.log_path and unwritable(self.log_path, make_folders=True)
         if problem:
             raise InputError(f"cannot write the monitor log {self.log_path}: {problem}")
         self.uniform_after = uniform_after
@@ -172,21 +172,6 @@ def _check_probes(probes):
         if not isinstance(probe.text, str) or not probe.text.strip() or (
                 probe.text_pair is not None and (not isinstance(probe.text_pair, str) or not probe.text_pair.strip())):
             raise InputError(f"every monitor probe must be non-empty text (or a pair of texts); got {probe.text!r}")
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why a log cannot be appended at ``path`` (a folder, a file in its way, no permission), or None; missing
-    folders are made at the first write."""
-    if path.is_dir():
-        return "it is a folder; give a file name such as attention.jsonl"
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{folder} is a file, not a folder"
-    if not os.access(folder, os.W_OK) and not path.exists() or path.exists() and not os.access(path, os.W_OK):
-        return "permission denied"
-    return None
 
 
 def _fresh_line(log) -> bytes:

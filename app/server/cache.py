@@ -15,7 +15,6 @@ What is computed from a result (metrics, labels, thumbnails) is cached in
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections import OrderedDict
@@ -27,9 +26,10 @@ import streamlit as st
 
 import core
 from app.server import session
-from core.extraction.extract import input_length, whole_maps_bytes
+from core.extraction.extract import maps_over_budget
 from core.cancel import stop_between_layers
 from core.checkpoints.archive import env_size
+from diagnostics.probes import Probe, read_lengths
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
 PROGRESS_STEPS = 20  # loading-bar updates at most
@@ -190,12 +190,11 @@ def attention(key: tuple) -> core.AttentionResult:
 def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: str) -> None:
     """Refuse, before the forward pass, a text whose attention maps would not fit the result budget: characters
     do not bound tokens (5,000 digits are 5,000 SmolLM2 tokens, 27 GB of maps)."""
-    if loaded.tokenizer is None:  # extract_attention says why it cannot run
-        return
-    tokens = input_length(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
-    needed, budget = whole_maps_bytes(loaded.model, [tokens]), result_budget_bytes()
-    if needed > budget:
-        fits = math.isqrt(budget * tokens * tokens // needed)
+    inputs = [Probe(text, text_pair or None)] + ([Probe(target)] if target else [])
+    tokens = max(read_lengths(loaded.model, loaded.tokenizer, inputs)[0], default=0)  # none without a tokenizer
+    over = maps_over_budget(loaded.model, [tokens], result_budget_bytes())
+    if over is not None:
+        needed, fits = over
         raise core.InputError(f"this text is {tokens:,} tokens for this model, whose attention maps would take "
-                              f"{needed / 1e9:.1f} GB, over the {budget / 1e9:.1f} GB a result may take on "
-                              f"this server; shorten it to about {fits:,} tokens")
+                              f"{needed / 1e9:.1f} GB, over the {result_budget_bytes() / 1e9:.1f} GB a result may "
+                              f"take on this server; shorten it to about {fits:,} tokens")

@@ -8,6 +8,7 @@ returns an ``AttentionResult`` with ``attentions`` shaped ``[layers, heads, q, k
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 
@@ -134,6 +135,13 @@ def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | Non
     return result
 
 
+def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
+    """``(bytes, tokens)`` when the whole maps of inputs of ``lengths`` tokens would take over ``budget`` bytes:
+    what they would take, and the length every input cut to would fit; None when they fit."""
+    needed = whole_maps_bytes(model, lengths)
+    return None if needed <= budget else (needed, math.isqrt(budget * max(lengths) ** 2 // needed))
+
+
 def whole_maps_bytes(model, lengths) -> int:
     """float32 bytes of the whole maps of inputs of ``lengths`` tokens (0 when the config does not say the model's
     size): layers × heads × T² × 4 each, three parts (encoder, decoder, cross) for an encoder-decoder."""
@@ -144,10 +152,3 @@ def whole_maps_bytes(model, lengths) -> int:
         return 0
     parts = 3 if getattr(config, "is_encoder_decoder", False) else 1  # encoder, decoder and cross maps (about)
     return 4 * parts * layers * heads * sum(n * n for n in lengths)
-
-
-def input_length(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None) -> int:
-    """Tokens ``extract_attention`` would run (cut to the model's limit), counted before any forward pass."""
-    limit = max_positions(getattr(model, "config", None), tokenizer)
-    lengths = [len(tokenizer(t, p, verbose=False)["input_ids"]) for t, p in ((text, text_pair), (target, None)) if t]
-    return min(max(lengths, default=0), limit or max(lengths, default=0))

@@ -2,6 +2,8 @@
 
 import json
 import math
+import os
+from pathlib import Path
 
 
 def strict_json(data, **dumps_options) -> str:
@@ -18,6 +20,23 @@ def _finite(value):
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def unwritable(path: Path, make_folders: bool = False) -> str | None:
+    """Why a file cannot be written at ``path`` (a folder, a missing folder, a file in the way, no permission), or
+    None; with ``make_folders`` the missing folders are the writer's to make (the nearest existing one is checked)."""
+    if path.is_dir():
+        return "it is a folder; give a file name"
+    folder = path.parent
+    while make_folders and not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.exists():
+        return f"the folder {folder} does not exist"
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "permission denied"
+    return None
 
 
 class Exports:
