@@ -99,7 +99,7 @@ with columns[0]:
 with columns[1]:
     source_b = sources.source_ui("cmp_b", "Model B (after)", known=True)
 texts = sources.probes_ui("cmp_probes")
-n_heads = st.number_input("Heads per layer (only for bare weights files without a config)", 0, 256, 0,
+n_heads = st.number_input("Heads per layer (only for bare weights files without a config)", 0, 256,
                           key="cmp_heads")
 if st.button("Compare", type="primary", key="cmp_run"):
     problem = "Choose both models first." if source_a is None or source_b is None else sources.probes_problem(texts)

@@ -12,7 +12,7 @@ from diagnostics.diagnose import diagnose
 def options_ui():
     with st.expander("Options"):
         texts = sources.probes_ui("diag_probes")
-        heads = st.number_input("Heads per layer (only for a bare weights file without a config)", 0, 256, 0,
+        heads = st.number_input("Heads per layer (only for a bare weights file without a config)", 0, 256,
                                 key="diag_heads")
     return texts, int(heads) or None
 

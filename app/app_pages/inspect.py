@@ -30,7 +30,8 @@ def inputs_ui() -> None:
         else:
             hint = "e.g. bert-base-uncased" if kind == "Hugging Face id" else "e.g. /models/my-bert or model.gguf"
             st.text_input(kind, key="model_path", placeholder=hint)
-        st.text_area("Text", EXAMPLE, key="text", help=f"Up to {MAX_CHARS:,} characters")
+        st.session_state.setdefault("text", EXAMPLE)
+        st.text_area("Text", key="text", help=f"Up to {MAX_CHARS:,} characters")
         with st.expander("Second sentence / target text"):
             st.text_input("Second sentence (pair models such as BERT)", key="pair")
             st.text_input("Target text (encoder-decoder models; default: the text)", key="target")

@@ -29,7 +29,8 @@ def rollouts(result_id: str, _result: core.AttentionResult):
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: bool, _result: core.AttentionResult):
-    """``(weights (q, k), queries, keys, hidden special tokens)`` of one view of one layer."""
+    """``(weights (q, k), (queries, their positions), (keys, their positions), hidden special tokens)`` of one view
+    of one layer; a position is the token's place in the input, which hiding special tokens keeps."""
     if mode == "average":
         weights = views.head_average(_result.attentions[layer:layer + 1])[0]  # (q, k)
     elif mode == "rollout":
@@ -37,12 +38,14 @@ def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: boo
     else:
         weights = _result.attentions[layer, head]  # (q, k)
     queries, keys, hidden = list(_result.tokens), list(_result.keys), []
+    kept_q, kept_k = list(range(len(queries))), list(range(len(keys)))
     if hide_special:
         hidden = {t for t, s in zip(_result.tokens, _result.special) if s}
         hidden = sorted(hidden | {t for t, s in zip(_result.keys, _result.keys_special) if s})
         weights, kept_q, kept_k = views.hide_positions(weights, _result.special, _result.keys_special)
         queries, keys = [queries[i] for i in kept_q], [keys[i] for i in kept_k]
-    return weights.clone(), queries, keys, hidden  # a copy: a view would pickle the whole result's storage
+    # a copy: a view would pickle the whole result's storage
+    return weights.clone(), (queries, kept_q), (keys, kept_k), hidden
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)  # read-only: no copy per rerun
@@ -55,14 +58,24 @@ def head_view(result_id: str, layer: int, head: int, result: core.AttentionResul
     return head_view_page(_head_view_links(result_id, layer, result), layer, head)
 
 
+def unmeasurable(result: core.AttentionResult) -> str | None:
+    """Why no head of ``result`` has metrics or a pattern, or None when they have."""
+    q, k = result.attentions.shape[-2:]
+    if q > k:
+        return "This map cannot be labelled: it has more queries than keys."
+    if k < 2:
+        return "A one-token input has nothing to measure: each map is a single weight of 1. Give a longer text."
+    return None
+
+
 @st.cache_resource(max_entries=8, show_spinner="Measuring every head…")  # read-only: no copy per rerun
 def head_table(result_id: str, _result: core.AttentionResult):
     """``(patterns [layers][heads], metrics [layers][heads] of dicts)`` of every head, measured in one pass.
 
-    None when the maps cannot be measured (more queries than keys: cross-attention).
+    None when the maps cannot be measured (``unmeasurable``).
     """
     attn = _result.attentions  # (L, H, q, k)
-    if attn.shape[-2] > attn.shape[-1]:
+    if unmeasurable(_result):
         return None
     m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
     scalars = [[m[layer, head].scalars() for head in range(attn.shape[1])] for layer in range(attn.shape[0])]
@@ -71,9 +84,9 @@ def head_table(result_id: str, _result: core.AttentionResult):
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def head_summary(result_id: str, layer: int, head: int, _result: core.AttentionResult):
-    """``(metrics dict, HeadPattern)`` of one head; ``({}, None)`` when q > k (cannot be measured)."""
+    """``(metrics dict, HeadPattern)`` of one head; ``({}, None)`` when it cannot be measured (``unmeasurable``)."""
     attn = _result.attentions[layer, head]  # (q, k)
-    if attn.shape[0] > attn.shape[1]:
+    if unmeasurable(_result):
         return {}, None
     m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
     return m.scalars(), patterns.classify_metrics(m)

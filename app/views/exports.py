@@ -18,9 +18,15 @@ from diagnostics.reports.exports import strict_json
 LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th one
 
 
-def numbered(tokens: list[str]) -> list[str]:
-    """``"3 the"``: unique labels (a sentence repeats tokens), and none starts with a spreadsheet formula sign."""
-    return [f"{i} {t}" for i, t in enumerate(tokens)]
+def numbered(tokens: list[str], positions=None) -> list[str]:
+    """``"3 the"``: unique labels (a sentence repeats tokens), and none starts with a spreadsheet formula sign.
+    ``positions``: each token's position in the input (default 0, 1, …; hidden special tokens leave gaps)."""
+    positions = range(len(tokens)) if positions is None else positions
+    return [f"{p} {t}" for p, t in zip(positions, tokens)]
+
+
+def _positions(positions, queries: list[str], keys: list[str]) -> tuple[list[int], list[int]]:
+    return positions or (list(range(len(queries))), list(range(len(keys))))
 
 
 def _mpl_text(text: str) -> str:
@@ -59,24 +65,30 @@ def image_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], titl
     return buf.getvalue()
 
 
-def csv_text(weights: torch.Tensor, queries: list[str], keys: list[str]) -> str:
-    """One row per query: its label, then its weight on every key (header: key labels, ``"3 the"``)."""
+def csv_text(weights: torch.Tensor, queries: list[str], keys: list[str], positions=None) -> str:
+    """One row per query: its label, then its weight on every key (header: key labels, ``"3 the"``, numbered by
+    ``positions``: ``(query positions, key positions)`` in the input, default 0, 1, …)."""
+    q_at, k_at = _positions(positions, queries, keys)
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["query \\ key", *numbered(keys)])
-    for token, row in zip(numbered(queries), weights.tolist()):
+    writer.writerow(["query \\ key", *numbered(keys, k_at)])
+    for token, row in zip(numbered(queries, q_at), weights.tolist()):
         writer.writerow([token, *(f"{w:.6g}" for w in row)])
     return out.getvalue()
 
 
-def npz_bytes(weights: torch.Tensor, queries: list[str], keys: list[str]) -> bytes:
+def npz_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], positions=None) -> bytes:
+    q_at, k_at = _positions(positions, queries, keys)
     buf = io.BytesIO()
     np.savez_compressed(buf, weights=weights.numpy().astype(np.float32), query_tokens=np.array(queries),
-                        key_tokens=np.array(keys))
+                        key_tokens=np.array(keys), query_positions=np.array(q_at, dtype=np.int64),
+                        key_positions=np.array(k_at, dtype=np.int64))
     return buf.getvalue()
 
 
-def json_text(weights: torch.Tensor, queries: list[str], keys: list[str], info: dict) -> str:
-    """The map plus whatever describes it (model, layer, head, metrics, pattern)."""
-    return strict_json({**info, "query_tokens": queries, "key_tokens": keys,  # NaN weights become null
+def json_text(weights: torch.Tensor, queries: list[str], keys: list[str], info: dict, positions=None) -> str:
+    """The map plus whatever describes it (model, layer, head, metrics, pattern) and its tokens' positions."""
+    q_at, k_at = _positions(positions, queries, keys)
+    return strict_json({**info, "query_tokens": queries, "key_tokens": keys, "query_positions": q_at,
+                        "key_positions": k_at,  # NaN weights become null
                         "weights": [[round(w, 6) for w in row] for row in weights.tolist()]})

@@ -10,6 +10,7 @@ cached ``app.views.derived``) and every number or word about a head from
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 import streamlit as st
@@ -41,6 +42,15 @@ class MapView:
     model: str  # the model's display name (never a server path)
     notes: list[str] = field(default_factory=list)
     part: str = "self"  # AttentionResult.kind: cross maps zoom queries and keys apart
+    # each shown token's position in the input (hidden special tokens leave gaps), and the input's length
+    query_positions: list[int] | None = None
+    key_positions: list[int] | None = None
+    lengths: tuple[int, int] | None = None  # (queries, keys) of the whole input
+
+    def __post_init__(self):
+        self.query_positions = self.query_positions or list(range(len(self.queries)))
+        self.key_positions = self.key_positions or list(range(len(self.keys)))
+        self.lengths = self.lengths or (self.query_positions[-1] + 1, self.key_positions[-1] + 1)
 
     @property
     def title(self) -> str:
@@ -81,7 +91,8 @@ def build_view(result_id: str, result: core.AttentionResult, layer: int, head: i
                model: str) -> MapView:
     """The map the options ask for, with the notes the page must state."""
     mode = options["mode"]
-    weights, queries, keys, hidden = derived.view_map(result_id, mode, layer, head, options["hide_special"], result)
+    weights, (queries, kept_q), (keys, kept_k), hidden = derived.view_map(result_id, mode, layer, head,
+                                                                         options["hide_special"], result)
     notes = {"average": [AVERAGE_NOTE], "rollout": [ROLLOUT_NOTE]}.get(mode, [])
     if options["hide_special"]:
         if hidden:
@@ -91,33 +102,39 @@ def build_view(result_id: str, result: core.AttentionResult, layer: int, head: i
         else:
             notes.append("This input has no special tokens; nothing was hidden.")
     return MapView(weights, queries, keys, mode, heading(mode, layer, head, result.n_heads, result.kind), model, notes,
-                   result.kind)
+                   result.kind, kept_q, kept_k, (len(result.tokens), len(result.keys)))
 
 
 def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
     for note in view.notes:
         st.info(note)
     weights, (q0, q1), (k0, k1) = view.weights, (0, len(view.queries)), (0, len(view.keys))
-    if max(weights.shape) > plots.MAX_CELLS:
-        q0, q1 = _window("Zoom to query tokens", len(view.queries), f"{prefix}window")
+    if max(weights.shape) > plots.MAX_CELLS:  # zoom windows are input positions: hiding tokens keeps them
+        window = _window("Zoom to query tokens", view.lengths[0], f"{prefix}window")
+        q0, q1 = _shown_between(view.query_positions, *window)
         if view.part == "cross":  # queries are decoder tokens, keys encoder tokens: each axis its own window
-            k0, k1 = _window("Zoom to key tokens", len(view.keys), f"{prefix}key_window")
-        else:  # self-attention: the window is the same tokens on both axes
-            k0, k1 = q0, q1
+            window = _window("Zoom to key tokens", view.lengths[1], f"{prefix}key_window")
+        k0, k1 = _shown_between(view.key_positions, *window)  # self-attention: the same tokens on both axes
         weights = weights[q0:q1, k0:k1]  # (q', k')
         bq, bk = views.pool_factor(q1 - q0, plots.MAX_CELLS), views.pool_factor(k1 - k0, plots.MAX_CELLS)
         if bq * bk > 1:
             st.caption(f"{q1 - q0} × {k1 - k0} tokens: each cell shows the largest weight of a {bq}×{bk} block. "
                        "Narrow the zoom window for full detail; the exports hold every weight.")
-    figure = plots.heatmap_figure(weights, view.queries[q0:q1], view.keys[k0:k1], log_scale, view.title, (q0, k0))
+    figure = plots.heatmap_figure(weights, view.queries[q0:q1], view.keys[k0:k1], log_scale, view.title,
+                                  (view.query_positions[q0:q1], view.key_positions[k0:k1]))
     st.plotly_chart(figure, key=f"{prefix}heatmap")
 
 
 def _window(label: str, n: int, key: str) -> tuple[int, int]:
-    """A zoom slider's ``(start, end)``, never empty (a slider set to (n, n) gives the last token)."""
-    lo, hi = st.slider(label, 0, n, (0, n), key=key)
-    lo = min(lo, n - 1)
-    return lo, max(hi, lo + 1)
+    """A zoom slider's ``(start, end)`` over ``n`` input positions."""
+    return st.slider(label, 0, n, (0, n), key=key)
+
+
+def _shown_between(positions: list[int], start: int, end: int) -> tuple[int, int]:
+    """The slice of the shown tokens whose positions lie in ``[start, end)``; never empty (the nearest token)."""
+    i, j = bisect_left(positions, start), bisect_left(positions, end)
+    i = min(i, len(positions) - 1)
+    return i, max(j, i + 1)
 
 
 def pattern_ui(pattern) -> None:
@@ -171,11 +188,12 @@ def export_info(view: MapView, layer: int, head: int, metrics: dict, pattern) ->
 def exports_ui(prefix: str, view: MapView, info: dict) -> None:
     """Download buttons named after the view; each file is made only when its button is clicked."""
     w, q, k, name = view.weights, view.queries, view.keys, view.file_stem
+    at = (view.query_positions, view.key_positions)  # positions in the input: hidden tokens leave gaps
     files = [("PNG", "png", "image/png", lambda: exports.image_bytes(w, q, k, view.title, "png")),
              ("SVG", "svg", "image/svg+xml", lambda: exports.image_bytes(w, q, k, view.title, "svg")),
-             ("CSV", "csv", "text/csv", lambda: exports.csv_text(w, q, k)),
-             ("NPZ", "npz", "application/octet-stream", lambda: exports.npz_bytes(w, q, k)),
-             ("JSON", "json", "application/json", lambda: exports.json_text(w, q, k, info))]
+             ("CSV", "csv", "text/csv", lambda: exports.csv_text(w, q, k, at)),
+             ("NPZ", "npz", "application/octet-stream", lambda: exports.npz_bytes(w, q, k, at)),
+             ("JSON", "json", "application/json", lambda: exports.json_text(w, q, k, info, at))]
     for col, (label, ext, mime, make) in zip(st.columns(len(files)), files):
         col.download_button(label, make, file_name=f"{name}.{ext}", mime=mime, key=f"{prefix}export_{ext}",
                             on_click="ignore")

@@ -75,7 +75,9 @@ def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> Non
     with map_col:
         head_detail.heatmap_ui("inspect_", view, options["log_scale"])
     with about_col:
-        if view.mode == "head":
+        if view.mode == "head" and derived.unmeasurable(result):
+            st.caption(derived.unmeasurable(result))
+        elif view.mode == "head":
             head_detail.pattern_ui(pattern)
             head_detail.metrics_ui(metrics, list(result.keys), per_row=2)
     head_detail.exports_ui("inspect_", view, head_detail.export_info(view, layer, head, metrics, pattern))

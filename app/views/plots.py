@@ -139,25 +139,26 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
     return fig
 
 
-def _axis_labels(tokens: list[str], block: int, start: int = 0) -> list[str]:
-    """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled; positions
-    count from ``start``, the first token's position in the whole input (a zoom window's start).
+def _axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str]:
+    """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled, numbered by
+    ``positions``, each token's position in the whole input (a zoom window, hidden special tokens).
 
     Tokens are escaped: plotly renders tags and entities in labels and hover text.
     """
     if block == 1:
-        return [f"{start + i} {for_plotly(t)}" for i, t in enumerate(tokens)]
-    return [f"{start + i}–{start + min(i + block, len(tokens)) - 1} {for_plotly(tokens[i])}…"
+        return [f"{p} {for_plotly(t)}" for p, t in zip(positions, tokens)]
+    return [f"{positions[i]}–{positions[min(i + block, len(tokens)) - 1]} {for_plotly(tokens[i])}…"
             for i in range(0, len(tokens), block)]
 
 
 def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], log_scale: bool = False,
-                   title: str = "", starts: tuple[int, int] = (0, 0)) -> go.Figure:
+                   title: str = "", positions: tuple[list[int], list[int]] | None = None) -> go.Figure:
     """Heatmap of one ``[q, k]`` map, queries down, keys across; hover names both tokens and the weight.
-    ``starts``: the positions of the first query and key in the whole input (a zoom window)."""
+    ``positions``: the queries' and keys' positions in the whole input (default 0, 1, …)."""
     pooled, bq, bk = pool_map(weights, MAX_CELLS)
     z = pooled.numpy().astype(np.float32)
-    heat = dict(x=_axis_labels(keys, bk, starts[1]), y=_axis_labels(queries, bq, starts[0]), colorscale="Viridis")
+    q_at, k_at = positions or (range(len(queries)), range(len(keys)))
+    heat = dict(x=_axis_labels(keys, bk, list(k_at)), y=_axis_labels(queries, bq, list(q_at)), colorscale="Viridis")
     if log_scale:
         ticks = np.arange(np.log10(LOG_FLOOR), 0.5)
         trace = go.Heatmap(z=np.log10(np.maximum(z, LOG_FLOOR)).astype(np.float32), customdata=z, zmin=ticks[0], zmax=0,

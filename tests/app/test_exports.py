@@ -35,6 +35,17 @@ def test_csv_npz_json_hold_every_weight():
     assert doc["head"] == 1 and np.allclose(doc["weights"], w.numpy(), atol=1e-6)
 
 
+def test_exports_number_tokens_by_their_input_positions():
+    """With special tokens hidden, "the" is still token 1 of the input, not the first of the kept ones."""
+    w, kept = _weights()[1:3, 1:3], TOKENS[1:3]  # (2, 2): [CLS] and [SEP] hidden
+    at = ([1, 2], [1, 2])
+    assert exports.csv_text(w, kept, kept, at).splitlines()[0] == "query \\ key,1 the,2 the"
+    data = np.load(io.BytesIO(exports.npz_bytes(w, kept, kept, at)))
+    assert data["query_positions"].tolist() == data["key_positions"].tolist() == [1, 2]
+    doc = json.loads(exports.json_text(w, kept, kept, {}, at))
+    assert doc["query_positions"] == doc["key_positions"] == [1, 2] and doc["key_tokens"] == ["the", "the"]
+
+
 def test_markup_and_formula_tokens_stay_text():
     tokens = ["=cmd|' /C calc'!A0", "$x$", "<b>", "the"]
     rows = list(csv.reader(io.StringIO(exports.csv_text(_weights(), tokens, tokens))))

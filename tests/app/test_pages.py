@@ -1,6 +1,7 @@
 """Every page under streamlit's AppTest: good input draws, bad input is one st.error, never an exception."""
 
 import importlib
+import json
 
 from streamlit.testing.v1 import AppTest
 
@@ -66,6 +67,17 @@ def test_neuron_view_of_a_gpt2_head():
     assert any("neuron view of layer 2, head 1" in c.value for c in at.caption)
 
 
+def test_a_one_token_input_is_not_measured():
+    """A 1×1 map showed "Confidence 0.00" and a "Sparse 60%" badge: nothing about one weight of 1 is measurable."""
+    at = _app()
+    at.selectbox(key="demo_model").set_value("demo-gpt2")
+    at.text_area(key="text").set_value("The")
+    at.button(key="run").click().run()
+    assert not at.exception and not _errors(at)
+    assert not at.metric and not any("Pattern:" in m.value for m in at.markdown)
+    assert any("one-token input has nothing to measure" in c.value for c in at.caption)
+
+
 def test_inspect_switch_head_and_options(bert_folder):
     at = _inspect(_app(), str(bert_folder))
     at.selectbox(key="layer").set_value(1)
@@ -99,6 +111,34 @@ def test_the_bertviz_model_view_starts_afresh_for_a_new_result_and_layer(bert_fo
     at = _inspect(at, str(bert_folder))  # 2 layers × 4 heads
     assert not at.exception and not any("Choose at least one" in i.value for i in at.info)
     assert [m.value for m in at.multiselect] == [[at.selectbox(key="layer").value], [0, 1, 2, 3]]
+
+
+def test_inputs_keep_their_values_while_their_widgets_are_not_drawn(bert_folder):
+    """Streamlit forgets a widget that a run does not draw: after the Model radio went away and back, or after a
+    visit to another page, the pickers showed their defaults (MiniLM, an empty path, the example text) beside the
+    result of what the user had chosen."""
+    at = _app()
+    at.radio(key="model_kind").set_value("Known model").run()
+    at.selectbox(key="demo_model").set_value("demo-gpt2")
+    at.button(key="run").click().run()
+    at.radio(key="model_kind").set_value("Local folder").run()
+    at.radio(key="model_kind").set_value("Known model").run()
+    assert at.selectbox(key="demo_model").value == "demo-gpt2"
+    at = _inspect(at, str(bert_folder), "A text of my own.")
+    at.radio(key="model_kind").set_value("Known model").run()
+    at.radio(key="model_kind").set_value("Local folder").run()
+    assert at.text_input(key="model_path").value == str(bert_folder)
+    at.switch_page("app_pages/diagnose.py").run()
+    at.radio(key="diag_kind").set_value("Known model").run()
+    at.selectbox(key="diag_known").set_value("demo-bert").run()
+    at.text_area(key="diag_probes").set_value("A probe of mine.").run()
+    at.switch_page("app_pages/guide.py").run()
+    at.switch_page("app_pages/inspect.py").run()
+    assert not at.exception
+    assert (at.radio(key="model_kind").value, at.text_area(key="text").value) == ("Local folder", "A text of my own.")
+    at.switch_page("app_pages/diagnose.py").run()
+    assert (at.selectbox(key="diag_known").value, at.text_area(key="diag_probes").value) == ("demo-bert",
+                                                                                             "A probe of mine.")
 
 
 def test_inspect_text_over_the_limit_says_so_and_runs_nothing(bert_folder):
@@ -384,6 +424,40 @@ def test_long_map_is_pooled_with_a_zoom_slider():
     assert '"150 t150"' in labels and '"199 t199"' in labels and '"0 t150"' not in labels  # positions, not 0..49
     at.slider(key="t_window").set_value((300, 300)).run()
     assert not at.exception and '"299 t299"' in at.get("plotly_chart")[0].proto.spec  # never an empty map
+
+
+def test_hidden_special_tokens_keep_their_positions_and_the_zoom_window():
+    """Hiding [CLS] renumbered every token (input token 100 was labelled 99) and reset the zoom window."""
+    def page():
+        import streamlit as st
+        import torch
+
+        from app.views import head_detail
+
+        weights = torch.softmax(torch.randn(302, 302), -1)  # (q, k)
+        tokens = ["[CLS]", *(f"t{i}" for i in range(1, 301)), "[SEP]"]
+        kept = list(range(1, 301)) if st.session_state.get("hide") else list(range(302))
+        view = head_detail.MapView(weights[kept][:, kept], [tokens[i] for i in kept], [tokens[i] for i in kept],
+                                   "head", "Layer 0, head 0", "m", query_positions=kept, key_positions=kept,
+                                   lengths=(302, 302))
+        head_detail.heatmap_ui("t_", view, log_scale=False)
+
+    at = AppTest.from_function(page, default_timeout=TIMEOUT).run()
+    at.slider(key="t_window").set_value((100, 110)).run()
+    at.session_state["hide"] = True
+    at.run()
+    assert not at.exception and at.slider(key="t_window").value == (100, 110)
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert '"100 t100"' in spec and '"109 t109"' in spec and '"110 t110"' not in spec
+    at.slider(key="t_window").set_value((0, 1)).run()  # only [CLS], which is hidden: the nearest token instead
+    assert not at.exception and '"1 t1"' in at.get("plotly_chart")[0].proto.spec
+
+
+def test_inspect_hiding_special_tokens_keeps_token_numbers(bert_folder):
+    at = _inspect(_app(), str(bert_folder))
+    at.checkbox(key="inspect_hide_special").check().run()
+    heatmap = next(d for c in _charts(at) for d in json.loads(c.proto.spec)["data"] if d["type"] == "heatmap")
+    assert heatmap["y"][0] == "1 the" and heatmap["x"][0] == "1 the", heatmap["y"][:3]
 
 
 def test_a_long_cross_map_zooms_queries_and_keys_apart():
