@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import errors
-from app.views import compare_plots
+from app.views import compare_plots, picking
 from app.server import session, sources
 from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.compare import compare
@@ -33,12 +33,6 @@ def run(source_a, source_b, texts, n_heads=None) -> None:
         bar.empty()
 
 
-def _pick_from_grid() -> None:
-    points = st.session_state.cmp_grid.selection.points
-    if points:
-        st.session_state.cmp_layer, st.session_state.cmp_head = points[0]["customdata"]
-
-
 def summary_ui(report) -> None:
     cols = st.columns(3)
     cols[0].metric("Heads changed", f"{len(report.changed)} / {len(report.heads)}")
@@ -55,8 +49,7 @@ def grid_ui(report, part) -> tuple[int, int]:
     grid = report.distance_grid(part)
     layer = st.session_state.setdefault("cmp_layer", 0) % len(grid)
     head = st.session_state.setdefault("cmp_head", 0) % len(grid[0])
-    st.plotly_chart(compare_plots.distance_grid_figure(grid, (layer, head)), key="cmp_grid", on_select=_pick_from_grid,
-                    selection_mode="points", config={"displayModeBar": False})
+    picking.head_chart(compare_plots.distance_grid_figure(grid, (layer, head)), "cmp_grid", ("cmp_layer", "cmp_head"))
     rows = [{"head": f"L{h.layer}H{h.head}", "distance": h.js_distance, "why": ", ".join(h.reasons),
              "pattern": f"{h.before['pattern']} → {h.after['pattern']}", "Δ entropy": h.entropy_delta,
              "Δ sink": h.sink_delta,

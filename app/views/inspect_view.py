@@ -11,7 +11,7 @@ import core
 from app import errors
 from app.names import display_name
 from app.plain import for_markdown
-from app.views import bertviz_ui, derived, head_detail, plots
+from app.views import bertviz_ui, derived, head_detail, picking, plots
 
 EXTRA_VIEWS = ("Head view", "BertViz model view", "BertViz neuron view", "None")
 HEAD_VIEW_FIRST_UP_TO = 128  # tokens; a longer input opens with no extra view: a 512-row head view is hard to
@@ -37,19 +37,12 @@ def selectors_ui(result: core.AttentionResult, columns) -> tuple[int, int]:
     return layer, head
 
 
-def _pick_from_overview() -> None:
-    points = st.session_state.overview.selection.points
-    if points:
-        st.session_state.layer, st.session_state.head = points[0]["customdata"]
-
-
 def overview_ui(result_id: str, result: core.AttentionResult, patterns) -> None:
     st.subheader("Model overview")
     st.caption("Every head at a glance, framed in its pattern's colour. Click a head to inspect it.")
     sheet = derived.thumbnail_sheet(result_id, result, patterns)
     figure = plots.overview_figure(sheet, patterns, (result.n_layers, result.n_heads), None)
-    st.plotly_chart(figure, key="overview", width="content", on_select=_pick_from_overview,
-                    selection_mode="points", config={"displayModeBar": False})
+    picking.head_chart(figure, "overview", ("layer", "head"), width="content")
 
 
 def head_summary(result_id: str, result: core.AttentionResult, layer: int, head: int):

@@ -6,7 +6,7 @@ import weakref
 import streamlit as st
 
 from app import errors
-from app.views import head_detail, plots
+from app.views import head_detail, picking, plots
 from app.names import file_stem
 from app.plain import for_markdown
 from diagnostics.texts import PATTERN_TEXTS, borderline_note
@@ -58,12 +58,6 @@ def findings_ui(report) -> None:
             st.markdown(f"**Suggestion:** {for_markdown(f.suggestion)}" + (f"  \nHeads: {heads}" if heads else ""))
 
 
-def _pick_from_map() -> None:
-    points = st.session_state.pattern_map.selection.points
-    if points:
-        st.session_state.diag_layer, st.session_state.diag_head = points[0]["customdata"]
-
-
 def report_key(report, part: str, sample: int = 0) -> str:
     """Cache key of one report's map. The caches are shared by every session, so the key is a random id given
     to the report object once (``id(report)`` alone is reused once a report is freed: another user's maps)."""
@@ -100,9 +94,7 @@ def pattern_map_ui(report, part: str, heads) -> None:
     else:
         figure = plots.pattern_map_figure(heads)
         st.caption("Click a head in the pattern map to open it below.")
-    with st.container(key="pattern_map_box"):
-        st.plotly_chart(figure, key="pattern_map", on_select=_pick_from_map, selection_mode="points",
-                        width="content", config={"displayModeBar": False})
+    picking.head_chart(figure, "pattern_map", ("diag_layer", "diag_head"), width="content")
 
 
 def explorer_ui(report, part: str) -> None:

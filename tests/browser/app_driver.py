@@ -177,14 +177,15 @@ def token_labels(pg) -> list[str]:
     return pg.locator(TOKEN_LABELS).all_text_contents()
 
 
-def click_point(pg, point, shows) -> None:
-    """Click a plotly marker (its drag layer covers it, so by position) until ``shows`` appears."""
+def click_point(pg, point, shows, tries: int = 3) -> None:
+    """Click a plotly marker (its drag layer covers it, so by position) until ``shows`` appears (``tries`` clicks at
+    most: 1 where a second click would hide a bug)."""
     def click():
         point.scroll_into_view_if_needed()
         box = point.bounding_box()
         pg.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
 
-    until_shown(pg, click, shows)
+    until_shown(pg, click, shows, tries)
 
 
 def upload(pg, path: Path, shows) -> None:

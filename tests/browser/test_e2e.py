@@ -100,6 +100,14 @@ def test_overview_click_selects_a_head(page):
     click_point(page, points.nth(1), page.get_by_role("heading", name="Layer 0, head 1"))
     shot(page, "inspect_overview_click")
 
+    def choose_head_5():
+        page.mouse.wheel(0, -5000)  # back to the top: the picker's menu opens in view
+        page.locator(".st-key-head").click()
+        page.get_by_role("option", name="5", exact=True).click()
+    until_shown(page, choose_head_5, page.get_by_role("heading", name="Layer 0, head 5"))
+    # the same head again, with one click: plotly had read it as a deselection, and nothing happened
+    click_point(page, points.nth(1), page.get_by_role("heading", name="Layer 0, head 1"), tries=1)
+
 
 def test_markup_tokens_show_as_text(page, tmp_path):
     folder = save_markup_bert(tmp_path / "markup-bert")
@@ -178,7 +186,7 @@ def test_compare_two_known_models_on_a_running_server(page):
     until_shown(page, page.get_by_role("button", name="Compare", exact=True).click,
                 page.get_by_role("heading", name="JS distance per head"))
     assert "0 / 16" in page.locator('[data-testid="stMetricValue"]').first.inner_text()
-    page.locator('.st-key-cmp_grid [data-testid="stPlotlyChart"]').wait_for()
+    page.locator('.st-key-cmp_grid_box [data-testid="stPlotlyChart"]').wait_for()
     shot(page, "compare_report")
     no_errors(page)
 

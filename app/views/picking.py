@@ -1,0 +1,26 @@
+"""Charts whose points pick a head: the Inspect overview, the Diagnose pattern map, the Compare distance grid.
+
+Plotly reads a click on the selected point as a deselection, so clicking a head a second time, after another
+head was chosen with the pickers, did nothing. Each pick gives the chart a fresh key: its selection starts empty
+again and every click is a pick. The chart sits in a container keyed ``{key}_box`` (a stable handle for tests).
+"""
+
+import streamlit as st
+
+
+def head_chart(figure, key: str, targets: tuple[str, str], **options) -> None:
+    """Draw ``figure``; a click on a point stores its ``customdata`` ``(layer, head)`` in the two ``targets`` keys
+    of the session state."""
+    s = st.session_state
+    round_key = f"{key}_round"
+    chart_key = f"{key}_{s.setdefault(round_key, 0)}"
+
+    def pick() -> None:
+        points = s[chart_key].selection.points
+        if points:
+            s[targets[0]], s[targets[1]] = points[0]["customdata"]
+            s[round_key] += 1
+
+    with st.container(key=f"{key}_box"):
+        st.plotly_chart(figure, key=chart_key, on_select=pick, selection_mode="points",
+                        config={"displayModeBar": False}, **options)
