@@ -50,8 +50,10 @@ class StreamResult:
 
     @property
     def sink_tokens(self) -> list[list[str]]:
-        """``[L][H]`` display string of each head's strongest sink key."""
-        return [[self.tokens[k] for k in layer] for layer in self.metrics.sink_key.tolist()]
+        """``[L][H]`` display string of each head's strongest sink key (its id, as text, where the result came
+        from token ids: ``stream_token_statistics`` has no tokenizer to name tokens)."""
+        names = self.tokens or [str(i) for i in self.token_ids]
+        return [[names[k] for k in layer] for layer in self.metrics.sink_key.tolist()]
 
 
 def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None, keep=(),

@@ -149,6 +149,15 @@ def test_redundancy_distances_equal_js_distance(name):
     torch.testing.assert_close(streamed.distances, expected, atol=TOL, rtol=0)
 
 
+def test_sink_tokens_of_token_ids_are_the_ids():
+    """Without a tokenizer there are no token names: sink_tokens raised IndexError on the empty list."""
+    ids = random_ids(12, seed=3)
+    streamed = stream_token_statistics(tiny.tiny_gpt2(), ids)
+    sinks = streamed.sink_tokens
+    keys = streamed.metrics.sink_key.tolist()  # [L][H]
+    assert sinks == [[str(ids[0, k].item()) for k in layer] for layer in keys]
+
+
 def test_model_is_restored_after_streaming():
     model, block = tiny.tiny_gpt2(), custom("attnscope-nano-decoder")
     before = model.config._attn_implementation
