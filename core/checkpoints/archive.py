@@ -148,7 +148,13 @@ class _Writer:
 
     def mkdir(self, rel: PurePosixPath) -> Path:
         target = self.dest.joinpath(*rel.parts)
-        target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):  # an earlier entry is a file of the folder's name
+            raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=str(rel),
+                                                   why="a folder of the same name as a file")) from None
+        except OSError as err:  # the private folder's path stays out of the message
+            raise CheckpointError(NOT_WRITTEN.format(name=self.name, entry=str(rel), why=err.strerror)) from None
         if not target.resolve().is_relative_to(self.dest.resolve()):  # defence in depth: no link was created
             raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=str(rel), why="a path outside the archive"))
         return target

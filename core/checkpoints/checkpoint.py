@@ -238,7 +238,7 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
         config = _read_config(config_path)
         check_model_config(config, limits)  # every size cap before a byte of weights is read
         state = _read_weights(folder, label, limits)
-        _note_heads(config, n_heads, notes)
+        notes.extend(heads_ignored(config, n_heads))
     else:
         state = _read_weights(folder, label, limits)
         inferred = infer_architecture(state, n_heads)
@@ -291,7 +291,9 @@ def _read_weights(folder: Path, label: str, limits: Limits) -> dict[str, torch.T
     return read_state_dict(weights[0])
 
 
-def _note_heads(config: dict, n_heads, notes: list[str]) -> None:
+def heads_ignored(config: dict, n_heads) -> list[str]:
+    """The note (a list of 0 or 1) that ``n_heads`` is ignored because the config gives another count."""
     actual = next((config[k] for k in ("num_attention_heads", "n_head", "n_heads") if k in config), None)
     if n_heads is not None and actual is not None and n_heads != actual:
-        notes.append(HEADS_IGNORED.format(given=n_heads, actual=actual))
+        return [HEADS_IGNORED.format(given=n_heads, actual=actual)]
+    return []

@@ -23,7 +23,7 @@ from ..device import pick_device
 from ..errors import ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
 from .build import check_config_sizes
-from .checkpoint import expand_user, gguf_in_folder, load_checkpoint
+from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
 from .quiet import quiet_transformers
@@ -73,6 +73,8 @@ def load_model(
         config = _read_json(Path(path) / CONFIG_NAME)
         if isinstance(config, dict):
             check_config_sizes(config)  # one line for a broken config, before anything is built
+            for note in heads_ignored(config, n_heads):  # said as for an archive of the same folder
+                log.warning(note)
         if is_custom_config(config):
             model, tokenizer = load_custom_model(path, config), _tokenizer_or_none(path)
             return model.to(pick_device(device)), tokenizer

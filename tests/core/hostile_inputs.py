@@ -171,6 +171,11 @@ def zip_traversal(d: Path) -> Path:
     return _zip(d / "traversal.zip", {"../evil": "x", "config.json": "{}"})
 
 
+def zip_file_and_folder(d: Path) -> Path:
+    """``m`` is a file and ``m/config.json`` wants it to be a folder: the message named the server's temp folder."""
+    return _zip(d / "file_and_folder.zip", {"m": "x", "m/config.json": "{}"})
+
+
 def zip_absolute(d: Path) -> Path:
     return _zip(d / "absolute.zip", {"/tmp/attnscope-evil": "x"})
 
@@ -259,8 +264,8 @@ def config_too_big(d: Path) -> Path:
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open,
     pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, config_huge_number,
-    config_deep_nesting, shape_mismatch, wrong_family, unsupported_architecture,
-    unknown_state_dict, state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal,
+    config_deep_nesting, shape_mismatch, wrong_family, unsupported_architecture, unknown_state_dict,
+    state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal, zip_file_and_folder,
     zip_absolute, zip_many_entries, zip_huge_declared, tar_symlink, tar_hardlink, tar_device, tar_traversal,
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,
     t5_decoder_layers, nested_zero_heads, config_too_big,

@@ -192,3 +192,14 @@ def test_what_loading_inferred_is_a_note_on_stderr(tmp_path, capsys):
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
     assert any("read the architecture from the weights" in n for n in notes), notes
     assert any("demo-gpt2's tokenizer" in n for n in notes)
+
+
+def test_heads_that_a_model_folder_overrides_are_a_note(tmp_path, capsys):
+    """The same model as a zip said "n_heads=2 ignored: config.json says 4"; as a folder, nothing."""
+    from tiny_checkpoints import save_tiny_bert
+
+    folder = save_tiny_bert(tmp_path / "bert")
+    assert cli.main([str(folder), "--heads", "2", "--quiet", "--text", "the cat sat on the mat",
+                     "--out", str(tmp_path / "r.md")]) in (0, 1)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+    assert "note: n_heads=2 ignored: config.json says 4" in notes, notes
