@@ -15,6 +15,7 @@ run) and diagnoses it.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,13 @@ from diagnostics.compare import role_names
 from diagnostics.monitor import SCHEMA, record_of
 
 MAX_LOG_BYTES = 256 * 1024 * 1024  # a 12 × 12 model logs ~60 KB a step: 4,000 measurements
+# Steps × layers × heads of one part's grid (8 MiB of float32): SmolLM2's 30 × 9 heads over 7,700 steps. A real
+# log writes each cell as a ~460-byte head entry, so one under MAX_LOG_BYTES fills fewer than 600,000 cells.
+MAX_CELLS = 2**21
+# A monitor log measures every head at every step: a larger grid that its head entries fill less than 1/64 of
+# (one head at layer 511, head 1023) is damage, so the grid stays bounded by what the file really holds.
+SPARSE_CELLS, SPARSE_RATIO = 2**16, 64
+MAX_STEP = 2**53  # the largest whole step a float64 holds exactly; plotly's JSON (orjson) fails at 2**64
 MAX_CHECKPOINTS = 40  # more are sampled evenly (first and last kept): each is a model load and a diagnosis
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
@@ -56,6 +64,8 @@ class Timeline:
         """``[steps, layers, heads]`` of one head metric (``entropy``, ``sink_score``, ...); NaN where missing."""
         part = self._part(part)
         n_layers, n_heads = self.shape(part)
+        filled = sum(h["part"] == part for r in self.records for h in r["heads"])
+        _check_cells(part, (len(self.records), n_layers, n_heads), filled)
         out = np.full((len(self.records), n_layers, n_heads), np.nan, dtype=np.float32)
         for i, record in enumerate(self.records):
             for h in record["heads"]:
@@ -96,6 +106,18 @@ class Timeline:
         return sorted(seen.values(), key=lambda e: (e["first_step"], e["code"]))
 
 
+def _check_cells(part, shape: tuple[int, int, int], filled: int) -> None:
+    """Refuse a ``[steps, layers, heads]`` grid over ``MAX_CELLS``, or far emptier than a monitor's, before it is
+    allocated (and drawn with a row per head)."""
+    cells, grid = math.prod(shape), "{:,} steps × {} layers × {} heads".format(*shape)
+    if cells > MAX_CELLS:
+        raise InputError(f"the log's {part} heads need {grid} = {cells:,} cells, over the Timeline's {MAX_CELLS:,}; "
+                         "log less often (every=...) or split the log")
+    if cells > max(SPARSE_CELLS, SPARSE_RATIO * filled):
+        raise InputError(f"the log's {part} heads fill {filled:,} of the {cells:,} cells of their {grid}; the file "
+                         "is damaged (a monitor log measures every head at every step)")
+
+
 def read_log(path, allowed_roots=None) -> Timeline:
     """The ``Timeline`` of the monitor log at ``path`` (under the allowed roots, as ``core.load_checkpoint``)."""
     path = check_allowed(Path(path), resolve_roots(allowed_roots))
@@ -111,9 +133,9 @@ def parse_log(data) -> Timeline:
     if isinstance(data, bytes):
         if len(data) > MAX_LOG_BYTES:
             raise InputError(f"the log is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
-        data = data.decode("utf-8", errors="replace")
+        data = data.decode("utf-8-sig", errors="replace")  # a log re-saved by a Windows editor starts with a BOM
     records, cut = [], []
-    for number, line in enumerate(str(data).splitlines(), 1):
+    for number, line in enumerate(str(data).removeprefix("\ufeff").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -152,14 +174,38 @@ def _damage(record: dict) -> str | None:
     heads, findings = record.get("heads"), record["findings"]
     if not _whole(record.get("step"), 0, None) or not isinstance(heads, list):  # [] when the monitor measured
         return "no step or heads"                                                  # weights only (no tokenizer)
+    if record["step"] >= MAX_STEP:
+        return "a step of 2**53 or more"
     for h in heads:
         if not (isinstance(h, dict) and _text(h, "part", "pattern") and _whole(h.get("layer"), 0, MAX_LAYERS)
                 and _whole(h.get("head"), 0, MAX_HEADS) and isinstance(h.get("metrics"), dict)
                 and isinstance(h.get("roles", []), list)):
             return "a head without its part, layer, head, pattern, roles and metrics"
+    outside = _outside(heads, _declared(record))
+    if outside:
+        return outside
     if not isinstance(findings, list) or not all(
             isinstance(f, dict) and _text(f, "code", "severity", "part", "message") for f in findings):
         return "a finding without its code, severity, part and message"
+    return None
+
+
+def _declared(record: dict) -> dict:
+    """``{part: (layers, heads)}`` the record's ``model.parts`` declares (a part declared badly: none)."""
+    model = record.get("model") if isinstance(record.get("model"), dict) else {}
+    parts = model.get("parts") if isinstance(model.get("parts"), dict) else {}
+    return {name: (p["layers"], p["heads"]) for name, p in parts.items() if isinstance(p, dict)
+            and _whole(p.get("layers"), 0, MAX_LAYERS + 1) and _whole(p.get("heads"), 0, MAX_HEADS + 1)}
+
+
+def _outside(heads: list, declared: dict) -> str | None:
+    """The first head outside its part's declared layers × heads, said as damage, or None."""
+    for h in heads:
+        if h["part"] not in declared:
+            return "a head of a part that its model.parts does not declare"
+        layers, n_heads = declared[h["part"]]
+        if h["layer"] >= layers or h["head"] >= n_heads:
+            return f"a head (L{h['layer']}H{h['head']}) outside the {layers} layers × {n_heads} heads of model.parts"
     return None
 
 

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import errors
+from app.plain import for_markdown
 from app.server import session
 from app.views import compare_plots
 from core.cancel import stoppable
@@ -71,7 +72,7 @@ def run_ui(name, timeline, metric, layer, part) -> None:
     if part in timeline.parts:
         charts_ui(name, timeline, metric, layer, part)
     else:
-        st.info(f"This run has no {part} heads." if part else NO_HEADS)
+        st.info(f"This run has no {for_markdown(part)} heads." if part else NO_HEADS)
     findings_ui(name, timeline)
 
 
@@ -119,7 +120,8 @@ if timelines:
         parts = list(dict.fromkeys(part for t in timelines.values() for part in t.parts))
         cols = st.columns(3 if len(parts) > 1 else 2)
         metric = cols[0].radio("Metric", list(METRICS), format_func=METRICS.get, key="tl_metric", horizontal=True)
-        part = cols[2].radio("Part", parts, key="tl_part", horizontal=True) if len(parts) > 1 else (parts or [None])[0]
+        part = (cols[2].radio("Part", parts, format_func=for_markdown, key="tl_part", horizontal=True)  # log's names
+                if len(parts) > 1 else (parts or [None])[0])
         layers = max((t.shape(part)[0] for t in timelines.values() if part in t.parts), default=0)
         layer = cols[1].selectbox("Layer for the lines", range(layers), key="tl_layer") if layers else 0
         for column, (name, timeline) in zip(st.columns(len(timelines)), timelines.items()):

@@ -143,6 +143,25 @@ def test_timeline_of_an_encoder_decoder_picks_its_part(tmp_path):
     assert at.selectbox(key="tl_layer").options == ["0", "1"]  # the cross part's 2 layers
 
 
+def test_timeline_part_names_from_a_log_are_plain_text():
+    """A part named as a markdown link in one of two logs: the Part picker and the "no … heads" note drew the link."""
+    import json
+
+    from app.plain import for_markdown
+
+    evil = "[click me](http://127.0.0.1:9/phish) **bold** :red[red]"
+    records = [json.loads(line) for line in (LOGS / "qk_x10.jsonl").read_text().splitlines()[:2]]
+    for record in records:
+        record["model"]["parts"] = {evil: record["model"]["parts"].pop("self")}
+        for head in record["heads"]:
+            head["part"] = evil
+    at = _timeline_of([("healthy.jsonl", (LOGS / "healthy.jsonl").read_bytes()),
+                       ("evil.jsonl", "\n".join(json.dumps(r) for r in records).encode())])
+    assert at.radio(key="tl_part").options == ["self", for_markdown(evil)]
+    at.radio(key="tl_part").set_value(evil).run()
+    assert [i.value for i in at.info] == [f"This run has no {for_markdown(evil)} heads."]
+
+
 def test_timeline_of_a_weights_only_log_shows_its_findings(tmp_path):
     at = _timeline_of([("bart.jsonl", _bart_log(tmp_path, None))])
     assert any("measured no heads" in i.value for i in at.info) and not at.get("plotly_chart")

@@ -9,7 +9,7 @@ import torch
 
 from core.errors import AttnScopeError, InputError
 from diagnostics.monitor import AttentionMonitor
-from diagnostics.timeline import checkpoint_folders, from_checkpoints, parse_log, read_log
+from diagnostics.timeline import MAX_CELLS, Timeline, checkpoint_folders, from_checkpoints, parse_log, read_log
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
 PROBES = ["The quick brown fox jumps over the lazy dog. Attention is all you need, said the paper. The dog slept in "
@@ -82,6 +82,9 @@ DAMAGE = {  # a change to the first record -> the error it gets (each crashed th
     "head without part": (lambda r: r["heads"][0].pop("part"), "a head without its part"),
     "layer as text": (lambda r: r["heads"][0].update(layer="0"), "a head without its part"),
     "layer of a billion": (lambda r: r["heads"][0].update(layer=10**9), "a head without its part"),
+    "layer past model.parts": (lambda r: r["heads"][0].update(layer=2), "head (L2H0) outside the 2 layers × 4 heads"),
+    "undeclared part": (lambda r: r["heads"][0].update(part="cross"), "a part that its model.parts does not declare"),
+    "step of 2**64": (lambda r: r.update(step=2**64), "a step of 2**53 or more"),  # broke plotly's JSON, before
     "findings a number": (lambda r: r.update(findings=5), "a finding without its code"),
     "finding without part": (lambda r: r["findings"][0].pop("part"), "a finding without its code"),
 }
@@ -121,6 +124,39 @@ def test_a_metric_that_is_not_a_number_is_left_out(log_text):
     record["heads"][1]["metrics"]["entropy"] = 10 ** 400  # a hand-edited line: OverflowError before
     entropy = parse_log(json.dumps(record)).metric("entropy")  # (1, L, H)
     assert np.isnan(entropy[0, 0, :2]).all() and not np.isnan(entropy[0, 0, 2])
+
+
+def _corner_heads(log_text, steps: int) -> str:
+    """``steps`` records of a model declared 512 × 1024 whose heads (2 × 4 and L511H1023) fill few of its cells."""
+    record = json.loads(log_text.splitlines()[0])
+    record["model"]["parts"]["self"] = {"layers": 512, "heads": 1024}
+    record["heads"].append(dict(record["heads"][0], layer=511, head=1023))
+    return "\n".join(json.dumps(dict(record, step=step)) for step in range(steps))
+
+
+def test_a_grid_far_emptier_than_its_heads_is_refused_before_it_is_allocated(log_text):
+    """Before, 18 KB of log drew a 524,288-row heatmap (200 MiB of grid and 355 MiB of plotly JSON at 100 steps)."""
+    with pytest.raises(InputError, match=r"self heads fill 9 of the 524,288 cells of their 1 steps × 512 layers × "
+                                         r"1024 heads; the file is damaged"):
+        parse_log(_corner_heads(log_text, 1)).metric("entropy")
+    with pytest.raises(InputError, match=rf"2,621,440 cells, over the Timeline's {MAX_CELLS:,}; log less often"):
+        parse_log(_corner_heads(log_text, 5)).metric("entropy")
+
+
+def test_a_smollm2_sized_grid_is_drawn():
+    """30 layers × 9 heads over 2,000 steps (a 256 MB log holds no more than ~600,000 cells) fit the cell budget."""
+    heads = [{"part": "self", "layer": layer, "head": head, "metrics": {"entropy": 0.5}}
+             for layer in range(30) for head in range(9)]
+    entropy = Timeline([{"step": step, "heads": heads} for step in range(2000)]).metric("entropy")
+    assert entropy.shape == (2000, 30, 9) and (entropy == 0.5).all()
+
+
+def test_a_log_saved_with_a_byte_order_mark_keeps_its_first_line(log_text, tmp_path):
+    """A log re-saved by a Windows editor: its first line was skipped as "not JSON (a write cut short?)", before."""
+    path = tmp_path / "attention.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + log_text.encode())
+    for timeline in (read_log(path, allowed_roots=[tmp_path]), parse_log("\ufeff" + log_text)):
+        assert timeline.steps == [0, 10, 20, 30] and timeline.notes == []
 
 
 def test_read_log_stays_inside_the_allowed_roots(log_text, tmp_path):
