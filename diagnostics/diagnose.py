@@ -15,6 +15,7 @@ from ``streaming.stream_statistics`` without holding every attention map, and
 the report then carries no maps (``Report.samples`` is empty).
 """
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,8 +37,8 @@ from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
-    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, fitting_probes, random_probe, read_lengths, repeated_probe,
-    user_texts, verdict_cap, vocabulary_probe,
+    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, check_probes, fitting_probes, random_probe, read_lengths,
+    repeated_probe, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
@@ -98,6 +99,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
     probes, unfit, fit_notes = fitting_probes(tokenizer, texts)
+    check_probes(tokenizer, probes)  # before any probe runs: an unreadable one is named ("probe 3 of 3: ...")
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
     worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)
@@ -239,11 +241,13 @@ def _repeated(model, tokenizer, tell) -> "Repeated | None":
 
 
 def _truncation_notes(results):
-    """One ``probe_truncated`` note for the probes whose text was cut to the model's limit."""
-    cut = [w for r in results for w in r.warnings if TRUNCATED in w]
+    """One ``probe_truncated`` note for the probes whose text was cut to the model's limit (an encoder-decoder's
+    probe has a warning for its encoder and one for its decoder: a probe counts once)."""
+    cut = [[w for w in r.warnings if TRUNCATED in w] for r in results]
+    cut = [warnings for warnings in cut if warnings]
     if not cut:
         return []
-    return [note("probe_truncated", detail=f"{len(cut)} of {len(results)} probes; {cut[0]}")]
+    return [note("probe_truncated", detail=f"{len(cut)} of {len(results)} probes; {cut[0][0]}")]
 
 
 def _parts(samples):
@@ -328,10 +332,24 @@ def _average(per_text):
 
 
 def _head_report(part, layer, head, avg, patterns, sink_token, roles, role_votes):
+    metrics = _head_metrics(avg, layer, head, sink_token)
+    if not (math.isfinite(metrics["entropy"]) and math.isfinite(metrics["confidence"])):
+        # NaN or infinite maps (the non_finite_attention finding's test): their labels and roles mean nothing
+        metrics.update(agreement=None, votes={}, role_votes={})
+        return HeadReport(part, layer, head, None, None, None, metrics)
     votes = Counter(p.label for p in patterns)
     top = max(votes.values())
     mean_conf = {label: sum(p.confidence for p in patterns if p.label == label) / n for label, n in votes.items()}
     label = max((l for l, n in votes.items() if n == top), key=lambda l: mean_conf[l])
+    metrics.update(agreement=round(top / len(patterns), 4),
+                   votes=dict(sorted(votes.items(), key=lambda item: (item[0] != label, -item[1]))),
+                   role_votes=dict(role_votes.most_common()))
+    offset = metrics["rest_best_offset"] if label == "diagonal" else None
+    return HeadReport(part, layer, head, label, round(mean_conf[label], 4), offset, metrics, roles)
+
+
+def _head_metrics(avg, layer, head, sink_token) -> dict:
+    """One head's averaged metrics, as plain numbers."""
     metrics = {name: round(float(avg[name][layer, head]), 4) for name in SCALAR_METRICS}
     metrics.update(best_offset=int(avg["best_offset"][layer, head]),
                    best_offset_mass=round(float(avg["best_offset_mass"][layer, head]), 4),
@@ -339,11 +357,8 @@ def _head_report(part, layer, head, avg, patterns, sink_token, roles, role_votes
                    rest_best_offset=int(avg["rest_best_offset"][layer, head]),
                    rest_diag_mass={str(d): round(float(v), 4)
                                    for d, v in zip(OFFSETS, avg["rest_diag_mass"][layer, head])},
-                   sink_token=sink_token, agreement=round(top / len(patterns), 4),
-                   votes=dict(sorted(votes.items(), key=lambda item: (item[0] != label, -item[1]))),
-                   role_votes=dict(role_votes.most_common()))
-    offset = metrics["rest_best_offset"] if label == "diagonal" else None
-    return HeadReport(part, layer, head, label, round(mean_conf[label], 4), offset, metrics, roles)
+                   sink_token=sink_token)
+    return metrics
 
 
 def _model_summary(model, tokenizer, name, measured, weight_numbers, elapsed):

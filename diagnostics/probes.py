@@ -40,7 +40,7 @@ from transformers import PreTrainedModel
 
 from core.custom_model import AttnScopeTransformer
 from core.device import model_device
-from core.errors import ExtractionError
+from core.errors import ExtractionError, InputError
 from core.extraction.hf_extract import eager_attention, is_causal_config, stack_layers
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions
@@ -220,6 +220,20 @@ def verdict_cap(lengths, limit, unfit_kept):
                   "too few for the thresholds, so no finding from them goes above info")
         return "info", [note("probes_short", detail=detail, tokens=lengths, threshold=needed)]
     return ("warning" if unfit_kept else "error"), []
+
+
+def check_probes(tokenizer, probes) -> None:
+    """InputError naming the first probe the model cannot read: an empty one, or one that gives no tokens besides
+    the tokenizer's own (a zero-width space: [CLS] [SEP]); ``core``'s own message would not say which probe."""
+    for i, probe in enumerate(probes if tokenizer is not None else []):
+        where = f"probe {i + 1} of {len(probes)}"
+        if not isinstance(probe.text, str) or not probe.text.strip():
+            raise InputError(f"{where}: its text is empty; give it some words, or leave it out")
+        special = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True,
+                            verbose=False)["special_tokens_mask"]
+        if all(special):
+            own = f" besides the tokenizer's own ({len(special)} special tokens)" if special else ""
+            raise InputError(f"{where}: its text gives no tokens{own}; give it some words, or leave it out")
 
 
 def read_lengths(model, tokenizer, probes):

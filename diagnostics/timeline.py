@@ -177,7 +177,7 @@ def _damage(record: dict) -> str | None:
     if record["step"] >= MAX_STEP:
         return "a step of 2**53 or more"
     for h in heads:
-        if not (isinstance(h, dict) and _text(h, "part", "pattern") and _whole(h.get("layer"), 0, MAX_LAYERS)
+        if not (isinstance(h, dict) and _text(h, "part") and _label(h) and _whole(h.get("layer"), 0, MAX_LAYERS)
                 and _whole(h.get("head"), 0, MAX_HEADS) and isinstance(h.get("metrics"), dict)
                 and isinstance(h.get("roles", []), list)):
             return "a head without its part, layer, head, pattern, roles and metrics"
@@ -212,6 +212,11 @@ def _outside(heads: list, declared: dict) -> str | None:
 def _number(value) -> bool:
     """A metric the float32 grid can hold (a hand-edited 10**400 is left out, as text is)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= 3.4e38
+
+
+def _label(head: dict) -> bool:
+    """A pattern name, or null: a head whose attention is NaN or infinite has none (a diverged run's log)."""
+    return "pattern" in head and (head["pattern"] is None or isinstance(head["pattern"], str))
 
 
 def _whole(value, low, high) -> bool:

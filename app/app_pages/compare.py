@@ -51,7 +51,7 @@ def grid_ui(report, part) -> tuple[int, int]:
     head = st.session_state.setdefault("cmp_head", 0) % len(grid[0])
     picking.head_chart(compare_plots.distance_grid_figure(grid, (layer, head)), "cmp_grid", ("cmp_layer", "cmp_head"))
     rows = [{"head": f"L{h.layer}H{h.head}", "distance": h.js_distance, "why": ", ".join(h.reasons),
-             "pattern": f"{h.before['pattern']} → {h.after['pattern']}", "Δ entropy": h.entropy_delta,
+             "pattern": f"{h.before['pattern'] or 'no label'} → {h.after['pattern'] or 'no label'}", "Δ entropy": h.entropy_delta,
              "Δ sink": h.sink_delta,
              "roles": f"{', '.join(h.before['roles']) or '–'} → {', '.join(h.after['roles']) or '–'}"}
             for h in report.changed if h.part == part]

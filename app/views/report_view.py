@@ -18,15 +18,10 @@ SEVERITY_BADGE = {"error": ":red-badge[:material/error: error]", "warning": ":or
 def report_ui(report, name: str = "", notes: list[str] = ()) -> None:
     """Everything a ``diagnostics.Report`` holds, for the part the user picks."""
     summary_ui(report, name, list(notes))
-    parts = report.parts
-    part = st.radio("Part", parts, key="diag_part", horizontal=True) if len(parts) > 1 else parts[0]
-    grid = report.pattern_grid(part)
-    pattern_counts_ui(grid)
-    borderline = len(report.borderline_heads(part))
-    if borderline:
-        heads = sum(len(row) for row in grid)
-        st.caption(f"{borderline} of {heads} heads are borderline: the probe texts disagree on their pattern or "
-                   "roles (the head explorer names them; Guide → Borderline heads).")
+    parts = report.parts  # none when nothing was probed (an encoder-decoder without a tokenizer)
+    part = st.radio("Part", parts, key="diag_part", horizontal=True) if len(parts) > 1 else next(iter(parts), None)
+    if part is not None:
+        pattern_counts_ui(report, part)
     findings_ui(report)
     explorer_ui(report, part)
     downloads_ui(report, name)
@@ -41,10 +36,19 @@ def summary_ui(report, name: str, notes: list[str]) -> None:
         st.info(for_markdown(note))
 
 
-def pattern_counts_ui(grid) -> None:
-    labels = [label for row in grid for label in row]
+def pattern_counts_ui(report, part: str) -> None:
+    """Heads per pattern, and captions for the heads without one and the borderline ones."""
+    labels = [label for row in report.pattern_grid(part) for label in row]
     for col, (label, text) in zip(st.columns(len(PATTERN_TEXTS)), PATTERN_TEXTS.items()):
         col.metric(text.title, labels.count(label))
+    unlabelled = labels.count(None)
+    if unlabelled:
+        st.caption(f"{unlabelled} of {len(labels)} heads have no pattern: their attention is NaN or infinite "
+                   "(see the findings).")
+    borderline = len(report.borderline_heads(part))
+    if borderline:
+        st.caption(f"{borderline} of {len(labels)} heads are borderline: the probe texts disagree on their pattern "
+                   "or roles (the head explorer names them; Guide → Borderline heads).")
 
 
 def findings_ui(report) -> None:
@@ -84,6 +88,7 @@ def _thumbnails(key: str, _attentions, _labels) -> bytes:
 def pattern_map_ui(report, part: str, heads) -> None:
     """The same thumbnails as Inspect's overview (on the first probe), or coloured squares without maps."""
     shape = (len(heads), len(heads[0]))
+    heads = [[h if h.pattern is not None else None for h in row] for row in heads]  # None: no label (NaN maps)
     if report.samples:
         sample = report.samples[0].part(part) if part != "self" else report.samples[0]
         labels = [[plots.pattern_label(h) for h in row] for row in heads]
@@ -97,8 +102,11 @@ def pattern_map_ui(report, part: str, heads) -> None:
     picking.head_chart(figure, "pattern_map", ("diag_layer", "diag_head"), width="content")
 
 
-def explorer_ui(report, part: str) -> None:
+def explorer_ui(report, part: str | None) -> None:
     st.subheader("Head explorer")
+    if part is None:
+        st.info(_no_maps_text(report))
+        return
     heads = [[report.head(l, h, part) for h in range(len(row))] for l, row in enumerate(report.pattern_grid(part))]
     s = st.session_state
     s.diag_layer = min(s.get("diag_layer", 0), len(heads) - 1)
@@ -115,9 +123,7 @@ def head_ui(report, part: str, heads) -> None:
     layer = cols[0].selectbox("Layer", range(len(heads)), key="diag_layer")
     head = cols[1].selectbox("Head", range(len(heads[0])), key="diag_head")
     if not report.samples:
-        st.info("No attention maps to show: the probes were too long to keep their maps in memory, so they were "
-                "streamed and only their statistics kept." if report.model.get("streamed") else
-                "No attention maps to show: the model had no tokenizer, so only its weights were checked.")
+        st.info(_no_maps_text(report))
         return
     texts = [p.get("text", "") for p in report.probes] or [f"sample {i}" for i in range(len(report.samples))]
     sample = cols[2].selectbox("Probe text", range(len(report.samples)), format_func=lambda i: texts[i][:60],
@@ -128,12 +134,22 @@ def head_ui(report, part: str, heads) -> None:
     view = head_detail.build_view(report_key(report, part, sample), result, layer, head, options, model)
     st.subheader(view.heading)
     if view.mode == "head":
-        head_detail.pattern_ui(heads[layer][head])
+        if heads[layer][head].pattern is None:
+            st.caption("No pattern: this head's attention is NaN or infinite (see the findings).")
+        else:
+            head_detail.pattern_ui(heads[layer][head])
         if heads[layer][head].borderline:
             st.caption(borderline_note(heads[layer][head].metrics))
         head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))
         st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
     head_detail.heatmap_ui("diag_", view, options["log_scale"])
+
+
+def _no_maps_text(report) -> str:
+    if report.model.get("streamed"):
+        return ("No attention maps to show: the probes were too long to keep their maps in memory, so they were "
+                "streamed and only their statistics kept.")
+    return "No attention maps to show: the model had no tokenizer, so only its weights were checked."
 
 
 def downloads_ui(report, name: str) -> None:

@@ -22,6 +22,10 @@ def _roles(fields):
     return ", ".join(fields["roles"]) or "–"
 
 
+def _pattern(fields):
+    return fields["pattern"] or "no label"  # None: the head's attention is NaN or infinite
+
+
 def _head_name(h):
     return f"L{h.layer}H{h.head}" if h.part == "self" else f"{h.part} L{h.layer}H{h.head}"
 
@@ -48,7 +52,7 @@ def render_markdown(report):
     lines += ["| head | distance | why | pattern | roles | Δ entropy | Δ sink |", "|---|---|---|---|---|---|---|"]
     for h in report.changed:
         lines.append(f"| {_head_name(h)} | {_number(h.js_distance)} | {', '.join(h.reasons)} | "
-                     f"{h.before['pattern']} → {h.after['pattern']} | "
+                     f"{_pattern(h.before)} → {_pattern(h.after)} | "
                      f"{md(_roles(h.before))} → {md(_roles(h.after))} | "
                      f"{_number(h.entropy_delta, '+.3f')} | {_number(h.sink_delta, '+.3f')} |")
     return "\n".join(lines) + "\n"
@@ -76,7 +80,7 @@ def render_html(report):
     rows = "".join(
         f"<tr><td>{escape(_head_name(h))}</td><td>{_number(h.js_distance)}</td>"
         f"<td>{escape(', '.join(h.reasons))}</td>"
-        f"<td>{escape(h.before['pattern'])} → {escape(h.after['pattern'])}</td>"
+        f"<td>{escape(_pattern(h.before))} → {escape(_pattern(h.after))}</td>"
         f"<td>{escape(_roles(h.before))} → {escape(_roles(h.after))}</td>"
         f"<td>{_number(h.entropy_delta, '+.3f')}</td><td>{_number(h.sink_delta, '+.3f')}</td></tr>"
         for h in report.changed)

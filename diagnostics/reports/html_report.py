@@ -51,7 +51,7 @@ def _summary(report):
     shape = ", ".join(f"{p}: {s['layers']} × {s['heads']}" for p, s in m["parts"].items()) or "unknown"
     rows = [("architecture", f"{m['architecture']} ({m.get('model_type') or 'custom'})"), ("layers × heads", shape),
             ("parameters", f"{m['parameters']:,}"), ("causal", "yes" if m["causal"] else "no"),
-            ("device", m["device"]), ("probes", len(report.probes) or "random token ids"),
+            ("device", m["device"]), ("probes", report.probed_with),
             ("time", f"{m['elapsed_s']:.1f} s")]
     return "<table>" + "".join(f"<tr><th>{k}</th><td>{escape(str(v))}</td></tr>" for k, v in rows) + "</table>"
 
@@ -114,15 +114,22 @@ def _grid(report, part):
         for h, label in enumerate(labels):
             head = report.head(layer, h, part)
             offset = f" {head.offset:+d}" if head.offset is not None else ""
-            roles = ", ".join(f"{r.role} {r.score:.2f}" for r in head.roles)
-            votes = f"; borderline: {vote_label(head.metrics)}" if head.borderline else ""
-            tip = escape(f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
-                         + (f"; roles: {roles}" if roles else "") + votes)
             color = PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else "#777"
             short = f"<br><small>{escape(role_label(head.roles, short=True))}</small>" if head.roles else ""
-            cells.append(f"<td style='background:{color}' title='{tip}'>{label}{offset}{short}</td>")
+            cells.append(f"<td style='background:{color}' title='{_tip(head)}'>{label or 'no label'}{offset}{short}"
+                         "</td>")
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
     return f"<h2>{escape(title)}</h2><table class='grid'>{head_row}{''.join(rows)}</table>{_borderline(report, part)}"
+
+
+def _tip(head):
+    """A pattern-map cell's tooltip: confidence, entropy, roles and votes (escaped)."""
+    if head.pattern is None:
+        return "no label: NaN or infinite attention"
+    roles = ", ".join(f"{r.role} {r.score:.2f}" for r in head.roles)
+    votes = f"; borderline: {vote_label(head.metrics)}" if head.borderline else ""
+    return escape(f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
+                  + (f"; roles: {roles}" if roles else "") + votes)
 
 
 def _borderline(report, part):

@@ -30,7 +30,7 @@ def render_markdown(report):
         f"| parameters | {m['parameters']:,} |",
         f"| causal | {'yes' if m['causal'] else 'no'} |",
         f"| device | {md(m['device'])} |",
-        f"| probes | {len(report.probes) or 'random token ids'} |",
+        f"| probes | {report.probed_with} |",
         f"| time | {m['elapsed_s']:.1f} s |", "",
     ]
     counts = ", ".join(f"{report.count(s)} {s}" for s in ("error", "warning", "info"))
@@ -65,7 +65,7 @@ def _pattern_table(report, part):
             head = report.head(layer, h, part)
             offset = f" {head.offset:+d}" if head.offset is not None else ""
             roles = f" ({role_label(head.roles, short=True)})" if head.roles else ""
-            cells.append(f"{label}{offset}{roles}")
+            cells.append(f"{label or 'no label'}{offset}{roles}")
         lines.append(f"| L{layer} | " + " | ".join(cells) + " |")
     borderline = report.borderline_heads(part)
     if borderline:

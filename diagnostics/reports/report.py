@@ -22,8 +22,8 @@ class HeadReport:
     part: str  # "self", "encoder", "decoder" or "cross"
     layer: int
     head: int
-    pattern: str  # one of patterns.PATTERNS
-    confidence: float  # mean classifier confidence over the probes that voted for `pattern`
+    pattern: str | None  # one of patterns.PATTERNS; None where the head's attention is NaN or infinite
+    confidence: float | None  # mean classifier confidence over the probes that voted for `pattern`
     offset: int | None  # the diagonal's offset (+1 = next token), diagonal heads only
     metrics: dict  # averaged metrics (see docs/report_schema.md)
     roles: list = field(default_factory=list)  # diagnostics.classify.roles.Role, strongest first
@@ -61,8 +61,15 @@ class Report(Exports):
         """The parts with heads, in model order ("self", or "encoder", "decoder", "cross")."""
         return list(dict.fromkeys(h.part for h in self.heads))
 
+    @property
+    def probed_with(self) -> str:
+        """What the model was probed with, for the summaries: probe texts, random token ids, or nothing."""
+        if self.probes:
+            return str(len(self.probes))
+        return "random token ids" if self.heads else "none (weights only)"
+
     def pattern_grid(self, part=None):
-        """Pattern labels as ``[layers][heads]`` of ``part`` (default: the first part)."""
+        """Pattern labels (None: no label) as ``[layers][heads]`` of ``part`` (default: the first part)."""
         part = part or (self.parts[0] if self.parts else "self")
         chosen = [h for h in self.heads if h.part == part]
         if not chosen:
@@ -98,8 +105,9 @@ class Report(Exports):
     def to_dict(self):
         patterns = {}
         for h in self.heads:
-            patterns.setdefault(h.part, {}).setdefault(h.pattern, 0)
-            patterns[h.part][h.pattern] += 1
+            counts = patterns.setdefault(h.part, {})
+            if h.pattern is not None:  # a head without a label counts as no pattern
+                counts[h.pattern] = counts.get(h.pattern, 0) + 1
         return {
             "schema": SCHEMA,
             "model": self.model,

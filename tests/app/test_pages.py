@@ -333,6 +333,48 @@ def test_diagnose_loose_files_and_custom_model(bert_folder, tmp_path):
     assert len(_charts(at)) >= 1  # the pattern map; maps of random-id probes when there is no tokenizer
 
 
+def test_diagnose_an_encoder_decoder_without_tokenizer_shows_its_weight_findings(tmp_path):
+    """Nothing was probed, so the report has no heads: the page failed with IndexError (parts[0] of [])."""
+    from tiny import tiny_bart
+
+    tiny_bart().save_pretrained(tmp_path)
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.file_uploader[0].set_value([(p.name, p.read_bytes(), "application/octet-stream")
+                                   for p in sorted(tmp_path.iterdir())]).run()
+    at.button(key="diag_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert ["Findings", "Head explorer"] == _headings(at)[1:]
+    assert any("No tokenizer" in m.value for m in at.markdown)
+    assert any("only its weights were checked" in i.value for i in at.info), [i.value for i in at.info]
+    assert len(at.download_button) == 3 and not _charts(at)
+
+
+def test_diagnose_heads_with_nan_attention_have_no_pattern(tmp_path):
+    """They were counted as sparse and shown as 'Sparse (focused) — confidence nan% … Nothing to do'."""
+    import torch
+    from diagnostics.texts import PATTERN_TEXTS
+    from tiny import tiny_bert, wordpiece_tokenizer
+    from tiny_checkpoints import zip_folder
+
+    model = tiny_bert()
+    with torch.no_grad():
+        model.encoder.layer[0].attention.self.query.weight[:8] = float("nan")  # head 0 of layer 0, then all of layer 1
+    model.save_pretrained(tmp_path)
+    wordpiece_tokenizer().save_pretrained(tmp_path)
+    at = _diagnose(_app(), "nan.zip", zip_folder(tmp_path))
+    assert not at.exception and not _errors(at), _errors(at)
+    counts = {m.label: m.value for m in at.metric}
+    assert sum(int(counts[t.title]) for t in PATTERN_TEXTS.values()) == 3  # of 8: the 5 NaN heads are none
+    assert "5 of 8 heads have no pattern" in " ".join(c.value for c in at.caption)
+    assert "layer 0, head 0: no label" in _charts(at)[0].proto.spec
+    text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+    assert "No pattern: this head's attention is NaN or infinite" in text  # L0H0 is open
+    assert "**Pattern:" not in text and "nan%" not in text
+    at.selectbox(key="diag_head").set_value(1).run()
+    assert not at.exception and any(m.value.startswith("**Pattern:") for m in at.markdown)
+
+
 def test_diagnose_bad_upload_is_an_error_then_works(bert_zip):
     at = _diagnose(_app(), "model.zip", b"this is not a zip file")
     assert not at.exception

@@ -130,6 +130,13 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert "Traceback" not in "".join(lines)
 
 
+def test_a_probe_that_gives_no_tokens_is_named(bert_dir, capsys):
+    """It said 'the text gives no tokens …; type a sentence with words in it' (Inspect's words), not which probe."""
+    assert cli.main([str(bert_dir), "--quiet", "--text", "the cat sat on the mat", "--text", "\u200b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: probe 2 of 2: its text gives no tokens") and "type a sentence" not in err
+
+
 def test_an_unwritable_out_is_refused_before_the_diagnosis(tmp_path, capsys, monkeypatch):
     ran = []
     monkeypatch.setattr(cli, "_diagnose", lambda args, progress: ran.append(args))

@@ -114,6 +114,7 @@ def test_a_diverged_head_is_changed_and_a_copy_of_it_is_not():
     report = compare((model, tokenizer), (diverged, tokenizer), texts)
     assert [(h.layer, h.head, h.reasons) for h in report.changed] == [(1, 0, ["non_finite"])]
     assert "| L1H0 | n/a | non_finite |" in report.to_markdown() and '"js_distance": null' in report.to_json()
+    assert " → no label | " in report.to_markdown() and " → no label</td>" in report.to_html()  # NaN: no pattern
     same = compare((diverged, tokenizer), (copy.deepcopy(diverged), tokenizer), texts)
     assert not same.changed and max(h.js_distance for h in same.heads) == 0.0
 

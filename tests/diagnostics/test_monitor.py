@@ -219,3 +219,5 @@ def test_a_diverged_model_s_log_line_is_strict_json(tmp_path):
     AttentionMonitor(tokenizer=bpe_tokenizer(), every=1, log_path=log).on_step(model, 0)
     record = json.loads(log.read_text(), parse_constant=lambda name: pytest.fail(f"bare {name} in the log"))
     assert "non_finite_attention" in {f["code"] for f in record["findings"]}
+    heads = [h for h in record["heads"] if h["pattern"] is None]  # NaN attention: no label
+    assert heads and parse_log(log.read_text()).pattern_changes() == []  # the Timeline reads the diverged run's log

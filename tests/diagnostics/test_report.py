@@ -175,5 +175,50 @@ def test_a_diverged_checkpoint_gets_an_error_and_a_report_any_json_parser_reads(
     assert any(h["metrics"]["entropy"] is None for h in data["heads"])
 
 
+def test_heads_with_nan_attention_get_no_pattern_and_no_advice():
+    """Their maps are NaN: they were labelled sparse ('Nothing to do', confidence nan%) and counted as sparse."""
+    import torch
+
+    model = tiny_bert_model()
+    with torch.no_grad():
+        model.encoder.layer[0].attention.self.query.weight[:8] = float("nan")  # head 0 of layer 0, then all of layer 1
+    report = diagnose((model, wordpiece_tokenizer()), ["the quick brown fox jumps over the lazy dog"])
+    nan_heads = [(h.layer, h.head) for h in report.heads if h.pattern is None]
+    assert nan_heads == [tuple(h) for h in report.finding("non_finite_attention").heads]
+    head = report.head(0, 0)
+    assert head.confidence is None and head.offset is None and head.roles == [] and not head.borderline
+    assert head.metrics["votes"] == {} and head.metrics["agreement"] is None
+    assert report.pattern_grid()[0][0] is None and report.head(0, 1).pattern in PATTERNS
+    data = json.loads(report.to_json())
+    assert sum(data["summary"]["patterns"]["self"].values()) == len(report.heads) - len(nan_heads)
+    assert data["heads"][0]["pattern"] is None and data["heads"][0]["confidence"] is None
+    assert "| L0 | no label |" in report.to_markdown()
+    assert ">no label</td>" in report.to_html() and "title='no label: NaN or infinite attention'" in report.to_html()
+
+
+def test_an_encoder_decoder_without_tokenizer_was_not_probed_and_says_so():
+    """Its summaries said 'probes: random token ids' though nothing was probed; a tokenizer-less decoder is."""
+    report = diagnose((tiny_bart(), None))
+    assert report.parts == [] and report.finding("no_tokenizer")
+    assert "| probes | none (weights only) |" in report.to_markdown()
+    assert "<th>probes</th><td>none (weights only)</td>" in report.to_html()
+    assert "| probes | random token ids |" in diagnose(tiny_gpt2()).to_markdown()
+
+
+def test_an_encoder_decoder_probe_cut_to_the_limit_counts_once():
+    """Its encoder and decoder each warn of the cut: '2 of 2 probes' when one of two was cut."""
+    report = diagnose((tiny_bart(), wordpiece_tokenizer()), ["the cat sat", "the cat sat on the mat " * 30])
+    assert report.finding("probe_truncated").message.startswith("Probe text truncated: 1 of 2 probes; ")
+
+
+@pytest.mark.parametrize("bad, why", [("\u200b", "its text gives no tokens besides the tokenizer's own"),
+                                      ("  ", "its text is empty")])
+def test_a_probe_the_model_cannot_read_is_named(bad, why):
+    """'the text gives no tokens …; type a sentence with words in it' (Inspect's words) did not say which probe."""
+    with pytest.raises(core.InputError, match=f"^probe 3 of 3: {why}") as caught:
+        diagnose((tiny_bert_model(), wordpiece_tokenizer()), ["the cat sat on the mat", "the dog ran", bad])
+    assert "type a sentence" not in str(caught.value) and "\n" not in str(caught.value)
+
+
 def test_a_healthy_model_has_no_non_finite_finding(report):
     assert "non_finite_attention" not in {f.code for f in report.findings}
