@@ -20,7 +20,7 @@ from ..custom_model import MODEL_TYPE, TransformerConfig
 from ..errors import CheckpointError
 
 NEED_HEADS = ("recognised {arch} weights (d_model {d_model}, {layers} layers), but the number of attention heads "
-              "cannot be read from the weights; pass n_heads (--heads N / the Heads field)")
+              "cannot be read from the weights; pass n_heads (--heads N / the Heads per layer field)")
 BAD_HEADS = "n_heads={n_heads} does not divide d_model {d_model}; pass a divisor of {d_model}, e.g. {examples}"
 UNKNOWN = ("cannot tell the architecture from the weight names (e.g. {keys}); bare state dicts are supported for "
            "BERT, RoBERTa, GPT-2 and AttnScope models — for another model upload its folder with config.json")

@@ -131,7 +131,7 @@ def test_bare_bert_state_dict_needs_heads(tmp_path, suffix):
     model = tiny_bert()
     path = tmp_path / f"bert{suffix}"
     save_file(state(model), path) if suffix == ".safetensors" else torch.save(model.state_dict(), path)
-    with pytest.raises(CheckpointError, match=r"pass n_heads \(--heads N / the Heads field\)$"):
+    with pytest.raises(CheckpointError, match=r"pass n_heads \(--heads N / the Heads per layer field\)$"):
         load(path)
     with pytest.raises(CheckpointError, match="n_heads=5 does not divide d_model 32"):
         load(path, n_heads=5)

@@ -96,7 +96,7 @@ def test_gpt2_heads_are_structured(gpt2):
     stats, labels = head_structure(*gpt2)
     entropy = stats[..., 0]
     kinds = {label for row in labels for label in row}
-    assert len(kinds - {"diffuse"}) >= 2, labels  # shipped: sparse, block and vertical heads
+    assert len(kinds - {"diffuse"}) >= 2, labels  # shipped: sparse and vertical heads
     assert entropy.min() < 0.6, entropy  # shipped: 0.48
     random_stats, random_labels = head_structure(random_init(gpt2[0]), gpt2[1])
     assert random_stats[..., 0].min() > 0.9, random_stats[..., 0]
