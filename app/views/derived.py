@@ -10,6 +10,8 @@ on every rerun and never mutated, through ``st.cache_resource`` (no copy).
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 
@@ -79,7 +81,8 @@ def head_table(result_id: str, _result: core.AttentionResult):
         return None
     m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
     scalars = [[m[layer, head].scalars() for head in range(attn.shape[1])] for layer in range(attn.shape[0])]
-    return patterns.classify_metrics(m), scalars
+    labelled = [[_labelled(p, s) for p, s in zip(*rows)] for rows in zip(patterns.classify_metrics(m), scalars)]
+    return labelled, scalars
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -89,11 +92,17 @@ def head_summary(result_id: str, layer: int, head: int, _result: core.AttentionR
     if unmeasurable(_result):
         return {}, None
     m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
-    return m.scalars(), patterns.classify_metrics(m)
+    return m.scalars(), _labelled(patterns.classify_metrics(m), m.scalars())
+
+
+def _labelled(pattern, scalars: dict):
+    """``pattern``, or None for a head whose map is NaN or infinite: its label would mean nothing (it read as
+    sparse, confidence nan%), as in a report (``diagnose``)."""
+    return pattern if math.isfinite(scalars["entropy"]) and math.isfinite(scalars["confidence"]) else None
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def thumbnail_sheet(result_id: str, _result: core.AttentionResult, _patterns) -> bytes:
     """One PNG with a thumbnail per head, framed in its pattern colour (``plots.thumbnail_sheet``)."""
-    labels = [[p.label for p in row] for row in _patterns] if _patterns else None
+    labels = [[p and p.label for p in row] for row in _patterns] if _patterns else None
     return plots.thumbnail_sheet(_result.attentions, labels)

@@ -140,8 +140,8 @@ def _shown_between(positions: list[int], start: int, end: int) -> tuple[int, int
 def pattern_ui(pattern) -> None:
     """Label, confidence and advice of a ``HeadPattern`` or a report's ``HeadReport``."""
     label = plots.pattern_label(pattern)
-    if label not in PATTERN_TEXTS:
-        st.caption("This map cannot be labelled (more queries than keys).")
+    if label not in PATTERN_TEXTS:  # a map with more queries than keys is never measured (derived.unmeasurable)
+        st.caption("No pattern: this head's attention is NaN or infinite (a weight or activation overflowed).")
         return
     text = PATTERN_TEXTS[label]
     offset = f", offset {pattern.offset:+d}" if pattern.offset is not None else ""

@@ -134,10 +134,7 @@ def head_ui(report, part: str, heads) -> None:
     view = head_detail.build_view(report_key(report, part, sample), result, layer, head, options, model)
     st.subheader(view.heading)
     if view.mode == "head":
-        if heads[layer][head].pattern is None:
-            st.caption("No pattern: this head's attention is NaN or infinite (see the findings).")
-        else:
-            head_detail.pattern_ui(heads[layer][head])
+        head_detail.pattern_ui(heads[layer][head])
         if heads[layer][head].borderline:
             st.caption(borderline_note(heads[layer][head].metrics))
         head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))

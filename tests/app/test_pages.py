@@ -54,6 +54,26 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
                                                      "Save this view (standalone HTML)"}
 
 
+def test_inspect_heads_with_nan_attention_have_no_pattern(tmp_path):
+    """A diverged checkpoint's NaN maps were labelled 'Sparse (focused) — confidence nan%', with its advice."""
+    import torch
+    from tiny import tiny_bert, wordpiece_tokenizer
+
+    model = tiny_bert()
+    with torch.no_grad():
+        model.encoder.layer[0].attention.self.query.weight[:8] = float("nan")  # head 0 of layer 0, then all of layer 1
+    model.save_pretrained(tmp_path)
+    wordpiece_tokenizer().save_pretrained(tmp_path)
+    at = _inspect(_app(), str(tmp_path))
+    assert not at.exception and not _errors(at), _errors(at)
+    text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+    assert "No pattern: this head's attention is NaN or infinite" in text  # L0H0 is open
+    assert "**Pattern:" not in text and "nan%" not in text
+    assert "layer 0, head 0: no label" in _charts(at)[-1].proto.spec and "layer 0, head 1: " in _charts(at)[-1].proto.spec
+    at.selectbox(key="head").set_value(1).run()
+    assert not at.exception and any(m.value.startswith("**Pattern:") for m in at.markdown)
+
+
 def test_neuron_view_of_a_gpt2_head():
     """GPT-2's fused c_attn: before, "BertViz's neuron view needs BERT-style query and key layers"."""
     at = _app()
