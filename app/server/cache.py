@@ -15,11 +15,9 @@ What is computed from a result (metrics, labels, thumbnails) is cached in
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 
 import streamlit as st
@@ -29,6 +27,8 @@ from app.server import session
 from core.extraction.extract import maps_over_budget
 from core.cancel import stop_between_layers
 from core.checkpoints.archive import env_size
+from core.checkpoints.layout import files_under
+from core.checkpoints.registry import canonical_name
 from diagnostics.probes import Probe, read_lengths
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
@@ -135,16 +135,25 @@ MAX_STAMPED_FILES = 1000  # a folder's files looked at for its stamp (the loader
 
 
 def source_stamp(source: str) -> tuple:
-    """The local files of ``source`` as they are now: ``(name, size, mtime)`` of a file, or of a folder and its
-    files, so a checkpoint saved again to the same place is read again rather than served from the caches.
-    ``()`` for a known name or Hub id, whose files do not change. Nothing is read but the file system's records."""
+    """The local files of ``source`` as they are now: ``(path, size, mtime)`` of a file, or of a folder and every
+    file the loader may pick in it (``layout.files_under``: the model may sit levels down, and a file rewritten in
+    place leaves its folder's mtime as it was), so a checkpoint saved again to the same place is read again rather
+    than served from the caches. ``()`` for a known name or Hub id, whose files do not change. Nothing is read but
+    the file system's records."""
     path = Path(source).expanduser()
     try:
-        entries = [path] + ([] if not path.is_dir() else
-                            sorted(islice(os.scandir(path), MAX_STAMPED_FILES), key=lambda e: e.name))
-        return tuple((e.name, (st := e.stat()).st_size, st.st_mtime_ns) for e in entries)
+        files = _files(path) if path.is_dir() else []
+        return tuple((str(p.relative_to(path)), (st := p.stat()).st_size, st.st_mtime_ns) for p in [path, *files])
     except (OSError, ValueError):  # not a path here (a known name, a Hub id), or unreadable
         return ()
+
+
+def _files(folder: Path) -> list[Path]:
+    """The files under ``folder`` the loader looks at, sorted; none past ``MAX_STAMPED_FILES`` (it refuses them)."""
+    try:
+        return sorted(files_under(folder, str(folder), MAX_STAMPED_FILES))
+    except core.CheckpointError:
+        return []
 
 
 def load_model(source: str, stamp: tuple | None = None) -> LoadedModel:
@@ -163,11 +172,14 @@ def load_model(source: str, stamp: tuple | None = None) -> LoadedModel:
             loaded = core.load_untrusted(source, progress=progress)
         bar.empty()
         return LoadedModel(loaded.model, loaded.tokenizer)
+    source = canonical_name(source)  # 'Demo-BERT' and 'demo-bert' are one model, one lock
     return model_cache().get((source, source_stamp(source) if stamp is None else stamp), load)
 
 
 def result_key(source: str, text: str, text_pair: str = "", target: str = "") -> tuple:
-    """What names one attention result: the inputs, and the source's files as they are now (``source_stamp``)."""
+    """What names one attention result: the inputs (a known model by its one spelling), and the source's files as
+    they are now (``source_stamp``)."""
+    source = canonical_name(source)
     return source, source_stamp(source), text, text_pair, target
 
 
@@ -180,10 +192,12 @@ def attention(key: tuple) -> core.AttentionResult:
 
     def extract():
         loaded = load_model(source, stamp)
-        _check_result_size(loaded, text, text_pair, target)
-        with st.spinner("Reading the attention weights…"), loaded.lock, \
-                stop_between_layers(loaded.model, session.stop_when_gone()):
-            return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None, target or None)
+        with loaded.lock:  # the tokenizer too is shared: a fast one keeps its truncation setting between calls
+            _check_result_size(loaded, text, text_pair, target)
+            with st.spinner("Reading the attention weights…"), stop_between_layers(loaded.model,
+                                                                                     session.stop_when_gone()):
+                return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None,
+                                              target or None)
     return result_cache().get(key, extract)
 
 

@@ -18,6 +18,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 import streamlit as st
 
 import core
+from app import errors
 from app.server import cache, uploads
 from app.names import display_name, upload_name
 from diagnostics.probes import MIN_JUDGED_TOKENS
@@ -80,10 +81,15 @@ def upload_ui(prefix: str):
                "Drop all files of a model together; a new upload replaces the last. Python files in an upload are "
                "never run.")
     if files:
-        s[staged_key] = uploads.stage(s.get(staged_key), files)
+        try:
+            s[staged_key] = uploads.stage(s.get(staged_key), files)
+        except core.AttnScopeError as err:  # a full disk: the upload before stays
+            s[f"{prefix}_upload_error"] = str(err)
         uploads.release(files)
         s[round_key] += 1  # a fresh, empty uploader: Streamlit's copy of the files is dropped
         st.rerun()
+    if f"{prefix}_upload_error" in s:
+        errors.shown(s.pop(f"{prefix}_upload_error"))
     staged = s.get(staged_key)
     if staged is None:
         return None

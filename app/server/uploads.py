@@ -16,8 +16,8 @@ A ``Staged`` upload is what the Diagnose page loads. Each drop replaces the
 one before: two uploads in a row are two models, never one upload of both
 (which once failed with "holds no model … among its 2 files", and loose files
 of two models would mix silently). Its folder is removed when the upload is
-replaced or cleared, or when the session's state is dropped
-(``weakref.finalize``).
+replaced (once the new one is on disk: a failed copy keeps it) or cleared, or
+when the session's state is dropped (``weakref.finalize``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRe
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from core.checkpoints.archive import CHUNK
+from core.errors import CheckpointError
 
 
 def _shared_copy(self: UploadedFile, memo) -> UploadedFile:
@@ -91,12 +92,18 @@ class Staged:
 
 
 def stage(previous: Staged | None, uploaded) -> Staged:
-    """``uploaded`` files on disk in a new ``Staged``; ``previous`` is removed."""
+    """``uploaded`` files on disk in a new ``Staged``; ``previous`` is removed once they all are. A copy that fails
+    (a full disk) is one CheckpointError, its part-copy removed and ``previous`` kept as it was."""
+    staged = Staged()
+    try:
+        for file in uploaded:
+            staged.add(file.name, file)
+    except OSError as err:  # its message would show the server's private folder
+        staged.remove()
+        raise CheckpointError(f"the upload could not be stored on the server ({err.strerror or 'write failed'}); "
+                              "try again, or ask the server's operator for disk space") from None
     if previous is not None:
         previous.remove()
-    staged = Staged()
-    for file in uploaded:
-        staged.add(file.name, file)
     return staged
 
 

@@ -37,7 +37,7 @@ TOO_MANY_FILES = "{name} holds more than {limit:,} files within {depth} levels; 
 
 def model_root(top: Path, label: str, max_entries: int | None = None) -> Path:
     """The model folder inside ``top`` (possibly ``top`` itself); CheckpointError if none or ambiguous."""
-    files = _files(top, label, max_entries)
+    files = files_under(top, label, max_entries)
     config_dirs = {p.parent for p in files if p.name == CONFIG_NAME}
     weight_dirs = {p.parent for p in files if p.name.lower().endswith(MODEL_FILE_SUFFIXES)}
     named = {d for d in config_dirs if _names_model(d / CONFIG_NAME)}
@@ -51,7 +51,7 @@ def model_root(top: Path, label: str, max_entries: int | None = None) -> Path:
 def holds_model_files(top: Path, max_entries: int = 1000) -> bool:
     """True if a config.json or a weights file lies somewhere under ``top`` (or too many files to tell)."""
     try:
-        files = _files(top, str(top), max_entries)
+        files = files_under(top, str(top), max_entries)
     except CheckpointError:
         return True
     return any(p.name == CONFIG_NAME or p.name.lower().endswith(MODEL_FILE_SUFFIXES) for p in files)
@@ -90,7 +90,7 @@ def _names_model(config: Path) -> bool:
     return isinstance(data, dict) and isinstance(data.get("model_type"), str) and bool(data["model_type"])
 
 
-def _files(top: Path, label: str, max_entries: int | None) -> list[Path]:
+def files_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
     """Plain files (or links to them) under ``top``, at most ``MAX_DEPTH`` levels down, skipping tool folders."""
     found, depth0 = [], len(top.parts)
     for root, dirs, names in os.walk(top):  # does not descend into linked folders

@@ -286,3 +286,90 @@ def test_report_maps_are_cached_under_a_random_id_not_the_object_s_address():
     del again
     gc.collect()
     assert address not in report_view._REPORT_IDS  # nothing kept for a freed report
+
+
+# ---------------------------------------------------------------- what the caches are keyed on
+
+def test_a_model_file_rewritten_in_place_levels_down_changes_the_stamp(tmp_path):
+    """The loader finds a model in a subfolder; a file rewritten in place (cp) leaves the folders' mtimes: the
+    stamp held only the top folder's entries, so the old model and its results were served."""
+    import os
+
+    from app.server.cache import source_stamp
+
+    model = tmp_path / "top" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"old weights")
+    before, top_mtime = source_stamp(str(tmp_path / "top")), (tmp_path / "top").stat().st_mtime_ns
+    with open(weights, "r+b") as f:  # in place: same size, same folder entries
+        f.write(b"new weights")
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert (tmp_path / "top").stat().st_mtime_ns == top_mtime
+    assert source_stamp(str(tmp_path / "top")) != before
+    assert source_stamp("demo-bert") == () and source_stamp(str(weights))[0][1] == len(b"new weights")
+
+
+def test_one_known_model_spelt_two_ways_is_one_cache_entry(monkeypatch):
+    """'Demo-BERT' and 'demo-bert' were two copies of the model, with two locks, in a 3-model cache."""
+    from app.server import cache
+
+    asked = []
+    monkeypatch.setattr(cache, "model_cache", lambda: type("C", (), {"get": lambda self, key, load: asked.append(key)})())
+    for name in ("demo-bert", "Demo-BERT", " DEMO-BERT "):
+        cache.load_model(name)
+    assert asked == [("demo-bert", ())] * 3
+    assert cache.result_key("Demo-BERT", "a text") == cache.result_key("demo-bert", "a text")
+
+
+def test_the_size_check_reads_the_shared_tokenizer_under_the_model_lock(monkeypatch):
+    """A fast tokenizer keeps its truncation setting between calls: the check, outside the lock, turned another
+    session's truncation off mid-extraction ('The expanded size of the tensor (402) must match ... (64)')."""
+    import contextlib
+
+    from app.server import cache
+
+    loaded, held = LoadedModel(Sized(1), None), []
+    monkeypatch.setattr(cache, "load_model", lambda source, stamp: loaded)
+    monkeypatch.setattr(cache, "_check_result_size", lambda *args: held.append(loaded.lock.locked()))
+    monkeypatch.setattr(cache, "stop_between_layers", lambda *args: contextlib.nullcontext())
+    monkeypatch.setattr(cache.core, "extract_attention", lambda *args: held.append(loaded.lock.locked()) or "maps")
+    monkeypatch.setattr(cache, "result_cache", lambda: BoundedCache(2, 10**9, lambda r: 1))
+    assert cache.attention(("m", (), "a text", "", "")) == "maps" and held == [True, True]
+
+
+class _FullDisk:
+    name = "second.zip"
+
+    def seek(self, offset):
+        pass
+
+    def read(self, size=-1):
+        raise OSError(28, "No space left on device")
+
+
+def test_an_upload_that_cannot_be_stored_keeps_the_one_before(bert_zip, monkeypatch):
+    """The upload before was removed first: the session pointed at a deleted folder (FileNotFoundError on every
+    run, no Clear button), and the error showed the server's private path."""
+    import tempfile
+    from pathlib import Path
+
+    from app.server import uploads
+
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.file_uploader[0].upload("first.zip", bert_zip).run()
+    first = at.session_state["diag_staged"]
+    folders = set(Path(tempfile.gettempdir()).glob("attnscope-upload-*"))
+    real_add = uploads.Staged.add
+    monkeypatch.setattr(uploads.Staged, "add", lambda self, name, stream: real_add(self, name, _FullDisk()))
+    at.file_uploader[0].upload("second.zip", bert_zip).run()
+    assert not at.exception
+    assert _errors(at) == ["the upload could not be stored on the server (No space left on device); try again, or "
+                           "ask the server's operator for disk space"]
+    assert at.session_state["diag_staged"] is first and first.folder.exists() and first.names == ["first.zip"]
+    assert set(Path(tempfile.gettempdir()).glob("attnscope-upload-*")) == folders  # the part-copy is gone
+    monkeypatch.setattr(uploads.Staged, "add", real_add)
+    at.button(key="diag_run").click().run()
+    assert not at.exception and not _errors(at) and at.subheader
