@@ -56,10 +56,10 @@ NOT_SUPPORTED = ("BertViz's neuron view needs heads whose score is the scaled do
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the query and key vectors…")
-def _neuron_page(result_id: str, source: str, layer: int, head: int, title: str, inline: bool,
+def _neuron_page(result_id: str, model_key: tuple, layer: int, head: int, title: str, inline: bool,
                  _result: core.AttentionResult) -> str | None:
     """The page, or None when q·k does not give the head's attention (a rotation or bias was added)."""
-    loaded = cache.load_model(source)
+    loaded = cache.load_model(*model_key)
     with loaded.lock:
         queries, keys, scale = query_key_vectors(loaded.model, _result.token_ids, layer, head,  # (t, d) each
                                                  _result.token_type_ids)
@@ -70,14 +70,15 @@ def _neuron_page(result_id: str, source: str, layer: int, head: int, title: str,
 
 
 def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int, model: str,
-                   source: str) -> None:
-    """The selected head's query and key vectors meeting (where their scaled dot product is the score)."""
-    loaded = cache.load_model(source)
+                   model_key: tuple) -> None:
+    """The selected head's query and key vectors meeting (where their scaled dot product is the score), of the
+    model ``model_key`` (``(source, stamp)``) the result was read from, not of a folder's newer files."""
+    loaded = cache.load_model(*model_key)
     if result.encoder is not None or not supports_neuron_view(loaded.model):
         st.info(NOT_SUPPORTED)
         return
     title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
-    page = _neuron_page(result_id, source, layer, head, title, False, result)
+    page = _neuron_page(result_id, model_key, layer, head, title, False, result)
     if page is None:
         st.info(NOT_SUPPORTED)
         return
@@ -86,5 +87,5 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
     st.iframe(page, height=min(900, 120 + 26 * len(result.tokens)))
     name = file_stem(model, "bertviz-neuron-view", f"layer-{layer}", f"head-{head}")
     st.download_button("Save this view (standalone HTML)",
-                       lambda: _neuron_page(result_id, source, layer, head, title, True, result),
+                       lambda: _neuron_page(result_id, model_key, layer, head, title, True, result),
                        file_name=f"{name}.html", mime="text/html", key=f"{prefix}nv_export", on_click="ignore")

@@ -56,7 +56,7 @@ def head_summary(result_id: str, result: core.AttentionResult, layer: int, head:
 
 @st.fragment
 @errors.caught
-def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> None:
+def explorer_ui(result_id: str, result: core.AttentionResult, model: str, model_key: tuple) -> None:
     """Layer, head and view pickers, the map and what describes it; a change here reruns only this."""
     cols = st.columns([1, 1, 3.6, 2.2], vertical_alignment="bottom")
     layer, head = selectors_ui(result, cols)
@@ -74,11 +74,13 @@ def explorer_ui(result_id: str, result: core.AttentionResult, model: str) -> Non
             head_detail.pattern_ui(pattern)
             head_detail.metrics_ui(metrics, list(result.keys), per_row=2)
     head_detail.exports_ui("inspect_", view, head_detail.export_info(view, layer, head, metrics, pattern))
-    extra_views_ui(result_id, result, layer, head, model)
+    extra_views_ui(result_id, result, layer, head, model, model_key)
 
 
-def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, head: int, model: str) -> None:
-    """One more picture of the layer, drawn only when chosen (each is a page of its own)."""
+def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, head: int, model: str,
+                   model_key: tuple) -> None:
+    """One more picture of the layer, drawn only when chosen (each is a page of its own); ``model_key`` is the
+    ``(source, stamp)`` the result was read from (the neuron view reads that model's query and key vectors)."""
     default = EXTRA_VIEWS[0] if len(result.tokens) <= HEAD_VIEW_FIRST_UP_TO else "None"
     shown = st.segmented_control("More views", EXTRA_VIEWS, default=default, key="inspect_extra_view")
     if shown == "Head view":
@@ -86,8 +88,7 @@ def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, hea
     elif shown == "BertViz model view":
         bertviz_ui.model_view_ui("inspect_", result_id, result, layer, head, model)
     elif shown == "BertViz neuron view":
-        bertviz_ui.neuron_view_ui("inspect_", result_id, result, layer, head, model,
-                                  st.session_state.inputs["source"])
+        bertviz_ui.neuron_view_ui("inspect_", result_id, result, layer, head, model, model_key)
 
 
 def results_ui(full: core.AttentionResult, key: tuple) -> None:
@@ -96,7 +97,7 @@ def results_ui(full: core.AttentionResult, key: tuple) -> None:
         st.warning(for_markdown(warning))
     part, result = part_ui(full)
     result_id = f"{key}/{part}"  # what is derived from a result is cached under its inputs and files
-    explorer_ui(result_id, result, display_name(st.session_state.inputs["source"]))
+    explorer_ui(result_id, result, display_name(st.session_state.inputs["source"]), key[:2])
     table = derived.head_table(result_id, result)
     st.session_state.table_for = result_id
     overview_ui(result_id, result, table and table[0])
