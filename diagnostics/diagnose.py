@@ -37,7 +37,7 @@ from diagnostics.measure.metrics import HeadMetrics, head_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
-    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, check_probes, fitting_probes, random_probe, read_lengths,
+    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, fitting_probes, random_probe, read_lengths,
     repeated_probe, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
@@ -99,7 +99,6 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
     probes, unfit, fit_notes = fitting_probes(tokenizer, texts)
-    check_probes(tokenizer, probes)  # before any probe runs: an unreadable one is named ("probe 3 of 3: ...")
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
     worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)
@@ -111,7 +110,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
             results = [_stream_probe(model, tokenizer, probe, i, len(probes), tell) for i, probe in enumerate(probes)]
             samples, parts, notes = [], {"self": [_measured(r) for r in results]}, []
         else:
-            samples, notes = _run_probes(model, tokenizer, probes, tell, vocabulary=unfit and texts is None)
+            samples, notes = _run_probes(model, tokenizer, probes, tell, vocabulary=unfit and texts is None,
+                                         unread=len(texts or []))
             results = samples
             tell(0.85, "measuring heads")
             parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
@@ -155,9 +155,9 @@ def _name(model):
     return getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__
 
 
-def _run_probes(model, tokenizer, probes, tell, vocabulary=False):
+def _run_probes(model, tokenizer, probes, tell, vocabulary=False, unread=0):
     """``(samples, notes)``: one ``AttentionResult`` per probe, then ``VOCABULARY_PROBES`` in-vocabulary ones
-    if ``vocabulary``; random-id probes without a tokenizer."""
+    if ``vocabulary``; random-id probes without a tokenizer (``unread``: the caller's texts it could not read)."""
     if tokenizer is not None:
         samples = []
         for i, probe in enumerate(probes):
@@ -169,11 +169,12 @@ def _run_probes(model, tokenizer, probes, tell, vocabulary=False):
             except core.ExtractionError as err:
                 return samples, [note("probes_unfit", detail=f"no in-vocabulary probe could run either ({err})")]
         return samples, []
+    unused = f"; the {unread} probe texts given were not used: reading them needs the tokenizer" if unread else ""
     try:
         samples = [random_probe(model, seed) for seed in range(RANDOM_PROBES)]
     except core.ExtractionError as err:
-        return [], [note("no_tokenizer", detail=f"only the weights were checked ({err})")]
-    return samples, [note("no_tokenizer", detail="probed with random token ids; text views are unavailable")]
+        return [], [note("no_tokenizer", detail=f"only the weights were checked ({err}){unused}")]
+    return samples, [note("no_tokenizer", detail=f"probed with random token ids; text views are unavailable{unused}")]
 
 
 def _ids_probe(result):

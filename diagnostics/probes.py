@@ -190,6 +190,7 @@ def fitting_probes(tokenizer, texts):
     if tokenizer is None:
         return [], False, []
     probes = as_probes(texts)
+    check_probes(tokenizer, probes)  # before any is tokenized: an unreadable one is named ("probe 3 of 3: ...")
     coverage = [probe_coverage(tokenizer, p) for p in probes]
     low = [c for c in coverage if c < MIN_COVERAGE]
     if not low:
@@ -223,17 +224,29 @@ def verdict_cap(lengths, limit, unfit_kept):
 
 
 def check_probes(tokenizer, probes) -> None:
-    """InputError naming the first probe the model cannot read: an empty one, or one that gives no tokens besides
-    the tokenizer's own (a zero-width space: [CLS] [SEP]); ``core``'s own message would not say which probe."""
+    """InputError naming the first probe the model cannot read: an empty one, one that is not UTF-8 (a shell's
+    ``$(cat latin1.txt)``: the tokenizer's TypeError was exit 3), or one that gives no tokens besides the
+    tokenizer's own (a zero-width space: [CLS] [SEP]); ``core``'s own message would not say which probe."""
     for i, probe in enumerate(probes if tokenizer is not None else []):
         where = f"probe {i + 1} of {len(probes)}"
         if not isinstance(probe.text, str) or not probe.text.strip():
             raise InputError(f"{where}: its text is empty; give it some words, or leave it out")
+        if not all(_utf8(text) for text in (probe.text, probe.text_pair or "")):  # a shell's Latin-1 file: surrogates
+            raise InputError(f"{where}: its text is not UTF-8 (a file in another encoding?); convert it, e.g. "
+                             "iconv -f latin1 -t utf-8, or leave it out")
         special = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True,
                             verbose=False)["special_tokens_mask"]
         if all(special):
             own = f" besides the tokenizer's own ({len(special)} special tokens)" if special else ""
             raise InputError(f"{where}: its text gives no tokens{own}; give it some words, or leave it out")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_lengths(model, tokenizer, probes):

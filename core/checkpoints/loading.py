@@ -29,6 +29,7 @@ from .layout import holds_model_files
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
+from .tokenizer import TOKENIZER_FILES, UNREADABLE
 
 log = logging.getLogger("attnscope.load")  # what a checkpoint load inferred, borrowed or ignored (the CLI prints it)
 
@@ -119,10 +120,12 @@ def _read_json(path: Path) -> dict:
 def _tokenizer_or_none(path: str, offline: bool = True):
     """The folder's (or cached Hub model's) tokenizer; None without one. transformers builds an empty tokenizer
     from config.json's model_type alone (BERT: its 5 special tokens), which turned every probe into [CLS] [SEP]:
-    a tokenizer of special tokens only is none."""
+    a tokenizer of special tokens only is none. Tokenizer files that do not load are a note, as for an upload."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
-    except Exception:  # a custom model may ship without tokenizer files
+    except Exception as err:  # noqa: BLE001  a custom model may ship without tokenizer files
+        if any((Path(path) / name).is_file() for name in TOKENIZER_FILES):  # there, but broken: say so
+            log.warning(UNREADABLE.format(err=first_line(err, 120)) + "the model is used without a tokenizer")
         return None
     return tokenizer if len(tokenizer) > len(set(tokenizer.all_special_ids)) else None
 

@@ -138,6 +138,7 @@ def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1)
     s = torch.cumsum(x, -1, out=buffer(scratch, "prefix", x.shape, x))  # (..., qc, K)
     low, lo = blocks.last_min_before(s, p)  # (..., qc) each
     high, hi = blocks.first_max_from(s, p)  # (..., qc) each
+    lo, hi = lo.clamp(min=0), hi.clamp(min=0)  # a NaN row (a diverged head) matches no block: -1 was an IndexError
     strongest = blocks.max_between(x, lo, hi)  # (..., qc)
     score = (high - low - peaks * strongest.clamp(min=0)).clamp(min=0)  # (..., qc)
     return score * (positions < n_keys)  # (..., qc)

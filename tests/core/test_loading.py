@@ -41,6 +41,22 @@ def test_a_folder_without_tokenizer_files_has_no_tokenizer(tmp_path, build):
     assert len(report.heads) == 8 and "no_tokenizer" in {f.code for f in report.findings}
 
 
+def test_broken_tokenizer_files_are_a_note_and_the_texts_not_read_are_named(tmp_path, caplog):
+    """A garbage tokenizer.json was taken silently for no tokenizer: no note, and the caller's texts dropped."""
+    from diagnostics import diagnose
+
+    tiny.tiny_bert().save_pretrained(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("garbage")
+    with caplog.at_level("WARNING", logger="attnscope.load"):
+        model, tokenizer = load_model(str(tmp_path))
+    assert tokenizer is None
+    assert caplog.messages == ["the checkpoint's tokenizer files could not be loaded (JSONDecodeError: Expecting "
+                               "value: line 1 column 1 (char 0)); the model is used without a tokenizer"]
+    report = diagnose((model, None), ["the cat sat on the mat", "the dog ran"])
+    assert report.finding("no_tokenizer").message.endswith(
+        "; the 2 probe texts given were not used: reading them needs the tokenizer.")
+
+
 def test_a_custom_config_whose_causal_is_not_a_bool_is_refused(tmp_path):
     model = AttnScopeTransformer(TINY_PRESETS["attnscope-nano-encoder"])
     save_custom_model(model, tmp_path)

@@ -1,5 +1,6 @@
 """``diagnose`` on long probes streams them (no maps held) and reports what whole maps give."""
 
+import copy
 import importlib
 
 import pytest
@@ -100,3 +101,17 @@ def test_probes_whose_whole_maps_would_not_fit_are_streamed(monkeypatch):
     assert diagnose(source, [TEXTS[0]] * 3).model["streamed"] is True  # each short, together too big
     with pytest.raises(core.InputError, match=r"whole maps were asked for \(stream=False\), and the whole attention maps"):
         diagnose(source, [TEXTS[0]] * 3, stream=False)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_diverged_model_on_a_long_probe_gets_its_non_finite_error(stream):
+    """Past 128 keys its NaN rows broke the block search: IndexError (CLI exit 3), not the finding."""
+    model = tiny_gpt2(256)
+    with torch.no_grad():
+        model.h[0].attn.c_attn.weight[0, 0] = float("inf")
+    tokenizer = copy.deepcopy(bpe_tokenizer())  # the cached one stays as it is
+    tokenizer.model_max_length = 256
+    text = "the quick brown fox jumps over the lazy dog " * 8  # 249 tokens
+    report = diagnose((model, tokenizer), [text], stream=stream)
+    assert report.finding("non_finite_attention").severity == "error"
+    assert report.model.get("streamed", False) == stream

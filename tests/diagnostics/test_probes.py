@@ -60,3 +60,17 @@ def test_a_plain_pytorch_model_is_diagnosed():
     torch.manual_seed(0)
     report = diagnose((EncoderLM().eval(), wordpiece_tokenizer()), ["the quick brown fox jumps over the lazy dog"])
     assert len(report.heads) == 8 and report.model["name"] == "EncoderLM"
+
+
+def test_a_probe_that_is_not_utf8_is_named():
+    """A shell's --text "$(cat latin1.txt)" holds surrogates: the tokenizer's TypeError was exit 3."""
+    import os
+
+    import pytest
+
+    from core.errors import InputError
+    from diagnostics import diagnose
+
+    text = os.fsdecode(b"The caf\xe9 on the corner raised its prices again.")
+    with pytest.raises(InputError, match="^probe 2 of 2: its text is not UTF-8"):
+        diagnose((tiny_bert(), wordpiece_tokenizer()), ["the cat sat on the mat", text])

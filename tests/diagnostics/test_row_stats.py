@@ -48,6 +48,20 @@ def test_block_score_matches_its_definition(n_keys, causal, kind):
             assert got[h, i].item() == pytest.approx(want, abs=2e-5), (h, p)
 
 
+@pytest.mark.parametrize("n_keys", [100, 300])
+def test_nan_rows_of_a_diverged_head_leave_the_other_heads_scores_alone(n_keys):
+    """Past 128 keys (blocks), NaN prefix sums matched no block: row -1 was indexed (IndexError), so a diverged
+    model on a long probe was exit 3 instead of its non_finite_attention error."""
+    g = torch.Generator().manual_seed(0)
+    positions = torch.arange(0, n_keys, 7)  # (qc,)
+    attn, valid = rows("peaked", 2, positions, n_keys, False, torch.ones(n_keys, dtype=torch.bool), g)
+    _, n = row_stats.row_weights(valid, torch.ones(len(positions), dtype=torch.bool))
+    healthy = row_stats.local_run_mass(attn, positions, valid, n, Scratch())  # (H, qc)
+    attn[0] = float("nan")  # head 0 diverged
+    got = row_stats.local_run_mass(attn, positions, valid, n, Scratch())  # (H, qc)
+    assert torch.equal(got[1], healthy[1])
+
+
 @pytest.mark.parametrize("n_keys", [2, 100, 700, 2100])
 def test_top_k_weights_equal_a_full_sort(n_keys):
     g = torch.Generator().manual_seed(0)
