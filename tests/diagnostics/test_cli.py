@@ -4,7 +4,9 @@ Each broken checkpoint is checked against its healthy starting point, so the
 test fails if a detector stops telling them apart.
 """
 
+import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +212,143 @@ def test_heads_that_a_model_folder_overrides_are_a_note(tmp_path, capsys):
                      "--out", str(tmp_path / "r.md")]) in (0, 1)
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
     assert "note: n_heads=2 ignored: config.json says 4" in notes, notes
+
+
+class _FakeReport:
+    """What main() needs of a report, for the CLI's own behaviour: no model is loaded."""
+
+    has_errors = has_new_errors = False
+
+    def __init__(self, text="# AttnScope diagnosis: ≈ → é ≥\n"):
+        self.model, self.text = {"name": "fake"}, text
+
+    def to_markdown(self):
+        return self.text
+
+    to_json = to_html = to_markdown
+
+
+@pytest.fixture
+def diagnosed(monkeypatch):
+    """The sources main() diagnosed or compared, each answered with a ``_FakeReport``."""
+    ran = []
+    monkeypatch.setattr(cli, "_diagnose", lambda args, progress: ran.append(args) or _FakeReport())
+    monkeypatch.setattr(cli, "_compare", lambda args, progress: ran.append(args) or _FakeReport())
+    return ran
+
+
+def test_an_out_that_is_the_model_is_refused_before_the_diagnosis(bert_dir, tmp_path, capsys, monkeypatch,
+                                                                  diagnosed):
+    """`bert.zip --out bert.zip` replaced the checkpoint with its report; `--out bert/config.json` broke the folder."""
+    archive = tmp_path / "bert.zip"
+    archive.write_bytes(b"PK\x03\x04 a checkpoint")
+    (tmp_path / "link.zip").symlink_to(archive)
+    monkeypatch.chdir(tmp_path)
+    config = (bert_dir / "config.json").read_bytes()
+    for argv, which in (([str(archive), "--out", "bert.zip"], "the model"),
+                        (["bert.zip", "--out", "link.zip"], "the model"),
+                        ([str(bert_dir), "--out", str(bert_dir / "config.json")], "the model"),
+                        ([str(bert_dir), "--format", "json", "--out", str(bert_dir / "report.json")], "the model"),
+                        (["compare", "demo-bert", "bert.zip", "--out", str(archive)], "model B"),
+                        (["compare", str(bert_dir), "demo-bert", "--out", str(bert_dir / "r.md")], "model A")):
+        assert cli.main([*argv, "--quiet"]) == 2, argv
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: --out ") and f"would overwrite {which}" in lines[0]
+    assert archive.read_bytes() == b"PK\x03\x04 a checkpoint" and (bert_dir / "config.json").read_bytes() == config
+    assert not (bert_dir / "report.json").exists() and diagnosed == []
+
+
+def test_an_out_beside_the_model_or_named_like_a_known_model_is_written(tmp_path, monkeypatch, diagnosed):
+    """A known model's name is not a file here: `demo-bert --out demo-bert` writes ./demo-bert."""
+    archive = tmp_path / "bert.zip"
+    archive.write_bytes(b"PK\x03\x04 a checkpoint")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["demo-bert", "--out", "demo-bert", "--quiet"]) == 0
+    assert cli.main(["bert.zip", "--out", "bert.zip.md", "--quiet"]) == 0
+    assert (tmp_path / "demo-bert").read_text(encoding="utf-8") == _FakeReport().text
+    assert (tmp_path / "bert.zip.md").is_file() and len(diagnosed) == 2
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_with_a_replacement_character(tmp_path, capsysbinary):
+    """A Latin-1 name (b'b\\xe9.pt'): --out failed with UnicodeEncodeError (exit 3) after the whole diagnosis, and
+    the JSON on stdout held the raw byte 0xE9, which is not UTF-8."""
+    import torch
+
+    from tiny import tiny_bert
+
+    weights = tmp_path / b"b\xe9.pt".decode("utf-8", "surrogateescape")
+    torch.save(tiny_bert().state_dict(), weights)
+    out = tmp_path / "r.json"
+    assert cli.main([str(weights), "--heads", "4", "--format", "json", "--out", str(out), "--quiet"]) in (0, 1)
+    assert json.loads(out.read_bytes().decode("utf-8"))["model"]["name"].endswith("b\ufffd.pt")
+    assert cli.main([str(weights), "--heads", "4", "--format", "json", "--quiet"]) in (0, 1)
+    assert json.loads(capsysbinary.readouterr().out.decode("utf-8"))["model"]["name"].endswith("b\ufffd.pt")
+    assert cli.main(["compare", str(weights), str(weights), "--heads", "4", "--format", "json", "--quiet"]) == 0
+    compared = json.loads(capsysbinary.readouterr().out.decode("utf-8"))
+    assert compared["a"]["name"].endswith("b\ufffd.pt") and compared["b"]["name"].endswith("b\ufffd.pt")
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "ascii"])
+def test_the_report_is_utf8_whatever_the_stdout_encoding(encoding, monkeypatch, diagnosed):
+    """PYTHONIOENCODING=cp1252 (a Windows pipe) or ascii: UnicodeEncodeError, exit 3 and no report."""
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert cli.main(["demo-bert", "--quiet"]) == 0
+    assert stdout.buffer.getvalue().decode("utf-8") == _FakeReport().text
+
+
+class _ClosedPipe:
+    """A stdout whose reader went away (`| head`, a pager quit early)."""
+
+    def __init__(self):
+        self.buffer = self
+
+    def write(self, data):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+
+def test_a_closed_stdout_ends_quietly_with_141(monkeypatch, capsys, diagnosed):
+    """`--format html | true` said "internal error (BrokenPipeError); please report it" and exited 3."""
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert cli.main(["demo-bert", "--format", "html", "--quiet"]) == cli.EXIT_BROKEN_PIPE == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_out_dash_is_stdout_and_an_empty_out_is_refused(tmp_path, monkeypatch, capsys, diagnosed):
+    """`--out -` created a file named '-'; `--out ""` wrote to stdout without a word."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["demo-bert", "--out", "-", "--quiet"]) == 0
+    assert capsys.readouterr().out == _FakeReport().text and not (tmp_path / "-").exists()
+    assert cli.main(["demo-bert", "--out", "", "--quiet"]) == 2
+    assert capsys.readouterr().err == "error: --out needs a file name (or - for stdout)\n" and len(diagnosed) == 1
+
+
+def test_options_before_compare_say_to_put_compare_first(capsys, diagnosed):
+    """`--quiet compare A B` said only "unrecognized arguments: A B"."""
+    assert cli.main(["--quiet", "compare", "A", "B"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "put compare first: python -m diagnostics compare A B" in lines[0] and diagnosed == []
+
+
+def test_error_messages_show_control_characters_as_escapes(tmp_path, capsys):
+    """A path holding an ESC sequence reached stderr raw, where it drives the terminal."""
+    assert cli.main([str(tmp_path / "m\x1b[31mred\x9b"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x9b" not in err and "m\\x1b[31mred\\x9b" in err
+
+
+@pytest.mark.slow  # two interpreter start-ups importing torch and transformers
+def test_python_m_diagnostics_on_an_ascii_stdout_and_a_closed_pipe(bert_dir):
+    """A real process: stdout's encoding is not UTF-8; its reader goes away before the report (`| true`)."""
+    command = [sys.executable, "-m", "diagnostics", str(bert_dir), "--text", "A short probe.", "--quiet"]
+    ascii_run = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=120,
+                               env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert ascii_run.returncode == 0 and "≥" in ascii_run.stdout.decode("utf-8"), ascii_run.stderr
+    closed = subprocess.Popen([*command, "--format", "html"], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    closed.stdout.close()
+    assert closed.wait(timeout=120) == 141 and closed.stderr.read() == b""
+    closed.stderr.close()

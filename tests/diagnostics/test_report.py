@@ -222,3 +222,21 @@ def test_a_probe_the_model_cannot_read_is_named(bad, why):
 
 def test_a_healthy_model_has_no_non_finite_finding(report):
     assert "non_finite_attention" not in {f.code for f in report.findings}
+
+
+def test_markdown_escapes_ampersands_and_shows_control_characters():
+    """A name or token ``&amp;`` rendered as ``&``, and an ESC sequence from a path reached the report raw."""
+    from diagnostics.reports.markdown_report import md
+
+    assert md("&amp; & &#60;img&#62;") == r"&amp;amp; &amp; &amp;\#60;img&amp;\#62;"
+    assert md("m\x1b[31m\x9b\x7f\x00") == r"m\\x1b\[31m\\x9b\\x7f\\x00"
+    assert md("a\tb\nc") == "a b c"  # whitespace still folds to one line, not to escapes
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f]", md("".join(map(chr, range(0xa0)))))
+
+
+def test_compare_markdown_escapes_ampersands_and_controls_in_names(report):
+    from diagnostics.compare import CompareReport
+
+    a = replace(report, model={**report.model, "name": "a&amp;\x1b]0;title\x07"})
+    markdown = CompareReport(a, report, heads=[], appeared=[], disappeared=[], streamed=False).to_markdown()
+    assert markdown.startswith(r"# AttnScope comparison: a&amp;amp;\\x1b\]0;title\\x07 → ")
