@@ -1,6 +1,7 @@
 """load_model: local folders, custom models, devices and clear errors offline."""
 
 import json
+import logging
 import time
 from dataclasses import replace
 
@@ -41,12 +42,14 @@ def test_a_folder_without_tokenizer_files_has_no_tokenizer(tmp_path, build):
     assert len(report.heads) == 8 and "no_tokenizer" in {f.code for f in report.findings}
 
 
-def test_broken_tokenizer_files_are_a_note_and_the_texts_not_read_are_named(tmp_path, caplog):
+def test_broken_tokenizer_files_are_a_note_and_the_texts_not_read_are_named(tmp_path, caplog, monkeypatch):
     """A garbage tokenizer.json was taken silently for no tokenizer: no note, and the caller's texts dropped."""
     from diagnostics import diagnose
 
     tiny.tiny_bert().save_pretrained(tmp_path)
     (tmp_path / "tokenizer.json").write_text("garbage")
+    load_log = logging.getLogger("attnscope.load")
+    monkeypatch.setattr(load_log, "handlers", [caplog.handler])  # not a CLI test's handler, left on its stderr
     with caplog.at_level("WARNING", logger="attnscope.load"):
         model, tokenizer = load_model(str(tmp_path))
     assert tokenizer is None
