@@ -52,7 +52,8 @@ def smollm2_model():
 
 
 def long_probe(tokenizer, tokens: int) -> str:
-    """The default probe texts, repeated until the tokenizer makes at least ``tokens`` tokens of them."""
+    """The default probe texts, repeated until the tokenizer makes ``tokens`` tokens of them, and cut there: the
+    diagnosis reads the tokens the plain forward does (SmolLM2, whose limit is 8,192, read 2,109 of 2,048)."""
     from diagnostics.probes import DEFAULT_PROBES
 
     sentences = [" ".join(filter(None, (p.text, p.text_pair))) for p in DEFAULT_PROBES]
@@ -60,7 +61,8 @@ def long_probe(tokenizer, tokens: int) -> str:
     while len(tokenizer(text, verbose=False)["input_ids"]) < tokens:
         text += (" " if text else "") + sentences[i % len(sentences)]
         i += 1
-    return text
+    offsets = tokenizer(text, return_offsets_mapping=True, verbose=False)["offset_mapping"][:tokens]
+    return text[:max(end for _, end in offsets)]
 
 
 def plain_seconds(model, tokenizer, text, tokens: int) -> float:
