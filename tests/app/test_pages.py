@@ -54,17 +54,22 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
                                                      "Save this view (standalone HTML)"}
 
 
-def test_inspect_heads_with_nan_attention_have_no_pattern(tmp_path):
-    """A diverged checkpoint's NaN maps were labelled 'Sparse (focused) — confidence nan%', with its advice."""
+def _nan_bert_folder(folder):
+    """A tiny BERT whose attention is NaN in 5 of its 8 heads (L0H0, then all of layer 1), saved to ``folder``."""
     import torch
     from tiny import tiny_bert, wordpiece_tokenizer
 
     model = tiny_bert()
     with torch.no_grad():
         model.encoder.layer[0].attention.self.query.weight[:8] = float("nan")  # head 0 of layer 0, then all of layer 1
-    model.save_pretrained(tmp_path)
-    wordpiece_tokenizer().save_pretrained(tmp_path)
-    at = _inspect(_app(), str(tmp_path))
+    model.save_pretrained(folder)
+    wordpiece_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_inspect_heads_with_nan_attention_have_no_pattern(tmp_path):
+    """A diverged checkpoint's NaN maps were labelled 'Sparse (focused) — confidence nan%', with its advice."""
+    at = _inspect(_app(), str(_nan_bert_folder(tmp_path)))
     assert not at.exception and not _errors(at), _errors(at)
     text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
     assert "No pattern: this head's attention is NaN or infinite" in text  # L0H0 is open
@@ -372,17 +377,10 @@ def test_diagnose_an_encoder_decoder_without_tokenizer_shows_its_weight_findings
 
 def test_diagnose_heads_with_nan_attention_have_no_pattern(tmp_path):
     """They were counted as sparse and shown as 'Sparse (focused) — confidence nan% … Nothing to do'."""
-    import torch
     from diagnostics.texts import PATTERN_TEXTS
-    from tiny import tiny_bert, wordpiece_tokenizer
     from tiny_checkpoints import zip_folder
 
-    model = tiny_bert()
-    with torch.no_grad():
-        model.encoder.layer[0].attention.self.query.weight[:8] = float("nan")  # head 0 of layer 0, then all of layer 1
-    model.save_pretrained(tmp_path)
-    wordpiece_tokenizer().save_pretrained(tmp_path)
-    at = _diagnose(_app(), "nan.zip", zip_folder(tmp_path))
+    at = _diagnose(_app(), "nan.zip", zip_folder(_nan_bert_folder(tmp_path)))
     assert not at.exception and not _errors(at), _errors(at)
     counts = {m.label: m.value for m in at.metric}
     assert sum(int(counts[t.title]) for t in PATTERN_TEXTS.values()) == 3  # of 8: the 5 NaN heads are none
