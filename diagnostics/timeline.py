@@ -38,7 +38,7 @@ MAX_CELLS = 2**21
 SPARSE_CELLS, SPARSE_RATIO = 2**16, 64
 MAX_STEP = 2**53  # the largest whole step a float64 holds exactly; plotly's JSON (orjson) fails at 2**64
 MAX_CHECKPOINTS = 40  # more are sampled evenly (first and last kept): each is a model load and a diagnosis
-_CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
+_CHECKPOINT = re.compile(r"checkpoint-([0-9]+)", re.ASCII)  # as the Trainer names them: ASCII digits
 
 
 @dataclass
@@ -258,13 +258,18 @@ def _model_shape(record: dict) -> str:
 
 
 def checkpoint_folders(folder, allowed_roots=None) -> list[tuple[int, Path]]:
-    """``[(step, path)]`` of the ``checkpoint-<step>`` folders of a Trainer output folder, by step."""
+    """``[(step, path)]`` of the ``checkpoint-<step>`` folders of a Trainer output folder, by step; two folders of
+    one step (``checkpoint-01``, ``checkpoint-1``) are refused, and a step of 2**53 or more is not one."""
     root = check_allowed(Path(folder), resolve_roots(allowed_roots))
     if not root.is_dir():
         raise InputError(f"{Path(folder).name} is not a folder; give the Trainer's output_dir")
-    found = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
+    found = sorted((int(m.group(1)), p) for p in root.iterdir()
+                   if p.is_dir() and (m := _CHECKPOINT.fullmatch(p.name)) and int(m.group(1)) < MAX_STEP)
     if not found:
         raise InputError(f"{Path(folder).name} has no checkpoint-<step> folders; give the Trainer's output_dir")
+    for (step, a), (later, b) in zip(found, found[1:]):
+        if step == later:
+            raise InputError(f"{a.name} and {b.name} are both step {step}; keep one of them")
     return found
 
 
@@ -282,15 +287,31 @@ def from_checkpoints(folder, texts=None, progress=None, allowed_roots=None) -> T
         name = f"checkpoint {step} ({i + 1}/{len(chosen)})"
         this = progress_span(tell, i / len(chosen), (i + 1) / len(chosen), name)
         this(0.0, "loading")
-        loaded = core.load_checkpoint(path, allowed_roots=allowed_roots, device="cpu",
-                                      progress=progress_span(this, 0.0, 0.2, "loading"))
+        try:
+            loaded = core.load_checkpoint(path, allowed_roots=allowed_roots, device="cpu",
+                                          progress=progress_span(this, 0.0, 0.2, "loading"))
+        except core.ModelLoadError as err:  # a save cut short, or still being written: the others still tell
+            notes.append(f"{path.name} skipped: {err}")
+            continue
         source = (loaded.model, loaded.tokenizer) if loaded.tokenizer is not None else loaded.model
-        records.append(record_of(diagnose(source, texts, progress=progress_span(this, 0.2, 1.0)), step))
+        record = record_of(diagnose(source, texts, progress=progress_span(this, 0.2, 1.0)), step)
         del loaded
+        _same_model(records, record, chosen)
+        records.append(record)
     tell(1.0, "done")
+    if not records:
+        raise InputError(f"no checkpoint of {Path(folder).name} could be loaded: " + "; ".join(notes))
     timeline = _timeline(records)
     timeline.notes += notes
     return timeline
+
+
+def _same_model(records: list[dict], record: dict, chosen) -> None:
+    """Refuse, as soon as it is measured, a checkpoint of another model than the first one's."""
+    if records and _model_shape(record) != _model_shape(records[0]):
+        names = {step: path.name for step, path in chosen}
+        raise InputError(f"{names[record['step']]} is a different model ({_model_shape(record)}) from "
+                         f"{names[records[0]['step']]} ({_model_shape(records[0])}); give one run's output_dir")
 
 
 def _sample(items, limit):

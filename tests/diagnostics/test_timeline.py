@@ -188,3 +188,45 @@ def test_checkpoint_folders_are_diagnosed_in_step_order(tmp_path):
     assert fractions == sorted(fractions) and 0.5 <= fractions[messages.index("checkpoint 20 (2/2): loading")]
     with pytest.raises(InputError, match="no checkpoint-<step> folders"):
         checkpoint_folders(tmp_path / "runs", allowed_roots=[tmp_path])
+
+
+def _checkpoint(folder, model, tokenizer=None):
+    model.save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+
+
+def test_a_checkpoint_that_does_not_load_is_skipped_with_a_note(tmp_path):
+    """A save cut short (only trainer_state.json) threw the whole timeline away: one error, nothing drawn."""
+    for step in (100, 200):
+        _checkpoint(tmp_path / f"checkpoint-{step}", tiny_bert(), wordpiece_tokenizer())
+    (tmp_path / "checkpoint-150").mkdir()
+    (tmp_path / "checkpoint-150" / "trainer_state.json").write_text("{}")
+    timeline = from_checkpoints(tmp_path, texts=PROBES, allowed_roots=[tmp_path])
+    assert timeline.steps == [100, 200]
+    assert [n.split(":")[0] for n in timeline.notes] == ["checkpoint-150 skipped"]
+    for step in (100, 200):
+        for file in (tmp_path / f"checkpoint-{step}").iterdir():
+            file.unlink()
+    with pytest.raises(InputError, match=r"^no checkpoint of .* could be loaded: checkpoint-100 skipped: "):
+        from_checkpoints(tmp_path, texts=PROBES, allowed_roots=[tmp_path])
+
+
+def test_checkpoints_of_two_models_are_refused_by_name(tmp_path):
+    """The message was the log's: 'the log measures two different models ...; give each run its own log_path'."""
+    _checkpoint(tmp_path / "checkpoint-100", tiny_bert(), wordpiece_tokenizer())
+    _checkpoint(tmp_path / "checkpoint-200", tiny_gpt2(), bpe_tokenizer())
+    with pytest.raises(InputError, match=r"^checkpoint-200 is a different model \(GPT2.*\) from checkpoint-100 "):
+        from_checkpoints(tmp_path, texts=PROBES, allowed_roots=[tmp_path])
+
+
+@pytest.mark.parametrize("names, problem", [
+    (["checkpoint-01", "checkpoint-1"], "checkpoint-01 and checkpoint-1 are both step 1; keep one of them"),
+    (["checkpoint-\u0661\u0660\u0660"], "no checkpoint-<step> folders"),  # Arabic-Indic digits are not a step
+    ([f"checkpoint-{2**64}"], "no checkpoint-<step> folders"),  # plotly's JSON failed at 2**64
+])
+def test_checkpoint_folder_names_are_steps_as_the_trainer_writes_them(tmp_path, names, problem):
+    for name in names:
+        (tmp_path / name).mkdir()
+    with pytest.raises(InputError, match=re.escape(problem)):
+        checkpoint_folders(tmp_path, allowed_roots=[tmp_path])
