@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import errors
+from app.plain import for_markdown
 from app.views import compare_plots, picking
 from app.server import session, sources
 from core.cancel import progress_span, stop_between_layers, stoppable
@@ -15,6 +16,7 @@ def run(source_a, source_b, texts, n_heads=None) -> None:
 
     The work stops (``core.Cancelled``) between layers and probes once the browser session has ended."""
     st.session_state.pop("comparison", None)
+    st.session_state.pop("comparison_notes", None)
     bar = st.progress(0.0, text="Loading model A…")
     should_stop = session.stop_when_gone()
     progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
@@ -22,18 +24,21 @@ def run(source_a, source_b, texts, n_heads=None) -> None:
         loading = [progress_span(progress, 0.0, 0.1, "Loading model A"),
                    progress_span(progress, 0.1, 0.2, "Loading model B")]
         opened = sources.opened_models([source_a[0], source_b[0]], n_heads, loading)
-        with opened as [(model_a, tok_a, _), (model_b, tok_b, _)], stop_between_layers(model_a, should_stop), \
-                stop_between_layers(model_b, should_stop):
+        with opened as [(model_a, tok_a, notes_a), (model_b, tok_b, notes_b)], \
+                stop_between_layers(model_a, should_stop), stop_between_layers(model_b, should_stop):
             report = compare((model_a, tok_a), (model_b, tok_b), texts, progress=progress_span(progress, 0.2, 1.0))
         report.a.model["name"], report.b.model["name"] = source_a[1], source_b[1]
         st.session_state.comparison = report
+        st.session_state.comparison_notes = [f"A: {n}" for n in notes_a] + [f"B: {n}" for n in notes_b]
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page
         errors.show(err)
     finally:
         bar.empty()
 
 
-def summary_ui(report) -> None:
+def summary_ui(report, notes) -> None:
+    for note in notes:  # what loading inferred, borrowed or ignored (an architecture read from the weights)
+        st.info(for_markdown(note))
     cols = st.columns(3)
     cols[0].metric("Heads changed", f"{len(report.changed)} / {len(report.heads)}")
     cols[1].metric("Findings appeared", len(report.appeared))
@@ -104,7 +109,7 @@ if st.button("Compare", type="primary", key="cmp_run"):
 comparison = st.session_state.get("comparison")
 if comparison is not None:
     try:
-        summary_ui(comparison)
+        summary_ui(comparison, st.session_state.get("comparison_notes", []))
         parts = list(dict.fromkeys(h.part for h in comparison.heads))
         part = st.radio("Attention", parts, key="cmp_part", horizontal=True) if len(parts) > 1 else parts[0]
         maps_ui(comparison, part, *grid_ui(comparison, part))

@@ -69,6 +69,9 @@ def test_compare_two_bare_weights_files_with_the_heads_field(monkeypatch, tmp_pa
     at = at.button(key="cmp_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
     assert at.metric[0].value == "0 / 8"
+    notes = [i.value for i in at.info]  # the loader's notes, as Diagnose shows them (Compare dropped them)
+    assert any(n.startswith("A: ") and "no tokenizer" in n for n in notes), notes
+    assert any(n.startswith("B: ") for n in notes) and len(notes) % 2 == 0
 
 
 def test_compare_refuses_more_probe_text_than_the_server_runs():
