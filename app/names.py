@@ -8,11 +8,15 @@ report or a file name.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import PurePosixPath
 
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9.-]+")
 MAX_STEM = 80  # characters of an export's file name before its extension
+CUT_MODEL_CHARS = 40  # a model name too long for a file name is cut to this: every file of it starts alike
+MIN_MODEL_CHARS = 20  # where what a file holds is itself long, the model keeps this much before that is cut too
+DIGEST_CHARS = 7  # hex digits of the hash that ends a cut name, so two names cut alike stay apart
 GENERIC_FOLDERS = {"model", "models", "checkpoint", "weights"}  # named with their parent: "all_minilm/model"
 
 
@@ -39,7 +43,25 @@ def upload_name(file_names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]} + {len(names) - 1} more"
 
 
-def file_stem(*parts) -> str:
-    """A download's file name from its parts: letters, digits, ``.`` and ``-``, joined by ``_``."""
-    words = [_UNSAFE_FILE_CHARS.sub("-", str(p)).strip("-.") for p in parts]
-    return "_".join(w for w in words if w)[:MAX_STEM] or "attnscope"
+def file_stem(model, *parts) -> str:
+    """A download's file name from its model's name and what it holds (``parts``): letters, digits, ``.`` and
+    ``-``, joined by ``_``, at most ``MAX_STEM`` characters. A long model name is shortened, never the parts
+    that tell one head or layer from another (unless they alone leave no room for the model)."""
+    name, rest = _safe_word(model), "_".join(w for w in map(_safe_word, parts) if w)
+    if len(rest) > MAX_STEM - MIN_MODEL_CHARS - 1:  # the parts alone leave the model no room: cut the whole
+        return _shortened("_".join(w for w in (name, rest) if w), MAX_STEM)
+    if len(name) + len(rest) + 1 > MAX_STEM:
+        name = _shortened(name, min(CUT_MODEL_CHARS, MAX_STEM - len(rest) - 1))
+    return "_".join(w for w in (name, rest) if w) or "attnscope"
+
+
+def _safe_word(part) -> str:
+    return _UNSAFE_FILE_CHARS.sub("-", str(part)).strip("-.")
+
+
+def _shortened(word: str, width: int) -> str:
+    """``word`` in at most ``width`` characters: cut, and ended by a hash of the whole word."""
+    if len(word) <= width:
+        return word
+    digest = hashlib.sha1(word.encode()).hexdigest()[:DIGEST_CHARS]
+    return f"{word[:width - DIGEST_CHARS - 1].rstrip('-._')}-{digest}"

@@ -29,6 +29,8 @@ MODES = {"head": "Selected head", "average": "Layer average (all heads)",
 BADGES = {"diagonal": "blue", "block": "orange", "diffuse": "gray", "sparse": "green", "vertical": "violet"}
 ROLLOUT_NOTE = ("Rollout (Abnar & Zuidema 2020): per layer the heads are averaged, the identity is added for the "
                 "residual path, rows are renormalised, and the layers are multiplied up to this one.")
+HIDDEN_TITLE = " (special tokens hidden, rows renormalised)"  # a map whose weights are no longer the model's
+HIDDEN_STEM = "no-special"  # its export names: not to be taken for (or saved over) the full map
 AVERAGE_NOTE = "The mean of every head's map in this layer; no single head's pattern or metrics apply to it."
 
 
@@ -46,6 +48,7 @@ class MapView:
     query_positions: list[int] | None = None
     key_positions: list[int] | None = None
     lengths: tuple[int, int] | None = None  # (queries, keys) of the whole input
+    hidden: list[str] = field(default_factory=list)  # special tokens hidden from the map, its rows renormalised
 
     def __post_init__(self):
         self.query_positions = self.query_positions or list(range(len(self.queries)))
@@ -54,11 +57,11 @@ class MapView:
 
     @property
     def title(self) -> str:
-        return f"{self.model}: {self.heading}"
+        return f"{self.model}: {self.heading}" + (HIDDEN_TITLE if self.hidden else "")
 
     @property
     def file_stem(self) -> str:
-        return file_stem(self.model, self.heading)
+        return file_stem(self.model, self.heading, HIDDEN_STEM if self.hidden else "")
 
 
 PARTS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross-attention"}
@@ -102,7 +105,7 @@ def build_view(result_id: str, result: core.AttentionResult, layer: int, head: i
         else:
             notes.append("This input has no special tokens; nothing was hidden.")
     return MapView(weights, queries, keys, mode, heading(mode, layer, head, result.n_heads, result.kind), model, notes,
-                   result.kind, kept_q, kept_k, (len(result.tokens), len(result.keys)))
+                   result.kind, kept_q, kept_k, (len(result.tokens), len(result.keys)), hidden)
 
 
 def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
@@ -176,12 +179,17 @@ def head_view_ui(prefix: str, result_id: str, result: core.AttentionResult, laye
 
 
 def export_info(view: MapView, layer: int, head: int, metrics: dict, pattern) -> dict:
-    """What the JSON export says about its map: the head, its metrics and pattern only for a head's own map."""
+    """What the JSON export says about its map: the head, its metrics and pattern only for a head's own map, and
+    whether special tokens were hidden (the weights then differ from the model's: each row renormalised)."""
     info = {"model": view.model, "part": view.part, "view": view.mode, "heading": view.heading, "layer": layer}
+    if view.hidden:
+        info.update(special_tokens_hidden=True, rows_renormalised=True, hidden_tokens=list(view.hidden))
     if view.mode == "head":
         info.update(head=head, metrics=metrics,
                     pattern=None if pattern is None else {"label": plots.pattern_label(pattern),
                                                           "confidence": pattern.confidence})
+        if view.hidden:  # measured on the model's own map, before any token was hidden
+            info["metrics_include_special_tokens"] = True
     return info
 
 

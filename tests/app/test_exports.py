@@ -84,3 +84,67 @@ def test_json_export_of_a_nan_map_is_strict_json():
     weights[0, 0] = float("nan")
     data = json.loads(exports.json_text(weights, TOKENS, TOKENS, {}), parse_constant=lambda name: 1 / 0)
     assert data["weights"][0][0] is None and data["weights"][0][1] is not None
+
+
+LONG_MODEL = "bert-base-uncased-finetuned-sst2-lr2e-5-bs32-warmup0.1-seed42-run3"  # 66 characters: too long for MAX_STEM with a heading
+
+
+def test_a_long_model_name_keeps_every_heads_file_name_apart():
+    from app.names import MAX_STEM, file_stem
+    from app.views.head_detail import heading
+
+    heads = [file_stem(LONG_MODEL, heading("head", 11, h, 12)) for h in range(12)]
+    cross = [file_stem(f"runs/{LONG_MODEL}", heading("head", 5, h, 8, "cross")) for h in range(8)]
+    assert len(set(heads)) == 12 and len(set(cross)) == 8
+    assert heads[3].endswith("_Layer-11-head-3") and cross[7].endswith("_Cross-attention-layer-5-head-7")
+    assert all(len(stem) <= MAX_STEM and "/" not in stem for stem in heads + cross)
+    assert len({stem.rsplit("_", 1)[0] for stem in heads}) == 1  # head 0 and head 10 start alike
+
+
+def test_two_long_model_names_that_differ_only_at_the_end_stay_apart():
+    from app.names import MAX_STEM, file_stem
+
+    run3, run4 = file_stem(LONG_MODEL, "Layer 0, head 0"), file_stem(LONG_MODEL[:-1] + "4", "Layer 0, head 0")
+    assert run3 != run4 and run3.startswith("bert-base-uncased") and len(run3) <= MAX_STEM
+
+
+def test_bertviz_names_of_a_long_model_keep_their_layers():
+    from app.names import MAX_STEM, file_stem
+
+    pages = {file_stem(LONG_MODEL, "cross", "bertviz-model-view", "layers", layer) for layer in range(12)}
+    assert len(pages) == 12 and file_stem(LONG_MODEL, "bertviz-neuron-view", "layer-3", "head-7").endswith("head-7")
+    every_layer = file_stem(LONG_MODEL, "bertviz-model-view", "layers", "-".join(map(str, range(48))))
+    assert len(every_layer) <= MAX_STEM and every_layer != file_stem(LONG_MODEL, "bertviz-model-view", "layers", "0-1")
+
+
+def test_a_map_with_special_tokens_hidden_says_so_in_its_exports():
+    from app.views.head_detail import MapView, export_info, heading
+
+    kept = TOKENS[1:3]
+    full = MapView(_weights(), TOKENS, TOKENS, "head", heading("head", 2, 5, 12), "demo-bert")
+    hidden = MapView(_weights()[1:3, 1:3], kept, kept, "head", heading("head", 2, 5, 12), "demo-bert",
+                     query_positions=[1, 2], key_positions=[1, 2], lengths=(4, 4), hidden=["[CLS]", "[SEP]"])
+    assert hidden.file_stem == "demo-bert_Layer-2-head-5_no-special" and hidden.file_stem != full.file_stem
+    assert "special tokens hidden" in hidden.title and "renormalised" in hidden.title
+    assert full.title == "demo-bert: Layer 2, head 5"
+    info = export_info(hidden, 2, 5, {"entropy": 0.5}, None)
+    assert info["special_tokens_hidden"] is True and info["rows_renormalised"] is True
+    assert info["hidden_tokens"] == ["[CLS]", "[SEP]"] and info["metrics_include_special_tokens"] is True
+    assert not {"special_tokens_hidden", "rows_renormalised", "hidden_tokens"} & set(export_info(full, 2, 5, {}, None))
+    doc = json.loads(exports.json_text(hidden.weights, kept, kept, info, (hidden.query_positions,
+                                                                          hidden.key_positions)))
+    assert doc["special_tokens_hidden"] and doc["query_positions"] == [1, 2]
+
+
+def test_build_view_marks_a_map_only_when_it_hid_tokens():
+    import tiny
+    import core
+    from app.views import head_detail
+
+    result = core.extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), "the quick brown fox")
+    options = {"mode": "head", "hide_special": True, "log_scale": False}
+    view = head_detail.build_view("test/hidden-export", result, 0, 1, options, "tiny-bert")
+    assert view.hidden and "[CLS]" in view.hidden and view.file_stem.endswith("_no-special")
+    assert torch.allclose(view.weights.sum(-1), torch.ones(len(view.queries)))
+    shown = head_detail.build_view("test/hidden-export", result, 0, 1, {**options, "hide_special": False}, "tiny-bert")
+    assert not shown.hidden and not shown.file_stem.endswith("no-special")
