@@ -22,7 +22,7 @@ from pathlib import Path
 
 from core.errors import AttnScopeError, InputError
 from diagnostics.probes import MIN_JUDGED_TOKENS
-from diagnostics.reports.exports import unwritable
+from diagnostics.reports.exports import readable, unwritable
 from diagnostics.reports.markdown_report import visible_controls
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -91,7 +91,6 @@ def main(argv=None):
     try:
         with _progress(args.quiet) as progress:
             report = _compare(args, progress) if comparing else _diagnose(args, progress)
-        _clean_names(report)
         text = {"json": report.to_json, "markdown": report.to_markdown, "html": report.to_html}[args.format]()
         _emit(text, args.out)
     except BrokenPipeError:
@@ -142,22 +141,6 @@ def _overwrites(out: Path, source: str) -> bool:
     if path.is_dir():
         return out == path or path in out.parents
     return out == path or (out.exists() and out.samefile(path))  # samefile: a hard link too
-
-
-def _clean_names(report) -> None:
-    """A checkpoint's file name that is not UTF-8 (Latin-1 bytes, kept by Python as lone surrogates) shown with
-    U+FFFD: as it was, the report could not be written as UTF-8 (``--out``) or was invalid UTF-8 (stdout)."""
-    for model in (report.a.model, report.b.model) if hasattr(report, "a") else (report.model,):
-        model["name"] = _readable(model["name"])
-
-
-def _readable(text) -> str:
-    """``text`` with the bytes of an undecodable file name as U+FFFD."""
-    try:
-        raw = str(text).encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a surrogate that no undecodable byte gives
-        raw = str(text).encode("utf-8", "replace")
-    return raw.decode("utf-8", "replace")
 
 
 def _emit(text: str, out: str | None) -> None:
@@ -242,7 +225,7 @@ def _fail(message, status):
 def _one_line(message) -> str:
     """``message`` on one line, its control characters visible: a path holding ESC sequences does not drive the
     terminal."""
-    return visible_controls(" ".join(_readable(message).split()))
+    return visible_controls(" ".join(readable(message).split()))
 
 
 class _progress:

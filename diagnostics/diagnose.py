@@ -15,7 +15,6 @@ from ``streaming.stream_statistics`` without holding every attention map, and
 the report then carries no maps (``Report.samples`` is empty).
 """
 
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
 from diagnostics.findings import attention_findings, cap_severity, diffuse_mask, note, sort_findings
-from diagnostics.measure.metrics import HeadMetrics, head_metrics
+from diagnostics.measure.metrics import HeadMetrics, finite_head, head_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
@@ -41,6 +40,7 @@ from diagnostics.probes import (
     repeated_probe, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
+from diagnostics.reports.exports import readable
 from diagnostics.reports.report import HeadReport, Report
 from diagnostics.measure.row_stats import OFFSETS
 from diagnostics.streaming import stream_statistics
@@ -148,11 +148,11 @@ def _resolve(source, device, n_heads=None, progress=None):
                          "(model, tokenizer)")
     loading = (lambda fraction, message: progress(0.05 * fraction, message)) if progress else None
     model, tokenizer = core.load_model(source, device=device, n_heads=n_heads, progress=loading)
-    return model, tokenizer, canonical_name(source)  # an alias such as "minilm" is reported by its Hub id
+    return model, tokenizer, readable(canonical_name(source))  # an alias: its Hub id; not UTF-8: with U+FFFD
 
 
 def _name(model):
-    return getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__
+    return readable(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
 
 
 def _run_probes(model, tokenizer, probes, tell, vocabulary=False, unread=0):
@@ -334,8 +334,7 @@ def _average(per_text):
 
 def _head_report(part, layer, head, avg, patterns, sink_token, roles, role_votes):
     metrics = _head_metrics(avg, layer, head, sink_token)
-    if not (math.isfinite(metrics["entropy"]) and math.isfinite(metrics["confidence"])):
-        # NaN or infinite maps (the non_finite_attention finding's test): their labels and roles mean nothing
+    if not finite_head(metrics):  # NaN or infinite maps (the non_finite_attention finding): no label, no roles
         metrics.update(agreement=None, votes={}, role_votes={})
         return HeadReport(part, layer, head, None, None, None, metrics)
     votes = Counter(p.label for p in patterns)

@@ -9,6 +9,7 @@ from app.views import compare_plots, picking
 from app.server import session, sources
 from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.compare import compare
+from diagnostics.reports.compare_report import pattern_name
 
 
 def run(source_a, source_b, texts, n_heads=None) -> None:
@@ -56,7 +57,7 @@ def grid_ui(report, part) -> tuple[int, int]:
     head = st.session_state.setdefault("cmp_head", 0) % len(grid[0])
     picking.head_chart(compare_plots.distance_grid_figure(grid, (layer, head)), "cmp_grid", ("cmp_layer", "cmp_head"))
     rows = [{"head": f"L{h.layer}H{h.head}", "distance": h.js_distance, "why": ", ".join(h.reasons),
-             "pattern": f"{h.before['pattern'] or 'no label'} → {h.after['pattern'] or 'no label'}", "Δ entropy": h.entropy_delta,
+             "pattern": f"{pattern_name(h.before)} → {pattern_name(h.after)}", "Δ entropy": h.entropy_delta,
              "Δ sink": h.sink_delta,
              "roles": f"{', '.join(h.before['roles']) or '–'} → {', '.join(h.after['roles']) or '–'}"}
             for h in report.changed if h.part == part]

@@ -10,8 +10,6 @@ on every rerun and never mutated, through ``st.cache_resource`` (no copy).
 
 from __future__ import annotations
 
-import math
-
 import streamlit as st
 
 
@@ -20,7 +18,7 @@ import diagnostics.classify.patterns as patterns
 from app.views import plots
 from app.views.head_view import head_view_data, head_view_page
 from core import views
-from diagnostics.measure.metrics import head_metrics
+from diagnostics.measure.metrics import finite_head, head_metrics
 
 
 @st.cache_resource(max_entries=4, show_spinner="Computing the attention rollout…")  # read-only
@@ -98,7 +96,7 @@ def head_summary(result_id: str, layer: int, head: int, _result: core.AttentionR
 def _labelled(pattern, scalars: dict):
     """``pattern``, or None for a head whose map is NaN or infinite: its label would mean nothing (it read as
     sparse, confidence nan%), as in a report (``diagnose``)."""
-    return pattern if math.isfinite(scalars["entropy"]) and math.isfinite(scalars["confidence"]) else None
+    return pattern if finite_head(scalars) else None
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -15,7 +15,7 @@ al.'s "vertical + diagonal"); a head that is almost all sink stays vertical.
 The sink itself is a role (``diagnostics.classify.roles``).
 
 1. vertical  sink_mass             >= PURE_SINK        almost all mass on the sink
-2. diagonal  rest_best_offset_mass >= diagonal_min(k)    one offset carries most of the rest
+2. diagonal  rest_best_offset_mass >= diagonal_min(k)  one offset carries most of the rest
 3. block     block_score           >= block_min(k)     the rest spreads over its own segment
 4. vertical  rest_sink2_score      >= vertical_min(k)  one or two other keys draw most queries
 5. diffuse   rest_entropy          >= DIFFUSE_MIN      the rest close to uniform

@@ -64,6 +64,7 @@ any row is read, so the factoring is row-local:
   on "." or a recurring word), ``rest_mean_distance``, and ``block_score``.
 """
 
+import math
 from dataclasses import dataclass, fields
 
 import torch
@@ -321,6 +322,12 @@ class MetricAccumulator:
         return dict(out, rest_diag_mass=diag.float(), rest_best_offset=offsets[best_idx],
                     rest_best_offset_mass=best_mass.float(), rest_sink_score=top2[..., 0].float(),
                     rest_sink2_score=top2.sum(-1).float())
+
+
+def finite_head(scalars: dict) -> bool:
+    """Whether one head's metrics (``HeadMetrics.scalars()`` or a report's) come from finite maps: NaN or infinite
+    attention (a diverged run) makes its mean entropy or row max non-finite, and its label and roles meaningless."""
+    return math.isfinite(scalars["entropy"]) and math.isfinite(scalars["confidence"])
 
 
 def sink_level(sink_mass, n_keys):

@@ -22,8 +22,9 @@ def _roles(fields):
     return ", ".join(fields["roles"]) or "–"
 
 
-def _pattern(fields):
-    return fields["pattern"] or "no label"  # None: the head's attention is NaN or infinite
+def pattern_name(fields):
+    """A head's pattern in a before/after column; None (NaN or infinite attention) is "no label"."""
+    return fields["pattern"] or "no label"
 
 
 def _head_name(h):
@@ -52,7 +53,7 @@ def render_markdown(report):
     lines += ["| head | distance | why | pattern | roles | Δ entropy | Δ sink |", "|---|---|---|---|---|---|---|"]
     for h in report.changed:
         lines.append(f"| {_head_name(h)} | {_number(h.js_distance)} | {', '.join(h.reasons)} | "
-                     f"{_pattern(h.before)} → {_pattern(h.after)} | "
+                     f"{pattern_name(h.before)} → {pattern_name(h.after)} | "
                      f"{md(_roles(h.before))} → {md(_roles(h.after))} | "
                      f"{_number(h.entropy_delta, '+.3f')} | {_number(h.sink_delta, '+.3f')} |")
     return "\n".join(lines) + "\n"
@@ -80,7 +81,7 @@ def render_html(report):
     rows = "".join(
         f"<tr><td>{escape(_head_name(h))}</td><td>{_number(h.js_distance)}</td>"
         f"<td>{escape(', '.join(h.reasons))}</td>"
-        f"<td>{escape(_pattern(h.before))} → {escape(_pattern(h.after))}</td>"
+        f"<td>{escape(pattern_name(h.before))} → {escape(pattern_name(h.after))}</td>"
         f"<td>{escape(_roles(h.before))} → {escape(_roles(h.after))}</td>"
         f"<td>{_number(h.entropy_delta, '+.3f')}</td><td>{_number(h.sink_delta, '+.3f')}</td></tr>"
         for h in report.changed)

@@ -86,7 +86,8 @@ def test_json_export_of_a_nan_map_is_strict_json():
     assert data["weights"][0][0] is None and data["weights"][0][1] is not None
 
 
-LONG_MODEL = "bert-base-uncased-finetuned-sst2-lr2e-5-bs32-warmup0.1-seed42-run3"  # 66 characters: too long for MAX_STEM with a heading
+# 66 characters: too long for MAX_STEM with a heading
+LONG_MODEL = "bert-base-uncased-finetuned-sst2-lr2e-5-bs32-warmup0.1-seed42-run3"
 
 
 def test_a_long_model_name_keeps_every_heads_file_name_apart():

@@ -74,7 +74,8 @@ def test_inspect_heads_with_nan_attention_have_no_pattern(tmp_path):
     text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
     assert "No pattern: this head's attention is NaN or infinite" in text  # L0H0 is open
     assert "**Pattern:" not in text and "nan%" not in text
-    assert "layer 0, head 0: no label" in _charts(at)[-1].proto.spec and "layer 0, head 1: " in _charts(at)[-1].proto.spec
+    overview = _charts(at)[-1].proto.spec
+    assert "layer 0, head 0: no label" in overview and "layer 0, head 1: " in overview
     at.selectbox(key="head").set_value(1).run()
     assert not at.exception and any(m.value.startswith("**Pattern:") for m in at.markdown)
 

@@ -316,7 +316,8 @@ def test_one_known_model_spelt_two_ways_is_one_cache_entry(monkeypatch):
     from app.server import cache
 
     asked = []
-    monkeypatch.setattr(cache, "model_cache", lambda: type("C", (), {"get": lambda self, key, load: asked.append(key)})())
+    recorder = type("Recorder", (), {"get": lambda self, key, load: asked.append(key)})()
+    monkeypatch.setattr(cache, "model_cache", lambda: recorder)
     for name in ("demo-bert", "Demo-BERT", " DEMO-BERT "):
         cache.load_model(name)
     assert asked == [("demo-bert", ())] * 3
