@@ -61,8 +61,9 @@ def long_probe(tokenizer, tokens: int) -> str:
     while len(tokenizer(text, verbose=False)["input_ids"]) < tokens:
         text += (" " if text else "") + sentences[i % len(sentences)]
         i += 1
-    offsets = tokenizer(text, return_offsets_mapping=True, verbose=False)["offset_mapping"][:tokens]
-    return text[:max(end for _, end in offsets)]
+    words = tokens - tokenizer.num_special_tokens_to_add()  # [CLS] ... [SEP], or a BOS: the tokenizer adds them
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+    return text[:offsets[words - 1][1]]
 
 
 def plain_seconds(model, tokenizer, text, tokens: int) -> float:

@@ -374,3 +374,17 @@ def test_an_upload_that_cannot_be_stored_keeps_the_one_before(bert_zip, monkeypa
     monkeypatch.setattr(uploads.Staged, "add", real_add)
     at.button(key="diag_run").click().run()
     assert not at.exception and not _errors(at) and at.subheader
+
+
+def test_the_neuron_view_reads_the_model_its_result_came_from(monkeypatch):
+    """It loaded the source's files as they are now, which may be newer than the maps it is drawn beside."""
+    from app.server import cache
+    from app.views import bertviz_ui
+
+    asked = []
+    import torch
+
+    monkeypatch.setattr(cache, "load_model", lambda *key: asked.append(key) or LoadedModel(torch.nn.Linear(1, 1), None))
+    result = type("Result", (), {"encoder": None})()
+    bertviz_ui.neuron_view_ui("t_", "id", result, 0, 0, "model", ("/models/bert", (("config.json", 2, 7),)))
+    assert asked == [("/models/bert", (("config.json", 2, 7),))]

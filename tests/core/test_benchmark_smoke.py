@@ -29,3 +29,16 @@ def test_full_benchmark(capsys):
     """The documented run (tens of minutes on 2 cores): prints the table of docs/streaming.md."""
     assert long_inputs.main([]) == 0
     print(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("build", ["bpe_tokenizer", "wordpiece_tokenizer"])
+def test_the_diagnosis_benchmark_probe_is_exactly_the_asked_tokens(build):
+    """The plain forward read the first 2,048 tokens and the diagnosis all of the text: SmolLM2 read 2,109."""
+    import copy
+
+    import tiny
+    from benchmarks.diagnose import long_probe
+
+    tokenizer = copy.deepcopy(getattr(tiny, build)())  # the cached one keeps its limit
+    tokenizer.model_max_length = 10**6
+    assert len(tokenizer(long_probe(tokenizer, 300), verbose=False)["input_ids"]) == 300
