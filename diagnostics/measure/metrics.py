@@ -70,7 +70,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from core.errors import InputError
-from core.extraction.scratch import Scratch, buffer
+from core.extraction.scratch import Scratch
 from diagnostics.measure import row_stats
 from diagnostics.measure.row_stats import OFFSETS
 
@@ -211,7 +211,7 @@ class MetricAccumulator:
             "confidence": top[..., 0],
             "topk_mass": top.sum(-1),
             "special_mass": a @ special if special is not None else a.new_zeros(a.shape[:-1]),
-            "mean_distance": row_stats.mean_distance(a, pos, self.scratch),
+            "mean_distance": row_stats.mean_distance(a, pos, self.scratch, self.causal),
         }  # each (..., qc)
         for name, x in per_row.items():
             s[name] += x.double() @ (w_topk if name == "topk_mass" else w)  # (...)
@@ -242,7 +242,8 @@ class MetricAccumulator:
         h = per_row["entropy"] * torch.log(n.clamp(min=2).to(a.dtype))  # (..., qc)
         h_r = (h + (on_sinks * on_sinks.clamp(min=torch.finfo(a.dtype).tiny).log()).sum(-1)) / keep + keep.log()
         s["rest_entropy"] += ((h_r / torch.log(n_r.clamp(min=2).to(a.dtype))).clamp(0, 1)).double().mul(w_r).sum(-1)
-        dist = (pos.unsqueeze(1) - torch.nonzero(sinks).flatten().unsqueeze(0)).abs().to(a.dtype)  # (qc, S)
+        sink_keys = torch.nonzero(sinks).flatten()  # (S,)
+        dist = (pos.unsqueeze(1) - sink_keys.unsqueeze(0)).abs().to(a.dtype)  # (qc, S)
         far = (per_row["mean_distance"] - (on_sinks * dist).sum(-1)) / keep  # (..., qc)
         s["rest_mean_distance"] += far.double().mul(w_r).sum(-1)
         diag, ok = row_stats.diagonal_mass(a, pos, valid_r)  # (..., qc, 7), (qc, 7)
@@ -251,15 +252,17 @@ class MetricAccumulator:
         s["rest_col"][..., :width] += (base.to(a.dtype) @ a).double()  # (..., width)
         s["rest_audience"][..., :width] += w_r.unsqueeze(-2) @ valid_r.double()  # (..., 1, width)
         s["rest_uniform"][..., :width] += (w_r / n_r.clamp(min=1)).unsqueeze(-2) @ valid_r.double()
-        rest = torch.mul(a, ~sinks, out=buffer(self.scratch, "rest", a.shape, a)).div_(keep.unsqueeze(-1))
         # a key belongs to a segment when it gets at least half the weight of a key of the row's
         # effective width exp(H'); 1/n' (uniform) when that is more
         baseline = torch.maximum(0.5 * torch.exp(-h_r), 1.0 / n_r.clamp(min=1).to(a.dtype))  # (..., qc)
         # a segment must be flat: take the strongest key off twice, except in rows of at most
         # SHORT_ROW keys, where two or three keys are all a segment can be
         peaks = torch.where(n_r > SHORT_ROW, 2.0, 1.0).to(a)  # (qc,)
-        block = row_stats.local_run_mass(rest, pos, valid_r, n_r, self.scratch, baseline, peaks)  # (..., qc)
-        s["block_score"] += block.double().mul(w_r).sum(-1)
+        # the block score of the rest (a / keep off the sinks) is that of ``a`` off the sinks, scaled by
+        # 1 / keep (``run_score`` is linear), and its weight is base * keep: no renormalised copy of the chunk
+        x = row_stats.excess(a, valid_r, baseline * keep, self.scratch, ignore=sink_keys)  # (..., qc, K)
+        block = row_stats.run_score(x, pos, width, self.scratch, peaks)  # (..., qc), times keep
+        s["block_score"] += block.double() @ base
 
     def _zeros(self, a):
         batch, dev = a.shape[:-2], a.device

@@ -99,11 +99,35 @@ def top_k_weights(a, k):
     return candidates.topk(k, dim=-1).values  # (..., qc, k)
 
 
-def mean_distance(a, positions, scratch=None):
-    """Expected distance ``sum_j a_ij |pos_i - j|`` of each row, in tokens. ``(..., qc)``."""
-    keys = torch.arange(a.shape[-1], device=a.device)  # (k,)
-    dist = (positions.unsqueeze(1) - keys.unsqueeze(0)).abs().to(a.dtype)  # (qc, k)
+def mean_distance(a, positions, scratch=None, causal=False):
+    """Expected distance ``sum_j a_ij |pos_i - j|`` of each row, in tokens. ``(..., qc)``.
+
+    ``causal``: ``a`` is zero on keys after each row's position, so ``|pos_i - j| = pos_i - j`` wherever it
+    is not, and the sum is ``pos_i * sum_j a_ij - sum_j a_ij j``: two products with a vector instead of a
+    product with a ``[qc, k]`` distance matrix (a fifth of the time).
+    """
+    keys = torch.arange(a.shape[-1], device=a.device, dtype=a.dtype)  # (k,)
+    if causal:
+        moments = a @ torch.stack([torch.ones_like(keys), keys], dim=-1)  # (..., qc, 2): mass, mean key
+        return (positions.to(a.dtype) * moments[..., 0] - moments[..., 1]).clamp(min=0)  # (..., qc)
+    dist = (positions.unsqueeze(1).to(a.dtype) - keys.unsqueeze(0)).abs()  # (qc, k)
     return torch.mul(a, dist, out=buffer(scratch, "temp", a.shape, a)).sum(-1)  # (..., qc)
+
+
+def excess(a, valid, baseline, scratch=None, ignore=None):
+    """Each row's weights above its baseline on the keys it may see, 0 elsewhere: ``(..., qc, K)``.
+
+    ``K`` is ``n_keys`` padded to whole blocks of ``_Blocks`` (the padding is 0). ``a`` must be 0 on keys
+    ``valid`` leaves out, except the keys listed in ``ignore`` (long ``(m,)``), which are zeroed here:
+    one fused pass over the chunk instead of building ``valid * baseline`` and subtracting it.
+    """
+    n_keys = a.shape[-1]
+    x = buffer(scratch, "excess", (*a.shape[:-1], _Blocks(n_keys, a.device).padded), a)  # (..., qc, K)
+    x[..., n_keys:] = 0  # keys past n_keys count as invalid keys do
+    torch.addcmul(a, valid.to(a.dtype), baseline.unsqueeze(-1), value=-1.0, out=x[..., :n_keys])
+    if ignore is not None and ignore.numel():
+        x.index_fill_(-1, ignore, 0.0)
+    return x
 
 
 def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1):
@@ -119,6 +143,16 @@ def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1)
     uniform block of width w. This is the row-local form of a block score:
     inside a segment (phrase, sentence A/B) each token spreads its mass over
     the segment around it. ``(..., qc)``.
+    """
+    if baseline is None:
+        baseline = 1.0 / n.clamp(min=1).to(a.dtype)  # (qc,) the uniform share
+    return run_score(excess(a, valid, baseline, scratch), positions, a.shape[-1], scratch, peaks)
+
+
+def run_score(x, positions, n_keys, scratch=None, peaks=1):
+    """``local_run_mass`` of rows of excess weights ``x [..., qc, K]`` (from ``excess``). ``(..., qc)``.
+
+    The score is linear in ``x``: rows scaled by a positive factor score that factor times as much.
 
     With prefix sums ``s_j = x_0 + ... + x_j`` (and ``s_-1 = 0``), the total is
     ``max_{j>=p} s_j - min_{-1<=j<p} s_j``; ``hi`` is the first maximum, ``lo``
@@ -126,15 +160,8 @@ def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1)
     minima/maxima and the few blocks holding p, lo and hi are searched; see
     ``_Blocks``.
     """
-    n_keys = a.shape[-1]
     p = positions.clamp(0, n_keys - 1)  # (qc,)
-    if baseline is None:
-        baseline = 1.0 / n.clamp(min=1).to(a.dtype)  # (qc,) the uniform share
-    u = valid.to(a.dtype) * baseline.unsqueeze(-1)  # (..., qc, k)
-    blocks = _Blocks(n_keys, a.device)
-    x = buffer(scratch, "excess", (*a.shape[:-1], blocks.padded), a)  # (..., qc, K)
-    x[..., n_keys:] = 0  # keys past n_keys count as invalid keys do
-    torch.sub(a, u, out=x[..., :n_keys])
+    blocks = _Blocks(n_keys, x.device)
     s = torch.cumsum(x, -1, out=buffer(scratch, "prefix", x.shape, x))  # (..., qc, K)
     low, lo = blocks.last_min_before(s, p)  # (..., qc) each
     high, hi = blocks.first_max_from(s, p)  # (..., qc) each
