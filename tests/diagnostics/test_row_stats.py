@@ -94,6 +94,28 @@ def test_mean_distance_counts_tokens():
     torch.testing.assert_close(row_stats.mean_distance(attn, torch.tensor([1, 2])), torch.tensor([[1.0, 0.0]]))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_mean_distance_of_causal_rows_from_moments_equals_the_distance_sum(causal):
+    g = torch.Generator().manual_seed(1)
+    positions, n_keys = torch.arange(30, 50), 50  # a chunk of rows 30 .. 49 of a 50-key map
+    attn, _ = rows("peaked", 3, positions, n_keys, causal, torch.ones(n_keys, dtype=torch.bool), g)
+    dist = (positions.unsqueeze(1) - torch.arange(n_keys)).abs().double()  # (qc, k)
+    expected = (attn.double() * dist).sum(-1).float()  # (H, qc)
+    torch.testing.assert_close(row_stats.mean_distance(attn, positions, causal=causal), expected)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("start", [0, 7, 40])  # the first chunk, a middle one, rows past the last key
+def test_key_audience_equals_the_weighted_sum_of_the_valid_mask(causal, start):
+    g = torch.Generator().manual_seed(start)
+    n_keys, positions = 45, torch.arange(start, start + 12)  # (qc,)
+    key_ok = torch.rand(n_keys, generator=g) > 0.2  # padding keys
+    weights = torch.rand(3, 12, generator=g, dtype=torch.float64)  # (H, qc)
+    valid = row_stats.valid_keys(positions, n_keys, causal, key_ok)  # (qc, k)
+    expected = weights @ valid.double()  # (H, k)
+    torch.testing.assert_close(row_stats.key_audience(weights, positions, key_ok, causal), expected)
+
+
 def test_scratch_reuses_memory_by_name_and_grows():
     scratch, like = Scratch(), torch.zeros(1)
     first = scratch.get("a", (2, 3), like)
