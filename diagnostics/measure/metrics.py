@@ -188,18 +188,23 @@ class MetricAccumulator:
         no_padding = self.padding is None
         padding = torch.zeros(self.n_keys, dtype=torch.bool, device=dev) if no_padding else self.padding.to(dev)
         # Keys after ``width`` are invalid for every row of a causal chunk: leave them out of every reduction.
-        valid = row_stats.valid_keys(pos, width, self.causal, ~padding[:width])  # (qc, width)
+        key_ok = ~padding[:width]  # (width,)
+        valid = row_stats.valid_keys(pos, width, self.causal, key_ok)  # (qc, width)
         query_ok = ~padding[pos.clamp(max=self.n_keys - 1)] & (pos < self.n_keys)  # (qc,)
         w, n = row_stats.row_weights(valid, query_ok)  # (qc,), (qc,)
         a = chunk.detach()[..., :width].float()  # (..., qc, width)
         logits = None if logits is None else logits.detach()[..., :width].float()  # (..., qc, width)
         if _has_hidden_mass(a, valid):  # e.g. padded queries: zero what they may not see; the logits no longer fit
             a, logits = torch.where(valid, a, 0.0), None  # (..., qc, width)
-        self._add(a, pos, valid, w, n, logits, query_ok)
+        self._add(a, pos, (valid, query_ok, key_ok), w, n, logits)
 
-    def _add(self, a, pos, valid, w, n, logits=None, query_ok=None):
-        """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64."""
+    def _add(self, a, pos, rows, w, n, logits=None):
+        """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64.
+
+        rows: which keys each row may see ``(qc, width)``, which rows count ``(qc,)``, which keys are not
+        padding ``(width,)``."""
         s = self._sums or self._zeros(a)
+        valid, _, key_ok = rows
         width = a.shape[-1]
         w_topk = w * (n > self.top_k)  # (qc,)
         special = self.special[:width].to(a) if self.special is not None else None
@@ -221,16 +226,15 @@ class MetricAccumulator:
         s["diag"] += (diag.double() * w.unsqueeze(1)).sum(-2)  # (..., 7)
         s["diag_w"] += (ok.double() * w.unsqueeze(1)).sum(0)  # (7,)
         s["col"][..., :width] += (w.to(a.dtype) @ a).double()  # (..., width)
-        key_ok = self._key_ok(width, a.device)  # (width,)
         audience = row_stats.key_audience(torch.stack([w, w / n.clamp(min=1)]), pos, key_ok, self.causal)
         s["audience"][:width] += audience[0]  # (width,)
         s["col_uniform"][:width] += audience[1]  # (width,)
-        self._add_rest(s, a, pos, (valid, query_ok if query_ok is not None else pos < self.n_keys), w, n, per_row)
+        self._add_rest(s, a, pos, rows, w, n, per_row)
         self._sums = s
 
     def _add_rest(self, s, a, pos, rows, w, n, per_row):
         """The sink-factored sums: each row's non-sink mass renormalised, weighted by that mass."""
-        width, (valid, query_ok) = a.shape[-1], rows  # (qc, width), (qc,)
+        width, (valid, query_ok, key_ok) = a.shape[-1], rows  # (qc, width), (qc,), (width,)
         sinks = self.sinks[:width].to(a.device)  # (width,)
         on_sinks = a[..., sinks]  # (..., qc, S)
         sink = on_sinks.sum(-1)  # (..., qc)
@@ -253,7 +257,7 @@ class MetricAccumulator:
         s["rest_diag_w"] += w_r.unsqueeze(-2) @ ok.double()  # (..., 1, 7)
         s["rest_col"][..., :width] += (base.to(a.dtype) @ a).double()  # (..., width)
         audience = row_stats.key_audience(torch.stack([w_r, w_r / n_r.clamp(min=1)], dim=-2), pos,
-                                          self._key_ok(width, a.device) & ~sinks, self.causal)  # (..., 2, width)
+                                          key_ok & ~sinks, self.causal)  # (..., 2, width)
         s["rest_audience"][..., :width] += audience[..., :1, :]  # (..., 1, width)
         s["rest_uniform"][..., :width] += audience[..., 1:, :]  # (..., 1, width)
         # a key belongs to a segment when it gets at least half the weight of a key of the row's
@@ -267,12 +271,6 @@ class MetricAccumulator:
         x = row_stats.excess(a, valid_r, baseline * keep, self.scratch, ignore=sink_keys)  # (..., qc, K)
         block = row_stats.run_score(x, pos, width, self.scratch, peaks)  # (..., qc), times keep
         s["block_score"] += block.double() @ base
-
-    def _key_ok(self, width, device):
-        """The first ``width`` keys that are not padding: bool ``(width,)``."""
-        if self.padding is None:
-            return torch.ones(width, dtype=torch.bool, device=device)
-        return ~self.padding[:width].to(device)
 
     def _zeros(self, a):
         batch, dev = a.shape[:-2], a.device

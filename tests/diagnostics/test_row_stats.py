@@ -95,7 +95,7 @@ def test_mean_distance_counts_tokens():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_mean_distance_of_causal_rows_from_moments_equals_the_distance_sum(causal):
+def test_mean_distance_equals_the_distance_sum_with_or_without_the_causal_shortcut(causal):
     g = torch.Generator().manual_seed(1)
     positions, n_keys = torch.arange(30, 50), 50  # a chunk of rows 30 .. 49 of a 50-key map
     attn, _ = rows("peaked", 3, positions, n_keys, causal, torch.ones(n_keys, dtype=torch.bool), g)
