@@ -58,18 +58,23 @@ def compare(name: str, tokens: int, rows: int) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["minilm", "smollm2"], choices=["minilm", "smollm2"])
-    parser.add_argument("--tokens", nargs="+", type=int, default=[512, 1024])
-    parser.add_argument("--rows", type=int, default=None, help="rows sampled per layer (default: JS_ROWS)")
-    args = parser.parse_args(argv)
     from diagnostics.measure.redundancy import JS_ROWS
 
-    rows = args.rows or JS_ROWS
-    print("| model | tokens | rows sampled | pairs | max abs. error | mean abs. error | pairs < 0.1 (exact) "
-          "| pairs on the other side of 0.1 |\n|---|---|---|---|---|---|---|---|", flush=True)
-    for name, tokens in zip(args.models, args.tokens):
-        print(compare(name, tokens, rows), flush=True)
+    header = ("| model | tokens | rows sampled | pairs | max abs. error | mean abs. error | pairs < 0.1 (exact) "
+              "| pairs on the other side of 0.1 |\n|---|---|---|---|---|---|---|---|")
+    return sampling_main(argv, __doc__, compare, ["minilm", "smollm2"], [512, 1024], JS_ROWS, header)
+
+
+def sampling_main(argv, doc: str, compare, models: list, tokens: list, rows: int, header: str) -> int:
+    """The command line of a row-sampling benchmark: ``compare(model, tokens, rows)`` row by row under ``header``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=models, choices=["minilm", "smollm2"])
+    parser.add_argument("--tokens", nargs="+", type=int, default=tokens)
+    parser.add_argument("--rows", type=int, default=rows, help=f"rows sampled per map (default: {rows})")
+    args = parser.parse_args(argv)
+    print(header, flush=True)
+    for name, length in zip(args.models, args.tokens):
+        print(compare(name, length, args.rows), flush=True)
     return 0
 
 

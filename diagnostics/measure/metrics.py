@@ -38,7 +38,10 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
 - ``block_score``: mean excess mass (above uniform) of the best contiguous
   stretch of keys around the query, beyond its single strongest key
   (``row_stats.local_run_mass``), on the sink-factored rows (below);
-  Kovaleva et al. 2019's "block" pattern (attention within a segment).
+  Kovaleva et al. 2019's "block" pattern (attention within a segment). The
+  one metric read off a sample of rows: maps of more than ``BLOCK_ROWS`` keys
+  are measured on every ``ceil(n / BLOCK_ROWS)``-th query position (the same
+  rows chunked or whole).
 - ``special_mass``: mean mass on keys marked special ([CLS], [SEP], ...); 0 when
   none are marked. Clark et al. 2019 Sec. 3.2.
 - ``mean_distance``: mean expected |query - key| in tokens (Vig & Belinkov 2019,
@@ -100,6 +103,11 @@ SINK_LENGTH_POWER = 0.5
 # Rows with at most this many non-sink keys take a block's strongest key off once, longer rows twice
 # (``row_stats.local_run_mass``): synthetic blocks of 4-8 tokens are segments of 2-4 keys.
 SHORT_ROW = 8
+# The block score is measured on at most about this many query rows of a map, evenly spaced (every
+# ``ceil(n_keys / BLOCK_ROWS)``-th position, as the head similarity's ``JS_ROWS``): maps up to this long
+# are measured on every row. Its search is half the cost of all the metrics; the error of the subsample
+# is in docs/streaming.md.
+BLOCK_ROWS = 512
 
 
 @dataclass
@@ -156,11 +164,13 @@ class MetricAccumulator:
     are the last q tokens). Chunks may come in any order, each row once.
     scratch: where chunk-sized temporaries live (``core.extraction.scratch.Scratch``); the
     accumulators of one computation may share one, e.g. every layer's.
+    block_rows: the block score is measured on every ``ceil(n_keys / block_rows)``-th query position.
     """
 
     def __init__(self, n_keys, causal, special=None, padding=None, query_offset=0, top_k=DEFAULT_TOP_K,
-                 scratch=None):
+                 scratch=None, block_rows=BLOCK_ROWS):
         self.n_keys, self.causal, self.query_offset, self.top_k = n_keys, bool(causal), query_offset, top_k
+        self.block_stride = max(1, math.ceil(n_keys / block_rows))
         self.scratch = Scratch() if scratch is None else scratch
         self.special = _key_mask(special, n_keys, "special")
         self.padding = _key_mask(padding, n_keys, "padding")
@@ -260,22 +270,32 @@ class MetricAccumulator:
                                           key_ok & ~sinks, self.causal)  # (..., 2, width)
         s["rest_audience"][..., :width] += audience[..., :1, :]  # (..., 1, width)
         s["rest_uniform"][..., :width] += audience[..., 1:, :]  # (..., 1, width)
+        self._add_block(s, a, pos, valid_r, (base, keep, n_r, h_r), sink_keys)
+
+    def _add_block(self, s, a, pos, valid_r, rest_rows, sink_keys):
+        """The block score of the rest, the costliest row statistic (a maximum-subarray search), on every
+        ``block_stride``-th row. rest_rows: each row's ``base`` weight ``(qc,)``, non-sink mass ``keep`` ``(..., qc)``,
+        non-sink keys ``n_r`` ``(qc,)`` and rest entropy in nats ``h_r`` ``(..., qc)``."""
+        pick = _every(int(pos[0]) if pos.numel() else 0, pos.numel(), self.block_stride)  # a slice of rows
+        base, keep, n_r, h_r = (x[..., pick] for x in rest_rows)  # (qc',) / (..., qc')
         # a key belongs to a segment when it gets at least half the weight of a key of the row's
         # effective width exp(H'); 1/n' (uniform) when that is more
-        baseline = torch.maximum(0.5 * torch.exp(-h_r), 1.0 / n_r.clamp(min=1).to(a.dtype))  # (..., qc)
+        baseline = torch.maximum(0.5 * torch.exp(-h_r), 1.0 / n_r.clamp(min=1).to(a.dtype))  # (..., qc')
         # a segment must be flat: take the strongest key off twice, except in rows of at most
         # SHORT_ROW keys, where two or three keys are all a segment can be
-        peaks = torch.where(n_r > SHORT_ROW, 2.0, 1.0).to(a)  # (qc,)
+        peaks = torch.where(n_r > SHORT_ROW, 2.0, 1.0).to(a)  # (qc',)
         # the block score of the rest (a / keep off the sinks) is that of ``a`` off the sinks, scaled by
-        # 1 / keep (``run_score`` is linear), and its weight is base * keep: no renormalised copy of the chunk
-        x = row_stats.excess(a, valid_r, baseline * keep, self.scratch, ignore=sink_keys)  # (..., qc, K)
-        block = row_stats.run_score(x, pos, width, self.scratch, peaks)  # (..., qc), times keep
+        # 1 / keep (``run_score`` is linear), and its weight is base * keep: no renormalised copy of the chunk;
+        # ``block`` is that score times keep
+        x = row_stats.excess(a[..., pick, :], valid_r[pick], baseline * keep, self.scratch, ignore=sink_keys)
+        block = row_stats.run_score(x, pos[pick], a.shape[-1], self.scratch, peaks, self.causal)  # (..., qc')
         s["block_score"] += block.double() @ base
+        s["w_block"] += keep.double() @ base
 
     def _zeros(self, a):
         batch, dev = a.shape[:-2], a.device
         z = {name: torch.zeros(batch, dtype=torch.float64, device=dev)
-             for name in _ROW_METRICS + _REST_METRICS + ("w_rest",)}
+             for name in _ROW_METRICS + _REST_METRICS + ("w_rest", "w_block")}
         for name in ("w", "w_topk"):
             z[name] = torch.zeros((), dtype=torch.float64, device=dev)
         z["diag"] = torch.zeros(*batch, len(OFFSETS), dtype=torch.float64, device=dev)
@@ -319,6 +339,7 @@ class MetricAccumulator:
     def _finalize_rest(self, s):
         w_r = s["w_rest"].clamp(min=1e-12)  # (...)
         out = {name: (s[name] / w_r).float() for name in _REST_METRICS if name != "sink_mass"}
+        out["block_score"] = (s["block_score"] / s["w_block"].clamp(min=1e-12)).float()
         out["sink_mass"] = (s["sink_mass"] / s["w"].clamp(min=1e-12)).float()
         n_valid = self.n_keys - (0 if self.padding is None else int(self.padding.sum()))
         out["sink_level"] = sink_level(out["sink_mass"], n_valid)
@@ -365,6 +386,12 @@ def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_T
     for start in range(0, q, rows):
         acc.update(attn[..., start:start + rows, :], start)
     return acc.finalize()
+
+
+def _every(first_pos, rows, stride):
+    """The rows of a chunk of ``rows`` consecutive positions from ``first_pos`` whose position is a multiple
+    of ``stride``, as a slice."""
+    return slice((-first_pos) % stride, rows, stride)
 
 
 def _has_hidden_mass(a, valid):

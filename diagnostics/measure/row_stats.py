@@ -146,7 +146,7 @@ def excess(a, valid, baseline, scratch=None, ignore=None):
     return x
 
 
-def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1):
+def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1, causal=False):
     """Excess mass of the best contiguous stretch of keys around each query, beyond its strongest key.
 
     Excess weight is ``x_ij = a_ij - 1/n`` (above uniform; 0 on keys that are
@@ -158,14 +158,14 @@ def local_run_mass(a, positions, valid, n, scratch=None, baseline=None, peaks=1)
     for a one-hot diagonal or a far-away sink, ``1 - w/n - 1/w + 1/n`` for a
     uniform block of width w. This is the row-local form of a block score:
     inside a segment (phrase, sentence A/B) each token spreads its mass over
-    the segment around it. ``(..., qc)``.
+    the segment around it. ``causal``: no row sees a key after its own position (``run_score``). ``(..., qc)``.
     """
     if baseline is None:
         baseline = 1.0 / n.clamp(min=1).to(a.dtype)  # (qc,) the uniform share
-    return run_score(excess(a, valid, baseline, scratch), positions, a.shape[-1], scratch, peaks)
+    return run_score(excess(a, valid, baseline, scratch), positions, a.shape[-1], scratch, peaks, causal)
 
 
-def run_score(x, positions, n_keys, scratch=None, peaks=1):
+def run_score(x, positions, n_keys, scratch=None, peaks=1, causal=False):
     """``local_run_mass`` of rows of excess weights ``x [..., qc, K]`` (from ``excess``). ``(..., qc)``.
 
     The score is linear in ``x``: rows scaled by a positive factor score that factor times as much.
@@ -174,13 +174,18 @@ def run_score(x, positions, n_keys, scratch=None, peaks=1):
     ``max_{j>=p} s_j - min_{-1<=j<p} s_j``; ``hi`` is the first maximum, ``lo``
     one past the last minimum. Keys are cut into blocks so that only per-block
     minima/maxima and the few blocks holding p, lo and hi are searched; see
-    ``_Blocks``.
+    ``_Blocks``. ``causal``: every row's excess is 0 after its own key p, so its prefix sums are flat from p
+    on and the maximum is ``s_p``, first reached at p: no search.
     """
     p = positions.clamp(0, n_keys - 1)  # (qc,)
     blocks = _Blocks(n_keys, x.device)
     s = torch.cumsum(x, -1, out=buffer(scratch, "prefix", x.shape, x))  # (..., qc, K)
     low, lo = blocks.last_min_before(s, p)  # (..., qc) each
-    high, hi = blocks.first_max_from(s, p)  # (..., qc) each
+    if causal:
+        hi = p.expand(s.shape[:-1])  # (..., qc)
+        high = s.gather(-1, hi.unsqueeze(-1)).squeeze(-1)  # (..., qc)
+    else:
+        high, hi = blocks.first_max_from(s, p)  # (..., qc) each
     lo, hi = lo.clamp(min=0), hi.clamp(min=0)  # a NaN row (a diverged head) matches no block: -1 was an IndexError
     strongest = blocks.max_between(x, lo, hi)  # (..., qc)
     score = (high - low - peaks * strongest.clamp(min=0)).clamp(min=0)  # (..., qc)

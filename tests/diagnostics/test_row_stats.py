@@ -41,7 +41,7 @@ def test_block_score_matches_its_definition(n_keys, causal, kind):
     positions = torch.unique(torch.randint(0, n_keys, (12,), generator=g))  # (qc,) rows anywhere in the map
     attn, valid = rows(kind, 2, positions, n_keys, causal, key_ok, g)
     _, n = row_stats.row_weights(valid, torch.ones(len(positions), dtype=torch.bool))
-    got = row_stats.local_run_mass(attn, positions, valid, n, Scratch())  # (H, qc)
+    got = row_stats.local_run_mass(attn, positions, valid, n, Scratch(), causal=causal)  # (H, qc)
     for h in range(attn.shape[0]):
         for i, p in enumerate(positions.tolist()):
             want = block_score_by_definition(attn[h, i].numpy(), p, valid[i].numpy())
