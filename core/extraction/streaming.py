@@ -4,8 +4,8 @@
 the eager kernel over whole maps. Here each layer computes softmax(QKᵀ·scale +
 mask) for a few query rows at a time, multiplies that chunk by V for the
 layer's output (so rows come out as the eager path computes them, and the
-weights are computed once), hands the chunk ``[heads, rows, k]`` to the layer's
-*consumer* (anything with ``update(chunk, q_start, logits)``, e.g.
+weights are computed once), hands the chunk ``[heads, rows, seen]`` (``seen``: up to the
+last key its rows can see) to the layer's *consumer* (anything with ``update(chunk, q_start, logits)``, e.g.
 ``diagnostics.measure.metrics.MetricAccumulator``) and drops it. Memory stays a few
 chunks above a plain forward pass; full maps are kept only for the ``(layer,
 head)`` pairs asked for. Causal layers skip the keys no row of a chunk can see.
@@ -51,11 +51,11 @@ CHUNK_FLOATS = 1 << 23
 
 class ChunkConsumer(Protocol):
     def update(self, chunk: torch.Tensor, q_start: int, logits: torch.Tensor) -> None:
-        """Take rows ``q_start .. q_start + rows - 1`` of one layer's maps, ``chunk [heads, rows, k]``.
+        """Take rows ``q_start .. q_start + rows - 1`` of one layer's maps, ``chunk [heads, rows, seen]``.
 
-        ``logits [heads, rows, seen]``: the finite scores whose softmax the
-        chunk is, shifted so each row's maximum is 0 (``seen`` ≤ k: the keys a
-        causal chunk can see), for consumers that want logs of the weights.
+        ``seen`` ≤ k: a causal chunk stops at the last key its last row sees (every weight after it is zero);
+        otherwise ``seen`` is every key. ``logits [heads, rows, seen]``: the finite scores whose softmax the
+        chunk is, shifted so each row's maximum is 0, for consumers that want logs of the weights.
         Both are buffers reused for the next rows: copy what must outlive the call.
         """
 
@@ -113,44 +113,40 @@ class _Stream:
         consumer = self.factory(layer, n_heads, k_len)
         self.consumers.append(consumer)
         heads = sorted(h for (l, h) in self.keep if l == layer and h < n_heads)
-        kept = torch.empty(len(heads), q_len, k_len, device=q.device) if heads else None  # (h, q, k)
+        kept = torch.zeros(len(heads), q_len, k_len, device=q.device) if heads else None  # (h, q, k)
         out = torch.empty(n_heads, q_len, v.shape[-1], device=q.device)  # (H, q, dv)
         rows = min(q_len, self.chunk_rows or max(1, self.chunk_floats // (n_heads * k_len)))
-        # One buffer per layer for the chunks handed on; causal chunks only write the keys they see,
-        # and those only grow, so the rest stays zero without refilling it.
-        chunk = torch.zeros(n_heads, rows, k_len, device=q.device)  # (H, rows, k)
         q = q * scale  # scaling Q, not every score
         for start in range(0, q_len, rows):
             stop = min(start + rows, q_len)
-            weights, logits = chunk_weights(q, k, mask, causal, start, stop, chunk[:, :stop - start],
-                                            self.scratch, softcap)  # (H, rows, seen) each
+            weights, logits = chunk_weights(q, k, mask, causal, start, stop, self.scratch, softcap)  # (H, rows, seen)
             if masked_rows_zero and mask is not None:
                 weights.masked_fill_(~_mask_rows(mask, start, stop)[..., :weights.shape[-1]].any(-1, keepdim=True), 0)
             out[:, start:stop] = torch.matmul(weights, v[:, :weights.shape[-1]])  # (H, rows, dv)
             if consumer is not None:
-                consumer.update(chunk[:, :stop - start], start, logits)
+                consumer.update(weights, start, logits)
             if kept is not None:
-                kept[:, start:stop] = chunk[heads, :stop - start]
+                kept[:, start:stop, :weights.shape[-1]] = weights[heads]
         if kept is not None:
             kept = kept.cpu()
             self.kept.update({(layer, h): kept[i] for i, h in enumerate(heads)})
         return out.unsqueeze(0).to(value.dtype)  # (1, H, q, dv)
 
 
-def chunk_weights(q, k, mask, causal: bool, start: int, stop: int, into: torch.Tensor,
-                  scratch: Scratch | None = None, softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q Kᵀ + mask) of query rows ``start:stop`` (Q already scaled), written into ``into``.
+def chunk_weights(q, k, mask, causal: bool, start: int, stop: int, scratch: Scratch | None = None,
+                  softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q Kᵀ + mask) of query rows ``start:stop`` (Q already scaled).
 
     With ``softcap``, the scores are first capped to ``softcap · tanh(scores / softcap)`` (Gemma 2, before the
     mask, as its eager attention does).
 
-    ``into`` is ``(H, rows, k)``. Returns the weights, its first ``seen`` keys
-    ``(H, rows, seen)``, and the scores they come from, shifted so that each
-    row's maximum is 0 (same shape, in ``scratch``; see ``shifted_softmax``).
+    Returns the weights of the first ``seen`` keys ``(H, rows, seen)`` and the
+    scores they come from, shifted so that each row's maximum is 0 (same shape;
+    both in ``scratch``, contiguous; see ``shifted_softmax``).
     ``mask``: None, bool (True = may attend) or additive float, broadcastable
     to ``(B, H, q, k)``. ``causal`` (with no mask): query i sees keys ≤ i + k −
-    q, and ``seen`` stops at the last key the chunk's last row sees (the keys
-    after it are left as they are: zero); otherwise ``seen`` is every key.
+    q, and ``seen`` stops at the last key the chunk's last row sees (every
+    row's weights after it are zero); otherwise ``seen`` is every key.
     Masked scores are set to the dtype's minimum, as transformers' eager path
     does, so no row turns to NaN and every score stays finite.
     """
@@ -171,7 +167,7 @@ def chunk_weights(q, k, mask, causal: bool, start: int, stop: int, into: torch.T
         rows, first = stop - start, start + k_len - q_len
         future = torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu(1)  # (rows, rows)
         scores[..., first:seen].masked_fill_(future[:, :seen - first], lowest)
-    return shifted_softmax(scores, into[..., :seen])
+    return shifted_softmax(scores, buffer(scratch, "weights", scores.shape, scores))
 
 
 def shifted_softmax(scores: torch.Tensor, into: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -173,14 +173,15 @@ def test_consumers_see_each_row_once_in_chunks():
 
     class Rows:
         def update(self, chunk, q_start, logits):
-            seen.append((q_start, chunk.shape[-2]))
+            seen.append((q_start, *chunk.shape[-2:]))  # a causal chunk stops at its last row's key
+            assert chunk.is_contiguous() and logits.shape == chunk.shape
             torch.testing.assert_close(chunk.sum(-1), torch.ones(chunk.shape[:-1]))
             torch.testing.assert_close(logits.softmax(-1), chunk[..., :logits.shape[-1]])
             assert torch.isfinite(logits).all() and (logits.amax(-1) == 0).all()
 
     streamed = stream_attention(tiny.tiny_gpt2(), random_ids(10), lambda layer, heads, keys: Rows(), chunk_rows=4)
     assert streamed.n_layers == 2 and streamed.n_heads == 4 and streamed.n_keys == 10
-    assert seen == [(0, 4), (4, 4), (8, 2)] * 2
+    assert seen == [(0, 4, 4), (4, 4, 8), (8, 2, 10)] * 2
 
 
 SIZE = dict(vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
