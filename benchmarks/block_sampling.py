@@ -14,34 +14,21 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.diagnose import long_probe, smollm2_model
-from benchmarks.js_sampling import minilm_model, sampling_main
-
-
-class _Both:
-    def __init__(self, exact, sampled):
-        self.exact, self.sampled = exact, sampled
-
-    def update(self, chunk, q_start, logits=None):
-        self.exact.update(chunk, q_start, logits)
-        self.sampled.update(chunk, q_start, logits)
+from benchmarks.diagnose import long_probe
+from benchmarks.js_sampling import sampling_main, sampling_model, stream_exact_and_sampled
 
 
 def compare(name: str, tokens: int, rows: int) -> str:
-    from core.extraction.streaming import stream_attention
     from diagnostics.classify.patterns import classify_metrics
     from diagnostics.measure.metrics import MetricAccumulator
     from diagnostics.streaming import model_is_causal, stack_metrics
 
-    model, tokenizer = minilm_model() if name == "minilm" else smollm2_model()
+    model, tokenizer = sampling_model(name)
     enc = tokenizer(long_probe(tokenizer, tokens), return_tensors="pt", return_special_tokens_mask=True)
     ids, special = enc["input_ids"][:, :tokens], enc["special_tokens_mask"][0, :tokens].bool()  # (1, T), (T,)
     causal, n = model_is_causal(model), ids.shape[1]
-    factory = lambda layer, heads, keys: _Both(MetricAccumulator(keys, causal, special, block_rows=10**9),
-                                               MetricAccumulator(keys, causal, special, block_rows=rows))
-    consumers = stream_attention(model, ids, factory).consumers
-    exact = stack_metrics([c.exact.finalize() for c in consumers])
-    sampled = stack_metrics([c.sampled.finalize() for c in consumers])
+    make = lambda keys, exact: MetricAccumulator(keys, causal, special, block_rows=10**9 if exact else rows)
+    exact, sampled = (stack_metrics(m) for m in stream_exact_and_sampled(model, ids, make, with_logits=True))
     diff = (sampled.block_score - exact.block_score).abs()
     labels = [[p.label for row in classify_metrics(m) for p in row] for m in (exact, sampled)]
     changed = sum(a != b for a, b in zip(*labels))

@@ -24,31 +24,46 @@ def minilm_model():
     return core.load_model("minilm")
 
 
+def sampling_model(name: str):
+    """The ``(model, tokenizer)`` a row-sampling benchmark runs on: "minilm" or "smollm2"."""
+    return minilm_model() if name == "minilm" else smollm2_model()
+
+
 class _Both:
-    def __init__(self, exact, sampled):
-        self.exact, self.sampled = exact, sampled
+    """One layer's consumer: every chunk to an exact and a sampled accumulator (the logits too, ``with_logits``)."""
+
+    def __init__(self, exact, sampled, with_logits):
+        self.exact, self.sampled, self.with_logits = exact, sampled, with_logits
 
     def update(self, chunk, q_start, logits=None):
-        self.exact.update(chunk, q_start)
-        self.sampled.update(chunk, q_start)
+        extra = (logits,) if self.with_logits else ()
+        self.exact.update(chunk, q_start, *extra)
+        self.sampled.update(chunk, q_start, *extra)
+
+
+def stream_exact_and_sampled(model, ids, make, with_logits=False):
+    """Stream ``ids`` through ``model`` into ``make(keys, exact=True)`` and ``make(keys, exact=False)`` per layer.
+
+    Returns the two lists of finalized results, one item a layer: ``(exact, sampled)``.
+    """
+    from core.extraction.streaming import stream_attention
+
+    factory = lambda layer, heads, keys: _Both(make(keys, True), make(keys, False), with_logits)
+    consumers = stream_attention(model, ids, factory).consumers
+    return [c.exact.finalize() for c in consumers], [c.sampled.finalize() for c in consumers]
 
 
 def compare(name: str, tokens: int, rows: int) -> str:
     import torch
 
-    from core.extraction.streaming import stream_attention
     from diagnostics.measure.redundancy import REDUNDANT_JS, PairwiseJS
     from diagnostics.streaming import model_is_causal
 
-    model, tokenizer = minilm_model() if name == "minilm" else smollm2_model()
+    model, tokenizer = sampling_model(name)
     ids = tokenizer(long_probe(tokenizer, tokens), return_tensors="pt")["input_ids"][:, :tokens]  # (1, T)
-    causal = model_is_causal(model)
-    n = ids.shape[1]
-    factory = lambda layer, heads, keys: _Both(PairwiseJS(keys, causal, max_rows=10**9),
-                                               PairwiseJS(keys, causal, max_rows=rows))
-    consumers = stream_attention(model, ids, factory).consumers
-    exact = torch.stack([c.exact.finalize() for c in consumers])  # (L, H, H)
-    sampled = torch.stack([c.sampled.finalize() for c in consumers])  # (L, H, H)
+    causal, n = model_is_causal(model), ids.shape[1]
+    make = lambda keys, exact: PairwiseJS(keys, causal, max_rows=10**9 if exact else rows)
+    exact, sampled = (torch.stack(m) for m in stream_exact_and_sampled(model, ids, make))  # (L, H, H) each
     upper = torch.ones_like(exact[0], dtype=torch.bool).triu(1).expand_as(exact)  # each pair once
     diff = (sampled - exact).abs()[upper]
     flipped = ((exact < REDUNDANT_JS) != (sampled < REDUNDANT_JS))[upper].sum()

@@ -52,3 +52,13 @@ def test_the_block_sampling_benchmark_compares_sampled_with_every_row():
     assert cells[:4] == ["minilm", "96", "3", "72"] and 0 < float(cells[4]) < 0.05, cells
     every = [c.strip() for c in compare("minilm", 96, 96).strip("|").split("|")]
     assert every[2] == "1" and float(every[4]) == 0 and every[7] == "0", every
+
+
+def test_the_js_sampling_benchmark_compares_sampled_with_every_row():
+    """On MiniLM (from its wheel), 96 tokens: 32 sampled rows against every row, over its 6 x 66 head pairs."""
+    from benchmarks.js_sampling import compare
+
+    cells = [c.strip() for c in compare("minilm", 96, 32).strip("|").split("|")]
+    assert cells[:4] == ["minilm", "96", "32", "396"] and 0 < float(cells[4]) < 0.1, cells
+    every = [c.strip() for c in compare("minilm", 96, 96).strip("|").split("|")]
+    assert float(every[4]) == 0 and every[7] == "0", every
