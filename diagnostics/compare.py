@@ -149,7 +149,8 @@ def compare(a, b, texts=None, device=None, progress=None, n_heads=None) -> Compa
     if model_a is model_b:  # one model object cannot stream twice at once; its distance to itself is 0
         distances = {part: torch.zeros(s["layers"], s["heads"]) for part, s in report_a.model["parts"].items()}
     elif streamed:
-        distances = {"self": _streamed_distances(model_a, model_b, tokenizer, texts)}
+        probes = [(p["text"], p["text_pair"]) for p in report_a.probes]  # what A read: its defaults if texts is None
+        distances = {"self": _streamed_distances(model_a, model_b, tokenizer, probes)}
     else:
         distances = _map_distances(report_a.samples, report_b.samples)
     heads = [head_change(ha, hb, float(distances[ha.part][ha.layer, ha.head]))

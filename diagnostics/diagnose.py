@@ -36,7 +36,7 @@ from diagnostics.measure.metrics import HeadMetrics, finite_head, head_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
-    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, fitting_probes, random_probe, read_lengths,
+    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, default_probes, fitting_probes, random_probe, read_lengths,
     repeated_probe, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
@@ -86,7 +86,8 @@ class Repeated:
 def diagnose(source, texts=None, device=None, progress=None, n_heads=None, stream=None) -> Report:
     """Diagnose ``source``: a ``(model, tokenizer)`` pair, a module, or anything ``core.load_model`` takes.
 
-    texts: probe strings or ``(text, text_pair)`` tuples (default: ``probes.DEFAULT_PROBES``).
+    texts: probe strings or ``(text, text_pair)`` tuples (default: ``probes.default_probes``: the 7 default
+    paragraphs, each twice as long for a decoder-only model).
     progress: optional ``callable(fraction, message)``, called as the work advances.
     n_heads: heads per layer, for a bare state dict whose weights do not say it.
     stream: stream the probes (``diagnostics.streaming``) instead of extracting whole maps; None (default)
@@ -98,7 +99,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     tell(0.0, "loading the model")
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
-    probes, unfit, fit_notes = fitting_probes(tokenizer, texts)
+    probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer))
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
     worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)

@@ -39,10 +39,10 @@ from diagnostics.reports.exports import strict_json, unwritable
 from diagnostics.texts import MONITOR_TEXTS
 
 SCHEMA = "attnscope.monitor/1"
-# One measurement of the 7 default probes on a 6-layer, 8-head GPT-2 (d 256)
-# costs 0.7 of its training steps at batch 16 × 128 tokens on the CPU (idle 2-core
-# machine; 0.2-1.4 under load with the shorter probes of before), so every 200 steps
-# costs ~0.3% of the training time: python -m benchmarks.monitor_overhead, docs/training.md.
+# One measurement of the 7 default probes (a decoder's, 290-353 tokens) on a 6-layer, 8-head GPT-2 (d 256)
+# costs 1.2 of its training steps at batch 16 × 128 tokens on the CPU (idle 2-core machine; 0.7 with the
+# encoders' 128-token probes), so every 200 steps costs ~0.6% of the training time:
+# python -m benchmarks.monitor_overhead, docs/training.md.
 DEFAULT_EVERY = 200
 # Heads near uniform this many steps in have not started to learn where to look.
 DEFAULT_UNIFORM_AFTER = 1000

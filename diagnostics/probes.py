@@ -18,6 +18,9 @@ is a paragraph of at most ``PROBE_MAX_TOKENS`` tokens with MiniLM's WordPiece (1
 with SmolLM2's byte-level BPE, 158-201 with the demo models' small vocabularies): on one
 sentence of 13-30 tokens a head's scores scatter about twice as far from probe to probe,
 and its pattern and roles change with the sentence (docs/classifier.md, "Stability").
+A decoder-only model reads ``CAUSAL_PROBES`` instead (``default_probes``): the same
+paragraphs, each going on with one more, 209-222 tokens with SmolLM2's BPE, where its
+labels are steadier; an encoder such as MiniLM was trained on at most 128 tokens.
 Per-head metrics are averaged over all of them, so one odd text cannot decide a finding.
 A caller's probe must be as long to be judged: below ``MIN_JUDGED_TOKENS`` healthy
 heads cross the findings' thresholds. ``fitting_probes`` keeps the probes that fit the
@@ -108,6 +111,44 @@ DEFAULT_PROBES = (
 # of its mass on the previous token at 128 tokens, 0.96 at 140, 0.78 at 256. A probe longer than that diagnoses
 # the model on inputs it never saw (tests/diagnostics/test_probe_fit.py keeps the default probes within it).
 PROBE_MAX_TOKENS = 128
+# Decoder-only language models are pretrained on whole context windows (GPT-2 1,024 tokens, SmolLM2 2,048), so a
+# paragraph twice as long is still their usual input, and a head's labels steady with the rows it adds: SmolLM2's
+# heads with the same pattern and roles on all 7 probes 0.804 -> 0.852, on 4 paragraphs of the real-model texts
+# 0.62 -> 0.72 at ~75 -> ~145 tokens (docs/classifier.md, "Stability"). Each default probe goes on with one more
+# paragraph of the same scene (the second text of a pair goes on); ``default_probes`` picks them.
+_CONTINUATIONS = (
+    "The next day the cat was back at the window before sunrise. A delivery van parked outside the bakery, and "
+    "two men carried trays of flour and sugar through the side door. The baker's daughter opened the shutters, "
+    "wrote the prices on a small blackboard and set it on the pavement. By eight o'clock there was a queue, and "
+    "the cat, bored at last, jumped down from the sill, stretched, and went to sleep on the warm kitchen chair.",
+    "A month later the new bicycle had a basket, a bell and a small light that her brother had fixed to the "
+    "handlebars. She began riding it to work instead of taking the bus, and found that the trip was faster when "
+    "the traffic was bad. Once a tyre went flat on the bridge and she had to push the bike the rest of the way, "
+    "but a kind man at the repair shop mended it in ten minutes and would not take any money for it.",
+    "When the sun finally set, the families packed up their blankets and walked slowly home along the river. "
+    "The children were tired and muddy, and one of them had lost a shoe in the pond. At home there were baths, "
+    "warm soup and arguments about bedtime. Outside the wind picked up again, the clouds came back from the "
+    "west, and by midnight the rain was falling once more on the empty paths and the dark water of the park.",
+    "I forgot to mention that the car needs petrol, and the neighbours asked if we could water their plants "
+    "while they are away next week. The key is under the blue pot by their door. Tomorrow morning the plumber "
+    "is coming at eight to look at the kitchen tap, so someone has to be here. Can you take the afternoon off, "
+    "or shall I ask my mother? Let me know before you leave the office, and do not forget the milk this time.",
+    "At the following meeting the report was presented to a full hall. Some residents welcomed the plans, "
+    "saying that the town had waited long enough for a proper library, while others asked why the money was not "
+    "being spent on roads and schools instead. The architect showed drawings of the reading rooms and the "
+    "garden behind the building. After two hours of discussion the committee agreed to hold a public vote in "
+    "the autumn, and the chairman thanked everyone for coming on such a cold night.",
+    "On weekends she visits the museum by the river, where old photographs of the mills hang in long rows. An "
+    "elderly guide, who worked in one of the mills as a boy, tells visitors about the noise of the machines, the "
+    "long hours and the songs the workers sang. She has started writing down his stories in a notebook, hoping "
+    "that one day she can put them together into a small book for the children of the town.",
+    "Thank you so much. I only hope the train is on time tonight, because my sister is waiting for me at the "
+    "other end and she will worry if I am late. The last time I travelled this way there was a storm, and we "
+    "waited for two hours in a small station with no heating and no coffee. Still, the view of the sea from the "
+    "window in the morning made up for it, and I have wanted to come back ever since.",
+)
+CAUSAL_PROBES = tuple(Probe(p.text, f"{p.text_pair} {more}") if p.text_pair else Probe(f"{p.text} {more}")
+                      for p, more in zip(DEFAULT_PROBES, _CONTINUATIONS))
 RANDOM_PROBES = 4  # probes of random token ids when there is no tokenizer
 MIN_PROBE_TOKENS = 4  # a random probe shorter than this says nothing about a head
 # Tokens in each copy of the repeated-sequence probe: TransformerLens's detector uses short random
@@ -156,11 +197,11 @@ def user_texts(texts):
     return list(texts) or None
 
 
-def as_probes(texts):
-    """User texts (strings or ``(text, pair)`` tuples) as ``Probe``s; None or [] gives the defaults."""
+def as_probes(texts, defaults=DEFAULT_PROBES):
+    """User texts (strings or ``(text, pair)`` tuples) as ``Probe``s; None or [] gives ``defaults``."""
     texts = user_texts(texts)
     if texts is None:
-        return list(DEFAULT_PROBES)
+        return list(defaults)
     return [Probe(*t) if isinstance(t, (tuple, list)) else Probe(t) for t in texts]
 
 
@@ -180,16 +221,27 @@ def probe_tokens(tokenizer, probe: Probe) -> int:
     return len(tokenizer(probe.text, probe.text_pair, verbose=False)["input_ids"])
 
 
-def fitting_probes(tokenizer, texts):
+def default_probes(model, tokenizer) -> tuple[Probe, ...]:
+    """``CAUSAL_PROBES`` for a decoder-only model that reads each of them whole, else ``DEFAULT_PROBES``."""
+    config = getattr(model, "config", None)
+    if tokenizer is None or config is None or not (is_causal_config(config) or getattr(config, "causal", False)):
+        return DEFAULT_PROBES
+    limit = max_positions(config, tokenizer)
+    if limit is not None and max(probe_tokens(tokenizer, p) for p in CAUSAL_PROBES) > limit:
+        return DEFAULT_PROBES
+    return CAUSAL_PROBES
+
+
+def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES):
     """``(probes, unfit, notes)``: the probes to run, whether some did not fit the vocabulary, and a note saying so.
 
-    ``texts`` as ``user_texts`` gives them (None: the default probes). Default probes below ``MIN_COVERAGE`` are
-    dropped (``diagnose`` adds in-vocabulary probes in their place); the caller's own texts are kept, and the
-    findings they give are capped at "warning".
+    ``texts`` as ``user_texts`` gives them (None: ``defaults``, the model's ``default_probes``). Default probes
+    below ``MIN_COVERAGE`` are dropped (``diagnose`` adds in-vocabulary probes in their place); the caller's own
+    texts are kept, and the findings they give are capped at "warning".
     """
     if tokenizer is None:
         return [], False, []
-    probes = as_probes(texts)
+    probes = as_probes(texts, defaults)
     check_probes(tokenizer, probes)  # before any is tokenized: an unreadable one is named ("probe 3 of 3: ...")
     coverage = [probe_coverage(tokenizer, p) for p in probes]
     low = [c for c in coverage if c < MIN_COVERAGE]

@@ -24,7 +24,8 @@ from app.names import display_name, upload_name
 from diagnostics.probes import MIN_JUDGED_TOKENS
 
 # What one Diagnose or Compare run may ask of a shared server: SmolLM2 diagnoses 10,000 characters (2,132
-# tokens) in 9.9 s here, so the cap is about a minute of its work; the default probes are 7 and 3,956 (two are pairs).
+# tokens) in 9.9 s here, so the cap is about a minute of its work; the default probes are 7 and 3,956
+# (6,925 a decoder's; two are pairs).
 MAX_PROBES = 40
 MAX_PROBE_CHARS = 50_000
 

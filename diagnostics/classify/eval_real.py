@@ -6,9 +6,10 @@ For each model of the evaluation set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct, d
   repeated-sequence probes, ``diagnose.ROLE_SEEDS``) on the texts of one half of ``real_truth.TEXTS``; each
   head's roles against the ground truth of the same half (``data/real_truth.json``, repeated
   seeds 1-3). Precision and recall pooled over the models.
-- stability: every head's pattern and role set on each of the 7 ``probes.DEFAULT_PROBES``
-  alone; a head is stable when all 7 agree (also: the mean share of probes giving the head's
-  majority label, and the share of probe pairs that agree). The same on texts the probes were
+- stability: every head's pattern and role set on each of the model's 7 default probes
+  (``probes.default_probes``: ``CAUSAL_PROBES`` for the decoders) alone; a head is stable when all
+  7 agree (also: the mean share of probes giving the head's majority label, and the share of probe
+  pairs that agree). The same on texts the probes were
   never chosen on: the 8 paragraphs of 4 consecutive texts of each half (``text_groups``). And the
   diagnosis itself: pattern and roles from the 16 tuning texts against those from the 16 held-out
   texts.
@@ -32,7 +33,7 @@ from diagnostics.classify.real_truth import DATA, HELDOUT, TEXTS, TUNING, real_m
 from diagnostics.classify.roles import SINK_MIN, head_roles, role_scores
 from diagnostics.diagnose import _repeated, _repeated_roles, diagnose_part, measure
 from diagnostics.measure.metrics import head_metrics
-from diagnostics.probes import DEFAULT_PROBES, Probe
+from diagnostics.probes import Probe, default_probes
 
 TARGET_ROLES = ("previous_token", "next_token", "induction", "sink")
 REPORTED_ROLES = TARGET_ROLES + ("self", "duplicate_token")
@@ -72,8 +73,9 @@ def text_groups(size=4):
             for half in (TUNING, HELDOUT) for start in range(0, len(half), size)]
 
 
-def stability(model, tokenizer, repeated, probes=DEFAULT_PROBES):
-    """Share of heads whose pattern / role set / both are the same on all ``probes`` alone."""
+def stability(model, tokenizer, repeated, probes=None):
+    """Share of heads whose pattern / role set / both are the same on all ``probes`` alone (None: the defaults)."""
+    probes = probes or default_probes(model, tokenizer)
     rep = _repeated_roles(repeated)
     labels, roles = [], []
     for probe in probes:

@@ -68,6 +68,21 @@ def test_long_probes_are_streamed_in_lockstep_and_agree_with_the_maps(monkeypatc
         assert a.js_distance == pytest.approx(b.js_distance, abs=1e-4)
 
 
+def test_default_probes_are_streamed_as_the_diagnoses_read_them(monkeypatch):
+    """A decoder's default probes are ``CAUSAL_PROBES``: the lockstep distances read them too, not the shorter
+    ones, so they equal the distances between the whole maps."""
+    tokenizer = copy.deepcopy(bpe_tokenizer())  # the cached one stays at 64 tokens
+    tokenizer.model_max_length = 1024
+    model = tiny_gpt2(1024)
+    other = qk_scaled(model, 3.0)
+    from_maps = compare((model, tokenizer), (other, tokenizer))
+    monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
+    streamed = compare((model, tokenizer), (other, tokenizer))
+    assert streamed.streamed and streamed.a.probes == from_maps.a.probes and len(from_maps.a.samples) == 7
+    for a, b in zip(from_maps.heads, streamed.heads):
+        assert a.js_distance == pytest.approx(b.js_distance, abs=1e-4)
+
+
 def test_a_model_that_cannot_stream_is_compared_on_whole_maps(monkeypatch):
     """GPT-Neo computes attention in its own code; with GPT-2 (same vocabulary) both are read on whole maps."""
     torch.manual_seed(0)

@@ -13,7 +13,8 @@ from diagnostics import diagnose
 from diagnostics.monitor import AttentionMonitor
 from core.checkpoints.registry import resolve_source
 from diagnostics.probes import (
-    DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe, probe_coverage,
+    CAUSAL_PROBES, DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe,
+    default_probes, probe_coverage, probe_tokens,
 )
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
@@ -64,6 +65,30 @@ def test_default_probes_stay_within_the_length_minilm_was_trained_on():
     minilm = AutoTokenizer.from_pretrained(resolve_source("minilm"))
     lengths = [len(minilm(p.text, p.text_pair)["input_ids"]) for p in DEFAULT_PROBES]  # [CLS] and [SEP]s included
     assert PROBE_MAX_TOKENS == 128 and max(lengths) <= PROBE_MAX_TOKENS and min(lengths) >= 100, lengths
+
+
+def long_bpe_tokenizer():
+    """The tiny BPE tokenizer with a limit of 1,024 tokens (a copy: the cached one stays at 64)."""
+    tokenizer = copy.deepcopy(bpe_tokenizer())
+    tokenizer.model_max_length = 1024
+    return tokenizer
+
+
+def test_decoders_read_each_default_probe_twice_as_long():
+    """A decoder-only LM is pretrained on whole context windows, so it gets ``CAUSAL_PROBES``: the same paragraphs,
+    each going on with one more (the second text of a pair goes on), where SmolLM2's labels are steadier
+    (their lengths with SmolLM2's tokenizer: test_real_model_findings)."""
+    for default, causal in zip(DEFAULT_PROBES, CAUSAL_PROBES):
+        assert causal.text.startswith(default.text) and (causal.text_pair or "").startswith(default.text_pair or "")
+        assert probe_coverage(bpe_tokenizer(), causal) == 1.0
+    assert default_probes(tiny_gpt2(1024), long_bpe_tokenizer()) is CAUSAL_PROBES
+    assert default_probes(tiny_gpt2(64), bpe_tokenizer()) is DEFAULT_PROBES  # cannot read them whole: cut as before
+    assert default_probes(tiny_gpt2(512), long_bpe_tokenizer()) is DEFAULT_PROBES  # 708-899 tiny-BPE tokens
+    assert default_probes(tiny_bert(512), wordpiece_tokenizer()) is DEFAULT_PROBES  # encoders: <= 128 tokens
+    report = diagnose((tiny_gpt2(1024), long_bpe_tokenizer()))
+    assert report.probes == [p.to_dict() for p in CAUSAL_PROBES] and not report.model["streamed"]
+    assert [r.attentions.shape[-1] for r in report.samples] == [probe_tokens(long_bpe_tokenizer(), p)
+                                                                for p in CAUSAL_PROBES]
 
 
 def test_unfit_default_probes_are_replaced_by_in_vocabulary_ones():

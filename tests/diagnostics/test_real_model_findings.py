@@ -12,7 +12,7 @@ import pytest
 import core
 from diagnostics import diagnose
 from diagnostics.findings import SATURATED_CONFIDENCE, SATURATED_ENTROPY
-from diagnostics.probes import DEFAULT_PROBES, RANDOM_LENGTH
+from diagnostics.probes import CAUSAL_PROBES, DEFAULT_PROBES, PROBE_MAX_TOKENS, RANDOM_LENGTH, probe_tokens
 from diagnostics.weights.weight_checks import SCORE_LIMIT
 from pathologies import copied_heads, scaled_qk
 
@@ -42,6 +42,19 @@ def test_healthy_models_get_no_error_and_no_warning(loaded):
     assert severe(report) == {}, name
     assert report.finding("weights_unavailable") is None  # SmolLM2's grouped K/V are read too
     assert report.finding("saturated_heads") is None
+
+
+def test_the_decoders_read_each_default_probe_twice_as_long(loaded):
+    """GPT-2-style decoders get ``CAUSAL_PROBES``, within a quarter of SmolLM2's 2,048 training tokens; MiniLM keeps
+    the probes within the 128 tokens it was trained on."""
+    name, (model, tokenizer), report = loaded
+    decoder = name in ("smollm2", "demo-gpt2")
+    assert report.probes == [p.to_dict() for p in (CAUSAL_PROBES if decoder else DEFAULT_PROBES)], name
+    short, long = ([probe_tokens(tokenizer, p) for p in probes] for probes in (DEFAULT_PROBES, CAUSAL_PROBES))
+    if name == "smollm2":
+        assert all(1.6 * s <= n <= 256 for s, n in zip(short, long)), (short, long)
+    if name == "minilm":
+        assert max(short) <= PROBE_MAX_TOKENS
 
 
 def test_healthy_models_without_their_tokenizer_get_no_warning_from_random_ids(loaded):
