@@ -6,6 +6,7 @@ built from configs (hidden 32, 2 layers, 4 heads). Shared by every test package.
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 
 import torch
@@ -49,6 +50,13 @@ def bpe_tokenizer(vocab_size: int = 300) -> GPT2TokenizerFast:
     tok.train_from_iterator(CORPUS, trainer)
     return GPT2TokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
                              unk_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=64)
+
+
+def long_bpe_tokenizer(limit: int = 1024) -> GPT2TokenizerFast:
+    """``bpe_tokenizer()`` with a limit of ``limit`` tokens: a copy, the cached one stays at 64."""
+    tokenizer = copy.deepcopy(bpe_tokenizer())
+    tokenizer.model_max_length = limit
+    return tokenizer
 
 
 # Tokens that are markup: each must show as these characters, never as a link, a comment or bold text.

@@ -11,7 +11,7 @@ from core.errors import InputError
 from diagnostics.compare import CHANGED_JS, LABEL_CHANGE_JS, compare, finding_changes, head_change
 from diagnostics.findings import Finding
 from diagnostics.reports.report import HeadReport
-from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
 BUILDS = {"bert": (tiny_bert, wordpiece_tokenizer), "gpt2": (tiny_gpt2, bpe_tokenizer)}
 
@@ -71,9 +71,7 @@ def test_long_probes_are_streamed_in_lockstep_and_agree_with_the_maps(monkeypatc
 def test_default_probes_are_streamed_as_the_diagnoses_read_them(monkeypatch):
     """A decoder's default probes are ``CAUSAL_PROBES``: the lockstep distances read them too, not the shorter
     ones, so they equal the distances between the whole maps."""
-    tokenizer = copy.deepcopy(bpe_tokenizer())  # the cached one stays at 64 tokens
-    tokenizer.model_max_length = 1024
-    model = tiny_gpt2(1024)
+    tokenizer, model = long_bpe_tokenizer(), tiny_gpt2(1024)
     other = qk_scaled(model, 3.0)
     from_maps = compare((model, tokenizer), (other, tokenizer))
     monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)

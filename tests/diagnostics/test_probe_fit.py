@@ -16,7 +16,7 @@ from diagnostics.probes import (
     CAUSAL_PROBES, DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe,
     default_probes, probe_coverage, probe_tokens,
 )
-from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
 # A word-level vocabulary without a single word of the English default probes.
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon "
@@ -65,13 +65,6 @@ def test_default_probes_stay_within_the_length_minilm_was_trained_on():
     minilm = AutoTokenizer.from_pretrained(resolve_source("minilm"))
     lengths = [len(minilm(p.text, p.text_pair)["input_ids"]) for p in DEFAULT_PROBES]  # [CLS] and [SEP]s included
     assert PROBE_MAX_TOKENS == 128 and max(lengths) <= PROBE_MAX_TOKENS and min(lengths) >= 100, lengths
-
-
-def long_bpe_tokenizer():
-    """The tiny BPE tokenizer with a limit of 1,024 tokens (a copy: the cached one stays at 64)."""
-    tokenizer = copy.deepcopy(bpe_tokenizer())
-    tokenizer.model_max_length = 1024
-    return tokenizer
 
 
 def test_decoders_read_each_default_probe_twice_as_long():
