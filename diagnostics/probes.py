@@ -19,8 +19,9 @@ with SmolLM2's byte-level BPE, 158-201 with the demo models' small vocabularies)
 sentence of 13-30 tokens a head's scores scatter about twice as far from probe to probe,
 and its pattern and roles change with the sentence (docs/classifier.md, "Stability").
 A decoder-only model reads ``CAUSAL_PROBES`` instead (``default_probes``): the same
-paragraphs, each going on with one more, 209-222 tokens with SmolLM2's BPE, where its
-labels are steadier; an encoder such as MiniLM was trained on at most 128 tokens.
+paragraphs, each going on with one more and a pair read as one text (a decoder has no
+sentence pairs), 209-222 tokens with SmolLM2's BPE, where its labels are steadier; an
+encoder such as MiniLM was trained on at most 128 tokens.
 Per-head metrics are averaged over all of them, so one odd text cannot decide a finding.
 A caller's probe must be as long to be judged: below ``MIN_JUDGED_TOKENS`` healthy
 heads cross the findings' thresholds. ``fitting_probes`` keeps the probes that fit the
@@ -115,7 +116,8 @@ PROBE_MAX_TOKENS = 128
 # paragraph twice as long is still their usual input, and a head's labels steady with the rows it adds: SmolLM2's
 # heads with the same pattern and roles on all 7 probes 0.804 -> 0.852, on 4 paragraphs of the real-model texts
 # 0.62 -> 0.72 at ~75 -> ~145 tokens (docs/classifier.md, "Stability"). Each default probe goes on with one more
-# paragraph of the same scene (the second text of a pair goes on); ``default_probes`` picks them.
+# paragraph of the same scene; ``default_probes`` picks them. A decoder has no sentence pairs (its tokenizer glues the
+# second text to the first, "them.Before"), so it reads a pair as one text.
 _CONTINUATIONS = (
     "The next day the cat was back at the window before sunrise. A delivery van parked outside the bakery, and "
     "two men carried trays of flour and sugar through the side door. The baker's daughter opened the shutters, "
@@ -147,8 +149,14 @@ _CONTINUATIONS = (
     "waited for two hours in a small station with no heating and no coffee. Still, the view of the sea from the "
     "window in the morning made up for it, and I have wanted to come back ever since.",
 )
-CAUSAL_PROBES = tuple(Probe(p.text, f"{p.text_pair} {more}") if p.text_pair else Probe(f"{p.text} {more}")
-                      for p, more in zip(DEFAULT_PROBES, _CONTINUATIONS))
+
+
+def _one_text(probe: Probe, more: str = "") -> Probe:
+    """``probe`` as one text going on with ``more``: a pair's two texts joined by a space."""
+    return Probe(" ".join(text for text in (probe.text, probe.text_pair, more) if text))
+
+
+CAUSAL_PROBES = tuple(_one_text(p, more) for p, more in zip(DEFAULT_PROBES, _CONTINUATIONS))
 RANDOM_PROBES = 4  # probes of random token ids when there is no tokenizer
 MIN_PROBE_TOKENS = 4  # a random probe shorter than this says nothing about a head
 # Tokens in each copy of the repeated-sequence probe: TransformerLens's detector uses short random
@@ -222,13 +230,14 @@ def probe_tokens(tokenizer, probe: Probe) -> int:
 
 
 def default_probes(model, tokenizer) -> tuple[Probe, ...]:
-    """``CAUSAL_PROBES`` for a decoder-only model that reads each of them whole, else ``DEFAULT_PROBES``."""
+    """``CAUSAL_PROBES`` for a decoder-only model that reads each of them whole, else ``DEFAULT_PROBES`` (a decoder
+    reads their pairs as one text each)."""
     config = getattr(model, "config", None)
     if tokenizer is None or config is None or not (is_causal_config(config) or getattr(config, "causal", False)):
         return DEFAULT_PROBES
     limit = max_positions(config, tokenizer)
     if limit is not None and max(probe_tokens(tokenizer, p) for p in CAUSAL_PROBES) > limit:
-        return DEFAULT_PROBES
+        return tuple(_one_text(p) for p in DEFAULT_PROBES)
     return CAUSAL_PROBES
 
 

@@ -69,14 +69,18 @@ def test_default_probes_stay_within_the_length_minilm_was_trained_on():
 
 def test_decoders_read_each_default_probe_twice_as_long():
     """A decoder-only LM is pretrained on whole context windows, so it gets ``CAUSAL_PROBES``: the same paragraphs,
-    each going on with one more (the second text of a pair goes on), where SmolLM2's labels are steadier
-    (their lengths with SmolLM2's tokenizer: test_real_model_findings)."""
+    each going on with one more, where SmolLM2's labels are steadier (their lengths with SmolLM2's tokenizer:
+    test_real_model_findings). A decoder has no sentence pairs: it reads a pair as one text, not glued together
+    ("them.Before")."""
     for default, causal in zip(DEFAULT_PROBES, CAUSAL_PROBES):
-        assert causal.text.startswith(default.text) and (causal.text_pair or "").startswith(default.text_pair or "")
+        assert causal.text_pair is None and causal.text.startswith(" ".join(filter(None, default.to_dict().values())))
+        assert len(causal.text) > 1.6 * len(default.text + (default.text_pair or ""))
         assert probe_coverage(bpe_tokenizer(), causal) == 1.0
     assert default_probes(tiny_gpt2(1024), long_bpe_tokenizer()) is CAUSAL_PROBES
-    assert default_probes(tiny_gpt2(64), bpe_tokenizer()) is DEFAULT_PROBES  # cannot read them whole: cut as before
-    assert default_probes(tiny_gpt2(512), long_bpe_tokenizer()) is DEFAULT_PROBES  # 708-899 tiny-BPE tokens
+    short = default_probes(tiny_gpt2(64), bpe_tokenizer())  # cannot read them whole: cut as before, pairs joined
+    assert short == default_probes(tiny_gpt2(512), long_bpe_tokenizer())  # 708-899 tiny-BPE tokens
+    pair = DEFAULT_PROBES[5]
+    assert short[:5] == DEFAULT_PROBES[:5] and short[5] == Probe(f"{pair.text} {pair.text_pair}")
     assert default_probes(tiny_bert(512), wordpiece_tokenizer()) is DEFAULT_PROBES  # encoders: <= 128 tokens
     report = diagnose((tiny_gpt2(1024), long_bpe_tokenizer()))
     assert report.probes == [p.to_dict() for p in CAUSAL_PROBES] and not report.model["streamed"]
