@@ -12,6 +12,7 @@ from broken_checkpoints import ALPHA
 from diagnostics import diagnose
 from diagnostics.monitor import AttentionMonitor
 from core.checkpoints.registry import resolve_source
+from core.extraction.encode import PAIR_JOINED
 from diagnostics.probes import (
     CAUSAL_PROBES, DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe,
     default_probes, probe_coverage, probe_tokens,
@@ -86,6 +87,7 @@ def test_decoders_read_each_default_probe_twice_as_long():
     assert report.probes == [p.to_dict() for p in CAUSAL_PROBES] and not report.model["streamed"]
     assert [r.attentions.shape[-1] for r in report.samples] == [probe_tokens(long_bpe_tokenizer(), p)
                                                                 for p in CAUSAL_PROBES]
+    assert not [w for r in report.samples for w in r.warnings if PAIR_JOINED in w]  # no text glued to another
 
 
 def test_unfit_default_probes_are_replaced_by_in_vocabulary_ones():
