@@ -34,12 +34,13 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
   Kovaleva et al. 2019 ("Revealing the Dark Secrets of BERT", vertical pattern),
   Gu et al. 2024 ("When Attention Sink Emerges in Language Models").
 - ``topk_mass``: mean mass of the ``top_k`` largest weights of a row, over rows
-  with more than ``top_k`` valid keys (sparse, focused heads).
+  with more than ``top_k`` valid keys (sparse, focused heads); on the block
+  score's rows (below): sorting out the top k costs five times a row maximum.
 - ``block_score``: mean excess mass (above uniform) of the best contiguous
   stretch of keys around the query, beyond its single strongest key
   (``row_stats.local_run_mass``), on the sink-factored rows (below);
-  Kovaleva et al. 2019's "block" pattern (attention within a segment). The
-  one metric read off a sample of rows: maps of more than ``BLOCK_ROWS`` keys
+  Kovaleva et al. 2019's "block" pattern (attention within a segment). With
+  ``topk_mass``, the metrics read off a sample of rows: maps of more than ``BLOCK_ROWS`` keys
   are measured on every ``ceil(n / BLOCK_ROWS)``-th query position (the same
   rows chunked or whole).
 - ``special_mass``: mean mass on keys marked special ([CLS], [SEP], ...); 0 when
@@ -106,7 +107,7 @@ SHORT_ROW = 8
 # The block score is measured on at most about this many query rows of a map, evenly spaced (every
 # ``ceil(n_keys / BLOCK_ROWS)``-th position, as the head similarity's ``JS_ROWS``): maps up to this long
 # are measured on every row. Its search is half the cost of all the metrics; the error of the subsample
-# is in docs/streaming.md.
+# is in docs/streaming.md. ``topk_mass`` is read off the same rows.
 BLOCK_ROWS = 512
 
 
@@ -164,7 +165,8 @@ class MetricAccumulator:
     are the last q tokens). Chunks may come in any order, each row once.
     scratch: where chunk-sized temporaries live (``core.extraction.scratch.Scratch``); the
     accumulators of one computation may share one, e.g. every layer's.
-    block_rows: the block score is measured on every ``ceil(n_keys / block_rows)``-th query position.
+    block_rows: the block score and top-k mass are measured on every ``ceil(n_keys / block_rows)``-th query
+    position.
     """
 
     def __init__(self, n_keys, causal, special=None, padding=None, query_offset=0, top_k=DEFAULT_TOP_K,
@@ -216,21 +218,23 @@ class MetricAccumulator:
         s = self._sums or self._zeros(a)
         valid, _, key_ok = rows
         width = a.shape[-1]
-        w_topk = w * (n > self.top_k)  # (qc,)
         special = self.special[:width].to(a) if self.special is not None else None
-        top = row_stats.top_k_weights(a, self.top_k)  # (..., qc, top_k)
-        entropy = row_stats.normalised_entropy(a, n, self.scratch, logits, peak=top[..., 0])  # (..., qc)
+        peak = a.amax(-1)  # (..., qc)
+        entropy = row_stats.normalised_entropy(a, n, self.scratch, logits, peak=peak)  # (..., qc)
         per_row = {
             "entropy": entropy,
             "uniform_gap": (1.0 - entropy) * torch.log(n.clamp(min=1).to(a.dtype)),
-            "confidence": top[..., 0],
-            "topk_mass": top.sum(-1),
+            "confidence": peak,
             "special_mass": a @ special if special is not None else a.new_zeros(a.shape[:-1]),
             "mean_distance": row_stats.mean_distance(a, pos, self.scratch, self.causal),
         }  # each (..., qc)
         for name, x in per_row.items():
-            s[name] += x.double() @ (w_topk if name == "topk_mass" else w)  # (...)
+            s[name] += x.double() @ w  # (...)
         s["w"] += w.sum()
+        # on the block score's rows: sorting out the top k costs five times a row maximum
+        pick = _every(int(pos[0]) if pos.numel() else 0, pos.numel(), self.block_stride)  # a slice of rows
+        w_topk = (w * (n > self.top_k))[pick]  # (qc',)
+        s["topk_mass"] += row_stats.top_k_weights(a[..., pick, :], self.top_k).sum(-1).double() @ w_topk  # (...)
         s["w_topk"] += w_topk.sum()
         diag, ok = row_stats.diagonal_mass(a, pos, valid)  # (..., qc, 7), (qc, 7)
         s["diag"] += (diag.double() * w.unsqueeze(1)).sum(-2)  # (..., 7)

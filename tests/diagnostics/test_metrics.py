@@ -144,7 +144,7 @@ def test_chunked_accumulation_equals_one_pass(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_block_score_of_a_long_map_is_measured_on_evenly_spaced_rows(causal):
+def test_block_score_and_top_k_mass_of_a_long_map_are_measured_on_evenly_spaced_rows(causal):
     g = torch.Generator().manual_seed(4)
     n = 37
     segment = torch.bucketize(torch.arange(n), torch.tensor([3, 9, 14, 22, 30]), right=True)  # (k,): 6 segments
@@ -162,10 +162,12 @@ def test_block_score_of_a_long_map_is_measured_on_evenly_spaced_rows(causal):
     acc = MetricAccumulator(n, causal, block_rows=8)
     for start, stop in ((20, 33), (0, 7), (7, 20), (33, n)):  # chunks that do not start on a measured row
         acc.update(attn[:, start:stop], start)
-    sampled = acc.finalize()
-    torch.testing.assert_close(sampled.block_score, only_those.finalize().block_score, atol=1e-6, rtol=0)
-    assert not torch.allclose(sampled.block_score, every_row.block_score, atol=1e-3)
-    for name in ("entropy", "rest_entropy", "sink_mass", "rest_diag_mass", "rest_sink2_score", "column_mass"):
+    sampled, those = acc.finalize(), only_those.finalize()
+    for name in ("block_score", "topk_mass"):
+        torch.testing.assert_close(getattr(sampled, name), getattr(those, name), atol=1e-6, rtol=0)
+        assert not torch.allclose(getattr(sampled, name), getattr(every_row, name), atol=1e-3)
+    for name in ("entropy", "confidence", "rest_entropy", "sink_mass", "rest_diag_mass", "rest_sink2_score",
+                 "column_mass"):
         torch.testing.assert_close(getattr(sampled, name), getattr(every_row, name), atol=1e-6, rtol=0)
 
 
