@@ -39,9 +39,9 @@ from diagnostics.reports.exports import strict_json, unwritable
 from diagnostics.texts import MONITOR_TEXTS
 
 SCHEMA = "attnscope.monitor/1"
-# One measurement of the 7 default probes (a decoder's, 290-353 tokens) on a 6-layer, 8-head GPT-2 (d 256)
-# costs 1.2 of its training steps at batch 16 × 128 tokens on the CPU (2-core machine at load 1.7; 0.7 in the
-# same hour with the 117-128-token probes of before), so every 200 steps costs ~0.6% of the training time:
+# One measurement of the 7 default probes (a decoder's, 297-360 tokens) on a 6-layer, 8-head GPT-2 (d 256)
+# costs 1.0-1.2 of its training steps at batch 16 × 128 tokens on the CPU (2-core machines at load 1.0-1.7; 0.7
+# with the 117-128-token probes of before), so every 200 steps costs ~0.5-0.6% of the training time:
 # python -m benchmarks.monitor_overhead, docs/training.md.
 DEFAULT_EVERY = 200
 # Heads near uniform this many steps in have not started to learn where to look.

@@ -10,7 +10,8 @@ For each model of the evaluation set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct, d
   (``probes.default_probes``: ``CAUSAL_PROBES`` for the decoders) alone; a head is stable when all
   7 agree (also: the mean share of probes giving the head's majority label, and the share of probe
   pairs that agree). The same on texts the probes were
-  never chosen on: the 8 paragraphs of 4 consecutive texts of each half (``text_groups``). And the
+  never chosen on: the 8 paragraphs of 4 consecutive texts of each half (``text_groups``; a decoder reads
+  them after ``probes.DECODER_OPENER``, as it reads its default probes). And the
   diagnosis itself: pattern and roles from the 16 tuning texts against those from the 16 held-out
   texts.
 - block: how many heads are block on one long text (the 32 texts joined, twice).
@@ -33,7 +34,7 @@ from diagnostics.classify.real_truth import DATA, HELDOUT, TEXTS, TUNING, real_m
 from diagnostics.classify.roles import SINK_MIN, head_roles, role_scores
 from diagnostics.diagnose import _repeated, _repeated_roles, diagnose_part, measure
 from diagnostics.measure.metrics import head_metrics
-from diagnostics.probes import Probe, default_probes
+from diagnostics.probes import Probe, decoder_probe, default_probes, reads_as_decoder
 
 TARGET_ROLES = ("previous_token", "next_token", "induction", "sink")
 REPORTED_ROLES = TARGET_ROLES + ("self", "duplicate_token")
@@ -53,7 +54,7 @@ def evaluate_model(model, tokenizer, entry, half="heldout", long=False):
     same = [a.pattern == b.pattern and set(a.role_names) == set(b.role_names) for a, b in zip(heads, other)]
     out = {"counts": counts, "heads": len(heads), "halves_agree": sum(same),
            "probes": stability(model, tokenizer, repeated),
-           "groups": stability(model, tokenizer, repeated, text_groups())}
+           "groups": stability(model, tokenizer, repeated, text_groups(decoder=reads_as_decoder(model, tokenizer)))}
     if long:
         result = core.extract_attention(model, tokenizer, " ".join(TEXTS * 2))
         out["long"] = {"tokens": result.attentions.shape[-1],
@@ -67,10 +68,12 @@ def _diagnosed(model, tokenizer, indices, repeated):
     return diagnose_part("self", measured, repeated)[0]
 
 
-def text_groups(size=4):
-    """Probes of ``size`` consecutive texts of each half joined: paragraphs about as long as the default probes."""
-    return [Probe(" ".join(TEXTS[i] for i in half[start:start + size]))
-            for half in (TUNING, HELDOUT) for start in range(0, len(half), size)]
+def text_groups(size=4, decoder=False):
+    """Probes of ``size`` consecutive texts of each half joined: paragraphs about as long as the default probes; a
+    ``decoder`` reads them as it reads its default probes (``probes.decoder_probe``: after ``DECODER_OPENER``)."""
+    groups = [Probe(" ".join(TEXTS[i] for i in half[start:start + size]))
+              for half in (TUNING, HELDOUT) for start in range(0, len(half), size)]
+    return [decoder_probe(p) for p in groups] if decoder else groups
 
 
 def stability(model, tokenizer, repeated, probes=None):

@@ -14,8 +14,8 @@ from diagnostics.monitor import AttentionMonitor
 from core.checkpoints.registry import resolve_source
 from core.extraction.encode import PAIR_JOINED
 from diagnostics.probes import (
-    CAUSAL_PROBES, DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe,
-    default_probes, probe_coverage, probe_tokens,
+    CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH,
+    Probe, default_probes, probe_coverage, probe_tokens,
 )
 from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
@@ -74,20 +74,34 @@ def test_decoders_read_each_default_probe_twice_as_long():
     test_real_model_findings). A decoder has no sentence pairs: it reads a pair as one text, not glued together
     ("them.Before")."""
     for default, causal in zip(DEFAULT_PROBES, CAUSAL_PROBES):
-        assert causal.text_pair is None and causal.text.startswith(" ".join(filter(None, default.to_dict().values())))
+        texts = " ".join(filter(None, default.to_dict().values()))
+        assert causal.text_pair is None and causal.text.startswith(f"{DECODER_OPENER} {texts}")
         assert len(causal.text) > 1.6 * len(default.text + (default.text_pair or ""))
         assert probe_coverage(bpe_tokenizer(), causal) == 1.0
     assert default_probes(tiny_gpt2(1024), long_bpe_tokenizer()) is CAUSAL_PROBES
     short = default_probes(tiny_gpt2(64), bpe_tokenizer())  # cannot read them whole: cut as before, pairs joined
     assert short == default_probes(tiny_gpt2(512), long_bpe_tokenizer())  # 708-899 tiny-BPE tokens
     pair = DEFAULT_PROBES[5]
-    assert short[:5] == DEFAULT_PROBES[:5] and short[5] == Probe(f"{pair.text} {pair.text_pair}")
+    assert short[0] == Probe(f"{DECODER_OPENER} {DEFAULT_PROBES[0].text}")
+    assert short[5] == Probe(f"{DECODER_OPENER} {pair.text} {pair.text_pair}")
     assert default_probes(tiny_bert(512), wordpiece_tokenizer()) is DEFAULT_PROBES  # encoders: <= 128 tokens
     report = diagnose((tiny_gpt2(1024), long_bpe_tokenizer()))
     assert report.probes == [p.to_dict() for p in CAUSAL_PROBES] and not report.model["streamed"]
     assert [r.attentions.shape[-1] for r in report.samples] == [probe_tokens(long_bpe_tokenizer(), p)
                                                                 for p in CAUSAL_PROBES]
     assert not [w for r in report.samples for w in r.warnings if PAIR_JOINED in w]  # no text glued to another
+
+
+def test_a_decoder_reads_every_default_probe_after_the_same_tokens():
+    """A decoder without a BOS token sinks on its first token, and how much depends on the word: every default probe
+    of a decoder opens with ``DECODER_OPENER``, so its first tokens (its sink) are the same in each, long or short."""
+    tokenizer = long_bpe_tokenizer()
+    opener = tokenizer(DECODER_OPENER)["input_ids"]
+    for model in (tiny_gpt2(1024), tiny_gpt2(512)):
+        probes = default_probes(model, tokenizer)
+        assert len(probes) == len(DEFAULT_PROBES)
+        assert all(tokenizer(p.text)["input_ids"][:len(opener)] == opener for p in probes)
+    assert not any(p.text.startswith(DECODER_OPENER) for p in DEFAULT_PROBES)  # encoders: [CLS] comes first anyway
 
 
 def test_unfit_default_probes_are_replaced_by_in_vocabulary_ones():

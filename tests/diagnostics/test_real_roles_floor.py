@@ -37,17 +37,17 @@ def test_block_is_not_the_default_bin_on_a_long_text(results):
 
 
 def test_labels_agree_across_the_default_probes_at_least_as_measured(results):
-    # regression floors just under the measured level (docs/classifier.md: 0.802 of heads keep pattern and
-    # roles on all 7 probes, 0.918 of probe pairs agree; 0.765 and 0.900 before the decoders' longer probes);
-    # the issue's target of 0.9 on all 7 is not met
+    # regression floors just under the measured level (docs/classifier.md: 0.826 of heads keep pattern and
+    # roles on all 7 probes, 0.927 of probe pairs agree; 0.802 and 0.919 before the decoders' fixed opening
+    # sentence, 0.765 and 0.900 before their longer probes); the issue's target of 0.9 on all 7 is not met
     heads = sum(r["heads"] for r in results.values())
     stable = sum(r["probes"]["stable"]["both"] for r in results.values()) / heads
     pairs = sum(r["probes"]["agreement"]["pairs"] for r in results.values()) / heads
-    assert stable >= 0.79 and pairs >= 0.91, (stable, pairs)
+    assert stable >= 0.82 and pairs >= 0.92, (stable, pairs)
 
 
 def test_the_report_names_every_head_the_default_probes_disagree_on(results):
-    # the diagnosis's borderline heads are the complement of the stability measure above (74 of 374 heads)
+    # the diagnosis's borderline heads are the complement of the stability measure above (65 of 374 heads)
     for name, load in real_models().items():
         probes = results[name]["probes"]["stable"]
         assert len(diagnose(load()).borderline_heads()) == results[name]["heads"] - probes["both"], name
