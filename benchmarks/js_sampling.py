@@ -57,7 +57,7 @@ def compare(name: str, tokens: int, rows: int) -> str:
     import torch
 
     from diagnostics.measure.redundancy import REDUNDANT_JS, PairwiseJS
-    from diagnostics.streaming import model_is_causal
+    from core.extraction.extract import model_is_causal
 
     model, tokenizer = sampling_model(name)
     ids = tokenizer(long_probe(tokenizer, tokens), return_tensors="pt")["input_ids"][:, :tokens]  # (1, T)

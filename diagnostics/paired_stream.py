@@ -24,7 +24,7 @@ import torch
 from core.errors import InputError
 from core.extraction.streaming import CHUNK_FLOATS, stream_attention
 from diagnostics.measure.redundancy import PairedJS
-from diagnostics.streaming import model_is_causal
+from core.extraction.extract import model_is_causal
 
 HANDOFF_TIMEOUT_S = 600  # a side that waits this long for the other is stuck, not slow
 _DONE = object()

@@ -49,7 +49,7 @@ from core.errors import ExtractionError, InputError
 from core.extraction.hf_extract import eager_attention, is_causal_config, stack_layers
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions
-from core.extraction.extract import eval_mode
+from core.extraction.extract import eval_mode, model_is_causal
 from core.extraction.tokens import display_tokens
 from core.result import AttentionResult
 from diagnostics.findings import note
@@ -253,9 +253,7 @@ def default_probes(model, tokenizer) -> tuple[Probe, ...]:
 
 def reads_as_decoder(model, tokenizer) -> bool:
     """True for a decoder-only model with a tokenizer: it reads its probes as ``decoder_probe`` gives them."""
-    config = getattr(model, "config", None)
-    causal = config is not None and (is_causal_config(config) or getattr(config, "causal", False))
-    return tokenizer is not None and causal
+    return tokenizer is not None and model_is_causal(model)
 
 
 def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES):

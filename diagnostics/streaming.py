@@ -15,10 +15,9 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from core.custom_model import AttnScopeTransformer
 from core.extraction.encode import encode, max_positions
 from core.errors import ExtractionError
-from core.extraction.hf_extract import is_causal_config
+from core.extraction.extract import model_is_causal
 from core.extraction.scratch import Scratch
 from core.extraction.streaming import stream_attention
 from core.extraction.tokens import display_tokens
@@ -123,15 +122,6 @@ class _Layer:
         if self.js is not None:
             self.js.update(chunk, q_start)
         self.seconds += time.perf_counter() - start
-
-
-def model_is_causal(model) -> bool:
-    """Whether the streamed attention is causal, as ``core.extract_attention`` reports it."""
-    if isinstance(model, AttnScopeTransformer):
-        return bool(model.config.causal)
-    if getattr(model.config, "is_encoder_decoder", False):
-        return False  # the encoder is what gets streamed
-    return is_causal_config(model.config)
 
 
 def stack_metrics(per_layer: list[HeadMetrics]) -> HeadMetrics:

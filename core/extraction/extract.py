@@ -20,7 +20,7 @@ from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from .encode import check_text, encode, max_positions
 from ..errors import AttnScopeError, ExtractionError, first_line
-from .hf_extract import extract_hf, stack_layers
+from .hf_extract import extract_hf, is_causal_config, stack_layers
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
 from .tokens import display_tokens
@@ -69,6 +69,18 @@ def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
     result.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     result.elapsed_s = time.perf_counter() - start
     return result
+
+
+def model_is_causal(model) -> bool:
+    """Whether a model's self-attention is causal, as ``extract_attention`` reports it for a Hugging Face or
+    AttnScope model, before running it; for an encoder-decoder, its encoder's (the part streamed and probed).
+    A module without a config is read as not causal (its hooks tell, once it has run)."""
+    config = getattr(model, "config", None)
+    if isinstance(model, AttnScopeTransformer):
+        return bool(config.causal)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        return False
+    return is_causal_config(config)
 
 
 def _model_name(model) -> str:

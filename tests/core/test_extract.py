@@ -14,6 +14,7 @@ from core import (
 )
 
 from core.extraction.encode import PAIR_JOINED
+from core.extraction.extract import model_is_causal
 from core.extraction.module_extract import capture_mha_weights
 from core.extraction.tokens import prettify_token
 
@@ -121,6 +122,19 @@ def test_encoder_decoder_parts_equal_eager(build):
     assert result.cross.attentions.shape[-2:] == (len(result.decoder.tokens), len(result.encoder.tokens))
     assert result.cross.keys == result.encoder.tokens
     assert result.decoder.token_ids[0] == model.config.decoder_start_token_id
+
+
+@pytest.mark.parametrize("build,causal", [
+    (tiny.tiny_bert, False), (tiny.tiny_gpt2, True), (tiny.tiny_bart, False), (tiny.tiny_t5, False),
+    (lambda: AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-decoder"], vocab_size=200)), True),
+    (lambda: AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-encoder"], vocab_size=200)), False),
+])
+def test_model_is_causal_says_before_a_run_what_extraction_reports(build, causal):
+    model = build()
+    result = extract_attention(model, tiny.wordpiece_tokenizer(), TEXT, target="A dog sleeps.")
+    reported = (result.encoder or result).causal  # an encoder-decoder: its encoder
+    assert model_is_causal(model) is causal and reported is causal
+    assert not model_is_causal(nn.TransformerEncoderLayer(8, 2, batch_first=True))
 
 
 def test_a_target_over_the_limit_says_so():
