@@ -9,7 +9,9 @@ For each model of the evaluation set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct, d
 - stability: every head's pattern and role set on each of the model's 7 default probes
   (``probes.default_probes``: ``CAUSAL_PROBES`` for the decoders) alone; a head is stable when all
   7 agree (also: the mean share of probes giving the head's majority label, and the share of probe
-  pairs that agree). The same on texts the probes were
+  pairs that agree). Beside it, the four roles the ground truth reads off one text (previous/next token,
+  self, sink), by ``real_truth``'s own definitions on each probe alone, against the diagnosis's same four:
+  how steady the roles are by definition, before any classifier. The same on texts the probes were
   never chosen on: the 8 paragraphs of 4 consecutive texts of each half (``text_groups``; a decoder reads
   them after ``probes.DECODER_OPENER``, as it reads its default probes). And the
   diagnosis itself: pattern and roles from the 16 tuning texts against those from the 16 held-out
@@ -30,7 +32,9 @@ from collections import Counter
 from itertools import combinations
 
 import core
-from diagnostics.classify.real_truth import DATA, HELDOUT, TEXTS, TUNING, real_models, truth_roles
+from diagnostics.classify.real_truth import (
+    DATA, HELDOUT, OFFSET_ROLES, TEXTS, TUNING, has_role, real_models, text_scores, truth_roles,
+)
 from diagnostics.classify.roles import SINK_MIN, head_roles, role_scores
 from diagnostics.diagnose import _repeated, _repeated_roles, diagnose_part, measure
 from diagnostics.measure.metrics import head_metrics
@@ -38,6 +42,7 @@ from diagnostics.probes import Probe, decoder_probe, default_probes, reads_as_de
 
 TARGET_ROLES = ("previous_token", "next_token", "induction", "sink")
 REPORTED_ROLES = TARGET_ROLES + ("self", "duplicate_token")
+TEXT_ROLES = (*OFFSET_ROLES, "sink")  # the roles the ground truth reads off one ordinary text
 
 
 def evaluate_model(model, tokenizer, entry, half="heldout", long=False):
@@ -80,21 +85,27 @@ def stability(model, tokenizer, repeated, probes=None):
     """Share of heads whose pattern / role set / both are the same on all ``probes`` alone (None: the defaults)."""
     probes = probes or default_probes(model, tokenizer)
     rep = _repeated_roles(repeated)
-    labels, roles = [], []
+    labels, roles, truths = [], [], []
     for probe in probes:
-        m = measure(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
+        result = core.extract_attention(model, tokenizer, probe.text, probe.text_pair)
+        m = measure(result)
         labels.append([p.label for row in m.patterns for p in row])
         roles.append([frozenset(r.role for r in rs) for row in head_roles(role_scores(m.metrics, rep), m.causal)
                       for rs in row])
+        scores = text_scores(result)  # the ground truth's definitions, on this probe alone
+        truths.append([frozenset(role for role in TEXT_ROLES if has_role(role, scores[role].flatten()[i]))
+                       for i in range(len(labels[-1]))])
     n = len(labels[0])
-    same_label = [len({probe[i] for probe in labels}) == 1 for i in range(n)]
-    same_roles = [len({probe[i] for probe in roles}) == 1 for i in range(n)]
+    same = lambda per_probe: [len({probe[i] for probe in per_probe}) == 1 for i in range(n)]  # noqa: E731
+    same_label, same_roles = same(labels), same(roles)
+    ours = [[r & frozenset(TEXT_ROLES) for r in probe] for probe in roles]
     pattern_counts = Counter(label for probe in labels for label in probe)
     majority = lambda values: Counter(values).most_common(1)[0][1] / len(values)  # noqa: E731
     pairs = list(combinations(range(len(probes)), 2))
     pair_agree = sum(labels[a][i] == labels[b][i] and roles[a][i] == roles[b][i] for a, b in pairs for i in range(n))
     return {"stable": {"pattern": sum(same_label), "roles": sum(same_roles),
-                       "both": sum(a and b for a, b in zip(same_label, same_roles))},
+                       "both": sum(a and b for a, b in zip(same_label, same_roles)),
+                       "text_roles": sum(same(ours)), "truth_text_roles": sum(same(truths))},
             "agreement": {"pattern": sum(majority([p[i] for p in labels]) for i in range(n)),
                           "roles": sum(majority([p[i] for p in roles]) for i in range(n)),
                           "pairs": pair_agree / len(pairs)},
@@ -170,6 +181,11 @@ def _stability_table(title, results, key):
         s, a, n = res[key]["stable"], res[key]["agreement"], res["heads"]
         print(f"| {name} | {n} | {s['pattern'] / n:.3f} | {s['roles'] / n:.3f} | {s['both'] / n:.3f} | "
               f"{a['pattern'] / n:.3f} | {a['roles'] / n:.3f} | {a['pairs'] / n:.3f} |")
+    print("\nThe four text roles (previous/next token, self, sink) the same on all, the ground truth's definitions "
+          "(real_truth, thresholds 0.4 / 0.3 on each probe alone) against the diagnosis's: " + ", ".join(
+              f"{name} {res[key]['stable']['truth_text_roles'] / res['heads']:.3f} / "
+              f"{res[key]['stable']['text_roles'] / res['heads']:.3f}"
+              for name, res in list(results.items()) + [("all", _total(results, key))]))
 
 
 def _total(results, key):
