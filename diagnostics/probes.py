@@ -46,7 +46,7 @@ from transformers import PreTrainedModel
 from core.custom_model import AttnScopeTransformer
 from core.device import model_device
 from core.errors import ExtractionError, InputError
-from core.extraction.hf_extract import eager_attention, is_causal_config, stack_layers
+from core.extraction.hf_extract import eager_attention, stack_layers
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions
 from core.extraction.extract import eval_mode, model_is_causal
@@ -383,11 +383,11 @@ def _run(model, ids):
     if isinstance(model, PreTrainedModel):
         with eager_attention(model), torch.inference_mode():
             out = model(input_ids=ids, output_attentions=True, return_dict=True)
-        return stack_layers(out.attentions, "self", model), is_causal_config(model.config)
+        return stack_layers(out.attentions, "self", model), model_is_causal(model)
     if isinstance(model, AttnScopeTransformer):
         with torch.inference_mode():
             out = model(ids, output_attentions=True)
-        return torch.stack([a[0].float().cpu() for a in out["attentions"]]), bool(model.config.causal)
+        return torch.stack([a[0].float().cpu() for a in out["attentions"]]), model_is_causal(model)
     if attention_modules(model):
         return run_with_hooks(model, ids)
     raise ExtractionError(f"{type(model).__name__} cannot be probed: AttnScope cannot read its attention")

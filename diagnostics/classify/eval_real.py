@@ -92,9 +92,9 @@ def stability(model, tokenizer, repeated, probes=None):
         labels.append([p.label for row in m.patterns for p in row])
         roles.append([frozenset(r.role for r in rs) for row in head_roles(role_scores(m.metrics, rep), m.causal)
                       for rs in row])
-        scores = text_scores(result)  # the ground truth's definitions, on this probe alone
-        truths.append([frozenset(role for role in TEXT_ROLES if has_role(role, scores[role].flatten()[i]))
-                       for i in range(len(labels[-1]))])
+        scores = text_scores(result)  # the ground truth's definitions, on this probe alone: {role: [L, H]}
+        held = {role: has_role(role, scores[role]).flatten().tolist() for role in TEXT_ROLES}
+        truths.append([frozenset(role for role in TEXT_ROLES if held[role][i]) for i in range(len(labels[-1]))])
     n = len(labels[0])
     same = lambda per_probe: [len({probe[i] for probe in per_probe}) == 1 for i in range(n)]  # noqa: E731
     same_label, same_roles = same(labels), same(roles)

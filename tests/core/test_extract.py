@@ -134,6 +134,9 @@ def test_model_is_causal_says_before_a_run_what_extraction_reports(build, causal
     result = extract_attention(model, tiny.wordpiece_tokenizer(), TEXT, target="A dog sleeps.")
     reported = (result.encoder or result).causal  # an encoder-decoder: its encoder
     assert model_is_causal(model) is causal and reported is causal
+
+
+def test_a_module_without_a_config_is_read_as_not_causal():
     assert not model_is_causal(nn.TransformerEncoderLayer(8, 2, batch_first=True))
 
 
