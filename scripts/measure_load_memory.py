@@ -29,7 +29,8 @@ folder = Path({folder!r})
 files = [(p.name, p.open("rb")) for p in sorted(folder.iterdir())]
 loaded = core.load_untrusted(files)
 model_bytes = sum(p.numel() * 4 for p in loaded.model.parameters())
-print(json.dumps({{"model_gb": round(model_bytes / 1e9, 3), "peak_above_baseline_gb": round((kb("VmHWM") - base) / 1e9, 3),
+print(json.dumps({{"model_gb": round(model_bytes / 1e9, 3),
+                  "peak_above_baseline_gb": round((kb("VmHWM") - base) / 1e9, 3),
                   "held_after_gb": round((kb("VmRSS") - base) / 1e9, 3),
                   "peak_ratio": round((kb("VmHWM") - base) / model_bytes, 2)}}))
 """

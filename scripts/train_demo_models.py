@@ -17,8 +17,8 @@ Models: hidden 128, 4 layers, 4 heads, FFN 512, 512 positions (~1.4 M parameters
 ~6 MB each). BERT trains on masked-LM (15% of tokens: 80% [MASK], 10% random,
 10% kept), GPT-2 on next-token prediction; AdamW, linear warm-up then cosine
 decay (peak 1e-3 BERT, 2e-3 GPT-2), 1,024 tokens per step, 3,000 steps each, no dropout (the
-models see each token only a few times, so they underfit rather than overfit). Each step draws one window length (16-128 tokens,
-every 20th step 512 so all positions are trained) and samples windows from the
+models see each token only a few times, so they underfit rather than overfit). Each step draws one
+window length (16-128 tokens, every 20th step 512 so all positions are trained) and samples windows from the
 concatenated token stream, where documents are joined by [SEP] / <|endoftext|>.
 
 After training the script prints a per-head structure table measured on

@@ -10,7 +10,8 @@ the heads stay uniform for good; ``qk_x10`` multiplies them by 10 (std 0.2).
 The monitor logs every ``--every`` steps (and at step 0, before any update) to
 ``OUT/<run>.jsonl``; docs/training.md shows both logs on the Timeline page.
 
-    python scripts/train_monitor_example.py --out docs/training [--runs healthy qk_zero qk_x10] [--steps 300] [--every 25]
+    python scripts/train_monitor_example.py --out docs/training [--runs healthy qk_zero qk_x10] \
+        [--steps 300] [--every 25]
 """
 
 import argparse

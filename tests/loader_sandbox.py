@@ -1,4 +1,5 @@
-"""One sandbox for the tests that load checkpoints from disk: allowed roots, a private temp folder, no demo tokenizers."""
+"""One sandbox for the tests that load checkpoints from disk: allowed roots, a private temp folder, no demo
+tokenizers."""
 
 import tempfile
 

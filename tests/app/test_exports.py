@@ -65,7 +65,8 @@ def test_layer_views_export_no_head_of_their_own():
     assert export_info(view, 2, 5, {"entropy": 0.5}, None)["head"] == 5
     assert view.file_stem == "demo-bert_Layer-2-head-5"
     cross = MapView(_weights(), TOKENS, TOKENS, "head", heading("head", 2, 5, 12, "cross"), "bart", part="cross")
-    assert cross.heading == "Cross-attention, layer 2, head 5" and cross.file_stem == "bart_Cross-attention-layer-2-head-5"
+    assert cross.heading == "Cross-attention, layer 2, head 5"
+    assert cross.file_stem == "bart_Cross-attention-layer-2-head-5"
     assert export_info(cross, 2, 5, {}, None)["part"] == "cross"  # the encoder's L2H5 no longer saves over it
 
 

@@ -53,7 +53,8 @@ def test_markdown_escapes_metacharacters_and_directives():
     assert for_markdown("**bold** [x](http://e) :red[y] #h") == r"\*\*bold\*\* \[x\]\(http\://e\) \:red\[y\] \#h"
     assert for_markdown(":material/search: <b>&amp;") == r"\:material/search: \<b\>\&amp;"
     assert for_markdown("- item") == r"\- item" and for_markdown("1. one") == r"1\. one"
-    assert for_markdown("config.json: not found in my-model.safetensors") == "config.json: not found in my-model.safetensors"
+    message = "config.json: not found in my-model.safetensors"
+    assert for_markdown(message) == message
     assert "\n" not in for_markdown("a\nb")
 
 

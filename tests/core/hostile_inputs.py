@@ -120,7 +120,8 @@ def config_not_model(d: Path) -> Path:
 
 
 def config_not_json(d: Path) -> Path:
-    return _zip(d / "bad_json.zip", {"config.json": "{model_type: bert", "model.safetensors": save(_state(tiny_bert()))})
+    weights = save(_state(tiny_bert()))
+    return _zip(d / "bad_json.zip", {"config.json": "{model_type: bert", "model.safetensors": weights})
 
 
 def config_huge_number(d: Path) -> Path:
@@ -145,7 +146,8 @@ def wrong_family(d: Path) -> Path:
 
 def unsupported_architecture(d: Path) -> Path:
     config = _bert_config(model_type="evilformer", auto_map={"AutoModel": "modeling_evil.EvilModel"})
-    return _zip(d / "unsupported.zip", {"config.json": json.dumps(config), "model.safetensors": save(_state(tiny_bert())),
+    weights = save(_state(tiny_bert()))
+    return _zip(d / "unsupported.zip", {"config.json": json.dumps(config), "model.safetensors": weights,
                                         "modeling_evil.py": f"open({MARKER!r}, 'w')"})
 
 

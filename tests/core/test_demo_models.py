@@ -27,12 +27,14 @@ ODD_TEXT = "Zyxquv flibbertigibbet, naïve café: Mr. O'Brien's 3.14% ROI — wo
 
 @pytest.fixture(scope="module")
 def bert():
-    return AutoModel.from_pretrained(BERT_DIR, attn_implementation="eager").eval(), AutoTokenizer.from_pretrained(BERT_DIR)
+    model = AutoModel.from_pretrained(BERT_DIR, attn_implementation="eager").eval()
+    return model, AutoTokenizer.from_pretrained(BERT_DIR)
 
 
 @pytest.fixture(scope="module")
 def gpt2():
-    return AutoModel.from_pretrained(GPT2_DIR, attn_implementation="eager").eval(), AutoTokenizer.from_pretrained(GPT2_DIR)
+    model = AutoModel.from_pretrained(GPT2_DIR, attn_implementation="eager").eval()
+    return model, AutoTokenizer.from_pretrained(GPT2_DIR)
 
 
 def head_structure(model, tokenizer):

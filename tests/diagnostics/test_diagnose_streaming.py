@@ -99,7 +99,8 @@ def test_probes_whose_whole_maps_would_not_fit_are_streamed(monkeypatch):
     monkeypatch.setattr(diagnose_module, "WHOLE_MAPS_MAX_BYTES", 4 * 2 * 4 * 20 ** 2)
     assert diagnose(source, ["short"]).model["streamed"] is False
     assert diagnose(source, [TEXTS[0]] * 3).model["streamed"] is True  # each short, together too big
-    with pytest.raises(core.InputError, match=r"whole maps were asked for \(stream=False\), and the whole attention maps"):
+    with pytest.raises(core.InputError,
+                       match=r"whole maps were asked for \(stream=False\), and the whole attention maps"):
         diagnose(source, [TEXTS[0]] * 3, stream=False)
 
 

@@ -66,7 +66,8 @@ def test_classify_metrics_matches_classify_head():
     assert from_metrics == classify_head(weights, causal=True)
 
 
-@pytest.mark.parametrize("label, options", [("diagonal", {"offset": -1}), ("vertical", {"sinks": [3]}), ("diffuse", {})])
+@pytest.mark.parametrize("label, options",
+                         [("diagonal", {"offset": -1}), ("vertical", {"sinks": [3]}), ("diffuse", {})])
 def test_four_tokens(label, options):
     weights, _ = make_map(label, 4, False, 0.0, np.random.default_rng(5), **options)
     assert classify_head(weights).label == label

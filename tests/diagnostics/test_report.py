@@ -81,8 +81,8 @@ def test_votes_count_every_probe(report):
 
 
 def test_borderline_heads_are_listed_with_their_votes(report):
-    steady = replace(report, heads=[replace(h, metrics={**h.metrics, "votes": {h.pattern: 7}, "role_votes": {"sink": 7}})
-                                    for h in report.heads])
+    unanimous = lambda h: {**h.metrics, "votes": {h.pattern: 7}, "role_votes": {"sink": 7}}  # noqa: E731
+    steady = replace(report, heads=[replace(h, metrics=unanimous(h)) for h in report.heads])
     assert not steady.borderline_heads()
     assert "Borderline" not in steady.to_markdown() and "Borderline" not in steady.to_html()
     heads = list(steady.heads)
