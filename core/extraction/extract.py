@@ -101,7 +101,7 @@ def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> 
     with torch.inference_mode():
         out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
     attentions = stack_layers(out["attentions"], "self", model)  # (L, H, T, T)
-    return _result(tokenizer, enc, attentions, model.config.causal)
+    return _result(tokenizer, enc, attentions, model_is_causal(model))
 
 
 def _extract_module(model: nn.Module, tokenizer, text, text_pair) -> AttentionResult:
