@@ -50,6 +50,7 @@ def test_broken_tokenizer_files_are_a_note_and_the_texts_not_read_are_named(tmp_
     (tmp_path / "tokenizer.json").write_text("garbage")
     load_log = logging.getLogger("attnscope.load")
     monkeypatch.setattr(load_log, "handlers", [caplog.handler])  # not a CLI test's handler, left on its stderr
+    monkeypatch.setattr(load_log, "propagate", False)  # heard once, whether or not a CLI test ran before
     with caplog.at_level("WARNING", logger="attnscope.load"):
         model, tokenizer = load_model(str(tmp_path))
     assert tokenizer is None
