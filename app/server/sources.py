@@ -25,7 +25,7 @@ from diagnostics.probes import MIN_JUDGED_TOKENS
 
 # What one Diagnose or Compare run may ask of a shared server: SmolLM2 diagnoses 10,000 characters (2,132
 # tokens) in 9.9 s here, so the cap is about a minute of its work; the default probes are 7 and 3,956
-# (6,925 a decoder's; two are pairs).
+# (two are pairs; a decoder's 7,144, each read as one text).
 MAX_PROBES = 40
 MAX_PROBE_CHARS = 50_000
 

@@ -70,7 +70,7 @@ BLOCK_PER_DECADE = 0.1
 # split over two keys and 25% noise; random peaks of sparse heads coincide on
 # the same keys by chance in short maps (0.37 at 8-12 tokens, 0.05 at 128), so
 # short maps need more: vertical_min(k) = VERTICAL_MIN + VERTICAL_SHORT / sqrt(k)
-# (0.4 at 16 tokens, 0.33 at 64).
+# (0.35 at 16 tokens, 0.33 at 64).
 VERTICAL_MIN = 0.3
 VERTICAL_SHORT = 0.2
 # Normalised entropy of the rest: one test for "near uniform", the broad role's (roles.BROAD_MIN, 0.92: see its

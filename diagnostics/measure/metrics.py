@@ -37,8 +37,8 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
   with more than ``top_k`` valid keys (sparse, focused heads); on the block
   score's rows (below): sorting out the top k costs five times a row maximum.
 - ``block_score``: mean excess mass (above uniform) of the best contiguous
-  stretch of keys around the query, beyond its single strongest key
-  (``row_stats.local_run_mass``), on the sink-factored rows (below);
+  stretch of keys around the query, beyond its two strongest keys (one in
+  rows of at most ``SHORT_ROW`` non-sink keys; ``row_stats.local_run_mass``), on the sink-factored rows (below);
   Kovaleva et al. 2019's "block" pattern (attention within a segment). With
   ``topk_mass``, the metrics read off a sample of rows: maps of more than ``BLOCK_ROWS`` keys
   are measured on every ``ceil(n / BLOCK_ROWS)``-th query position (the same

@@ -22,8 +22,9 @@ the maps (docs/streaming.md):
   rounding of a difference of entropies), far below the 0.1 that matters;
 - at most ``JS_ROWS`` query rows per layer are measured, every ``stride``-th
   (by absolute position, so a streamed and a whole map pick the same rows).
-  Probes up to ``JS_ROWS`` tokens (the repeated-sequence probe) are measured on
-  every row, the default probes (117-201 tokens) on every second one; on long
+  Probes up to ``JS_ROWS`` tokens (the repeated-sequence probe, MiniLM's
+  default probes) are measured on every row, SmolLM2's default probes (216-229
+  tokens) on every second one; on long
   probes the mean over an even subsample of rows estimates the mean over all rows. Measured against every
   row (``python -m benchmarks.js_sampling``): see docs/streaming.md.
 
