@@ -11,7 +11,6 @@ from app.server import session
 from app.views import compare_plots
 from core.cancel import stoppable
 from diagnostics import timeline as tl
-from diagnostics.reports.markdown_report import md
 
 KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
 METRICS = {"entropy": "Entropy (0 = one-hot, 1 = uniform)", "sink_score": "Sink score (excess mass on one key)"}
@@ -66,9 +65,9 @@ def _short(path, paths) -> str:
 
 
 def run_ui(name, timeline, metric, layer, part) -> None:
-    st.subheader(md(name))
+    st.subheader(for_markdown(name))  # a file name: plain text
     for note in timeline.notes:
-        st.info(note)
+        st.info(for_markdown(note))
     if part in timeline.parts:
         charts_ui(name, timeline, metric, layer, part)
     else:

@@ -30,6 +30,12 @@ MAX_LAYERS = 512  # per stack; meta-building T5 with 2 x 1000 tiny layers took 6
 MAX_HEADS = 1024
 MAX_WIDTH = 1 << 17  # hidden, head and feed-forward sizes
 MAX_VOCAB = 1 << 22  # vocabulary, position and bucket counts
+# transformers builds an id2label entry per label, even for a model without a classifier: 1,000,000 labels took 12 s
+# and 0.6 GB from a 80 kB upload (ImageNet-21k has 21,843 classes)
+MAX_LABELS = 1 << 16
+# The dtypes a model is loaded in: its config's when half or single precision, else float32, the 4 bytes a parameter
+# that the model limit counts ("dtype": "float64" built twice the limit)
+LOAD_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json or any nested sub-config
     **dict.fromkeys(("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
                      "num_decoder_layers", "num_encoder_layers", "num_hidden_groups", "inner_group_num"),
@@ -45,6 +51,7 @@ _CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json o
                      "max_source_positions", "max_target_positions", "max_encoder_position_embeddings",
                      "max_decoder_position_embeddings", "relative_attention_num_buckets"), (1, MAX_VOCAB)),
     "type_vocab_size": (0, MAX_VOCAB),  # DeBERTa-v2 has none: 0
+    "num_labels": (0, MAX_LABELS),
 }
 _MAX_DEPTH = 4  # nested sub-configs (encoder/decoder, text_config) looked into
 _OPTIONAL = ("pooler.",)  # AutoModel adds BERT's pooler; masked-LM checkpoints do not carry it
@@ -62,10 +69,14 @@ BIG_BUFFERS = ("config.json describes a model that takes {mb:,.0f} MB with its b
                "or raise the limit with {env} or Limits(max_model_bytes=...)")
 BAD_SIZE = ("config.json sets {key} to {value}; it must be a whole number from {low} to {high:,} — upload the "
             "config.json saved with these weights")
+MANY_LABELS = ("config.json lists {n:,} labels in {key}; at most {high:,} are accepted — upload the config.json saved "
+               "with these weights")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; upload the config.json saved with these weights")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
            "(e.g. {key}); upload the weights saved with this config.json")
+SHORT = ("the weights do not match config.json: the model it describes has {need:,} parameters, more than the weights "
+         "hold ({given:,}); upload the weights saved with this config.json")
 
 
 def check_model_config(config, limits: Limits | None = None) -> str:
@@ -89,7 +100,10 @@ def check_model_config(config, limits: Limits | None = None) -> str:
 def check_config_sizes(config: dict, depth: int = 0) -> None:
     """CheckpointError unless every ``_CAPPED_KEYS`` value in ``config`` (and its sub-configs) is in range."""
     for key, value in config.items():
-        if isinstance(value, dict) and depth < _MAX_DEPTH:
+        if key in ("id2label", "label2id") and isinstance(value, dict):
+            if len(value) > MAX_LABELS:
+                raise CheckpointError(MANY_LABELS.format(n=len(value), key=key, high=MAX_LABELS))
+        elif isinstance(value, dict) and depth < _MAX_DEPTH:
             check_config_sizes(value, depth + 1)
         elif key in _CAPPED_KEYS and value is not None:
             low, high = _CAPPED_KEYS[key]
@@ -134,6 +148,7 @@ def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -
         if cfg.d_model % cfg.n_heads or cfg.n_layers > MAX_LAYERS:
             raise ValueError(f"d_model {cfg.d_model} / n_heads {cfg.n_heads} / n_layers {cfg.n_layers}")
         _check_numel(_custom_numel(cfg), limits)
+        _check_covered(_custom_numel(cfg), _numel(state, skip=("lm_head.weight",)))
         model = AttnScopeTransformer(cfg)
     except CheckpointError:
         raise
@@ -187,10 +202,12 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         _check_numel(sum(p.numel() for p in skeleton.parameters()), limits)
         _check_buffers(skeleton, limits)
         _check_shapes(skeleton, state, model_type)
+        _check_present(skeleton, state)
         save_file(_unshared(state), str(clean / "model.safetensors"))
         try:
+            dtype = hf_config.dtype if hf_config.dtype in LOAD_DTYPES else torch.float32
             model, info = AutoModel.from_pretrained(
-                clean, config=hf_config, attn_implementation="eager", trust_remote_code=False,
+                clean, config=hf_config, dtype=dtype, attn_implementation="eager", trust_remote_code=False,
                 local_files_only=True, use_safetensors=True, output_loading_info=True)
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
@@ -209,6 +226,37 @@ def _check_shapes(skeleton, state, model_type: str) -> None:
         if name in expected and tuple(tensor.shape) != expected[name]:
             got, want = list(tensor.shape), list(expected[name])
             raise CheckpointError(SHAPE.format(key=key, got=got, want=want, model_type=model_type))
+
+
+def _numel(state: dict[str, torch.Tensor], skip=()) -> int:
+    return sum(t.numel() for k, t in state.items() if k not in skip)
+
+
+def _check_covered(need: int, given: int) -> None:
+    """Nothing is built that the upload does not hold: weights with fewer numbers than the model's parameters
+    cannot be its weights (a 936-byte upload with a 24-layer config built the whole model, +1.3 GB, before its
+    missing tensors were noticed)."""
+    if given < need:
+        raise CheckpointError(SHORT.format(given=given, need=need))
+
+
+def _check_present(skeleton, state) -> None:
+    """CheckpointError, before the model is built for real, when the weights cannot fill its parameters.
+
+    Refused only when they hold fewer numbers than it has parameters (``_OPTIONAL`` ones aside), so weights that
+    transformers renames on loading (LayerNorm ``gamma``/``beta``) are never refused here; the message names
+    the tensors missing by name when there are some, as the check after loading does."""
+    params = [(name, p.numel()) for name, p in skeleton.named_parameters() if not name.startswith(_OPTIONAL)]
+    given = _numel(state)
+    if given >= sum(n for _, n in params):
+        return
+    prefix = f"{skeleton.base_model_prefix}."
+    names = set(state) | {k.removeprefix(prefix) for k in state}
+    expected = [k for k in skeleton.state_dict() if not k.startswith(_OPTIONAL)]
+    missing = sorted(k for k in expected if k not in names)
+    if missing:
+        raise CheckpointError(MISSING.format(n=len(missing), total=len(skeleton.state_dict()), key=missing[0]))
+    _check_covered(sum(n for _, n in params), given)
 
 
 def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

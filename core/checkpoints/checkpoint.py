@@ -42,12 +42,18 @@ NOT_FOUND = "{path} does not exist; give the path of a model folder, an archive 
 # what lies outside the folders they may read, nor where those folders are.
 OUTSIDE = ("{path} is outside the folders AttnScope may read, or does not exist there; give a path under them "
            "(the folders are set by {env})")
+NOT_PLAIN = ("{path} is not a folder or a plain file (a pipe, socket or device); give the path of a model folder, an "
+             "archive or a weights file")
 NUL_BYTE = "the path {path} holds a NUL byte, which no file name can; give the path without it"
 SEVERAL_ARCHIVES = ("the upload holds {count} archives ({names}); upload one archive, or the files of one model "
                     "folder, at a time")
 NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
               "upload the whole folder written by save_pretrained")
 NOT_JSON = "config.json is not valid JSON ({err}); upload the config.json written by save_pretrained"
+BIG_CONFIG = ("config.json is {size:,} bytes, more than the {limit:,} any model's config takes (they are a few kB); "
+              "upload the config.json written by save_pretrained")
+# Read whole and parsed before any check: a config.json is a few kB, a few MB with tens of thousands of labels
+MAX_CONFIG_BYTES = 16 * 10**6
 BAD_INPUT = ("cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes or binary file) "
              "uploads")
 PYTHON_IGNORED = "ignored {n} Python file(s) in the upload ({names}): AttnScope never runs code from a checkpoint"
@@ -145,6 +151,8 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
             folder = model_root(path, label, limits.max_entries)
             _check_folder_files(folder, roots)
             return folder, label, _ignored_code(folder, recursive=False)
+        if not path.is_file():  # a pipe would block the read for ever, a device never end
+            raise CheckpointError(NOT_PLAIN.format(path=inputs))
         return _stage_file(path, _file_name(given, path), work, limits)
     if isinstance(inputs, tuple) and len(inputs) == 2 and _is_data(inputs[1]):
         inputs = [inputs]
@@ -272,6 +280,9 @@ def gguf_in_folder(folder: Path, label: str) -> Path | None:
 
 
 def _read_config(path: Path):
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise CheckpointError(BIG_CONFIG.format(size=size, limit=MAX_CONFIG_BYTES))
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, a 5,000-digit number, 200,000 nested [

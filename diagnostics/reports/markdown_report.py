@@ -12,7 +12,8 @@ from diagnostics.texts import (
 )
 
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+# Markdown's special characters, "$" (GitHub's math) and ":" before a non-space (":skull:" shortcodes)
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~$]|:(?=\S))")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL, C1: an ESC from a file name would drive a terminal
 
 

@@ -192,3 +192,27 @@ def test_timeline_diagnoses_a_folder_of_trainer_checkpoints(bert_folder, monkeyp
     at = at.button(key="tl_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
     assert len(at.get("plotly_chart")) == 2  # one run: heatmap + lines
+
+
+def test_timeline_run_names_and_notes_are_plain_text(bert_folder, monkeypatch, tmp_path):
+    """A log's file name and a skipped checkpoint's file name (quoted in a note) drew an icon, LaTeX and a link."""
+    import shutil
+
+    from app.plain import for_markdown
+
+    name = ":material/warning: $x^2$ :skull:.jsonl"
+    at = _timeline_of([(name, (LOGS / "healthy.jsonl").read_bytes())])
+    assert [h.value for h in at.subheader] == [for_markdown(name)]
+
+    evil = "[click me](https:evil.example) **bold** :red[x].safetensors"
+    shutil.copytree(bert_folder, tmp_path / "checkpoint-10")
+    (tmp_path / "checkpoint-20").mkdir()
+    (tmp_path / "checkpoint-20" / evil).write_bytes(b"not safetensors")
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Checkpoints folder").run()
+    at.text_input(key="tl_folder").set_value(str(tmp_path))
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    notes = [i.value for i in at.info if "checkpoint-20" in i.value]
+    assert len(notes) == 1 and for_markdown(evil) in notes[0], notes

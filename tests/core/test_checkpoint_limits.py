@@ -18,7 +18,7 @@ import core
 from core import CheckpointError, Limits, load_checkpoint, load_untrusted
 from core.cancel import stop_between_layers, stoppable
 from core.errors import Cancelled
-from core.checkpoints import archive, build, untrusted
+from core.checkpoints import archive, build, checkpoint, untrusted
 from core.checkpoints.checkpoint import OUTSIDE
 from diagnostics import cli
 from loader_sandbox import loader_sandbox
@@ -104,6 +104,79 @@ def test_buffers_count_towards_the_model_limit(monkeypatch):
                                               r"is \[1, 1, 4000, 4000\]: 16 MB\), above the 10,000,000-byte"):
         load_untrusted(upload, limits=Limits(max_model_bytes=10 * MB))
     assert not built
+
+
+def test_weights_too_few_for_the_config_are_refused_before_the_model_is_built(monkeypatch):
+    """936 bytes of upload (one 1-number tensor and a 24-layer BERT config) built the whole model, +1.3 GB, before
+    its missing tensors were noticed; the AttnScope format likewise. Now nothing is built."""
+    config = dict(tiny_bert().config.to_dict(), hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                  intermediate_size=4096, vocab_size=30522)
+    custom = {"model_type": "attnscope", "vocab_size": 30522, "d_model": 768, "n_heads": 12, "n_layers": 12,
+              "d_ff": 3072, "max_positions": 512}
+    built = []
+    monkeypatch.setattr(AutoModel, "from_pretrained", lambda *a, **k: built.append(1))
+    monkeypatch.setattr(build, "AttnScopeTransformer", lambda *a, **k: built.append(1))
+    weights = save({"foo": torch.zeros(1)})
+    with pytest.raises(CheckpointError, match=r"^the weights do not match config.json: 389 of the model's 391 tensors "
+                                              r"are missing from the weights \(e.g. embeddings.LayerNorm.bias\)"):
+        load_untrusted([("config.json", json.dumps(config).encode()), ("model.safetensors", weights)])
+    with pytest.raises(CheckpointError, match=r"^the weights do not match config.json: the model it describes has "
+                                              r"108,888,576 parameters, more than the weights hold \(1\)"):
+        load_untrusted([("config.json", json.dumps(custom).encode()), ("model.safetensors", weights)])
+    assert not built
+
+
+def test_weights_renamed_on_loading_are_not_refused_for_their_names():
+    """Only a shortfall in numbers refuses weights before loading: names transformers maps itself (a BERT's
+    LayerNorm ``gamma``/``beta``) are its business, and the check after loading still names what is missing."""
+    model = tiny_bert()
+    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma"): v.contiguous() for k, v in model.state_dict().items()}
+    build._check_present(_meta_bert(model.config), state)  # as many numbers as parameters: not refused here
+    del state["embeddings.word_embeddings.weight"]
+    with pytest.raises(CheckpointError, match=r"tensors are missing from the weights \(e.g. embeddings.LayerNorm"):
+        build._check_present(_meta_bert(model.config), state)
+
+
+def _meta_bert(config):
+    with torch.device("meta"):
+        return AutoModel.from_config(config)
+
+
+@pytest.mark.parametrize("dtype, loaded", [("float64", torch.float32), ("float16", torch.float16),
+                                           ("bfloat16", torch.bfloat16), (None, torch.float32)])
+def test_a_model_loads_in_at_most_four_bytes_a_parameter(dtype, loaded):
+    """The model limit counts 4 bytes a parameter: "dtype": "float64" in config.json built twice the limit."""
+    model = tiny_bert()
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("dtype", "torch_dtype")}
+    config.update({"dtype": dtype} if dtype else {})
+    weights = save({k: v.contiguous().half() for k, v in model.state_dict().items()})
+    loaded_model = load_untrusted([("config.json", json.dumps(config).encode()), ("model.safetensors", weights)]).model
+    assert {p.dtype for p in loaded_model.parameters()} == {loaded}
+
+
+def test_labels_and_config_files_are_capped_by_what_they_cost():
+    """transformers builds an id2label entry per label: num_labels 1,000,000 took 12 s and 0.6 GB from 80 kB."""
+    with pytest.raises(CheckpointError, match=r"^config.json sets num_labels to 1000000; .* from 0 to 65,536"):
+        build.check_model_config({"model_type": "bert", "num_labels": 10**6})
+    labels = {str(i): "x" for i in range(build.MAX_LABELS + 1)}
+    with pytest.raises(CheckpointError, match=r"^config.json lists 65,537 labels in id2label; at most 65,536"):
+        build.check_model_config({"model_type": "bert", "id2label": labels})
+    build.check_model_config({"model_type": "bert", "num_labels": 21_843, "id2label": {"0": "a", "1": "b"}})
+    big = json.dumps({"model_type": "bert", "pad": " " * checkpoint.MAX_CONFIG_BYTES}).encode()
+    with pytest.raises(CheckpointError, match=r"^config.json is 16,000,0\d\d bytes, more than the 16,000,000"):
+        load_untrusted([("m.zip", _zip({"m/config.json": big, "m/model.safetensors": save({"w": torch.zeros(1)})}))])
+
+
+def test_a_pipe_or_device_path_is_one_line_not_a_hang(tmp_path):
+    """A named pipe blocked the read for ever (archives) or escaped as shutil's own error (weights files)."""
+    import os
+
+    for name in ("m.zip", "w.safetensors", "m.tar.gz", "x.gguf"):
+        os.mkfifo(tmp_path / "root" / name)
+        with pytest.raises(CheckpointError, match=r"is not a folder or a plain file \(a pipe, socket or device\)"):
+            load_untrusted(str(tmp_path / "root" / name))
+    with pytest.raises(CheckpointError, match="is not a folder or a plain file"):
+        load_checkpoint("/dev/zero", allowed_roots=["/dev"])  # a device never ends
 
 
 def test_the_trusted_path_checks_config_sizes_too(tmp_path, capsys):
