@@ -302,7 +302,8 @@ def verdict_cap(lengths, limit, unfit_kept):
 def check_probes(tokenizer, probes) -> None:
     """InputError naming the first probe the model cannot read: an empty one, one that is not UTF-8 (a shell's
     ``$(cat latin1.txt)``: the tokenizer's TypeError was exit 3), or one that gives no tokens besides the
-    tokenizer's own (a zero-width space: [CLS] [SEP]); ``core``'s own message would not say which probe."""
+    tokenizer's own (a zero-width space: [CLS] [SEP]) or only one token in all (a decoder's "a": a 1 x 1 map);
+    ``core``'s own message would not say which probe."""
     for i, probe in enumerate(probes if tokenizer is not None else []):
         where = f"probe {i + 1} of {len(probes)}"
         if not isinstance(probe.text, str) or not probe.text.strip():
@@ -315,6 +316,9 @@ def check_probes(tokenizer, probes) -> None:
         if all(special):
             own = f" besides the tokenizer's own ({len(special)} special tokens)" if special else ""
             raise InputError(f"{where}: its text gives no tokens{own}; give it some words, or leave it out")
+        if len(special) < 2:  # a 1 x 1 map is a single weight of 1: no pattern, no finding (Inspect refuses it too)
+            raise InputError(f"{where}: the model reads it as one token, and a one-token map has nothing to measure; "
+                             "give it some more words, or leave it out")
 
 
 def _utf8(text: str) -> bool:

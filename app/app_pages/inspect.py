@@ -30,6 +30,9 @@ def inputs_ui() -> None:
         else:
             hint = "e.g. bert-base-uncased" if kind == "Hugging Face id" else "e.g. /models/my-bert or model.gguf"
             st.text_input(kind, key="model_path", placeholder=hint)
+        if kind == MODEL_KINDS[2]:  # bare weights name no head count (Diagnose and the CLI ask for it too)
+            st.number_input("Heads per layer (only for a bare weights file without a config)", 0, 256,
+                            key="model_heads")
         st.session_state.setdefault("text", EXAMPLE)
         st.text_area("Text", key="text", help=f"Up to {MAX_CHARS:,} characters")
         with st.expander("Second sentence / target text"):
@@ -50,7 +53,8 @@ def _submit() -> None:
         return
     s.pop("input_error", None)
     source = s.demo_model if s.model_kind == MODEL_KINDS[0] else s.get("model_path", "")
-    s.inputs = {"source": source.strip(), "text": s.text, "pair": s.pair, "target": s.target}
+    heads = int(s.get("model_heads") or 0) or None if s.model_kind == MODEL_KINDS[2] else None
+    s.inputs = {"source": source.strip(), "text": s.text, "pair": s.pair, "target": s.target, "heads": heads}
     s.pop("failed", None)  # a fresh Run retries whatever failed before
 
 

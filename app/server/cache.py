@@ -156,9 +156,9 @@ def _files(folder: Path) -> list[Path]:
         return []
 
 
-def load_model(source: str, stamp: tuple | None = None) -> LoadedModel:
+def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = None) -> LoadedModel:
     """A known model name, a cached Hugging Face id or a folder under the allowed roots (``core.load_untrusted``),
-    as its files are now (``stamp``: ``source_stamp(source)`` unless given)."""
+    as its files are now (``stamp``: ``source_stamp(source)`` unless given); ``n_heads`` for bare weights."""
     def load():
         bar, shown = st.empty(), []
 
@@ -169,18 +169,18 @@ def load_model(source: str, stamp: tuple | None = None) -> LoadedModel:
                 bar.progress(min(1.0, fraction), text=f"Loading {source}: {message}")
 
         with st.spinner("Loading the model…"):
-            loaded = core.load_untrusted(source, progress=progress)
+            loaded = core.load_untrusted(source, n_heads=n_heads, progress=progress)
         bar.empty()
         return LoadedModel(loaded.model, loaded.tokenizer)
     source = canonical_name(source)  # 'Demo-BERT' and 'demo-bert' are one model, one lock
-    return model_cache().get((source, source_stamp(source) if stamp is None else stamp), load)
+    return model_cache().get((source, source_stamp(source) if stamp is None else stamp, n_heads), load)
 
 
-def result_key(source: str, text: str, text_pair: str = "", target: str = "") -> tuple:
+def result_key(source: str, text: str, text_pair: str = "", target: str = "", n_heads: int | None = None) -> tuple:
     """What names one attention result: the inputs (a known model by its one spelling), and the source's files as
-    they are now (``source_stamp``)."""
+    they are now (``source_stamp``). Its first three items name the model (``load_model``'s arguments)."""
     source = canonical_name(source)
-    return source, source_stamp(source), text, text_pair, target
+    return source, source_stamp(source), n_heads, text, text_pair, target
 
 
 def attention(key: tuple) -> core.AttentionResult:
@@ -188,10 +188,10 @@ def attention(key: tuple) -> core.AttentionResult:
 
     Stops between layers (``core.Cancelled``) once the asking browser session has ended.
     """
-    source, stamp, text, text_pair, target = key
+    source, stamp, n_heads, text, text_pair, target = key
 
     def extract():
-        loaded = load_model(source, stamp)
+        loaded = load_model(source, stamp, n_heads)
         with loaded.lock:  # the tokenizer too is shared: a fast one keeps its truncation setting between calls
             _check_result_size(loaded, text, text_pair, target)
             with st.spinner("Reading the attention weights…"), stop_between_layers(loaded.model,

@@ -72,7 +72,7 @@ def _neuron_page(result_id: str, model_key: tuple, layer: int, head: int, title:
 def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int, model: str,
                    model_key: tuple) -> None:
     """The selected head's query and key vectors meeting (where their scaled dot product is the score), of the
-    model ``model_key`` (``(source, stamp)``) the result was read from, not of a folder's newer files."""
+    model ``model_key`` (``(source, stamp, n_heads)``) the result was read from, not of a folder's newer files."""
     loaded = cache.load_model(*model_key)
     if result.encoder is not None or not supports_neuron_view(loaded.model):
         st.info(NOT_SUPPORTED)

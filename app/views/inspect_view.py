@@ -97,7 +97,7 @@ def results_ui(full: core.AttentionResult, key: tuple) -> None:
         st.warning(for_markdown(warning))
     part, result = part_ui(full)
     result_id = f"{key}/{part}"  # what is derived from a result is cached under its inputs and files
-    explorer_ui(result_id, result, display_name(st.session_state.inputs["source"]), key[:2])
+    explorer_ui(result_id, result, display_name(st.session_state.inputs["source"]), key[:3])
     table = derived.head_table(result_id, result)
     st.session_state.table_for = result_id
     overview_ui(result_id, result, table and table[0])

@@ -54,6 +54,24 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
                                                      "Save this view (standalone HTML)"}
 
 
+def test_inspect_bare_weights_with_the_heads_field(monkeypatch, tmp_path):
+    """The loader asked for "the Heads per layer field", which Inspect lacked: a folder of weights and a
+    tokenizer but no config.json could be diagnosed, not inspected."""
+    from safetensors.torch import save_file
+    from tiny import tiny_bert, wordpiece_tokenizer
+
+    folder = tmp_path / "bare"
+    wordpiece_tokenizer().save_pretrained(folder)
+    save_file({k: v.contiguous() for k, v in tiny_bert().state_dict().items()}, str(folder / "model.safetensors"))
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _inspect(_app(), str(folder))
+    assert not at.exception and any("Heads per layer field" in e for e in _errors(at)), _errors(at)
+    at.number_input(key="model_heads").set_value(4)
+    at = at.button(key="run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert len(_charts(at)) == 2 and at.selectbox(key="head").options == ["0", "1", "2", "3"]
+
+
 def _nan_bert_folder(folder):
     """A tiny BERT whose attention is NaN in 5 of its 8 heads (L0H0, then all of layer 1), saved to ``folder``."""
     import torch
@@ -417,10 +435,10 @@ def test_diagnose_a_known_model_with_the_default_probes():
     assert report.model["name"] == "demo-gpt2" and len(report.heads) == 16
     assert not [f.code for f in report.findings if f.severity != "info"]  # a healthy model: nothing alarming
     assert len(_charts(at)) == 2
-    assert ("demo-gpt2", ()) in cache.model_cache().keys()  # the server's shared copy, not one for this run
-    model = cache.model_cache().get(("demo-gpt2", ()), None).model
+    assert ("demo-gpt2", (), None) in cache.model_cache().keys()  # the server's shared copy, not one for this run
+    model = cache.model_cache().get(("demo-gpt2", (), None), None).model
     at.button(key="diag_run").click().run()
-    assert not _errors(at) and cache.model_cache().get(("demo-gpt2", ()), None).model is model
+    assert not _errors(at) and cache.model_cache().get(("demo-gpt2", (), None), None).model is model
     assert not model._forward_pre_hooks and not any(m._forward_pre_hooks for m in model.modules())  # hooks gone
 
 

@@ -320,7 +320,7 @@ def test_one_known_model_spelt_two_ways_is_one_cache_entry(monkeypatch):
     monkeypatch.setattr(cache, "model_cache", lambda: recorder)
     for name in ("demo-bert", "Demo-BERT", " DEMO-BERT "):
         cache.load_model(name)
-    assert asked == [("demo-bert", ())] * 3
+    assert asked == [("demo-bert", (), None)] * 3
     assert cache.result_key("Demo-BERT", "a text") == cache.result_key("demo-bert", "a text")
 
 
@@ -332,12 +332,12 @@ def test_the_size_check_reads_the_shared_tokenizer_under_the_model_lock(monkeypa
     from app.server import cache
 
     loaded, held = LoadedModel(Sized(1), None), []
-    monkeypatch.setattr(cache, "load_model", lambda source, stamp: loaded)
+    monkeypatch.setattr(cache, "load_model", lambda source, stamp, n_heads: loaded)
     monkeypatch.setattr(cache, "_check_result_size", lambda *args: held.append(loaded.lock.locked()))
     monkeypatch.setattr(cache, "stop_between_layers", lambda *args: contextlib.nullcontext())
     monkeypatch.setattr(cache.core, "extract_attention", lambda *args: held.append(loaded.lock.locked()) or "maps")
     monkeypatch.setattr(cache, "result_cache", lambda: BoundedCache(2, 10**9, lambda r: 1))
-    assert cache.attention(("m", (), "a text", "", "")) == "maps" and held == [True, True]
+    assert cache.attention(("m", (), None, "a text", "", "")) == "maps" and held == [True, True]
 
 
 class _FullDisk:

@@ -220,6 +220,14 @@ def test_a_probe_the_model_cannot_read_is_named(bad, why):
     assert "type a sentence" not in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_a_one_token_probe_is_refused_not_labelled():
+    """A decoder reads "a" as one token: its 1 x 1 maps were labelled sparse at 60 % confidence on every head."""
+    from tiny import bpe_tokenizer, tiny_gpt2
+
+    with pytest.raises(core.InputError, match="^probe 2 of 2: the model reads it as one token, and a one-token map"):
+        diagnose((tiny_gpt2(), bpe_tokenizer()), ["the cat sat on the mat", "a"])
+
+
 def test_a_healthy_model_has_no_non_finite_finding(report):
     assert "non_finite_attention" not in {f.code for f in report.findings}
 
