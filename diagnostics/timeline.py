@@ -120,7 +120,7 @@ def _check_cells(part, shape: tuple[int, int, int], filled: int) -> None:
 
 def read_log(path, allowed_roots=None) -> Timeline:
     """The ``Timeline`` of the monitor log at ``path`` (under the allowed roots, as ``core.load_checkpoint``)."""
-    path = check_allowed(Path(path), resolve_roots(allowed_roots))
+    path = check_allowed(Path(path), resolve_roots(allowed_roots), wanted="the .jsonl written by AttentionMonitor")
     if not path.is_file():
         raise InputError(f"{path.name} is not a file; give the .jsonl written by AttentionMonitor")
     if path.stat().st_size > MAX_LOG_BYTES:
@@ -260,7 +260,7 @@ def _model_shape(record: dict) -> str:
 def checkpoint_folders(folder, allowed_roots=None) -> list[tuple[int, Path]]:
     """``[(step, path)]`` of the ``checkpoint-<step>`` folders of a Trainer output folder, by step; two folders of
     one step (``checkpoint-01``, ``checkpoint-1``) are refused, and a step of 2**53 or more is not one."""
-    root = check_allowed(Path(folder), resolve_roots(allowed_roots))
+    root = check_allowed(Path(folder), resolve_roots(allowed_roots), wanted="the Trainer's output_dir")
     if not root.is_dir():
         raise InputError(f"{Path(folder).name} is not a folder; give the Trainer's output_dir")
     found = sorted((int(m.group(1)), p) for p in root.iterdir()

@@ -10,6 +10,7 @@ from app.plain import for_markdown
 from app.server import session
 from app.views import compare_plots
 from core.cancel import stoppable
+from core.errors import AttnScopeError
 from diagnostics import timeline as tl
 
 KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
@@ -31,19 +32,33 @@ def inputs_ui():
     return (kind, folder.strip()) if folder.strip() else None
 
 
-def load(kind, value) -> dict:
-    """``{run name: Timeline}``; checkpoints are diagnosed one by one under a progress bar."""
+def load(kind, value) -> tuple[dict, list[str]]:
+    """``({run name: Timeline}, problems)``: a log that cannot be read is one problem naming it, and the others
+    still load (one empty log among three showed none, and did not say which); checkpoints are diagnosed one by
+    one under a progress bar."""
     if kind == KINDS[0]:
-        return dict(zip(_distinct([name for name, _ in value]), (tl.parse_log(data) for _, data in value)))
+        return _each(zip(_distinct([name for name, _ in value]), [data for _, data in value]), tl.parse_log)
     if kind == KINDS[1]:
-        return {_short(path, value): tl.read_log(path) for path in value}
+        paths = list(dict.fromkeys(value))  # a path listed twice is one run
+        return _each([(_short(path, paths), path) for path in paths], tl.read_log)
     bar = st.progress(0.0, text="Loading checkpoints…")
     try:  # stops between checkpoints and probes once the browser session has ended
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message),
                              session.stop_when_gone())
-        return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}
+        return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}, []
     finally:
         bar.empty()
+
+
+def _each(named, read) -> tuple[dict, list[str]]:
+    """``read`` each ``(name, item)``: ``({name: Timeline}, ["name: why"])``."""
+    runs, problems = {}, []
+    for name, item in named:
+        try:
+            runs[name] = read(item)
+        except AttnScopeError as err:
+            problems.append(f"{name}: {err}")
+    return runs, problems
 
 
 def _distinct(names) -> list[str]:
@@ -106,13 +121,16 @@ st.caption("How entropy, sinks, patterns and findings moved while a model traine
 source = inputs_ui()
 if st.button("Load", type="primary", key="tl_run"):
     st.session_state.pop("timelines", None)
+    st.session_state.pop("tl_problems", None)
     if source is None:
         st.error("Upload a log, give a path or a folder first.", icon="⚠️")
     else:
         try:
-            st.session_state.timelines = load(*source)
+            st.session_state.timelines, st.session_state.tl_problems = load(*source)
         except Exception as err:  # noqa: BLE001  every error becomes a message on the page
             errors.show(err)
+for problem in st.session_state.get("tl_problems", []):  # the logs that could not be read, while the rest show
+    errors.shown(problem)
 timelines = st.session_state.get("timelines")
 if timelines:
     try:

@@ -37,7 +37,8 @@ from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 
 ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
 
-NOT_FOUND = "{path} does not exist; give the path of a model folder, an archive or a weights file"
+NOT_FOUND = "{path} does not exist; give the path of {wanted}"
+MODEL_PATH = "a model folder, an archive or a weights file"
 # One message whether or not the path exists, is a folder, a file or a link: it must not tell a server user
 # what lies outside the folders they may read, nor where those folders are.
 OUTSIDE = ("{path} is outside the folders AttnScope may read, or does not exist there; give a path under them "
@@ -120,8 +121,9 @@ def expand_user(path) -> Path:
         return Path(path)
 
 
-def check_allowed(path: Path, roots: list[Path]) -> Path:
-    """``path`` resolved (symlinks followed), or CheckpointError unless it exists under one of ``roots``.
+def check_allowed(path: Path, roots: list[Path], wanted: str = MODEL_PATH) -> Path:
+    """``path`` resolved (symlinks followed), or CheckpointError unless it exists under one of ``roots``
+    (``wanted``: what a missing path should have been, for the message).
 
     Outside the roots, a missing path, a link out and an unreadable one get the same message (``OUTSIDE``).
     """
@@ -135,7 +137,7 @@ def check_allowed(path: Path, roots: list[Path]) -> Path:
     if not inside:
         raise CheckpointError(OUTSIDE.format(path=path, env=ENV_ROOTS))
     if not resolved.exists():
-        raise CheckpointError(NOT_FOUND.format(path=path))
+        raise CheckpointError(NOT_FOUND.format(path=path, wanted=wanted))
     return resolved
 
 

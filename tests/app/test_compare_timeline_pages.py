@@ -216,3 +216,36 @@ def test_timeline_run_names_and_notes_are_plain_text(bert_folder, monkeypatch, t
     assert not at.exception and not _errors(at), _errors(at)
     notes = [i.value for i in at.info if "checkpoint-20" in i.value]
     assert len(notes) == 1 and for_markdown(evil) in notes[0], notes
+
+
+def test_timeline_one_unreadable_log_is_named_and_the_others_still_show(monkeypatch, tmp_path):
+    """An empty log among three showed nothing, with "the log holds no measurement yet" and no file name."""
+    healthy = (LOGS / "healthy.jsonl").read_bytes()
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload")
+    for name, data in (("run-a.jsonl", healthy), ("run-b.jsonl", b""), ("run-c.jsonl", healthy[:50])):
+        uploader.upload(name, data)
+    at = uploader.run().button(key="tl_run").click().run()
+    assert not at.exception and [h.value for h in at.subheader] == [r"run-a.jsonl"]
+    assert [e.value.split(":")[0] for e in at.error] == ["run-b.jsonl", "run-c.jsonl"], _errors(at)
+    at.radio(key="tl_metric").set_value("sink_score").run()  # the problems stay in view with the runs
+    assert len(at.error) == 2 and len(at.get("plotly_chart")) == 2
+
+
+def test_timeline_paths_missing_or_listed_twice(monkeypatch, tmp_path):
+    """A missing log was told to give "a model folder, an archive or a weights file"; a path listed twice showed
+    the server path as the run's name."""
+    import shutil
+
+    shutil.copy(LOGS / "healthy.jsonl", tmp_path / "attention.jsonl")
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Monitor log paths").run()
+    at.text_area(key="tl_paths").set_value(f"{tmp_path}/attention.jsonl\n{tmp_path}/attention.jsonl\n"
+                                           f"{tmp_path}/nope.jsonl")
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and [h.value for h in at.subheader] == ["attention.jsonl"]
+    from app.plain import for_markdown
+
+    assert _errors(at) == [for_markdown(f"nope.jsonl: {tmp_path}/nope.jsonl does not exist; give the path of the "
+                                        ".jsonl written by AttentionMonitor")]
