@@ -68,6 +68,9 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (d_model, n_heads)):
+            raise InputError(f"d_model and n_heads must be whole numbers of at least 1, not {d_model!r} and "
+                             f"{n_heads!r}")
         if d_model % n_heads != 0:
             raise InputError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads

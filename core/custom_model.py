@@ -35,6 +35,16 @@ class TransformerConfig:
     causal: bool = False  # True: decoder (causal mask); False: encoder
     dropout: float = 0.0  # dropout on attention weights and residual branches
 
+    def __post_init__(self):
+        """InputError for a size that cannot build a model (n_heads=0 was a ZeroDivisionError, n_layers=0 a model
+        whose extraction blamed the attention implementation)."""
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{name} must be a whole number of at least 1, not {value!r}")
+        if self.d_model % self.n_heads:
+            raise InputError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+
     @classmethod
     def from_dict(cls, data: dict) -> "TransformerConfig":
         known = {f.name for f in fields(cls)}

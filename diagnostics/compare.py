@@ -222,7 +222,7 @@ def _map_distances(samples_a, samples_b):
 
 def _streamed_distances(model_a, model_b, tokenizer, texts):
     """``[L, H]`` mean over probes of the lockstep-streamed distance."""
-    limits = [n for n in (max_positions(m.config, tokenizer) for m in (model_a, model_b)) if n]
+    limits = [n for n in (max_positions(m, tokenizer) for m in (model_a, model_b)) if n]
     distances = []
     for probe in as_probes(texts):
         enc = encode(tokenizer, probe.text, probe.text_pair, min(limits) if limits else None,

@@ -27,7 +27,7 @@ import core
 from core.checkpoints.registry import canonical_name
 from core.device import model_device
 from core.extraction.encode import TRUNCATED
-from core.extraction.extract import maps_over_budget, whole_maps_bytes
+from core.extraction.extract import check_weights_loaded, maps_over_budget, whole_maps_bytes
 from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
@@ -141,8 +141,10 @@ def _resolve(source, device, n_heads=None, progress=None):
         if len(source) != 2 or not isinstance(source[0], nn.Module):
             raise InputError("source must be a (model, tokenizer) pair, a model, or a model name or folder")
         model, tokenizer = source
+        check_weights_loaded(model)
         return model, tokenizer, _name(model)
     if isinstance(source, nn.Module):
+        check_weights_loaded(source)
         return source, None, _name(source)
     if not isinstance(source, (str, Path)):
         raise InputError(f"cannot diagnose a {type(source).__name__}; pass a model name, a folder or "

@@ -41,6 +41,7 @@ WARNING_SHARE = 0.25
 ERROR_SHARE = 0.5
 LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
     "non_finite_attention": ("error", "error", "error"),  # one NaN head makes every later layer NaN
+    "non_finite_weights": ("error", "error", "error"),  # a NaN weight makes the output NaN, if no map
     "diffuse_heads": ("info", "warning", "error"),
     "saturated_heads": ("info", "warning", "error"),
     "dead_heads": ("info", "warning", "error"),
@@ -55,7 +56,7 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
 # Notes that say the probes cannot bear a verdict (too short; out of vocabulary): the findings from them are capped.
 INPUT_NOTES = ("probes_short", "probes_unfit")
 # Findings those notes do not cap: NaN maps are broken on any probe.
-UNCAPPED = ("non_finite_attention",)
+UNCAPPED = ("non_finite_attention", "non_finite_weights")
 
 # KL divergence from uniform, in nats (``metrics.uniform_gap``): Q/K x 0 gives exactly 0. Logits that
 # spread by sigma around their mean give ~sigma^2 / 2 at any length, 0.1 for sigma ~0.45: rows that

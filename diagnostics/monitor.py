@@ -24,6 +24,7 @@ to ``tensorboard_dir`` when tensorboard is installed; it is optional.
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import time
 from pathlib import Path
@@ -78,6 +79,9 @@ class AttentionMonitor:
 
     def on_step(self, model, step: int) -> dict | None:
         """Measure ``model`` at ``step`` if it is due; returns the logged record (None when not due)."""
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:  # unreadable in the Timeline
+            raise InputError(f"step must be a whole number of at least 0 (the training step), not {step!r}")
+        step = int(step)  # numpy's too
         if step % self.every:
             return None
         record = self.measure(model, step)

@@ -38,6 +38,7 @@ duplicate-token head to the previous occurrence itself (offset ``-half``).
 """
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -213,6 +214,8 @@ def user_texts(texts):
     one probe (iterated, it was a probe per character)."""
     if texts is None or isinstance(texts, str):
         return None if texts is None else [texts]
+    if isinstance(texts, (bytes, dict)) or not isinstance(texts, Iterable):
+        raise InputError(f"probe texts must be a list of texts or (text, pair) tuples, not {type(texts).__name__}")
     return list(texts) or None
 
 
@@ -221,7 +224,16 @@ def as_probes(texts, defaults=DEFAULT_PROBES):
     texts = user_texts(texts)
     if texts is None:
         return list(defaults)
-    return [Probe(*t) if isinstance(t, (tuple, list)) else Probe(t) for t in texts]
+    return [_probe(t, i, len(texts)) for i, t in enumerate(texts)]
+
+
+def _probe(item, i: int, count: int) -> Probe:
+    """A caller's probe: a text, or a ``(text, pair)`` tuple (pair None or text); InputError naming it if not."""
+    parts = list(item) if isinstance(item, (tuple, list)) else [item]
+    if not 1 <= len(parts) <= 2 or not isinstance(parts[0], str) or not isinstance(parts[-1], (str, type(None))):
+        raise InputError(f"probe {i + 1} of {count}: {repr(item)[:60]} is not a text or a (text, pair) tuple of "
+                         "texts")
+    return Probe(*parts)
 
 
 def probe_coverage(tokenizer, probe: Probe) -> float:
@@ -245,7 +257,7 @@ def default_probes(model, tokenizer) -> tuple[Probe, ...]:
     reads them as ``decoder_probe`` gives them)."""
     if not reads_as_decoder(model, tokenizer):
         return DEFAULT_PROBES
-    limit = max_positions(model.config, tokenizer)
+    limit = max_positions(model, tokenizer)
     if limit is not None and max(probe_tokens(tokenizer, p) for p in CAUSAL_PROBES) > limit:
         return tuple(decoder_probe(p) for p in DEFAULT_PROBES)
     return CAUSAL_PROBES
@@ -334,7 +346,7 @@ def read_lengths(model, tokenizer, probes):
     (None: no fixed limit). Without a tokenizer there are no text probes: ``([], None)``."""
     if tokenizer is None:
         return [], None
-    limit = max_positions(getattr(model, "config", None), tokenizer)
+    limit = max_positions(model, tokenizer)
     return [min(probe_tokens(tokenizer, p), limit or float("inf")) for p in probes], limit
 
 
@@ -375,7 +387,7 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
 def _fitted_length(model, tokenizer, length, special=0, minimum=MIN_PROBE_TOKENS, what="a random probe") -> int:
     """``length`` tokens, or fewer for a model that takes fewer (with ``special`` tokens around them);
     ExtractionError below ``minimum``."""
-    limit = max_positions(getattr(model, "config", None), tokenizer)
+    limit = max_positions(model, tokenizer)
     if limit is not None:
         length = min(length, limit - special)
     if length < minimum:

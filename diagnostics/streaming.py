@@ -70,7 +70,7 @@ def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None,
     if tokenizer is None:
         raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
     vocab_size = getattr(model.config, "vocab_size", None)
-    enc = encode(tokenizer, text, text_pair, max_positions(model.config, tokenizer), vocab_size=vocab_size)
+    enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), vocab_size=vocab_size)
     result = stream_token_statistics(model, enc.input_ids, special=enc.special, keep=keep, chunk_rows=chunk_rows,
                                      redundancy=redundancy, token_type_ids=enc.token_type_ids)
     result.tokens = display_tokens(tokenizer, result.token_ids)

@@ -163,6 +163,16 @@ FINDING_TEXTS = {
         "them; then lower the learning rate, clip gradients, or train in bf16/fp32 instead of fp16.",
         "{count} of {total} heads ({percent}) give NaN or infinite attention weights: {heads}.",
     ),
+    "non_finite_weights": FindingText(
+        "NaN or infinite weights",
+        "Some of the model's parameters are NaN or infinite: a training step diverged, or the checkpoint was "
+        "damaged. Wherever they sit (a value or output projection, an MLP) the model's output is NaN, even where "
+        "the attention maps still look sound.",
+        "Go back to the last checkpoint whose weights are all finite (torch.isfinite on each); then lower the "
+        "learning rate, clip gradients, or train in bf16/fp32 instead of fp16.",
+        "{n_tensors} weight tensor(s) hold NaN or infinite values ({tensors}); {count} of {total} heads have them in "
+        "their own Q, K, V or O weights{heads_list}.",
+    ),
     "diffuse_heads": FindingText(
         "Near-uniform heads",
         "These heads spread attention almost evenly over the input, so they pass on an average of it and "

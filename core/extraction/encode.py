@@ -6,12 +6,14 @@ import inspect
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from ..errors import InputError
 
 # A tokenizer without a real limit reports a huge sentinel as model_max_length.
 _NO_LIMIT = 1_000_000
-# Learned position tables of these families hold ``padding_idx + 1`` unusable rows.
+# Learned position tables of these families hold ``padding_idx + 1`` unusable rows (for a config alone; a model
+# is asked itself, ``position_offset``).
 _POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
 
 
@@ -33,18 +35,33 @@ def check_text(text, name: str = "text") -> str:
 TRUNCATED = "truncated to the model's limit"
 
 
-def max_positions(config, tokenizer=None) -> int | None:
-    """Longest input the model accepts, or None when it has no fixed limit (e.g. T5)."""
+def max_positions(model, tokenizer=None) -> int | None:
+    """Longest input ``model`` accepts (a module, or just its config; None: the tokenizer's limit only), or None
+    when it has no fixed limit (e.g. T5)."""
+    config = getattr(model, "config", None) if isinstance(model, nn.Module) else model
     limits = []
     for name in ("max_position_embeddings", "n_positions", "max_positions"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
-            limits.append(value - _POSITION_OFFSET.get(getattr(config, "model_type", ""), 0))
+            limits.append(value - position_offset(model))
             break
     tokenizer_limit = getattr(tokenizer, "model_max_length", None)
     if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < _NO_LIMIT:
         limits.append(tokenizer_limit)
     return min(limits) if limits else None
+
+
+def position_offset(model) -> int:
+    """Rows of ``model``'s learned position table that no position uses: RoBERTa-style embeddings number positions
+    from ``padding_idx + 1`` (RoBERTa, XLM-R, CamemBERT, Longformer, Data2Vec-text, MPNet, I-BERT, ...: a table
+    whose ``padding_idx`` is set). A config alone: by its model type."""
+    if not isinstance(model, nn.Module):
+        return _POSITION_OFFSET.get(getattr(model, "model_type", ""), 0)
+    for name, module in model.named_modules():  # I-BERT's table is a QuantEmbedding: any module with the attribute
+        padding = getattr(module, "padding_idx", None) if name.endswith("position_embeddings") else None
+        if isinstance(padding, int):
+            return padding + 1
+    return 0
 
 
 def encode(

@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from .encode import check_text, encode, max_positions
-from ..errors import AttnScopeError, ExtractionError, first_line
+from ..errors import AttnScopeError, ExtractionError, InputError, first_line
 from .hf_extract import extract_hf, is_causal_config, stack_layers
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
@@ -49,8 +49,12 @@ def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
     result's ``warnings`` say so. Empty text raises ``InputError`` (a ValueError).
     """
     check_text(text)
+    for name, value in (("text_pair", text_pair), ("target", target)):
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{name} must be text (a str) or None, not {repr(value)[:40]} ({type(value).__name__})")
     if tokenizer is None:
         raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
+    check_weights_loaded(model)
     start = time.perf_counter()
     with eval_mode(model):
         if isinstance(model, PreTrainedModel):
@@ -69,6 +73,14 @@ def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
     result.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     result.elapsed_s = time.perf_counter() - start
     return result
+
+
+def check_weights_loaded(model) -> None:
+    """ExtractionError for a model built without its weights (on the ``meta`` device), before it is run."""
+    meta = next((name for name, p in model.named_parameters() if p.is_meta), None)
+    if meta is not None:
+        raise ExtractionError(f"the model's weights are not loaded ({meta} is on the meta device: built under "
+                              "torch.device('meta') or init_empty_weights); load them, e.g. with from_pretrained")
 
 
 def model_is_causal(model) -> bool:
@@ -97,7 +109,7 @@ def _result(tokenizer, enc, attentions, causal) -> AttentionResult:
 
 
 def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> AttentionResult:
-    enc = encode(tokenizer, text, text_pair, max_positions(model.config, tokenizer), model.config.vocab_size)
+    enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), model.config.vocab_size)
     with torch.inference_mode():
         out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
     attentions = stack_layers(out["attentions"], "self", model)  # (L, H, T, T)

@@ -57,7 +57,7 @@ def stack_layers(attentions, what: str, model) -> torch.Tensor:
 
 
 def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> AttentionResult:
-    limit = max_positions(model.config, tokenizer)
+    limit = max_positions(model, tokenizer)
     enc = encode(tokenizer, text, text_pair, limit, getattr(model.config, "vocab_size", None))
     device = model_device(model)
     with eager_attention(model), torch.inference_mode():

@@ -202,15 +202,24 @@ def _nest(flat, shape):
     return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
+ROW_SUM_ATOL = 0.01  # a half-precision softmax row sums to 1 within ~1e-3
+
+
 def _as_tensor(weights):
     if isinstance(weights, np.ndarray):
         weights = torch.from_numpy(weights)
     if not isinstance(weights, torch.Tensor):
         raise InputError(f"Attention must be a numpy array or torch tensor, got {type(weights).__name__}.")
-    if weights.dim() < 2 or weights.shape[-2] > weights.shape[-1] or weights.shape[-1] < 2:
+    if weights.dim() < 2 or not 1 <= weights.shape[-2] <= weights.shape[-1] or weights.shape[-1] < 2 \
+            or weights.numel() == 0:
         raise InputError("Attention must be [..., q, k] with 1 <= q <= k and k >= 2; "
                          f"got shape {tuple(weights.shape)}.")
     weights = weights.detach().float().cpu()
     if not torch.isfinite(weights).all():
         raise InputError("Attention contains NaN or infinite values; check the model's dtype and masks.")
+    sums = weights.sum(-1)  # (..., q): 1 for every row a softmax gave, 0 for a padding row
+    if (weights < -ROW_SUM_ATOL).any() or not ((sums - 1).abs() <= ROW_SUM_ATOL).any() \
+            or not (((sums - 1).abs() <= ROW_SUM_ATOL) | (sums.abs() <= ROW_SUM_ATOL)).all():
+        raise InputError(f"Attention rows must be probabilities (non-negative, each summing to 1, or 0 for padding); "
+                         f"row sums range from {sums.min():.3g} to {sums.max():.3g}. Pass softmax weights, not scores.")
     return weights

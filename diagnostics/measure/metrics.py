@@ -381,7 +381,7 @@ def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_T
     bound temporary memory. The queries are taken to be the last q keys.
     """
     attn = torch.as_tensor(attn)
-    if attn.dim() < 2 or attn.shape[-2] > attn.shape[-1] or attn.shape[-1] == 0:
+    if attn.dim() < 2 or not 1 <= attn.shape[-2] <= attn.shape[-1] or attn.numel() == 0:
         raise InputError(f"Expected attention [..., q, k] with 1 <= q <= k, got shape {tuple(attn.shape)}.")
     q, k = attn.shape[-2:]
     acc = MetricAccumulator(k, causal, special, padding, query_offset=k - q, top_k=top_k)

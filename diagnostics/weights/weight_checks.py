@@ -29,6 +29,7 @@ import torch
 
 from core.extraction.head_weights import attention_weights
 from diagnostics.findings import make_finding, note
+from diagnostics.weights.finite import non_finite_findings
 from diagnostics.weights.qk_norms import QKNorms
 from diagnostics.measure.redundancy import pairs_finding
 
@@ -100,13 +101,14 @@ def check_weights(model, norms: QKNorms | None = None, layers=None):
     unknown layout gives one info note and ``{}``.
     """
     layers = attention_weights(model) if layers is None else layers
+    broken = non_finite_findings(model, layers)
     if not layers:
         reason = f"no attention layer of {type(model).__name__} matches a known layout"
-        return [note("weights_unavailable", reason=reason)], {}
+        return broken + [note("weights_unavailable", reason=reason)], {}
     stats = [layer_stats(lw, norms) for lw in layers]
     per_head = {(lw.part, lw.layer, h): {name: _number(v[h]) for name, v in s.items() if v.dim() == 1}
                 for lw, s in zip(layers, stats) for h in range(lw.n_heads)}
-    findings = []
+    findings = broken
     for part in dict.fromkeys(lw.part for lw in layers):
         chosen = [(lw, s) for lw, s in zip(layers, stats) if lw.part == part]
         findings += _part_findings([lw for lw, _ in chosen], [s for _, s in chosen], part)

@@ -86,6 +86,24 @@ def test_segment_ids_are_asked_for_and_given_only_where_the_model_has_rows_for_t
     assert result.token_type_ids is None and result.attentions.shape[0] == 2
 
 
+@pytest.mark.parametrize("family", ["Data2VecText", "MPNet", "IBert", "XLMRobertaXL", "RobertaPreLayerNorm"])
+def test_position_tables_that_start_past_padding_are_not_overrun(family):
+    """Only four model types were known to number positions from padding_idx + 1: the others, with a tokenizer
+    of no limit of its own, ended in "index 66 is out of bounds" on 65 tokens. The model's own table now says."""
+    import transformers
+
+    config = getattr(transformers, f"{family}Config")(vocab_size=200, hidden_size=16, num_hidden_layers=1,
+                                                      num_attention_heads=2, intermediate_size=32,
+                                                      max_position_embeddings=66, pad_token_id=1)
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{family}Model")(config).eval()
+    tok = copy.deepcopy(tiny.wordpiece_tokenizer())
+    tok.model_max_length = int(1e30)  # no limit of its own: the model's is the only one
+    result = extract_attention(model, tok, "the " * 70)
+    assert result.attentions.shape[-2:] == (64, 64) and "limit of 64" in result.warnings[0]
+    assert torch.allclose(result.attentions.sum(-1), torch.ones(1, 2, 64), atol=1e-5)
+
+
 def test_byte_level_markers_prettified():
     result = extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), "the fox the dog")
     assert not any("Ġ" in t for t in result.tokens)

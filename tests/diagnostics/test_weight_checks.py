@@ -239,3 +239,28 @@ def test_norms_after_a_per_head_norm_are_each_head_s():
     assert out["q"].shape == (12, 4, 8) and out["k"].shape == (12, 2, 8)  # (tokens, heads, d)
     torch.testing.assert_close(norms.q[name], out["q"].norm(dim=-1).amax(0))
     torch.testing.assert_close(norms.k[name], out["k"].norm(dim=-1).amax(0))
+
+
+def test_non_finite_weights_are_an_error_wherever_they_are():
+    """NaN in the last layer's output projection (or an MLP) leaves every map finite: no finding at all, before,
+    while the model's output was NaN."""
+    from diagnostics import diagnose
+    from tiny import bpe_tokenizer
+
+    healthy = tiny_gpt2()
+    assert not [f for f in weight_findings(healthy) if f.code == "non_finite_weights"]
+    model = tiny_gpt2()
+    with torch.no_grad():
+        model.h[-1].attn.c_proj.weight[:8, 0] = float("nan")  # rows of head 0's value dimensions, one output
+        model.h[-1].mlp.c_fc.weight[0, 0] = float("inf")  # after the last attention: every map stays finite
+    report = diagnose((model, bpe_tokenizer()), ["the cat sat on the mat"])  # a short probe caps other findings
+    found = report.finding("non_finite_weights")
+    last = model.config.n_layer - 1
+    assert found.severity == "error" and found.heads == [[last, 0]] and report.has_errors
+    assert found.details["tensors"] == [f"h.{last}.attn.c_proj.weight", f"h.{last}.mlp.c_fc.weight"]
+    assert found.message.startswith(f"2 weight tensor(s) hold NaN or infinite values (h.{last}.attn.c_proj.weight, ")
+    assert torch.isfinite(report.samples[0].attentions).all()  # the maps alone would not tell
+    with torch.no_grad():
+        model.h[-1].attn.c_proj.weight[:8, 0] = 0.0
+    only_mlp = [f for f in weight_findings(model) if f.code == "non_finite_weights"]
+    assert len(only_mlp) == 1 and only_mlp[0].heads == [] and only_mlp[0].severity == "error"
