@@ -111,3 +111,16 @@ def test_a_mask_that_is_not_bool_is_one_clear_error(mask):
     x = torch.randn(1, 1, 4, 8)
     with pytest.raises(InputError, match="the attention mask must be bool"):
         scaled_dot_product_attention(x, x, x, mask)
+
+
+@pytest.mark.parametrize("changes", [{"n_heads": 0}, {"n_heads": -1}, {"n_layers": 0}, {"vocab_size": 2.5},
+                                     {"d_model": 30}, {"d_ff": True}])
+def test_sizes_that_cannot_build_a_model_are_one_input_error(changes):
+    """n_heads=0 was a ZeroDivisionError, n_heads=-1 a model whose extraction failed on 'invalid shape dimension -8',
+    n_layers=0 one whose extraction blamed the attention implementation."""
+    from core import TransformerConfig
+
+    with pytest.raises(InputError, match="must be"):
+        TransformerConfig(**{"d_model": 32, "n_heads": 4, **changes})
+    with pytest.raises(InputError, match="at least 1"):
+        MultiHeadAttention(8, 0)

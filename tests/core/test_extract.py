@@ -399,3 +399,23 @@ def test_blank_target_falls_back_to_the_text_like_a_blank_pair():
     model, tok = tiny.tiny_bart(), tiny.wordpiece_tokenizer()
     blank = extract_attention(model, tok, TEXT, target="   ")
     assert blank.decoder.token_ids == extract_attention(model, tok, TEXT).decoder.token_ids
+
+
+def test_a_model_without_its_weights_or_a_second_text_that_is_no_text_is_one_line():
+    """A model built on the meta device failed in torch ('Cannot copy out of meta tensor'); text_pair=5 in str.strip."""
+    from transformers import BertConfig, BertModel
+
+    from core.errors import ExtractionError, InputError
+    from diagnostics import diagnose
+
+    with torch.device("meta"):
+        empty = BertModel(BertConfig(vocab_size=200, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32))
+    for run in (lambda: extract_attention(empty, tiny.wordpiece_tokenizer(), TEXT),
+                lambda: diagnose((empty, tiny.wordpiece_tokenizer()))):
+        with pytest.raises(ExtractionError, match="^the model's weights are not loaded .* on the meta device"):
+            run()
+    with pytest.raises(InputError, match="^text_pair must be text"):
+        extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), TEXT, text_pair=5)
+    with pytest.raises(InputError, match="^target must be text"):
+        extract_attention(tiny.tiny_bart(), tiny.wordpiece_tokenizer(), TEXT, target=5)

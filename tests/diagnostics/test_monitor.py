@@ -221,3 +221,16 @@ def test_a_diverged_model_s_log_line_is_strict_json(tmp_path):
     assert "non_finite_attention" in {f["code"] for f in record["findings"]}
     heads = [h for h in record["heads"] if h["pattern"] is None]  # NaN attention: no label
     assert heads and parse_log(log.read_text()).pattern_changes() == []  # the Timeline reads the diverged run's log
+
+
+@pytest.mark.parametrize("step", [-1, "3", 2.0, True])
+def test_a_step_that_is_not_a_whole_number_is_refused_before_it_is_logged(tmp_path, step):
+    """on_step(model, -1) wrote a record that made the whole log unreadable in the Timeline; "3" was a TypeError."""
+    import numpy as np
+
+    log = tmp_path / "attention.jsonl"
+    monitor = AttentionMonitor(bpe_tokenizer(), probes=["the cat sat on the mat"], every=1, log_path=log)
+    monitor.on_step(tiny_gpt2(), np.int64(0))  # numpy's whole numbers are steps too
+    with pytest.raises(InputError, match="step must be a whole number of at least 0"):
+        monitor.on_step(tiny_gpt2(), step)
+    assert [s for s in parse_log(log.read_text()).steps] == [0]

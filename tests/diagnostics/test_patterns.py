@@ -89,3 +89,21 @@ def test_bad_input_names_the_shape():
         classify_head(np.full((4, 4), np.nan))
     with pytest.raises(InputError, match="numpy array or torch tensor"):
         classify_head([[1.0]])
+
+
+@pytest.mark.parametrize("weights", [torch.zeros(0, 4), torch.zeros(0, 4, 4), torch.zeros(4, 4),
+                                     torch.full((4, 4), 2.5), -torch.eye(4)],
+                         ids=["no rows", "no maps", "all zero", "scores", "negative"])
+def test_maps_that_are_not_attention_are_refused(weights):
+    """Empty maps were an IndexError or a ZeroDivisionError; an all-zero map was labelled sparse, scores of 2.5
+    vertical at confidence 1.0."""
+    with pytest.raises(InputError, match="Attention"):
+        classify_heads(weights) if weights.dim() == 3 else classify_head(weights)
+
+
+def test_padding_rows_and_half_precision_rows_still_pass():
+    rows = torch.softmax(torch.randn(6, 6), -1)  # (q, k)
+    rows[-1] = 0  # a padding query
+    assert classify_head(rows.half()).label in PATTERNS
+    with pytest.raises(InputError, match="Expected attention"):
+        head_metrics(torch.zeros(2, 0, 4))

@@ -74,3 +74,19 @@ def test_a_probe_that_is_not_utf8_is_named():
     text = os.fsdecode(b"The caf\xe9 on the corner raised its prices again.")
     with pytest.raises(InputError, match="^probe 2 of 2: its text is not UTF-8"):
         diagnose((tiny_bert(), wordpiece_tokenizer()), ["the cat sat on the mat", text])
+
+
+def test_probes_that_are_not_texts_are_named():
+    """A (text, 5) pair was an AttributeError, a 3-tuple or 42 a TypeError."""
+    import pytest
+
+    from core.errors import InputError
+    from diagnostics import diagnose
+
+    source = (tiny_bert(), wordpiece_tokenizer())
+    for texts, why in (([("the dog", 5)], "probe 1 of 1: ('the dog', 5) is not a text"),
+                       (["the cat", ("a", "b", "c")], "probe 2 of 2: ('a', 'b', 'c') is not a text"),
+                       (42, "probe texts must be a list")):
+        with pytest.raises(InputError, match=f"^{why}".replace("(", r"\(").replace(")", r"\)")):
+            diagnose(source, texts)
+    assert len(diagnose(source, [("the dog barks", None), ["the dog", "a cat"]]).probes) == 2
