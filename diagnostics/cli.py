@@ -139,8 +139,15 @@ def _overwrites(out: Path, source: str) -> bool:
         return False
     out = out.resolve()
     if path.is_dir():
-        return out == path or path in out.parents
+        return out == path or path in out.parents or _links_into(out, path)
     return out == path or (out.exists() and out.samefile(path))  # samefile: a hard link too
+
+
+def _links_into(out: Path, folder: Path) -> bool:
+    """Whether ``out`` is a hard link to a file under ``folder`` (writing it would rewrite that file)."""
+    if not out.is_file() or out.stat().st_nlink < 2:
+        return False
+    return any(f.is_file() and out.samefile(f) for f in folder.rglob("*"))
 
 
 def _emit(text: str, out: str | None) -> None:

@@ -136,6 +136,7 @@ def compare(a, b, texts=None, device=None, progress=None, n_heads=None) -> Compa
     tell(0.05, "loading model B")
     model_b, tok_b, name_b = _resolve(b, device, n_heads)
     tokenizer = shared_tokenizer(tok_a, tok_b, model_a, model_b)
+    _check_limits(model_a, model_b)
     source_a, source_b = ((model_a, tokenizer), (model_b, tokenizer)) if tokenizer else (model_a, model_b)
     both_stream = can_stream(model_a) and can_stream(model_b)  # lockstep distances need both; else whole maps
     report_a = diagnose(source_a, texts, progress=progress_span(tell, 0.1, 0.45, "model A"),
@@ -180,6 +181,16 @@ def shared_tokenizer(tok_a, tok_b, model_a, model_b):
     return tok_a
 
 
+def _check_limits(model_a, model_b) -> None:
+    """InputError, before either model runs, when they read different lengths: the whole maps of a long probe
+    would differ in shape (refused only after both diagnoses), while the streamed path cut both to the shorter."""
+    limits = [max_positions(m) for m in (model_a, model_b)]
+    if limits[0] != limits[1]:
+        shown = [f"{n:,} tokens" if n else "no limit" for n in limits]
+        raise InputError(f"the models take inputs of different lengths (A: {shown[0]}, B: {shown[1]}); compare needs "
+                         "the same input limit")
+
+
 def _vocab_size(model):
     size = getattr(getattr(model, "config", None), "vocab_size", None)
     return size if isinstance(size, int) else None
@@ -214,9 +225,8 @@ def _map_distances(samples_a, samples_b):
                                  f"{tuple(rb.attentions.shape)}); compare needs the same input limit")
             k = ra.attentions.shape[-1]
             distance = paired_js_distance(ra.attentions[..., :k, :], rb.attentions[..., :k, :], ra.causal,
-                                          ra.keys_padding)  # (L, H)
-            same = torch.isclose(ra.attentions, rb.attentions, equal_nan=True).flatten(2).all(-1)  # (L, H)
-            per_part.setdefault(part, []).append(distance.masked_fill(same, 0.0))  # a diverged head's copy: 0
+                                          ra.keys_padding)  # (L, H); a diverged head's copy: 0
+            per_part.setdefault(part, []).append(distance)
     return {part: torch.stack(ds).mean(0) for part, ds in per_part.items()}
 
 

@@ -122,13 +122,14 @@ class PairedJS:
 
     Both models read the same tokens; ``update`` takes the same rows of one layer
     of each, ``[H, qc, k]``, and ``finalize`` gives ``[H]``: the mean over rows
-    (weighted as in ``row_stats``) of the row distance, as ``PairwiseJS``.
+    (weighted as in ``row_stats``) of the row distance, as ``PairwiseJS``. A head whose rows are the same in
+    both, NaN included, is at 0 (the same diverged head in both: NaN rows have no distance of their own).
     """
 
     def __init__(self, n_keys, causal, padding=None):
         self.n_keys, self.causal = n_keys, bool(causal)
         self.key_ok = _keys_ok(n_keys, padding)  # (k,)
-        self.sums, self.weight = None, None
+        self.sums, self.weight, self.same = None, None, None
 
     def update(self, chunk_a, chunk_b, q_start):
         a, b = chunk_a.detach().double(), chunk_b.detach().double().to(chunk_a.device)  # (H, qc, k) each
@@ -139,9 +140,11 @@ class PairedJS:
             self.weight = torch.zeros((), dtype=torch.float64, device=a.device)
         self.sums += (distance * w).sum(-1)  # (H,)
         self.weight += w.sum()
+        same = torch.isclose(a, b, equal_nan=True).flatten(1).all(-1)  # (H,)
+        self.same = same if self.same is None else self.same & same
 
     def finalize(self):
-        return (self.sums / self.weight.clamp(min=1e-12)).float().cpu()  # (H,)
+        return (self.sums / self.weight.clamp(min=1e-12)).masked_fill(self.same, 0.0).float().cpu()  # (H,)
 
 
 def row_js(a, b, a_info=None, b_info=None):

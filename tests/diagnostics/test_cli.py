@@ -243,6 +243,7 @@ def test_an_out_that_is_the_model_is_refused_before_the_diagnosis(bert_dir, tmp_
     archive = tmp_path / "bert.zip"
     archive.write_bytes(b"PK\x03\x04 a checkpoint")
     (tmp_path / "link.zip").symlink_to(archive)
+    (tmp_path / "hard_config.json").hardlink_to(bert_dir / "config.json")  # outside the folder, its file inside
     monkeypatch.chdir(tmp_path)
     config = (bert_dir / "config.json").read_bytes()
     for argv, which in (([str(archive), "--out", "bert.zip"], "the model"),
@@ -250,7 +251,8 @@ def test_an_out_that_is_the_model_is_refused_before_the_diagnosis(bert_dir, tmp_
                         ([str(bert_dir), "--out", str(bert_dir / "config.json")], "the model"),
                         ([str(bert_dir), "--format", "json", "--out", str(bert_dir / "report.json")], "the model"),
                         (["compare", "demo-bert", "bert.zip", "--out", str(archive)], "model B"),
-                        (["compare", str(bert_dir), "demo-bert", "--out", str(bert_dir / "r.md")], "model A")):
+                        (["compare", str(bert_dir), "demo-bert", "--out", str(bert_dir / "r.md")], "model A"),
+                        (["compare", "demo-bert", str(bert_dir), "--out", "hard_config.json"], "model B")):
         assert cli.main([*argv, "--quiet"]) == 2, argv
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: --out ") and f"would overwrite {which}" in lines[0]

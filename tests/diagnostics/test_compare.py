@@ -132,6 +132,27 @@ def test_a_diverged_head_is_changed_and_a_copy_of_it_is_not():
     assert not same.changed and max(h.js_distance for h in same.heads) == 0.0
 
 
+def test_a_copy_of_a_diverged_model_is_at_zero_when_streamed_too(monkeypatch):
+    """The streamed path had no "same maps, NaN included" step: the copy's diverged head was at null / n/a."""
+    tokenizer, model = long_bpe_tokenizer(), tiny_gpt2(1024)
+    with torch.no_grad():
+        model.h[1].attn.c_attn.weight[0, 0] = float("nan")  # head L1H0's queries
+    monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
+    same = compare((model, tokenizer), (copy.deepcopy(model), tokenizer), ["the quick brown fox jumps over the dog"])
+    assert same.streamed and not same.changed and max(h.js_distance for h in same.heads) == 0.0
+
+
+def test_models_of_different_input_limits_are_refused_before_either_runs(monkeypatch):
+    """Whole maps refused them after both diagnoses ('the models read a probe differently'); streamed, both were cut
+    to the shorter limit and compared."""
+    ran = []
+    monkeypatch.setattr(importlib.import_module("diagnostics.compare"), "diagnose", lambda *a, **k: ran.append(1))
+    tokenizer = long_bpe_tokenizer()
+    with pytest.raises(InputError, match=r"^the models take inputs of different lengths \(A: 64 tokens, B: 128"):
+        compare((tiny_gpt2(64), tokenizer), (tiny_gpt2(128), tokenizer), ["the quick brown fox " * 30])
+    assert not ran
+
+
 def test_texts_may_be_any_iterable():
     """A generator fed A's diagnosis and left B the default probes ('the models read a probe differently')."""
     model, tokenizer = tiny_bert(), wordpiece_tokenizer()
