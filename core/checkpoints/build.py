@@ -30,8 +30,8 @@ MAX_LAYERS = 512  # per stack; meta-building T5 with 2 x 1000 tiny layers took 6
 MAX_HEADS = 1024
 MAX_WIDTH = 1 << 17  # hidden, head and feed-forward sizes
 MAX_VOCAB = 1 << 22  # vocabulary, position and bucket counts
-# transformers builds an id2label entry per label, even for a model without a classifier: 1,000,000 labels took 12 s
-# and 0.6 GB from a 80 kB upload (ImageNet-21k has 21,843 classes)
+# transformers builds an id2label entry per label, even for a model without a classifier: 1,000,000 labels took 5-12 s
+# and +0.6 GB from an 80 kB upload (ImageNet-21k has 21,843 classes)
 MAX_LABELS = 1 << 16
 # The dtypes a model is loaded in: its config's when half or single precision, else float32, the 4 bytes a parameter
 # that the model limit counts ("dtype": "float64" built twice the limit)
