@@ -40,6 +40,7 @@ from diagnostics.reports.exports import strict_json, unwritable
 from diagnostics.texts import MONITOR_TEXTS
 
 SCHEMA = "attnscope.monitor/1"
+MAX_STEP = 2**53  # the largest whole step a float64 holds exactly; plotly's JSON (orjson) fails at 2**64
 # One measurement of the 7 default probes (a decoder's, 297-360 tokens) on a 6-layer, 8-head GPT-2 (d 256)
 # costs 1.0-1.2 of its training steps at batch 16 × 128 tokens on the CPU (2-core machines at load 1.0-1.7; 0.7
 # with the 117-128-token probes of before), so every 200 steps costs ~0.5-0.6% of the training time:
@@ -79,8 +80,8 @@ class AttentionMonitor:
 
     def on_step(self, model, step: int) -> dict | None:
         """Measure ``model`` at ``step`` if it is due; returns the logged record (None when not due)."""
-        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:  # unreadable in the Timeline
-            raise InputError(f"step must be a whole number of at least 0 (the training step), not {step!r}")
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or not 0 <= step < MAX_STEP:
+            raise InputError(f"step must be a whole number from 0 to 2**53 - 1 (the training step), not {step!r}")
         step = int(step)  # numpy's too
         if step % self.every:
             return None

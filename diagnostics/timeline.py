@@ -27,7 +27,7 @@ from core.checkpoints.build import MAX_HEADS, MAX_LAYERS
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
 from core.errors import InputError
 from diagnostics.compare import role_names
-from diagnostics.monitor import SCHEMA, record_of
+from diagnostics.monitor import MAX_STEP, SCHEMA, record_of
 
 MAX_LOG_BYTES = 256 * 1024 * 1024  # a 12 × 12 model logs ~110 KB a step: ~2,400 measurements
 # Steps × layers × heads of one part's grid (8 MiB of float32): SmolLM2's 30 × 9 heads over 7,700 steps. A real
@@ -36,7 +36,6 @@ MAX_CELLS = 2**21
 # A monitor log measures every head at every step: a larger grid that its head entries fill less than 1/64 of
 # (one head at layer 511, head 1023) is damage, so the grid stays bounded by what the file really holds.
 SPARSE_CELLS, SPARSE_RATIO = 2**16, 64
-MAX_STEP = 2**53  # the largest whole step a float64 holds exactly; plotly's JSON (orjson) fails at 2**64
 MAX_CHECKPOINTS = 40  # more are sampled evenly (first and last kept): each is a model load and a diagnosis
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)", re.ASCII)  # as the Trainer names them: ASCII digits
 
@@ -135,7 +134,7 @@ def parse_log(data) -> Timeline:
             raise InputError(f"the log is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
         data = data.decode("utf-8-sig", errors="replace")  # a log re-saved by a Windows editor starts with a BOM
     records, cut = [], []
-    for number, line in enumerate(str(data).removeprefix("\ufeff").splitlines(), 1):
+    for number, line in enumerate(_LINE_END.split(str(data).removeprefix("\ufeff")), 1):
         if not line.strip():
             continue
         try:
@@ -147,6 +146,11 @@ def parse_log(data) -> Timeline:
     notes = [f"line {', '.join(str(err.number) for err in cut)} of the log is not JSON (a write cut short?): "
              "skipped"] if cut else []
     return _timeline(records, notes)
+
+
+# Line ends a log may have (a Windows editor's, an old Mac's): not splitlines' U+2028, U+0085, ..., which the
+# monitor's JSON (ensure_ascii=False) leaves unescaped inside a string, and which split a record in two
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 class _NotJSON(InputError):

@@ -91,6 +91,29 @@ def test_metadata_that_does_not_match_the_tensors_is_named_from_the_header(tmp_p
         "(llama.embedding_length=32, llama.attention.head_count=8, llama.attention.head_count_kv=2); ")
 
 
+def test_tensors_past_the_block_count_or_off_the_alignment_are_refused(tmp_path):
+    """block_count 1 over a file of two blocks loaded a 1-layer model, dropping blk.1 without a word; a tensor
+    offset 4 bytes off the 32-byte alignment loaded with shifted Q weights."""
+    import struct
+
+    path = write_llama_gguf(tmp_path / "llama.gguf")
+    header = check_gguf(path, Limits())
+    header.fields["llama.block_count"] = 1
+    with pytest.raises(CheckpointError, match=r"^llama.gguf: tensor 'blk.1.\w+.weight' belongs to block 1, but the "
+                                              r"metadata's llama.block_count is 1"):
+        shapes.check_tensor_shapes(header, path.name)
+    data = bytearray(path.read_bytes())
+    name = b"blk.0.attn_q.weight"
+    dims_at = data.index(name) + len(name)  # then: n_dims u32, dims u64 each, type u32, offset u64
+    offset_at = dims_at + 4 + 8 * struct.unpack_from("<I", data, dims_at)[0] + 4
+    struct.pack_into("<Q", data, offset_at, struct.unpack_from("<Q", data, offset_at)[0] + 4)
+    shifted = tmp_path / "shifted.gguf"
+    shifted.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"^shifted.gguf: tensor 'blk.0.attn_q.weight' starts at offset [\d,]+, "
+                                              r"not a multiple of general.alignment 32"):
+        core.load_model(shifted)
+
+
 def test_shape_mismatches_the_header_rules_miss_are_named_after_loading(tmp_path, monkeypatch):
     """Architectures outside LLAMA_LAYOUT (fused or per-layer projections) rely on transformers' own comparison,
     whose report quiet_transformers hides: the message names the parameter and both shapes instead."""

@@ -223,7 +223,7 @@ def test_a_diverged_model_s_log_line_is_strict_json(tmp_path):
     assert heads and parse_log(log.read_text()).pattern_changes() == []  # the Timeline reads the diverged run's log
 
 
-@pytest.mark.parametrize("step", [-1, "3", 2.0, True])
+@pytest.mark.parametrize("step", [-1, "3", 2.0, True, 2**53])
 def test_a_step_that_is_not_a_whole_number_is_refused_before_it_is_logged(tmp_path, step):
     """on_step(model, -1) wrote a record that made the whole log unreadable in the Timeline; "3" was a TypeError."""
     import numpy as np
@@ -231,6 +231,20 @@ def test_a_step_that_is_not_a_whole_number_is_refused_before_it_is_logged(tmp_pa
     log = tmp_path / "attention.jsonl"
     monitor = AttentionMonitor(bpe_tokenizer(), probes=["the cat sat on the mat"], every=1, log_path=log)
     monitor.on_step(tiny_gpt2(), np.int64(0))  # numpy's whole numbers are steps too
-    with pytest.raises(InputError, match="step must be a whole number of at least 0"):
+    with pytest.raises(InputError, match="step must be a whole number from 0"):
         monitor.on_step(tiny_gpt2(), step)
     assert [s for s in parse_log(log.read_text()).steps] == [0]
+
+
+def test_a_name_with_a_unicode_line_separator_does_not_split_its_record(tmp_path):
+    """The log is JSON with ensure_ascii=False: U+2028 or U+0085 in a name stayed raw, and splitlines() cut the
+    record there ('line 1 of the log is not JSON'); CRLF logs still read."""
+    log = tmp_path / "attention.jsonl"
+    monitor = AttentionMonitor(bpe_tokenizer(), probes=["the cat sat on the mat"], every=1, log_path=log)
+    model = tiny_gpt2()
+    model.config.name_or_path = "runs/exp\u2028v2\x85"
+    for step in (0, 1):
+        monitor.on_step(model, step)
+    timeline = parse_log(log.read_bytes())
+    assert timeline.steps == [0, 1] and not timeline.notes
+    assert parse_log(log.read_bytes().replace(b"\n", b"\r\n")).steps == [0, 1]

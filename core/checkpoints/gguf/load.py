@@ -32,7 +32,7 @@ import torch
 
 from ..archive import ENV_MAX_MODEL, Limits
 from ..build import MAX_LAYERS
-from .header import GGUFHeader, read_gguf_header
+from .header import DEFAULT_ALIGNMENT, GGUFHeader, read_gguf_header
 from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
@@ -48,6 +48,8 @@ NO_ARCH = "{name} has no general.architecture key, so its model type is unknown;
 BAD_QUANT = ("{name}: tensor {tensor!r} is stored as {qtype}, which the gguf package cannot dequantise; "
              "convert the model with a common type (F32, F16, Q8_0, Q4_K, ...)")
 BAD_SHAPE = "{name}: tensor {tensor!r} has shape {shape}, {why}; the file is corrupt"
+MISALIGNED = ("{name}: tensor {tensor!r} starts at offset {offset:,}, not a multiple of general.alignment {alignment}, "
+              "where every tensor of a GGUF file starts; the file is corrupt")
 PAST_END = ("{name} is truncated: tensor {tensor!r} ends at byte {end:,} but the file has {size:,} bytes; "
             "upload the complete file")
 TOO_BIG = ("{name} would dequantise to {gb:.1f} GB of float32 weights ({n:,} parameters), above the {limit:,}-byte "
@@ -95,7 +97,11 @@ def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeade
     if total * 4 > limits.max_model_bytes:
         raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_model_bytes,
                                              env=ENV_MAX_MODEL))
+    alignment = header.fields.get("general.alignment", DEFAULT_ALIGNMENT)  # a power of two (read_gguf_header)
     for tensor, (_, stored) in zip(header.tensors, sizes):
+        if tensor.offset % alignment:  # shifted or overlapping data would load as wrong weights
+            raise CheckpointError(MISALIGNED.format(name=name, tensor=tensor.name, offset=tensor.offset,
+                                                    alignment=alignment))
         end = header.data_start + tensor.offset + stored
         if end > header.file_size:
             raise CheckpointError(PAST_END.format(name=name, tensor=tensor.name, end=end, size=header.file_size))

@@ -23,8 +23,11 @@ LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "g
 NOT_MATCHING = "the metadata does not match the weights (re-convert the model with llama.cpp's convert_hf_to_gguf.py)"
 MISMATCH = "{name}: tensor {tensor!r} has shape {got} in the file, but the metadata implies {want} ({keys}); "
 MISMATCH += NOT_MATCHING
+EXTRA_BLOCK = ("{name}: tensor {tensor!r} belongs to block {block}, but the metadata's {key} is {count}, so it would "
+               "be dropped without a word; " + NOT_MATCHING)
 
 _BLOCK = re.compile(r"blk\.\d+\.(\w+)\.weight")
+_BLOCK_INDEX = re.compile(r"blk\.(\d+)\.")
 # GGML-order shapes in the sizes of _sizes(): E width, V vocabulary, F feed-forward, Q/K/KV_V query/key/value widths
 _EVERY_ARCH = {"token_embd.weight": ("E", "V"), "output.weight": ("E", "V")}
 _LLAMA_BLOCK = {"attn_q": ("E", "Q"), "attn_k": ("E", "K"), "attn_v": ("E", "KV_V"), "attn_output": ("Q", "E"),
@@ -36,6 +39,7 @@ Dim = tuple[int, tuple[str, ...]]  # a size and the metadata keys it comes from
 def check_tensor_shapes(header: GGUFHeader, name: str) -> None:
     """CheckpointError naming the first tensor whose shape differs from the one the metadata implies."""
     arch = header.fields.get("general.architecture")
+    _check_blocks(header, str(arch), name)
     sizes = _sizes(header.fields, str(arch))
     for tensor in header.tensors:
         want = _expected(tensor.name, sizes, arch in LLAMA_LAYOUT)
@@ -46,6 +50,20 @@ def check_tensor_shapes(header: GGUFHeader, name: str) -> None:
         raise CheckpointError(MISMATCH.format(
             name=name, tensor=tensor.name, got=list(tensor.dims), want=[size for size, _ in want],
             keys=", ".join(f"{key}={_shown(header.fields, key)}" for key in keys)))
+
+
+def _check_blocks(header: GGUFHeader, arch: str, name: str) -> None:
+    """CheckpointError for a ``blk.N`` tensor past the metadata's block count: transformers builds that many layers
+    and drops the rest of the file's tensors without a word."""
+    key = f"{arch}.block_count"
+    count = header.fields.get(key)
+    if not isinstance(count, int) or isinstance(count, bool):
+        return  # a missing or odd count is refused where the layers are built (load.py)
+    for tensor in header.tensors:
+        block = _BLOCK_INDEX.match(tensor.name)
+        if block and int(block.group(1)) >= count:
+            raise CheckpointError(EXTRA_BLOCK.format(name=name, tensor=tensor.name, block=int(block.group(1)),
+                                                     key=key, count=count))
 
 
 def _expected(tensor: str, sizes: dict[str, Dim], llama_layout: bool) -> list[Dim] | None:
