@@ -198,10 +198,10 @@ def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropo
     if stream is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
-    if kwargs.get("position_bias") is not None or query.shape[0] != 1:
+    if kwargs.get("position_bias") is not None or kwargs.get("s_aux") is not None or query.shape[0] != 1:
         raise ExtractionError(
-            f"{type(module).__name__} uses a position bias or a batch, which streaming does not handle yet; use "
-            "core.extract_attention on shorter inputs"
+            f"{type(module).__name__} uses a position bias, learned attention sinks or a batch, which streaming does "
+            "not handle yet; use core.extract_attention on shorter inputs"
         )
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
@@ -226,9 +226,13 @@ AttentionMaskInterface.register(STREAM_IMPLEMENTATION, sdpa_mask)
 def can_stream(model) -> bool:
     """Whether ``stream_attention`` takes ``model``: an AttnScope model, or a Hugging Face model whose attention
     layers call transformers' attention interface (its ``_supports_attention_backend``; Bloom, Falcon, GPT-Neo,
-    MPNet and DeBERTa compute attention in their own code, which no registered function reaches)."""
+    MPNet and DeBERTa compute attention in their own code, which no registered function reaches). Not a model with
+    learned attention sinks (GPT-OSS's per-head ``sinks`` logit, passed as ``s_aux``: a softmax column the streamed
+    rows would leave out, so they summed to 1 where the model's own rows sum to less)."""
     if isinstance(model, AttnScopeTransformer):
         return True
+    if any(name.rsplit(".", 1)[-1] == "sinks" for name, _ in model.named_parameters()):
+        return False
     return isinstance(model, PreTrainedModel) and bool(getattr(model, "_supports_attention_backend", False))
 
 

@@ -217,9 +217,9 @@ def _as_tensor(weights):
     weights = weights.detach().float().cpu()
     if not torch.isfinite(weights).all():
         raise InputError("Attention contains NaN or infinite values; check the model's dtype and masks.")
-    sums = weights.sum(-1)  # (..., q): 1 for every row a softmax gave, 0 for a padding row
-    if (weights < -ROW_SUM_ATOL).any() or not ((sums - 1).abs() <= ROW_SUM_ATOL).any() \
-            or not (((sums - 1).abs() <= ROW_SUM_ATOL) | (sums.abs() <= ROW_SUM_ATOL)).all():
-        raise InputError(f"Attention rows must be probabilities (non-negative, each summing to 1, or 0 for padding); "
-                         f"row sums range from {sums.min():.3g} to {sums.max():.3g}. Pass softmax weights, not scores.")
+    sums = weights.sum(-1)  # (..., q): 1 for a softmax row, less where a learned sink (GPT-OSS) took some, 0 padding
+    if (weights < -ROW_SUM_ATOL).any() or (sums > 1 + ROW_SUM_ATOL).any() or not (sums > ROW_SUM_ATOL).any():
+        raise InputError(f"Attention rows must be probabilities (non-negative, each summing to at most 1, some to "
+                         f"more than 0); row sums range from {sums.min():.3g} to {sums.max():.3g}. Pass softmax "
+                         "weights, not scores.")
     return weights

@@ -251,3 +251,29 @@ def test_forward_output_is_unchanged(name):
     got = streamed.output["logits"] if isinstance(model, AttnScopeTransformer) else streamed.output.last_hidden_state
     want = plain["logits"] if isinstance(model, AttnScopeTransformer) else plain.last_hidden_state
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_learned_attention_sinks_are_not_streamed_but_read_whole(monkeypatch):
+    """GPT-OSS adds a learned sink logit per head to each row's softmax (``s_aux``): streamed rows left it out and
+    summed to 1 where the model's sum to less (max difference 0.5; with sinks of 3.0 every label changed and a
+    diffuse_heads error appeared). Such a model is read on whole maps."""
+    import importlib
+
+    from core.extraction.streaming import can_stream
+    from diagnostics import diagnose
+
+    config = tf.GptOssConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=8, intermediate_size=32, num_local_experts=2,
+                             num_experts_per_tok=1, layer_types=["full_attention"] * 2)
+    torch.manual_seed(0)
+    model = tf.GptOssModel(config).eval()
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.self_attn.sinks.fill_(3.0)
+    assert not can_stream(model)
+    with pytest.raises(ExtractionError, match="learned attention sinks"):
+        stream_attention(model, torch.arange(5, 45).unsqueeze(0), lambda *a: None)
+    monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
+    report = diagnose((model, tiny.bpe_tokenizer()), ["the cat sat on the mat and the dog ran off"])
+    assert not report.model["streamed"]
+    assert (report.samples[0].attentions.sum(-1) < 0.99).all()  # the sink's share is left out of every row
