@@ -61,7 +61,8 @@ def hide_positions(weights, hide_queries, hide_keys):
     """Drop the flagged rows and columns of ``weights [..., q, k]`` and renormalise rows.
 
     Returns ``(weights [..., q', k'], kept_query_indices, kept_key_indices)``.
-    A row whose remaining mass is zero stays zero rather than becoming NaN.
+    A row whose remaining mass is zero (all of it was on hidden tokens) stays zero rather than becoming NaN; every
+    other row is divided by its own sum, however small.
     """
     weights = _as_maps(weights, 2, "hide_positions")
     q, k = weights.shape[-2:]
@@ -70,7 +71,8 @@ def hide_positions(weights, hide_queries, hide_keys):
     if not keep_q or not keep_k:
         raise InputError("hiding special tokens would leave nothing to show: every token is special")
     w = weights[..., keep_q, :][..., keep_k]  # (..., q', k')
-    w = w / w.sum(dim=-1, keepdim=True).clamp(min=1e-12)
+    sums = w.sum(dim=-1, keepdim=True)  # (..., q', 1)
+    w = w / sums.masked_fill(sums == 0, 1.0)  # a clamp at 1e-12 left rows of tinier mass short of 1
     return w, keep_q, keep_k
 
 

@@ -91,4 +91,4 @@ def json_text(weights: torch.Tensor, queries: list[str], keys: list[str], info: 
     q_at, k_at = _positions(positions, queries, keys)
     return strict_json({**info, "query_tokens": queries, "key_tokens": keys, "query_positions": q_at,
                         "key_positions": k_at,  # NaN weights become null
-                        "weights": [[round(w, 6) for w in row] for row in weights.tolist()]})
+                        "weights": [[float(f"{w:.6g}") for w in row] for row in weights.tolist()]})  # as the CSV

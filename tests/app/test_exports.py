@@ -150,3 +150,12 @@ def test_build_view_marks_a_map_only_when_it_hid_tokens():
     assert torch.allclose(view.weights.sum(-1), torch.ones(len(view.queries)))
     shown = head_detail.build_view("test/hidden-export", result, 0, 1, {**options, "hide_special": False}, "tiny-bert")
     assert not shown.hidden and not shown.file_stem.endswith("no-special")
+
+
+def test_json_keeps_six_significant_figures_as_the_csv_does():
+    """JSON rounded to 6 decimal places: every weight below 5e-7 was written as 0, where the CSV kept it."""
+    w = torch.tensor([[1 - 4e-7, 3e-7, 1e-7], [0.123456789, 0.5, 0.376543211], [1 / 3, 1 / 3, 1 / 3]])  # (q, k)
+    tokens = ["a", "b", "c"]
+    doc = json.loads(exports.json_text(w, tokens, tokens, {}))
+    cells = [row.split(",")[1:] for row in exports.csv_text(w, tokens, tokens).strip().splitlines()[1:]]
+    assert doc["weights"][0][1:] == [3e-07, 1e-07] and doc["weights"] == [[float(c) for c in row] for row in cells]

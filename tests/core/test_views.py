@@ -68,3 +68,10 @@ def test_top_links_per_query():
     assert list(zip(q.tolist(), k.tolist())) == [(0, 0), (0, 1), (1, 2)]
     q, k, v = top_links(w, 2, min_weight=0.9)  # below the floor, each query keeps its strongest key
     assert list(zip(q.tolist(), k.tolist())) == [(0, 0), (1, 2)]
+
+
+def test_hide_positions_divides_each_row_by_its_own_sum_however_small():
+    """A clamp at 1e-12 left a row of tinier remaining mass short of 1 (0.4); a row of none stays 0, not NaN."""
+    w, _, _ = hide_positions(torch.tensor([[1.0, 2e-13, 2e-13], [1.0, 0.0, 0.0]]), [False, False],
+                             [True, False, False])  # (q, k) float32, as maps are
+    torch.testing.assert_close(w, torch.tensor([[0.5, 0.5], [0.0, 0.0]]))
