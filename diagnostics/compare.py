@@ -232,10 +232,10 @@ def _map_distances(samples_a, samples_b):
 
 def _streamed_distances(model_a, model_b, tokenizer, texts):
     """``[L, H]`` mean over probes of the lockstep-streamed distance."""
-    limits = [n for n in (max_positions(m, tokenizer) for m in (model_a, model_b)) if n]
+    limit = max_positions(model_a, tokenizer)  # model_b's too (_check_limits)
     distances = []
     for probe in as_probes(texts):
-        enc = encode(tokenizer, probe.text, probe.text_pair, min(limits) if limits else None,
+        enc = encode(tokenizer, probe.text, probe.text_pair, limit,
                      vocab_size=_vocab_size(model_a))
         distances.append(stream_paired_js(model_a, model_b, enc.input_ids, token_type_ids=enc.token_type_ids))  # (L, H)
     return torch.stack(distances).mean(0)

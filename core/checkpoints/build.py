@@ -141,12 +141,9 @@ def min_parameters(config: dict) -> int:
 
 def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -> AttnScopeTransformer:
     try:
-        cfg = TransformerConfig.from_dict(config)
-        sizes = (cfg.vocab_size, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.max_positions)
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
-            raise ValueError("sizes must be positive integers")
-        if cfg.d_model % cfg.n_heads or cfg.n_layers > MAX_LAYERS:
-            raise ValueError(f"d_model {cfg.d_model} / n_heads {cfg.n_heads} / n_layers {cfg.n_layers}")
+        cfg = TransformerConfig.from_dict(config)  # sizes whole numbers >= 1, d_model divisible by n_heads
+        if cfg.n_layers > MAX_LAYERS:
+            raise ValueError(f"n_layers {cfg.n_layers} is above {MAX_LAYERS}")
         _check_numel(_custom_numel(cfg), limits)
         _check_covered(_custom_numel(cfg), _numel(state, skip=("lm_head.weight",)))
         model = AttnScopeTransformer(cfg)
@@ -246,9 +243,9 @@ def _check_present(skeleton, state) -> None:
     Refused only when they hold fewer numbers than it has parameters (``_OPTIONAL`` ones aside), so weights that
     transformers renames on loading (LayerNorm ``gamma``/``beta``) are never refused here; the message names
     the tensors missing by name when there are some, as the check after loading does."""
-    params = [(name, p.numel()) for name, p in skeleton.named_parameters() if not name.startswith(_OPTIONAL)]
+    need = sum(p.numel() for name, p in skeleton.named_parameters() if not name.startswith(_OPTIONAL))
     given = _numel(state)
-    if given >= sum(n for _, n in params):
+    if given >= need:
         return
     prefix = f"{skeleton.base_model_prefix}."
     names = set(state) | {k.removeprefix(prefix) for k in state}
@@ -256,7 +253,7 @@ def _check_present(skeleton, state) -> None:
     missing = sorted(k for k in expected if k not in names)
     if missing:
         raise CheckpointError(MISSING.format(n=len(missing), total=len(skeleton.state_dict()), key=missing[0]))
-    _check_covered(sum(n for _, n in params), given)
+    _check_covered(need, given)
 
 
 def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -12,9 +12,6 @@ from ..errors import InputError
 
 # A tokenizer without a real limit reports a huge sentinel as model_max_length.
 _NO_LIMIT = 1_000_000
-# Learned position tables of these families hold ``padding_idx + 1`` unusable rows (for a config alone; a model
-# is asked itself, ``position_offset``).
-_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
 
 
 @dataclass
@@ -36,9 +33,9 @@ TRUNCATED = "truncated to the model's limit"
 
 
 def max_positions(model, tokenizer=None) -> int | None:
-    """Longest input ``model`` accepts (a module, or just its config; None: the tokenizer's limit only), or None
-    when it has no fixed limit (e.g. T5)."""
-    config = getattr(model, "config", None) if isinstance(model, nn.Module) else model
+    """Longest input ``model`` accepts (None: the tokenizer's limit only), or None when it has no fixed limit
+    (e.g. T5)."""
+    config = getattr(model, "config", None)
     limits = []
     for name in ("max_position_embeddings", "n_positions", "max_positions"):
         value = getattr(config, name, None)
@@ -51,12 +48,10 @@ def max_positions(model, tokenizer=None) -> int | None:
     return min(limits) if limits else None
 
 
-def position_offset(model) -> int:
+def position_offset(model: nn.Module) -> int:
     """Rows of ``model``'s learned position table that no position uses: RoBERTa-style embeddings number positions
     from ``padding_idx + 1`` (RoBERTa, XLM-R, CamemBERT, Longformer, Data2Vec-text, MPNet, I-BERT, ...: a table
-    whose ``padding_idx`` is set). A config alone: by its model type."""
-    if not isinstance(model, nn.Module):
-        return _POSITION_OFFSET.get(getattr(model, "model_type", ""), 0)
+    whose ``padding_idx`` is set)."""
     for name, module in model.named_modules():  # I-BERT's table is a QuantEmbedding: any module with the attribute
         padding = getattr(module, "padding_idx", None) if name.endswith("position_embeddings") else None
         if isinstance(padding, int):

@@ -108,6 +108,17 @@ def _timeline_of(uploads) -> AppTest:
     return at
 
 
+def _timeline_of_folder(folder, monkeypatch) -> AppTest:
+    """The Timeline page after diagnosing the Trainer checkpoints in ``folder``, checked free of errors."""
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(folder))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Checkpoints folder").run()
+    at.text_input(key="tl_folder").set_value(str(folder))
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    return at
+
+
 def _bart_log(tmp_path, tokenizer) -> bytes:
     """Two steps of a monitor log of a tiny BART (``tokenizer`` None: its weights only)."""
     from diagnostics.monitor import AttentionMonitor
@@ -185,12 +196,7 @@ def test_timeline_diagnoses_a_folder_of_trainer_checkpoints(bert_folder, monkeyp
 
     for step in (10, 20):
         shutil.copytree(bert_folder, tmp_path / f"checkpoint-{step}")
-    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
-    at = _page("timeline")
-    at.radio(key="tl_kind").set_value("Checkpoints folder").run()
-    at.text_input(key="tl_folder").set_value(str(tmp_path))
-    at = at.button(key="tl_run").click().run()
-    assert not at.exception and not _errors(at), _errors(at)
+    at = _timeline_of_folder(tmp_path, monkeypatch)
     assert len(at.get("plotly_chart")) == 2  # one run: heatmap + lines
 
 
@@ -208,12 +214,7 @@ def test_timeline_run_names_and_notes_are_plain_text(bert_folder, monkeypatch, t
     shutil.copytree(bert_folder, tmp_path / "checkpoint-10")
     (tmp_path / "checkpoint-20").mkdir()
     (tmp_path / "checkpoint-20" / evil).write_bytes(b"not safetensors")
-    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
-    at = _page("timeline")
-    at.radio(key="tl_kind").set_value("Checkpoints folder").run()
-    at.text_input(key="tl_folder").set_value(str(tmp_path))
-    at = at.button(key="tl_run").click().run()
-    assert not at.exception and not _errors(at), _errors(at)
+    at = _timeline_of_folder(tmp_path, monkeypatch)
     notes = [i.value for i in at.info if "checkpoint-20" in i.value]
     assert len(notes) == 1 and for_markdown(evil) in notes[0], notes
 
