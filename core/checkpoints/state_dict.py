@@ -43,6 +43,7 @@ TRUNCATED = ("{name} is truncated: its header says the tensors end at byte {end:
 PICKLE_CODE = ("{name} is a pickle that would run code ({what}) when loaded; AttnScope loads only plain tensors — "
                "save the weights with torch.save(model.state_dict(), ...) or as .safetensors")
 NOT_PICKLE = "{name} is not a PyTorch weights file ({why}); upload a .safetensors file or a torch.save'd state dict"
+CUT_SHORT = "{name} ends in the middle of its data (truncated); upload the complete file"
 NO_TENSORS = "{name} holds no tensors ({what}); upload a state dict: a mapping of parameter names to tensors"
 BAD_INDEX = "{name} is not a usable shard index ({why}); upload the index with every shard it names"
 SEVERAL = "found several weight files ({names}) and no index naming which belong together; upload one model at a time"
@@ -115,12 +116,28 @@ def read_pickle(path: Path) -> dict[str, torch.Tensor]:
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all mean "not loadable safely"
         text = str(err)
         code = re.search(r"GLOBAL ([\w.]+)", text)
+        if code and _cut_in_global(path, code.group(1)):
+            raise CheckpointError(CUT_SHORT.format(name=path.name)) from None
         if code:
             raise CheckpointError(PICKLE_CODE.format(name=path.name, what=f"it calls {code.group(1)}")) from None
         detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
         why = f"{type(err).__name__}: {detail.group(1).strip()[:120]}" if detail else _first_line(err)
         raise CheckpointError(NOT_PICKLE.format(name=path.name, why=why)) from None
     return _require_tensors(path.name, _unwrap(obj))
+
+
+def _cut_in_global(path: Path, dotted: str) -> bool:
+    """Whether a protocol-2 GLOBAL (``c<module>\\n<name>\\n``) is cut by the end of the file. The unpickler takes
+    the last byte of each line for its newline, so a file ending in "collections\\nOrderedD" is reported as calling
+    "collections.Ordered", and one ending in "collec" as calling "colle." (no name): truncated, not code."""
+    module, _, name = dotted.rpartition(".")
+    with path.open("rb") as file:
+        file.seek(max(0, path.stat().st_size - len(dotted) - 2))
+        end = file.read()
+    in_name = f"{module}\n{name}".encode()  # the name line cut: one more byte, not a newline
+    if end.endswith(in_name, 0, -1) and end[-1:] != b"\n":
+        return True
+    return not name and end.endswith(module.encode(), 0, -1)  # the module line cut
 
 
 def _check_torch_zip(path: Path) -> None:

@@ -100,6 +100,16 @@ def pickle_open(d: Path) -> Path:
     return d / "evil_open.pth"
 
 
+def truncated_pickle(d: Path) -> Path:
+    """A legacy (protocol 2) torch.save file cut inside the name of its first global, "collections\\nOrderedD":
+    the unpickler reports the cut name as a global it refuses, but the file is only truncated."""
+    buffer = io.BytesIO()
+    torch.save(_state(tiny_bert()), buffer, _use_new_zipfile_serialization=False)
+    data = buffer.getvalue()
+    (d / "cut.pt").write_bytes(data[: data.index(b"collections\nOrderedDict") + len("collections\nOrderedD")])
+    return d / "cut.pt"
+
+
 def pickle_not_state_dict(d: Path) -> Path:
     torch.save([torch.zeros(2)], d / "list.pt")
     return d / "list.pt"
@@ -264,7 +274,7 @@ def config_too_big(d: Path) -> Path:
 
 
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
-    empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open,
+    empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open, truncated_pickle,
     pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, config_huge_number,
     config_deep_nesting, shape_mismatch, wrong_family, unsupported_architecture, unknown_state_dict,
     state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal, zip_file_and_folder,
