@@ -3,7 +3,10 @@
 SDPA and flash attention never materialise the weights, so the model is
 switched to the eager implementation for the call (and switched back after).
 Encoders (BERT), decoders (GPT-2) and encoder-decoders (BART, T5) are covered;
-an encoder-decoder result carries ``encoder``, ``decoder`` and ``cross``.
+an encoder-decoder result carries ``encoder``, ``decoder`` and ``cross``. What a
+model returns is checked before it is shown: one shape for every layer, rows of
+weights (none negative, none summing above 1), and no weight on later tokens in
+a causal model.
 """
 
 from __future__ import annotations
@@ -18,41 +21,85 @@ from transformers.models.auto.modeling_auto import (
 
 from ..device import model_device
 from .encode import encode, max_positions, segment_inputs, special_flags
-from ..errors import ExtractionError
+from ..errors import AttnScopeError, ExtractionError, first_line
 from ..result import AttentionResult
 from .tokens import display_tokens
 
 
+# Exceptions to the causal-LM list: XLNet's LM permutes the order in training, but its attention over an
+# unpermuted input reaches every token; CLIP's text encoder masks later tokens though it is no language model.
+_BIDIRECTIONAL = {"xlnet"}
+_CAUSAL = {"clip_text_model"}
+
+
 def is_causal_config(config) -> bool:
-    """True for decoder-only language models (GPT-2, Llama) and BERT used as decoder."""
-    if getattr(config, "is_decoder", False):
-        return True
+    """True for decoder-only language models (GPT-2, Llama), BERT used as decoder and CLIP's text encoder."""
     model_type = getattr(config, "model_type", "")
-    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    if getattr(config, "is_decoder", False) or model_type in _CAUSAL:
+        return True
+    causal_lm = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in _BIDIRECTIONAL
+    return causal_lm and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
 @contextmanager
 def eager_attention(model):
-    """Run the model with eager attention, the implementation that returns weights."""
-    previous = getattr(model.config, "_attn_implementation", None)
+    """Run the model with eager attention, the implementation that returns weights. A model that refuses the
+    switch (Falcon only logs that it cannot) gets its config's implementation set for the call: Falcon's SDPA
+    setting adds its boolean mask to the scores as 0 and 1 when weights are asked for, masking nothing."""
+    config = model.config
+    previous = getattr(config, "_attn_implementation", None)
     switch = previous not in (None, "eager")
     if switch:
         model.set_attn_implementation("eager")
+    forced = switch and config._attn_implementation != "eager"
+    if forced:
+        config._attn_implementation = "eager"
+    try:
+        with _alibi_once(model):
+            yield
+    finally:
+        if forced:
+            config._attn_implementation = previous
+        elif switch:
+            model.set_attn_implementation(previous)
+
+
+@contextmanager
+def _alibi_once(model):
+    """Falcon-RW (ALiBi) in transformers' eager code adds the ALiBi bias twice: in each layer's scores and in the
+    mask the model builds (the SDPA path adds it once, in the mask). Each attention layer gets a zero bias for
+    the call, so the weights are those of the model's SDPA forward."""
+    layers = [m for m in model.modules() if type(m).__name__ == "FalconAttention"]
+    if not layers or not getattr(model.config, "alibi", False):
+        yield
+        return
+
+    def zero_bias(module, args, kwargs):
+        if kwargs.get("alibi") is not None:
+            kwargs["alibi"] = torch.zeros_like(kwargs["alibi"])
+        return args, kwargs
+
+    hooks = [layer.register_forward_pre_hook(zero_bias, with_kwargs=True) for layer in layers]
     try:
         yield
     finally:
-        if switch:
-            model.set_attn_implementation(previous)
+        for hook in hooks:
+            hook.remove()
 
 
 def stack_layers(attentions, what: str, model) -> torch.Tensor:
     """Tuple of per-layer ``(1, H, q, k)`` tensors -> ``(L, H, q, k)`` float32 on CPU."""
     if not attentions or any(a is None for a in attentions):
         impl = getattr(getattr(model, "config", None), "_attn_implementation", "unknown")
-        raise ExtractionError(
-            f"{type(model).__name__} returned no {what} attention weights (attention implementation "
-            f"{impl!r}); only the eager implementation exposes them"
-        )
+        why = ("though it ran eager attention: a model without attention layers (a state-space or recurrent model) "
+               "or one whose parts do not pass output_attentions on" if impl == "eager" else
+               f"(attention implementation {impl!r}); only the eager implementation exposes them")
+        raise ExtractionError(f"{type(model).__name__} returned no {what} attention weights {why}")
+    shapes = sorted({tuple(a.shape[1:]) for a in attentions})
+    if len(shapes) > 1:
+        raise ExtractionError(f"{type(model).__name__}'s layers return attention maps of different shapes "
+                              f"({', '.join('×'.join(map(str, s)) for s in shapes[:3])}): a model that pools or "
+                              "downsamples its tokens between layers; AttnScope reads models that keep every token")
     return torch.stack([a[0].float().cpu() for a in attentions])  # (L, H, q, k)
 
 
@@ -64,14 +111,42 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
         if getattr(model.config, "is_encoder_decoder", False):
             return _encoder_decoder(model, tokenizer, enc, target if target and target.strip() else text, limit, device)
         segments = segment_inputs(model, enc.token_type_ids, device)
-        out = model(input_ids=enc.input_ids.to(device), **segments, output_attentions=True, return_dict=True)
-    attentions = stack_layers(out.attentions, "self", model)  # (L, H, T, T)
+        out = _run(model, input_ids=enc.input_ids.to(device), **segments)
+    attentions = stack_layers(getattr(out, "attentions", None), "self", model)  # (L, H, T, T)
+    _check_weights(attentions, model)
+    causal = is_causal_config(model.config)
+    if causal and attentions.triu(1).amax() > 1e-6:  # (L, H, T, T)
+        raise ExtractionError(
+            f"{type(model).__name__} is a causal model but its attention weights reach later tokens (up to "
+            f"{attentions.triu(1).amax():.3f}): its attention implementation "
+            f"{getattr(model.config, '_attn_implementation', None)!r} does not mask them when it returns weights")
     ids = enc.input_ids[0].tolist()
     return AttentionResult(
-        tokens=display_tokens(tokenizer, ids), attentions=attentions, causal=is_causal_config(model.config),
+        tokens=display_tokens(tokenizer, ids), attentions=attentions, causal=causal,
         special=enc.special, padding=[False] * len(ids), token_ids=ids, warnings=enc.warnings,
         token_type_ids=segments["token_type_ids"][0].tolist() if segments else None,
     )
+
+
+def _check_weights(attentions, model) -> None:
+    """ExtractionError when what the model returns as ``attentions`` is no attention weights: a negative weight
+    or a row summing above 1 (RWKV returns its recurrent state there). Rows may sum below 1 (a learned sink)."""
+    if (attentions < 0).any() or attentions.sum(-1).amax() > 1.01:  # (L, H, T, T)
+        raise ExtractionError(f"{type(model).__name__}'s attentions are not attention weights (a row of them sums to "
+                              f"{attentions.sum(-1).amax():.3g}, or a weight is negative); AttnScope reads softmax "
+                              "attention, not recurrent or state-space layers")
+
+
+def _run(model, **inputs):
+    """The model's forward with weights asked for; its own exceptions (a model that takes no token ids, such as
+    a vision or speech encoder) as one ExtractionError line."""
+    try:
+        return model(**inputs, output_attentions=True, return_dict=True)
+    except AttnScopeError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the model's forward rejected a text input
+        raise ExtractionError(f"{type(model).__name__} failed on the tokenized text ({first_line(err)}); AttnScope "
+                              "reads text transformers: encoders, decoders and encoder-decoders") from None
 
 
 def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list[int], list[str]]:
@@ -82,7 +157,8 @@ def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list
     config = model.config
     start = getattr(config, "decoder_start_token_id", None)
     if start is None:
-        start = config.pad_token_id if config.pad_token_id is not None else config.bos_token_id
+        start = getattr(config, "pad_token_id", None)
+        start = getattr(config, "bos_token_id", None) if start is None else start
     if start is None:
         raise ExtractionError(f"{type(model).__name__} has no decoder_start_token_id; cannot build decoder input")
     return [start] + labels[:-1], [f"target: {w}" for w in encoded.warnings]
@@ -90,10 +166,7 @@ def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list
 
 def _encoder_decoder(model, tokenizer, enc, target, limit, device) -> AttentionResult:
     dec_ids, target_warnings = _decoder_ids(model, tokenizer, target, limit)
-    out = model(
-        input_ids=enc.input_ids.to(device), decoder_input_ids=torch.tensor([dec_ids], device=device),
-        output_attentions=True, return_dict=True,
-    )
+    out = _run(model, input_ids=enc.input_ids.to(device), decoder_input_ids=torch.tensor([dec_ids], device=device))
     enc_ids = enc.input_ids[0].tolist()
     enc_tokens, dec_tokens = display_tokens(tokenizer, enc_ids), display_tokens(tokenizer, dec_ids)
     dec_special = special_flags(tokenizer, dec_ids)

@@ -1,0 +1,81 @@
+"""Models whose transformers code needs care: the maps are the attention the model computes, and models
+AttnScope cannot read get one ExtractionError line."""
+
+from contextlib import nullcontext
+
+import pytest
+import torch
+import transformers as tf
+
+import tiny
+from core import ExtractionError, extract_attention
+from core.extraction import hf_extract
+from core.extraction.extract import model_is_causal
+from core.extraction.hf_extract import eager_attention
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+def _falcon(**layout):
+    torch.manual_seed(0)
+    config = tf.FalconConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, **layout)
+    return tf.FalconModel(config).eval()  # transformers' default: SDPA
+
+
+@pytest.mark.parametrize("layout", [{}, {"new_decoder_architecture": True, "num_kv_heads": 2}, {"alibi": True}],
+                         ids=["rotary", "new-architecture", "alibi"])
+def test_falcon_weights_are_those_of_its_own_forward(layout):
+    """Falcon ignores set_attn_implementation: under SDPA it added its boolean mask to the weights as 0/1 (the
+    maps reached later tokens, the forward changed by up to 1.04); eager Falcon-RW adds ALiBi twice (0.096)."""
+    model = _falcon(**layout)
+    ids = torch.randint(5, 300, (1, 12))
+    with torch.no_grad():
+        plain = model(input_ids=ids).last_hidden_state  # the SDPA forward, ALiBi added once
+        with eager_attention(model):
+            weighed = model(input_ids=ids, output_attentions=True)
+    maps = torch.stack([a[0] for a in weighed.attentions])  # (L, H, q, k)
+    assert (weighed.last_hidden_state - plain).abs().max() < 1e-5
+    assert maps.triu(1).max() == 0 and torch.allclose(maps.sum(-1), torch.ones(maps.shape[:-1]), atol=1e-5)
+    assert model.config._attn_implementation == "sdpa"  # restored
+    result = extract_attention(model, tiny.bpe_tokenizer(), TEXT)
+    assert result.causal and result.attentions.triu(1).max() == 0
+
+
+def test_a_causal_model_whose_weights_reach_later_tokens_is_refused(monkeypatch):
+    """The guard behind the Falcon fix: weights that do not match the model's mask are not shown as its maps."""
+    monkeypatch.setattr(hf_extract, "eager_attention", lambda model: nullcontext())
+    with pytest.raises(ExtractionError, match="^FalconModel is a causal model but its attention weights reach later"):
+        extract_attention(_falcon(), tiny.bpe_tokenizer(), TEXT)
+
+
+@pytest.mark.parametrize("build, causal", [
+    (lambda: tf.XLNetModel(tf.XLNetConfig(vocab_size=300, d_model=32, n_layer=2, n_head=4, d_inner=37)), False),
+    (lambda: tf.CLIPTextModel(tf.CLIPTextConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2,
+                                                num_attention_heads=4, intermediate_size=37,
+                                                max_position_embeddings=64, bos_token_id=0, eos_token_id=2)), True),
+], ids=["xlnet", "clip-text"])
+def test_causal_is_what_the_maps_show(build, causal):
+    """XLNet was called causal (its maps reach later tokens, up to 0.087), CLIP's text encoder not (it masks)."""
+    model = build().eval()
+    result = extract_attention(model, tiny.wordpiece_tokenizer(300), TEXT)
+    assert result.causal is causal and model_is_causal(model) is causal
+    assert bool(result.attentions.triu(1).max() == 0) is causal
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: tf.FunnelModel(tf.FunnelConfig(vocab_size=300, d_model=32, n_head=4, d_head=8, d_inner=37,
+                                            block_sizes=[1, 1])),
+     "^FunnelModel's layers return attention maps of different shapes .*pools or downsamples"),
+    (lambda: tf.RwkvModel(tf.RwkvConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                                        intermediate_size=37, context_length=64)),
+     "^RwkvModel's attentions are not attention weights"),
+    (lambda: tf.ViTModel(tf.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                                      image_size=8, patch_size=4)),
+     "^ViTModel failed on the tokenized text \\(AttributeError: .*\\); AttnScope reads text transformers"),
+], ids=["funnel", "rwkv", "vit"])
+def test_models_that_are_not_text_attention_are_one_line(build, message):
+    """Each was a raw RuntimeError or AttributeError (the app's 'Something went wrong', the CLI's bug status)."""
+    torch.manual_seed(0)
+    with pytest.raises(ExtractionError, match=message) as caught:
+        extract_attention(build().eval(), tiny.wordpiece_tokenizer(300), TEXT)
+    assert "\n" not in str(caught.value)
