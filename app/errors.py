@@ -17,7 +17,8 @@ def message(err: Exception) -> str:
     """AttnScope's own errors carry an actionable message; anything else gets a one-line summary."""
     if isinstance(err, core.AttnScopeError):
         return str(err)
-    first = (str(err).strip().splitlines() or [""])[0][:300]
+    text = err.strerror if isinstance(err, OSError) and err.strerror else str(err)  # no server path on the page
+    first = (text.strip().splitlines() or [""])[0][:300]
     log.exception("unexpected error in the app")
     return f"Something went wrong ({type(err).__name__}: {first}). Try another input; details are in the server log."
 

@@ -11,7 +11,7 @@ listed here take no default argument (a default would clash with the stored valu
 import streamlit as st
 
 SOURCE_PICKERS = ("diag", "cmp_a", "cmp_b")  # app.server.sources.source_ui prefixes
-KEPT = ("model_kind", "demo_model", "model_path", "text", "pair", "target",  # Inspect's sidebar
+KEPT = ("model_kind", "demo_model", "model_path", "model_heads", "text", "pair", "target",  # Inspect's sidebar
         *(f"{prefix}_{part}" for prefix in SOURCE_PICKERS for part in ("kind", "known", "path")),
         "diag_probes", "diag_heads", "cmp_probes", "cmp_heads",  # Diagnose and Compare
         "tl_kind", "tl_paths", "tl_folder")  # Timeline

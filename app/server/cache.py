@@ -27,6 +27,7 @@ from app.server import session
 from core.extraction.extract import maps_over_budget
 from core.cancel import stop_between_layers
 from core.checkpoints.archive import env_size
+from core.checkpoints.checkpoint import expand_user
 from core.checkpoints.layout import files_under
 from core.checkpoints.registry import canonical_name
 from diagnostics.probes import Probe, read_lengths
@@ -72,6 +73,13 @@ def result_bytes(result: core.AttentionResult) -> int:
     return _nbytes({id(p.attentions): p.attentions for p in parts}.values())
 
 
+@dataclass
+class _Waiting:
+    """The callers loading or waiting for one key, and the lock that lets one of them load at a time."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    callers: int = 0
+
+
 class BoundedCache:
     """Least-recently-used values, bounded in count and in bytes (``size_of(value)``); one load per key at a
     time, so sessions asking for the same key wait for one load. Thread-safe."""
@@ -80,30 +88,32 @@ class BoundedCache:
         self.max_items, self.max_bytes, self.size_of = max_items, max_bytes, size_of
         self._values: OrderedDict[object, tuple[object, int]] = OrderedDict()  # key -> (value, bytes)
         self._lock = threading.Lock()
-        self._loading: dict[object, threading.Lock] = {}
+        self._loading: dict[object, _Waiting] = {}
 
     def get(self, key, load):
-        """The cached value of ``key``, or ``load()``'s, kept and counted against the budget."""
+        """The cached value of ``key``, or ``load()``'s, kept and counted against the budget. A failed load is not
+        kept: the next caller waiting for the key loads it, while later callers still wait behind that one."""
         with self._lock:
             if key in self._values:
                 self._values.move_to_end(key)
                 return self._values[key][0]
-            key_lock = self._loading.setdefault(key, threading.Lock())
-        with key_lock:
-            with self._lock:
-                if key in self._values:
-                    return self._values[key][0]
-            try:
-                value = load()
-            except BaseException:
+            waiting = self._loading.setdefault(key, _Waiting())
+            waiting.callers += 1
+        try:
+            with waiting.lock:
                 with self._lock:
-                    self._loading.pop(key, None)  # a failure is not kept: the next ask loads again
-                raise
-            with self._lock:  # kept before its lock goes, so a later ask finds it rather than loading again
-                self._values[key] = (value, self.size_of(value))
-                self._evict()
-                self._loading.pop(key, None)
-        return value
+                    if key in self._values:
+                        return self._values[key][0]
+                value = load()
+                with self._lock:  # kept before the key's lock goes, so the next caller finds it
+                    self._values[key] = (value, self.size_of(value))
+                    self._evict()
+                return value
+        finally:
+            with self._lock:
+                waiting.callers -= 1
+                if not waiting.callers:  # the last caller for the key: a later one starts afresh
+                    del self._loading[key]
 
     def _evict(self) -> None:
         """Drop the oldest until within bounds; the newest stays even alone above the budget (it is in use)."""
@@ -140,7 +150,7 @@ def source_stamp(source: str) -> tuple:
     place leaves its folder's mtime as it was), so a checkpoint saved again to the same place is read again rather
     than served from the caches. ``()`` for a known name or Hub id, whose files do not change. Nothing is read but
     the file system's records."""
-    path = Path(source).expanduser()
+    path = expand_user(source)
     try:
         files = _files(path) if path.is_dir() else []
         return tuple((str(p.relative_to(path)), (st := p.stat()).st_size, st.st_mtime_ns) for p in [path, *files])
@@ -160,6 +170,9 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
     """A known model name, a cached Hugging Face id or a folder under the allowed roots (``core.load_untrusted``),
     as its files are now (``stamp``: ``source_stamp(source)`` unless given); ``n_heads`` for bare weights."""
     def load():
+        if stamp is not None and stamp != source_stamp(source):  # the caller's files are gone: not these under it
+            raise core.InputError(f"the files of {source} changed since its attention was read; press Run to "
+                                  "read them again")
         bar, shown = st.empty(), []
 
         def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes

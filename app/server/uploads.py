@@ -33,7 +33,7 @@ from streamlit.runtime import Runtime
 from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRec
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from core.checkpoints.archive import CHUNK
+from core.checkpoints.archive import CHUNK, Limits, check_upload_size
 from core.errors import CheckpointError
 
 
@@ -91,15 +91,21 @@ class Staged:
         self._cleanup()
 
 
-def stage(previous: Staged | None, uploaded) -> Staged:
-    """``uploaded`` files on disk in a new ``Staged``; ``previous`` is removed once they all are. A copy that fails
-    (a full disk) is one CheckpointError, its part-copy removed and ``previous`` kept as it was."""
-    staged = Staged()
+def stage(previous: Staged | None, uploaded, limits: Limits | None = None) -> Staged:
+    """``uploaded`` files on disk in a new ``Staged``; ``previous`` is removed once they all are. Files above the
+    upload limit together (Streamlit caps each file alone) are refused before a byte is written; a copy that
+    fails (a full disk) is one CheckpointError, its part-copy removed. Either way ``previous`` stays as it was."""
+    uploaded = list(uploaded)
+    name = uploaded[0].name if len(uploaded) == 1 else f"the {len(uploaded)} uploaded files"
+    check_upload_size(name, sum(file.size for file in uploaded), limits or Limits())
+    staged = None
     try:
+        staged = Staged()
         for file in uploaded:
             staged.add(file.name, file)
     except OSError as err:  # its message would show the server's private folder
-        staged.remove()
+        if staged is not None:
+            staged.remove()
         raise CheckpointError(f"the upload could not be stored on the server ({err.strerror or 'write failed'}); "
                               "try again, or ask the server's operator for disk space") from None
     if previous is not None:

@@ -136,9 +136,16 @@ def check_allowed(path: Path, roots: list[Path], wanted: str = MODEL_PATH) -> Pa
         inside = False
     if not inside:
         raise CheckpointError(OUTSIDE.format(path=path, env=ENV_ROOTS))
-    if not resolved.exists():
+    if not _exists(resolved):
         raise CheckpointError(NOT_FOUND.format(path=path, wanted=wanted))
     return resolved
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name over the system's length limit (ENAMETOOLONG): no such file
+        return False
 
 
 def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[str]]:

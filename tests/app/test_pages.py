@@ -169,9 +169,12 @@ def test_inputs_keep_their_values_while_their_widgets_are_not_drawn(bert_folder)
     at.radio(key="model_kind").set_value("Known model").run()
     assert at.selectbox(key="demo_model").value == "demo-gpt2"
     at = _inspect(at, str(bert_folder), "A text of my own.")
+    at.number_input(key="model_heads").set_value(4)
+    at.button(key="run").click().run()
     at.radio(key="model_kind").set_value("Known model").run()
     at.radio(key="model_kind").set_value("Local folder").run()
     assert at.text_input(key="model_path").value == str(bert_folder)
+    assert at.number_input(key="model_heads").value == 4  # was 0: Run on bare weights then lacked its head count
     at.switch_page("app_pages/diagnose.py").run()
     at.radio(key="diag_kind").set_value("Known model").run()
     at.selectbox(key="diag_known").set_value("demo-bert").run()

@@ -1,6 +1,8 @@
 """The app as a shared server: one loading path on both pages, two uploads in a row, the bounded model cache."""
 
+import io
 import re
+import shutil
 import threading
 
 import pytest
@@ -51,6 +53,23 @@ def test_paths_outside_the_roots_get_one_refusal_on_both_pages(path, escaping_li
     assert _inspect_error("Local folder", path) == expected
     assert _diagnose_error(path) == expected
     assert _inspect_error("Hugging Face id", path) == expected  # a path typed as an id takes the same door
+
+
+@pytest.mark.parametrize("path", ["a" * 300, "a" * 300 + "/model", "~nosuchuser-attnscope/model"],
+                         ids=["long-name", "long-folder", "unknown-user"])
+def test_paths_no_file_can_have_get_the_same_line_on_both_pages(path):
+    """A name over 255 characters was "Something went wrong (OSError … File name too long: '/work/main/aaa…')",
+    showing the server's folder; an unknown ~user was a RuntimeError on Inspect (the stamp of its files)."""
+    [inspect_error] = _inspect_error("Local folder", path)
+    assert [inspect_error] == _diagnose_error(path)
+    assert inspect_error.startswith(f"{path} does not exist; give the path")
+
+
+def test_an_unexpected_os_error_shows_its_reason_not_the_server_s_path():
+    from app.errors import message
+
+    shown = message(OSError(36, "File name too long", "/srv/attnscope/private/" + "a" * 300))
+    assert "File name too long" in shown and "/srv" not in shown
 
 
 def test_an_uncached_hub_id_is_refused_without_a_download(monkeypatch):
@@ -155,6 +174,38 @@ def test_a_failed_load_is_not_kept_and_is_tried_again():
     with pytest.raises(OSError):
         cache.get("m", failing)
     assert cache.keys() == [] and cache.get("m", _load(10, [])).model.p.numel() == 10
+
+
+def test_after_a_failed_load_the_callers_waiting_for_the_key_load_it_once():
+    """The failing caller dropped the key's lock: the caller waiting on it loaded, and one arriving then made a
+    new lock and loaded the same key at the same time (two forward passes, two copies of a result)."""
+    cache, loads, failing = BoundedCache(max_items=3, max_bytes=10**9, size_of=model_bytes), [], threading.Event()
+    waiting = threading.Event()
+
+    def fail():
+        failing.set()
+        waiting.wait(5)  # until the second caller waits on the key
+        raise OSError("the first caller's browser went away")
+
+    def slow_load():
+        loads.append(1)
+        threading.Event().wait(0.3)
+        return LoadedModel(Sized(10), None)
+
+    first = threading.Thread(target=lambda: pytest.raises(OSError, cache.get, "m", fail))
+    first.start()
+    failing.wait(5)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get("m", slow_load))) for _ in range(3)]
+    threads[0].start()
+    threading.Event().wait(0.1)
+    waiting.set()
+    threading.Event().wait(0.05)
+    for t in threads[1:]:  # they arrive while the second caller loads
+        t.start()
+    for t in [first, *threads]:
+        t.join()
+    assert loads == [1] and len({id(r) for r in results}) == 1 and not cache._loading
 
 
 def test_attention_results_are_bounded_in_bytes_not_only_in_count(monkeypatch):
@@ -374,6 +425,54 @@ def test_an_upload_that_cannot_be_stored_keeps_the_one_before(bert_zip, monkeypa
     monkeypatch.setattr(uploads.Staged, "add", real_add)
     at.button(key="diag_run").click().run()
     assert not at.exception and not _errors(at) and at.subheader
+
+
+class _Upload:
+    """A stand-in for Streamlit's UploadedFile."""
+
+    def __init__(self, name, data):
+        self.name, self.size, self._data = name, len(data), io.BytesIO(data)
+        self.seek, self.read = self._data.seek, self._data.read
+
+
+def test_files_over_the_upload_limit_together_are_refused_before_any_is_stored(monkeypatch, tmp_path):
+    """Streamlit caps each file alone: five files of 0.9 MB under a 1 MB limit went to disk in full (4.5 MB) and
+    stayed there until the next upload; a full disk when the upload's folder is made was a raw OSError."""
+    import tempfile
+
+    from app.server import uploads
+    from core import CheckpointError, Limits
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    previous = uploads.stage(None, [_Upload("first.zip", b"x" * 10)], Limits(max_upload_bytes=10**6))
+    parts = [_Upload(f"part{i}.bin", b"x" * 900_000) for i in range(5)]
+    with pytest.raises(CheckpointError, match="^the 5 uploaded files is 4,500,000 bytes, more than the 1,000,000"):
+        uploads.stage(previous, parts, Limits(max_upload_bytes=10**6))
+    assert sorted(tmp_path.iterdir()) == [previous.folder] and previous.names == ["first.zip"]
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device", str(tmp_path / "attnscope-upload-x"))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    with pytest.raises(CheckpointError, match=r"^the upload could not be stored on the server \(No space left"):
+        uploads.stage(previous, parts[:1], Limits(max_upload_bytes=10**6))
+    assert previous.folder.exists() and previous.names == ["first.zip"]
+
+
+def test_a_model_is_not_loaded_under_a_stamp_its_files_no_longer_have(bert_folder, monkeypatch, tmp_path):
+    """The neuron view asked for the model of an old result after it had left the cache: the folder's new weights
+    were loaded and kept under the old stamp, and the page said the model 'adds a rotation'."""
+    from app.server import cache
+    from core import InputError
+
+    folder = shutil.copytree(bert_folder, tmp_path / "bert")
+    monkeypatch.setattr(cache, "model_cache", lambda: BoundedCache(3, 10**9, model_bytes))
+    stamp = cache.source_stamp(str(folder))
+    assert cache.load_model(str(folder), stamp).model is not None
+    monkeypatch.setattr(cache, "model_cache", lambda: BoundedCache(3, 10**9, model_bytes))  # evicted
+    (folder / "config.json").write_text((folder / "config.json").read_text() + " ")
+    with pytest.raises(InputError, match="changed since its attention was read; press Run"):
+        cache.load_model(str(folder), stamp)
 
 
 def test_the_neuron_view_reads_the_model_its_result_came_from(monkeypatch):
