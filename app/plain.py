@@ -27,13 +27,15 @@ def for_markdown(text: str) -> str:
     """Text for ``st.markdown`` and friends (titles, help, alerts): markdown metacharacters escaped.
 
     ``:`` before a non-space is escaped too, so ``:red[…]`` and ``:material/…:`` directives stay text;
-    ``.``, ``-`` and ``+`` only where they would start a list. Newlines become spaces (one line).
+    ``.``, ``-`` and ``+`` only where they would start a list. Every line break (``\\r`` and U+2028 too, which
+    markdown also reads as one) becomes a space: one line, whose only start is the text's.
     """
-    text = _MARKDOWN_SPECIAL.sub(r"\\\1", str(text).replace("\n", " "))
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).splitlines()))
     return _NUMBERED.sub(r"\1\\\2", _LINE_START.sub(r"\1\\\2", text))
 
 
 def json_for_html(data) -> str:
-    """JSON safe inside ``<script>``: ``<``, ``>`` and ``&`` as ``\\u`` escapes, so no ``</script>`` or ``<!--``."""
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    """JSON safe inside ``<script>``: ``<``, ``>`` and ``&`` as ``\\u`` escapes, so no ``</script>`` or ``<!--``.
+    A NaN is a ValueError here, not JSON that the page's ``JSON.parse`` refuses (a blank view, no message)."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

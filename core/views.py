@@ -111,7 +111,8 @@ def top_links(weights, k: int, min_weight: float = 0.0):
 
     Returns ``(query_idx, key_idx, weight)`` 1-D tensors; a head view draws one
     line per entry. Links below ``min_weight`` are dropped, except each query's
-    strongest one, so even a near-uniform head shows where every query looks.
+    strongest one, so even a near-uniform head shows where every query looks;
+    a NaN or infinite weight (a diverged head) is never a link.
     """
     w = _as_maps(weights, 2, "top_links")
     if w.dim() != 2:
@@ -120,4 +121,5 @@ def top_links(weights, k: int, min_weight: float = 0.0):
     queries = torch.arange(w.shape[0]).unsqueeze(1).expand_as(keys)  # (q, k)
     keep = values > min_weight
     keep[:, 0] = True  # (q, k): topk sorts, so column 0 is each query's strongest key
+    keep &= values.isfinite()  # (q, k): topk ranks NaN first
     return queries[keep], keys[keep], values[keep]

@@ -26,7 +26,7 @@ def main() -> None:
         page = model_view_page(result.attentions, tokens, tokens, layers, list(range(result.n_heads)))
         print(f"model view, layers {layers}: {len(page.html) / 1e6:.2f} MB page, holds layers {page.layers} x "
               f"{len(page.heads)} heads{'; ' + page.note if page.note else ''}")
-    q, k = query_key_vectors(model, result.token_ids, 2, 3)
+    q, k, _ = query_key_vectors(model, result.token_ids, 2, 3)
     page = neuron_view_page(result.attentions[2, 3], q, k, tokens, tokens, result.causal)
     print(f"neuron view, layer 2 head 3: {len(page) / 1e6:.2f} MB page")
 

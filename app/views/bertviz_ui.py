@@ -53,6 +53,8 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
 NOT_SUPPORTED = ("BertViz's neuron view needs heads whose score is the scaled dot product of their query and key "
                  "vectors (BERT, RoBERTa, ELECTRA, MiniLM, DistilBERT, GPT-2, OPT, GPT-Neo); this model adds a "
                  "rotation or a position bias to it, or computes attention in a way AttnScope does not read.")
+NOT_FINITE = ("This head's attention holds NaN or infinite weights (the model's weights or activations overflowed), "
+              "so its query and key vectors cannot be shown meeting; the diagnosis names such weights.")
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the query and key vectors…")
@@ -76,6 +78,9 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
     loaded = cache.load_model(*model_key)
     if result.encoder is not None or not supports_neuron_view(loaded.model):
         st.info(NOT_SUPPORTED)
+        return
+    if not result.attentions[layer, head].isfinite().all():  # (q, k)
+        st.info(NOT_FINITE)
         return
     title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
     page = _neuron_page(result_id, model_key, layer, head, title, False, result)

@@ -6,10 +6,10 @@ a subset of HTML in them); big maps are block-max pooled as in ``plots``.
 
 from __future__ import annotations
 
-from html import escape
-
 import numpy as np
 import plotly.graph_objects as go
+
+from app.plain import for_plotly
 
 from core.views import pool_map
 from app.views.plots import MAX_CELLS
@@ -34,7 +34,7 @@ def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure
 
 
 def _labels(tokens, block):
-    safe = [escape(str(t)) for t in tokens]
+    safe = [for_plotly(str(t)) for t in tokens]
     if block == 1:
         return [f"{i} {t}" for i, t in enumerate(safe)]
     return [f"{i}–{min(i + block, len(safe)) - 1} {safe[i]}…" for i in range(0, len(safe), block)]
@@ -55,7 +55,7 @@ def map_figure(weights, queries, keys, title: str, difference: bool = False) -> 
                                hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>"))
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(type="category", autorange="reversed")
-    fig.update_layout(title=escape(title), height=min(700, 200 + 12 * len(z)), margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_layout(title=for_plotly(title), height=min(700, 200 + 12 * len(z)), margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
 
@@ -68,7 +68,8 @@ def steps_heatmap_figure(values, steps, title: str) -> go.Figure:
                                colorscale="Viridis", hovertemplate="step %{x}<br>%{y}: %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title="step", type="category")
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_layout(title=escape(title), height=min(800, 160 + 14 * len(names)), margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_layout(title=for_plotly(title), height=min(800, 160 + 14 * len(names)),
+                      margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
 
@@ -77,5 +78,5 @@ def steps_lines_figure(values, steps, layer: int, title: str) -> go.Figure:
     fig = go.Figure([go.Scatter(x=list(steps), y=values[:, layer, h].astype(np.float32), mode="lines+markers",
                                 name=f"L{layer}H{h}") for h in range(values.shape[2])])
     fig.update_xaxes(title="step")
-    fig.update_layout(title=escape(title), height=320, margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_layout(title=for_plotly(title), height=320, margin=dict(l=10, r=10, t=40, b=10))
     return fig

@@ -3,6 +3,7 @@
 import json
 import re
 
+import pytest
 import torch
 
 from app.views import bertviz_view, head_view, plots
@@ -37,6 +38,23 @@ def test_head_view_json_cannot_end_its_script():
     assert page.count("</script>") == 2  # the data's and the code's: no token closes a script
 
 
+def test_a_layer_with_a_nan_head_still_gives_a_head_view_the_browser_can_parse():
+    """NaN reached the page's JSON ('Unexpected token N'): the view of the whole layer stayed blank."""
+    attention = _attention()
+    attention[1, 0] = float("nan")
+    data = json.loads(_script_data(head_view.head_view_html(attention, MARKUP, MARKUP, 1, 1)))
+    assert data["heads"][0]["w"] == [] and len(data["heads"][1]["w"]) > 0
+    with pytest.raises(ValueError):
+        json_for_html({"w": [float("nan")]})  # loudly here, never silently in the browser
+
+
+def test_compare_maps_show_quotes_as_quotes():
+    """html.escape turned '"' into &quot;, which plotly shows as those six characters."""
+    from app.views import compare_plots
+
+    assert compare_plots._labels(['"', "<b>", "it's"], 1) == ['0 "', "1 &lt;b&gt;", "2 it's"]
+
+
 def test_json_for_html_round_trips():
     text = json_for_html({"t": MARKUP})
     assert "<" not in text and ">" not in text and "&" not in text
@@ -56,6 +74,9 @@ def test_markdown_escapes_metacharacters_and_directives():
     message = "config.json: not found in my-model.safetensors"
     assert for_markdown(message) == message
     assert "\n" not in for_markdown("a\nb")
+    for breaks in ("a\r- item", "a\r\n1. one", "a\u2028# h", "a\x0b===", "a\x85> q"):  # each ends a line in markdown
+        shown = for_markdown(breaks)
+        assert shown.splitlines() == [shown] and shown.startswith("a "), shown  # one line: no list, heading, quote
 
 
 def test_names_never_show_server_paths():

@@ -475,6 +475,21 @@ def test_a_model_is_not_loaded_under_a_stamp_its_files_no_longer_have(bert_folde
         cache.load_model(str(folder), stamp)
 
 
+def test_the_neuron_view_of_a_nan_head_says_so_rather_than_blame_the_architecture(monkeypatch):
+    import torch
+
+    import tiny
+    from app.server import cache
+    from app.views import bertviz_ui
+
+    shown = []
+    monkeypatch.setattr(cache, "load_model", lambda *key: LoadedModel(tiny.tiny_bert(), None))
+    monkeypatch.setattr(bertviz_ui.st, "info", shown.append)
+    result = type("Result", (), {"encoder": None, "attentions": torch.full((2, 4, 3, 3), float("nan"))})()
+    bertviz_ui.neuron_view_ui("t_", "id", result, 0, 0, "model", ("/models/bert", ()))
+    assert shown == [bertviz_ui.NOT_FINITE]
+
+
 def test_the_neuron_view_reads_the_model_its_result_came_from(monkeypatch):
     """It loaded the source's files as they are now, which may be newer than the maps it is drawn beside."""
     from app.server import cache

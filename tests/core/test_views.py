@@ -70,6 +70,13 @@ def test_top_links_per_query():
     assert list(zip(q.tolist(), k.tolist())) == [(0, 0), (1, 2)]
 
 
+def test_a_diverged_head_s_weights_are_never_links():
+    """topk ranks NaN first, so each query's 'strongest' link of a NaN head was NaN."""
+    w = torch.tensor([[float("nan")] * 3, [0.1, float("inf"), 0.8], [0.2, 0.3, 0.5]])
+    q, k, v = top_links(w, 3, min_weight=0.15)
+    assert v.isfinite().all() and list(zip(q.tolist(), k.tolist())) == [(1, 2), (2, 2), (2, 1), (2, 0)]
+
+
 def test_hide_positions_divides_each_row_by_its_own_sum_however_small():
     """A clamp at 1e-12 left a row of tinier remaining mass short of 1 (0.4); a row of none stays 0, not NaN."""
     w, _, _ = hide_positions(torch.tensor([[1.0, 2e-13, 2e-13], [1.0, 0.0, 0.0]]), [False, False],
