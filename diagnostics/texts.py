@@ -116,7 +116,7 @@ ROLE_TEXTS = {
     "local": RoleText(
         "Local", "loc",
         "Keeps its non-sink attention within about 2.5 tokens of the query on average, without one "
-        "position dominating (score: its non-sink mass within 3 tokens)."),
+        "position dominating (score: that mean distance, in tokens)."),
     "broad": RoleText(
         "Broad", "brd",
         "Spreads its non-sink attention almost evenly over the input (normalised entropy ≥ 0.92; Clark "

@@ -16,9 +16,11 @@ token 0 is ``previous_token`` and ``sink``). The vocabulary, ``ROLES``:
   2022; TransformerLens's detectors). Induction for causal models only.
 - ``local``: the non-sink mass within ``LOCAL_DISTANCE`` tokens of the query on
   average, spread over them (no single offset reaches ``OFFSET_MIN``); the score
-  is the non-sink mass within 3 tokens.
+  is that mean distance in tokens (``rest_mean_distance``), the number the
+  threshold reads.
 - ``broad``: the non-sink mass close to uniform over the keys
-  (``rest_entropy`` >= ``BROAD_MIN``; Clark et al. 2019's broad heads).
+  (``rest_entropy`` >= ``BROAD_MIN``; Clark et al. 2019's broad heads), and
+  not within ``LOCAL_DISTANCE`` tokens on average (a short map's uniform rest is).
 
 Text roles come from metrics that ``metrics.MetricAccumulator`` accumulates, so
 the streamed path gives them too; the repeated probe is short and read whole.
@@ -63,7 +65,7 @@ ROLE_METRICS = ("sink_level", "rest_diag_mass", "rest_entropy", "rest_mean_dista
 @dataclass(frozen=True)
 class Role:
     role: str  # one of ROLES
-    score: float  # the score its threshold was compared with
+    score: float  # the score its threshold was compared with (local: a distance in tokens, the others a share)
 
     def to_dict(self):
         return {"role": self.role, "score": self.score}
@@ -79,14 +81,14 @@ def role_scores(values, repeated=None) -> dict:
     diag = get("rest_diag_mass").float()  # (..., 7)
     scores = {"previous_token": diag[..., OFFSETS.index(-1)], "next_token": diag[..., OFFSETS.index(1)],
               "self": diag[..., OFFSETS.index(0)], "sink": get("sink_level").float(),
-              "local": diag.sum(-1), "broad": get("rest_entropy").float()}
-    near = get("rest_mean_distance").float() <= LOCAL_DISTANCE
+              "local": get("rest_mean_distance").float(), "broad": get("rest_entropy").float()}
+    near = scores["local"] <= LOCAL_DISTANCE
     return scores | {"_near": near} | (repeated or {})
 
 
 def head_roles(scores, causal) -> list:
     """Roles of every head: nested lists shaped like the scores (e.g. ``[L][H]``) of ``Role`` lists,
-    strongest first."""
+    strongest share first, ``local`` (scored by a distance) last."""
     held = {role: _holds(role, score, scores, causal) for role, score in scores.items() if role in ROLES}
     shape = next(iter(scores.values())).shape
     flat = [[] for _ in range(int(torch.tensor(shape).prod()) if shape else 1)]
@@ -95,7 +97,7 @@ def head_roles(scores, causal) -> list:
             continue
         for i in held[role].reshape(-1).nonzero().flatten().tolist():
             flat[i].append(Role(role, round(float(scores[role].reshape(-1)[i]), 4)))
-    flat = [sorted(roles, key=lambda r: -r.score) for roles in flat]
+    flat = [sorted(roles, key=lambda r: (r.role == "local", -r.score)) for roles in flat]
     return _nest(flat, shape)
 
 

@@ -48,6 +48,10 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
 - ``mean_distance``: mean expected |query - key| in tokens (Vig & Belinkov 2019,
   "Analyzing the Structure of Attention in a Transformer Language Model").
 
+A row that sums to less than 1 gave the rest to a learned sink outside the
+text (GPT-OSS's per-head sink logit): that share is one more key of the row's
+``entropy`` and ``confidence``, and sink mass below.
+
 Sink-factored metrics (Kovaleva et al. 2019's "vertical + diagonal": what a
 head does besides its sink). The sink keys are the first token (Xiao et al.
 2023, "Efficient Streaming Language Models with Attention Sinks"; Gu et al.
@@ -221,10 +225,14 @@ class MetricAccumulator:
         special = self.special[:width].to(a) if self.special is not None else None
         peak = a.amax(-1)  # (..., qc)
         entropy = row_stats.normalised_entropy(a, n, self.scratch, logits, peak=peak)  # (..., qc)
+        total = a.sum(-1)  # (..., qc)
+        learned = torch.where(total > 0, 1.0 - total, 0.0).clamp(min=0)  # (..., qc) a learned sink's share (GPT-OSS);
+        # an all-zero row is a padded query, not a row given whole to a sink
+        entropy = entropy - _a_log_a(learned) / torch.log(n.clamp(min=2).to(a.dtype))  # (..., qc) it is a key too
         per_row = {
             "entropy": entropy,
             "uniform_gap": (1.0 - entropy) * torch.log(n.clamp(min=1).to(a.dtype)),
-            "confidence": peak,
+            "confidence": torch.maximum(peak, learned),
             "special_mass": a @ special if special is not None else a.new_zeros(a.shape[:-1]),
             "mean_distance": row_stats.mean_distance(a, pos, self.scratch, self.causal),
         }  # each (..., qc)
@@ -243,15 +251,16 @@ class MetricAccumulator:
         audience = row_stats.key_audience(torch.stack([w, w / n.clamp(min=1)]), pos, key_ok, self.causal)
         s["audience"][:width] += audience[0]  # (width,)
         s["col_uniform"][:width] += audience[1]  # (width,)
-        self._add_rest(s, a, pos, rows, w, n, per_row)
+        self._add_rest(s, a, pos, rows, w, n, per_row, learned)
         self._sums = s
 
-    def _add_rest(self, s, a, pos, rows, w, n, per_row):
-        """The sink-factored sums: each row's non-sink mass renormalised, weighted by that mass."""
+    def _add_rest(self, s, a, pos, rows, w, n, per_row, learned):
+        """The sink-factored sums: each row's non-sink mass renormalised, weighted by that mass. ``learned``
+        ``(..., qc)``: the share a learned sink took before the row reached the text, sink mass too."""
         width, (valid, query_ok, key_ok) = a.shape[-1], rows  # (qc, width), (qc,), (width,)
         sinks = self.sinks[:width].to(a.device)  # (width,)
         on_sinks = a[..., sinks]  # (..., qc, S)
-        sink = on_sinks.sum(-1)  # (..., qc)
+        sink = on_sinks.sum(-1) + learned  # (..., qc)
         keep = (1.0 - sink).clamp(min=REST_FLOOR)  # (..., qc)
         valid_r = valid & ~sinks  # (qc, width)
         base, n_r = row_stats.row_weights(valid_r, query_ok)  # (qc,), (qc,)
@@ -260,7 +269,7 @@ class MetricAccumulator:
         s["w_rest"] += w_r.sum(-1)
         # entropy of the rest from the row's entropy: H' = (H + sum_sinks a log a) / keep + log keep
         h = per_row["entropy"] * torch.log(n.clamp(min=2).to(a.dtype))  # (..., qc)
-        h_r = (h + (on_sinks * on_sinks.clamp(min=torch.finfo(a.dtype).tiny).log()).sum(-1)) / keep + keep.log()
+        h_r = (h + _a_log_a(on_sinks).sum(-1) + _a_log_a(learned)) / keep + keep.log()
         s["rest_entropy"] += ((h_r / torch.log(n_r.clamp(min=2).to(a.dtype))).clamp(0, 1)).double().mul(w_r).sum(-1)
         sink_keys = torch.nonzero(sinks).flatten()  # (S,)
         dist = (pos.unsqueeze(1) - sink_keys.unsqueeze(0)).abs().to(a.dtype)  # (qc, S)
@@ -390,6 +399,11 @@ def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_T
     for start in range(0, q, rows):
         acc.update(attn[..., start:start + rows, :], start)
     return acc.finalize()
+
+
+def _a_log_a(a):
+    """``a log a``, 0 where ``a`` is 0."""
+    return a * a.clamp(min=torch.finfo(a.dtype).tiny).log()
 
 
 def _every(first_pos, rows, stride):

@@ -18,7 +18,6 @@ tokens x_i, x_j is ``scale · x_iᵀ A Bᵀ x_j``; the head's output is ``W_O,h 
   ``A Bᵀ`` (where they look; heads with equal forms produce equal maps on any
   input), invariant to any rotation inside a head. Computed from d×d Gram
   products (⟨A Bᵀ, C Dᵀ⟩ = Σ (AᵀC) ∘ (BᵀD)) so no d_in×d_in matrix is formed.
-  The same cosine of ``W_O,h W_V,h`` (what they write) is kept in the details.
 - ``dead_heads``: ‖W_O,h W_V,h‖_F below ``DEAD_RATIO`` of the layer median.
 Under grouped-query attention every check runs per query head (K/V repeated,
 ``core.extraction.head_weights``), and a ``shared_kv_heads`` note says which query heads share
@@ -77,11 +76,10 @@ def layer_stats(lw, norms=None):
     d_in = q.shape[-1]
     rms = (q.pow(2).mean((-2, -1)) * k.pow(2).mean((-2, -1))).pow(0.25)  # (H,)
     cos_qk, qk_norm = _cosine(q.transpose(1, 2), k.transpose(1, 2))  # (H, H), (H,)
-    cos_ov, ov_norm = _cosine(o, v.transpose(1, 2))  # (H, H), (H,)
+    _, ov_norm = _cosine(o, v.transpose(1, 2))  # (H,): the norm of W_O,h W_V,h (what the head writes)
     stats = {
         "qk_scale": (rms * d_in ** 0.5).float(),
         "similarity": cos_qk.float(),
-        "similarity_ov": cos_ov.float(),
         "qk_norm": qk_norm.float(),
         "ov_norm": ov_norm.float(),
         "kv_head": torch.tensor([lw.kv_head(h) for h in range(lw.n_heads)]),

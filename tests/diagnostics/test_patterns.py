@@ -1,5 +1,7 @@
 """The head classifier on clear examples of every label, causal and bidirectional, 4 to 4096 tokens."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -106,5 +108,21 @@ def test_padding_rows_half_precision_and_learned_sinks_still_pass():
     rows[-1] = 0  # a padding query
     assert classify_head(rows.half()).label in PATTERNS
     assert classify_head(rows * 0.6).label in PATTERNS  # GPT-OSS: its learned sink column took 0.4 of each row
+    with pytest.raises(InputError, match="Expected attention"):
+        head_metrics(torch.zeros(2, 0, 4))
+
+
+def test_a_learned_sink_s_share_is_sink_mass_and_the_rest_is_read_as_it_is():
+    """GPT-OSS's rows sum below 1: a uniform map at half weight was 'sparse' with the 'local' role (entropy 0.625,
+    the rest's mean distance halved), and Q/K x 0 GPT-OSS got no diffuse head at all."""
+    uniform = torch.full((16, 16), 1 / 16)  # (q, k)
+    whole, half = head_metrics(uniform).scalars(), head_metrics(uniform * 0.5).scalars()
+    for name in ("rest_entropy", "rest_mean_distance", "block_score", "rest_sink2_score"):
+        assert half[name] == pytest.approx(whole[name], abs=1e-5), name
+    assert half["sink_mass"] == pytest.approx(0.5 + 0.5 / 16) and half["confidence"] == pytest.approx(0.5)
+    entropy = (0.5 * math.log(32) + 0.5 * math.log(2)) / math.log(16)  # the learned sink is one more key
+    assert half["entropy"] == pytest.approx(entropy, abs=1e-5)
+    head = classify_head(uniform * 0.5)
+    assert head.label == "diffuse" and {r.role for r in head.roles} == {"broad", "sink"}
     with pytest.raises(InputError, match="Expected attention"):
         head_metrics(torch.zeros(2, 0, 4))
