@@ -49,7 +49,7 @@ from core.device import model_device
 from core.errors import ExtractionError, InputError
 from core.extraction.hf_extract import eager_attention, stack_layers
 from core.extraction.module_extract import attention_modules, run_with_hooks
-from core.extraction.encode import max_positions
+from core.extraction.encode import max_positions, special_marks
 from core.extraction.extract import eval_mode, model_is_causal
 from core.extraction.tokens import display_tokens
 from core.result import AttentionResult
@@ -323,8 +323,8 @@ def check_probes(tokenizer, probes) -> None:
         if not all(_utf8(text) for text in (probe.text, probe.text_pair or "")):  # a shell's Latin-1 file: surrogates
             raise InputError(f"{where}: its text is not UTF-8 (a file in another encoding?); convert it, e.g. "
                              "iconv -f latin1 -t utf-8, or leave it out")
-        special = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True,
-                            verbose=False)["special_tokens_mask"]
+        batch = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True, verbose=False)
+        special = special_marks(tokenizer, batch["input_ids"], batch["special_tokens_mask"])
         if all(special):
             own = f" besides the tokenizer's own ({len(special)} special tokens)" if special else ""
             raise InputError(f"{where}: its text gives no tokens{own}; give it some words, or leave it out")

@@ -29,7 +29,7 @@ from .layout import holds_model_files
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
-from .tokenizer import TOKENIZER_FILES, UNREADABLE
+from .tokenizer import TOKENIZER_FILES, UNREADABLE, has_vocabulary
 
 log = logging.getLogger("attnscope.load")  # what a checkpoint load inferred, borrowed or ignored (the CLI prints it)
 
@@ -127,7 +127,7 @@ def _tokenizer_or_none(path: str, offline: bool = True):
         if any((Path(path) / name).is_file() for name in TOKENIZER_FILES):  # there, but broken: say so
             log.warning(UNREADABLE.format(err=first_line(err, 120)) + "the model is used without a tokenizer")
         return None
-    return tokenizer if len(tokenizer) > len(set(tokenizer.all_special_ids)) else None
+    return tokenizer if has_vocabulary(tokenizer) else None
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:

@@ -8,6 +8,7 @@ only compatibility the weights can show; the note says so.
 
 from __future__ import annotations
 
+import copy
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -17,11 +18,13 @@ from transformers import AutoTokenizer
 from ..errors import first_line
 from .registry import DEMO_MODELS
 
+NO_LIMIT = int(1e30)  # transformers' "no limit" for model_max_length (VERY_LARGE_INTEGER)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                    "tokenizer.model")
 
 UNREADABLE = "the checkpoint's tokenizer files could not be loaded ({err}); "
+NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
 TOO_LARGE = "the checkpoint's tokenizer has {n} tokens but the model only {vocab} embeddings, so it was not used; "
 BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because the vocabulary sizes match ({vocab}) — "
             "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")
@@ -48,17 +51,34 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
         except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
             prefix = UNREADABLE.format(err=first_line(err, 120))
         else:
-            if len(tokenizer) <= vocab_size:
+            if not has_vocabulary(tokenizer):  # tokenizer_config.json alone: every word would be [UNK]
+                prefix = NO_VOCABULARY.format(n=len(tokenizer))
+            elif len(tokenizer) <= vocab_size:
                 return tokenizer
-            prefix = TOO_LARGE.format(n=len(tokenizer), vocab=vocab_size)
+            else:
+                prefix = TOO_LARGE.format(n=len(tokenizer), vocab=vocab_size)
     order = ["demo-gpt2", "demo-bert"] if causal else ["demo-bert", "demo-gpt2"]
     for demo in order:
         tokenizer = _demo_tokenizer(str(DEMO_MODELS.get(demo, "")))
         if tokenizer is not None and len(tokenizer) == vocab_size:
             notes.append(prefix + BORROWED.format(demo=demo, vocab=vocab_size))
-            return tokenizer
+            return _without_limit(tokenizer)
     notes.append(prefix + NONE.format(vocab=vocab_size))
     return None
+
+
+def has_vocabulary(tokenizer) -> bool:
+    """Whether ``tokenizer`` holds more than its special tokens: transformers builds one from a
+    ``tokenizer_config.json`` or a ``model_type`` alone (BERT's 5 special tokens), which reads every word as [UNK]."""
+    return len(tokenizer) > len(set(tokenizer.all_special_ids))
+
+
+def _without_limit(tokenizer):
+    """A copy of a borrowed tokenizer without its own length limit (demo-gpt2's 512): the model's position table
+    is the limit, not the demo model's. The cached tokenizer is shared, so it is never changed."""
+    borrowed = copy.deepcopy(tokenizer)
+    borrowed.model_max_length = NO_LIMIT
+    return borrowed
 
 
 @lru_cache(maxsize=4)

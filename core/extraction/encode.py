@@ -79,13 +79,16 @@ def encode(
     if truncate:  # tokenize again: the tokenizer keeps the closing special tokens ([SEP], </s>) when cutting
         batch = tokenizer(text, text_pair, return_special_tokens_mask=True, truncation=True, max_length=limit,
                           return_tensors="pt", **ask_segments)
+        if batch["input_ids"].shape[-1] > limit:  # the tokenizer's own tokens alone pass the limit: it cut nothing
+            raise InputError(f"the model reads at most {limit} tokens, fewer than this tokenizer adds around "
+                             f"{'a pair' if text_pair is not None else 'a text'} itself; it cannot read any text")
     warnings = [] if text_pair is None else _pair_warnings(tokenizer, text, batch)
     if truncate:
         warnings.append(f"input has {full_length} tokens; {TRUNCATED} of {limit}")
     if batch["input_ids"].numel() == 0:
         raise InputError("the text produced no tokens; type a sentence with words in it")
     _check_vocab(batch["input_ids"], vocab_size)
-    special = [bool(s) for s in batch["special_tokens_mask"][0].tolist()]
+    special = special_marks(tokenizer, batch["input_ids"][0].tolist(), batch["special_tokens_mask"][0].tolist())
     if all(special):  # e.g. only a zero-width space, which the tokenizer drops: [CLS] [SEP]
         raise InputError(f"the text gives no tokens besides the tokenizer's own ({len(special)} special tokens); "
                          "type a sentence with words in it")
@@ -125,6 +128,14 @@ def _check_vocab(input_ids: torch.Tensor, vocab_size: int | None) -> None:
             f"the tokenizer produced token id {largest} but the model's vocabulary has {vocab_size} entries; "
             "use the tokenizer that belongs to this model"
         )
+
+
+def special_marks(tokenizer, token_ids: list[int], added: list[int]) -> list[bool]:
+    """Which tokens are special: those the tokenizer added (``added``, its special_tokens_mask) and those typed in
+    the text ("A [SEP] B", "<|endoftext|>"), which the tokenizer reads as its control tokens, as transformers does:
+    the model gets the real [SEP], so it is a sink key and hidden with the others."""
+    typed = set(tokenizer.all_special_ids)
+    return [bool(mark) or token in typed for token, mark in zip(token_ids, added)]
 
 
 def special_flags(tokenizer, token_ids: list[int]) -> list[bool]:

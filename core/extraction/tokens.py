@@ -7,9 +7,17 @@ pieces reads "▁c at", not "c at": without it the reader cannot see where words
 begin. Newlines and tabs become ``⏎`` and ``⇥``, other control characters an escape
 (``\\x1b``, drawn by every font): raw, they vanish on screen and make an SVG export ill-formed XML. WordPiece
 (BERT) marks the other side, a continuation, with ``##``, which is kept as it is.
+
+A byte-level piece is spelled in GPT-2's byte alphabet ("café" is ``c af Ã©``, "東" is ``æĿ ±``): its bytes
+are shown as the text they encode ("é"), and bytes of a character cut between pieces as SentencePiece's
+byte-fallback pieces are spelled (``<0xE6><0x9D>``).
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
+
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 WORD_START = "▁"  # SentencePiece's own marker: the one readers of tokenizer output already know
 _REPLACEMENTS = {"Ġ": WORD_START, "▁": WORD_START, "Ċ": "⏎", "ĉ": "⇥", "\n": "⏎", "\t": "⇥"}
@@ -35,5 +43,38 @@ def _visible(ch: str) -> str:
 
 def display_tokens(tokenizer, token_ids: list[int]) -> list[str]:
     """Readable display strings for ``token_ids``, one per id."""
-    pieces = tokenizer.convert_ids_to_tokens(list(token_ids))
-    return [prettify_token(str(p)) for p in pieces]
+    pieces = [str(p) for p in tokenizer.convert_ids_to_tokens(list(token_ids))]
+    if not _byte_level(tokenizer):
+        return [prettify_token(p) for p in pieces]
+    return [byte_level_token(p) for p in pieces]
+
+
+def byte_level_token(piece: str) -> str:
+    """The display string of one byte-level piece: the text its bytes encode, with the marks of
+    ``prettify_token``; an added token outside the byte alphabet ("<|im_start|>" is inside it) as it is."""
+    to_byte = _unicode_to_byte()
+    if not piece or any(ch not in to_byte for ch in piece):
+        return prettify_token(piece)
+    text = bytes(to_byte[ch] for ch in piece).decode("utf-8", errors="surrogateescape")
+    shown = "".join(_BYTE_LEVEL_MARKS.get(ch) or _shown_byte(ch) for ch in text)
+    return shown if shown.strip(WORD_START) else "␣" * len(shown)
+
+
+_BYTE_LEVEL_MARKS = {" ": WORD_START, "\n": "⏎", "\t": "⇥"}
+
+
+def _shown_byte(ch: str) -> str:
+    """A character decoded from bytes; a byte that is no whole UTF-8 character (a surrogate escape) as <0xNN>."""
+    code = ord(ch)
+    return f"<0x{code - 0xDC00:02X}>" if 0xDC80 <= code <= 0xDCFF else _visible(ch)
+
+
+def _byte_level(tokenizer) -> bool:
+    """Whether ``tokenizer`` spells its pieces in the byte alphabet (GPT-2, RoBERTa, Llama 3, SmolLM2)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
+
+
+@lru_cache(maxsize=1)
+def _unicode_to_byte() -> dict[str, int]:
+    return {ch: byte for byte, ch in bytes_to_unicode().items()}

@@ -189,6 +189,36 @@ def test_demo_tokenizer_is_borrowed_when_vocabulary_matches(tmp_path, monkeypatc
     loaded = load(tmp_path / "bert.safetensors", n_heads=4)
     assert loaded.tokenizer is not None and len(loaded.tokenizer) == len(tok)
     assert f"using demo-bert's tokenizer because the vocabulary sizes match ({len(tok)})" in loaded.notes[-1]
+    assert loaded.tokenizer.model_max_length > 10**6  # the model's position table is the limit
+
+
+def test_a_borrowed_tokenizer_s_limit_is_not_the_model_s(tmp_path, monkeypatch):
+    """A bare GPT-2 of 1,024 positions borrowed demo-gpt2's tokenizer and its 512-token limit: inputs were cut at
+    512 'to the model's limit'. The demo tokenizer itself, cached and shared, keeps its limit."""
+    from transformers import GPT2Config, GPT2Model
+
+    tok = bpe_tokenizer()
+    tok.model_max_length = 16
+    tok.save_pretrained(tmp_path / "demo-gpt2")
+    monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {"demo-gpt2": tmp_path / "demo-gpt2"})
+    config = GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=64)
+    save_file(state(GPT2Model(config)), tmp_path / "gpt2.safetensors")
+    (tmp_path / "gpt2.json").write_text(config.to_json_string())
+    loaded = load(tmp_path / "gpt2.safetensors", n_heads=2)
+    result = extract_attention(loaded.model, loaded.tokenizer, "the fox " * 6)
+    assert 16 < len(result.tokens) < 64 and not result.warnings
+    assert checkpoint_tokenizer._demo_tokenizer(str(tmp_path / "demo-gpt2")).model_max_length == 16
+
+
+def test_tokenizer_files_without_a_vocabulary_are_no_tokenizer(tmp_path):
+    """tokenizer_config.json alone gave a tokenizer of 5 special tokens: every word [UNK], every probe unfit, and
+    a report of 0 heads (load_model already refused it)."""
+    folder = hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer())
+    for name in ("vocab.txt", "tokenizer.json", "special_tokens_map.json"):
+        (folder / name).unlink(missing_ok=True)
+    loaded = load(zip_folder(folder, tmp_path / "no_vocab.zip"))
+    assert loaded.tokenizer is None
+    assert loaded.notes[-1].startswith("the checkpoint's tokenizer files hold no vocabulary, only its 5 special")
 
 
 # ---------------------------------------------------------------- safety and routing

@@ -16,7 +16,7 @@ from core import (
 from core.extraction.encode import PAIR_JOINED
 from core.extraction.extract import model_is_causal
 from core.extraction.module_extract import capture_mha_weights
-from core.extraction.tokens import prettify_token
+from core.extraction.tokens import byte_level_token, display_tokens, prettify_token
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -123,6 +123,41 @@ def test_pair_on_a_decoder_only_model_says_how_it_was_joined():
                                             ("\x85", "\\x85")])
 def test_prettify_token_marks_word_starts(raw, shown):
     assert prettify_token(raw) == shown
+
+
+@pytest.mark.parametrize(("piece", "shown"), [
+    ("ĠcafÃ©", "▁café"), ("Ã©", "é"), ("æĿ", "<0xE6><0x9D>"), ("Ġæ", "▁<0xE6>"), ("č", "\\x0d"), ("ě", "\\x1b"),
+    ("Ā", "\\x00"), ("ġ", "\\x7f"), ("Ġ", "␣"), ("ĊĊ", "⏎⏎"), ("ĉ", "⇥"), ("Ġĉ", "▁⇥"),
+    ("<|im_start|>", "<|im_start|>"),
+])
+def test_byte_level_pieces_show_the_text_their_bytes_encode(piece, shown):
+    """SmolLM2 showed "café" as c af Ã©, and \\r, ESC, NUL, DEL as the letters č ě Ā ġ."""
+    assert byte_level_token(piece) == shown
+
+
+def test_byte_level_tokens_stay_distinct_and_only_byte_level_tokenizers_are_decoded():
+    tok = tiny.bpe_tokenizer()
+    ids = list(range(len(tok)))
+    assert len(set(display_tokens(tok, ids))) == len(ids)
+    assert display_tokens(tiny.wordpiece_tokenizer(), [0]) == [prettify_token(tiny.wordpiece_tokenizer()
+                                                                              .convert_ids_to_tokens(0))]
+
+
+def test_special_tokens_typed_in_the_text_are_flagged_special():
+    """'A [SEP] B' gives the real [SEP]: it was flagged not special (no sink key, not hidden), while the decoder
+    side of an encoder-decoder flagged the same id special."""
+    result = extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), "the fox [SEP] the dog")
+    assert [t for t, s in zip(result.tokens, result.special) if s] == ["[CLS]", "[SEP]", "[SEP]"]
+    with pytest.raises(InputError, match="gives no tokens besides the tokenizer's own"):
+        extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), "[SEP] [CLS]")
+
+
+def test_a_limit_below_the_tokenizer_s_own_tokens_is_one_clear_error():
+    """The tokenizer could not cut, returned 9 tokens, and the warning said they were cut to 2."""
+    from core.extraction.encode import encode
+
+    with pytest.raises(InputError, match="^the model reads at most 2 tokens, fewer than this tokenizer adds around"):
+        encode(tiny.wordpiece_tokenizer(), "the fox", "the dog", limit=2)
 
 
 @pytest.mark.parametrize("build", [tiny.tiny_bart, tiny.tiny_t5])
