@@ -7,8 +7,8 @@ key align, which on other inputs they can; unlike the spectral norm of
 W_Q·W_Kᵀ on unit-RMS inputs (which assumes every direction of the residual
 stream is equally likely), it uses only the queries and keys the model really
 produces. Measured on the default probes (``python -m benchmarks.calibration``):
-all-MiniLM-L6-v2 7.6–64.9, SmolLM2-135M 12.5–104.0, demo-bert 3.1–9.9,
-demo-gpt2 14.1–36.6; their Q/K × 8 copies 223.9–9063.
+all-MiniLM-L6-v2 7.6–64.9, SmolLM2-135M 12.5–108.8, demo-bert 3.1–9.9,
+demo-gpt2 14.6–36.1; their Q/K × 8 copies 230.8–10532 (2026-12-03).
 
 ``record_qk_norms`` hooks the modules that output the queries and keys
 (``LayerWeights.q_source``/``k_source``) while the probes run; rotary

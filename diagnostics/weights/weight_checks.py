@@ -37,8 +37,8 @@ QK_SCALE_SMALL = 0.01
 # 20x above default init; Q/K x 30 of any sane model lands far beyond it.
 QK_SCALE_LARGE = 10.0
 # A reachable score this far above a zero score: exp(-104) already underflows to 0 in fp32, so such a head can
-# give a row that is exactly one-hot, with no gradient to any other key. 128 is 1.2x the largest bound of the
-# healthy real models on the default probes (SmolLM2-135M 106.9, all-MiniLM-L6-v2 64.9, demo-gpt2 36.6) and below
+# give a row that is exactly one-hot, with no gradient to any other key. 128 is 1.18x the largest bound of the
+# healthy real models on the default probes (SmolLM2-135M 108.8, all-MiniLM-L6-v2 64.9, demo-gpt2 36.1) and below
 # every head of their Q/K x 8 copies (>= 230.8); see ``qk_norms`` and ``python -m benchmarks.calibration``.
 SCORE_LIMIT = 128.0
 # Heads whose Q·Kᵀ forms align this closely attend alike on any input;
