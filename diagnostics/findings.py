@@ -13,9 +13,10 @@ severity (``LEVELS``):
 - from ``WARNING_SHARE``: a sizeable part of the model is affected;
 - from ``ERROR_SHARE`` (half): most heads are affected, the model is broken.
 Benign or early-warning codes (sinks, positional heads, large reachable
-scores) never go above "warning"; sinks and positional heads only warn when they
-are the majority, since trained models routinely have several (Clark et al.
-2019; Gu et al. 2024). Copies (redundant heads, near-identical weights) covering
+scores) never go above "warning"; positional heads only warn when they are the
+majority, and sinks never do: trained models routinely have many (Clark et al.
+2019; Gu et al. 2024), healthy SmolLM2-135M 30% of its heads on the default
+probes and 60% on a Spanish, German or Russian paragraph. Copies (redundant heads, near-identical weights) covering
 half the heads are an error: the model has far fewer heads than it pays for.
 
 A head that is sharp because of a role is not saturated: a previous-token head
@@ -50,11 +51,11 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
     "redundant_heads": ("info", "warning", "error"),
     "similar_head_weights": ("info", "warning", "error"),
     "large_qk_scores": ("info", "warning", "warning"),
-    "sink_heads": ("info", "info", "warning"),
+    "sink_heads": ("info", "info", "info"),  # healthy SmolLM2: 60% of its heads on Spanish, German, Russian
     "positional_heads": ("info", "info", "warning"),
 }
 # Notes that say the probes cannot bear a verdict (too short; out of vocabulary): the findings from them are capped.
-INPUT_NOTES = ("probes_short", "probes_unfit")
+INPUT_NOTES = ("probes_short", "probes_repetitive", "probes_unfit")
 # Findings those notes do not cap: NaN maps are broken on any probe.
 UNCAPPED = ("non_finite_attention", "non_finite_weights")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import tarfile
 import zipfile
@@ -197,7 +198,7 @@ def test_a_borrowed_tokenizer_s_limit_is_not_the_model_s(tmp_path, monkeypatch):
     512 'to the model's limit'. The demo tokenizer itself, cached and shared, keeps its limit."""
     from transformers import GPT2Config, GPT2Model
 
-    tok = bpe_tokenizer()
+    tok = copy.deepcopy(bpe_tokenizer())  # the cached one is shared by every test
     tok.model_max_length = 16
     tok.save_pretrained(tmp_path / "demo-gpt2")
     monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {"demo-gpt2": tmp_path / "demo-gpt2"})
