@@ -37,7 +37,7 @@ from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
     RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, default_probes, fitting_probes, random_probe, read_lengths,
-    repeated_probe, user_texts, verdict_cap, vocabulary_probe,
+    probe_variety, repeated_probe, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.exports import readable
@@ -101,7 +101,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
     probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer))
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
-    worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None)
+    worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None, probe_variety(tokenizer, probes, limit))
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)
     if not streamed:
         _check_whole_maps(model, lengths)

@@ -13,7 +13,7 @@ error finding other than near-uniform heads appears, e.g. entropy collapse (Zhai
 saturate at once and training diverges), and once when heads are still near
 uniform ``uniform_after`` steps in: the usual sign of a Q/K initialisation
 far below 1/√d_k or of no gradient reaching Q/K. It also warns once when the
-probes cannot bear a verdict (``findings.INPUT_NOTES``: too short, out of vocabulary).
+probes cannot bear a verdict (``findings.INPUT_NOTES``: too short, too repetitive, out of vocabulary).
 
 Under torch.distributed / accelerate every process measures (a sharded model
 needs all of them for its forward pass) and only the main process writes.

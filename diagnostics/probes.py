@@ -189,6 +189,9 @@ VOCABULARY_PROBES = 4  # random in-vocabulary sequences that replace unfit defau
 # real-model texts still gave SmolLM2 a sink warning at 48 tokens (1 of 11); none did at 64 (0 of 8).
 # Findings from a caller's probe shorter than this (or than the model's position limit) are info only.
 MIN_JUDGED_TOKENS = 64
+# ... and from one of fewer distinct tokens than this ("the" x 150: every key the same word, so near-uniform rows
+# are right; healthy demo-bert and SmolLM2 got a diffuse_heads error on it). The default probes hold 76-195.
+MIN_DISTINCT_TOKENS = 16
 # The random-token probes (no tokenizer; default probes that do not fit the vocabulary) are as long, or as the
 # model's position limit if that is less. At 24 tokens healthy SmolLM2 got a `sink_heads` warning from either.
 RANDOM_LENGTH = MIN_JUDGED_TOKENS
@@ -294,21 +297,40 @@ def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES):
                                threshold=MIN_COVERAGE)]
 
 
-def verdict_cap(lengths, limit, unfit_kept):
-    """``(worst, notes)``: the highest severity the probes' attention findings may have, and a note if capped.
+def verdict_cap(lengths, limit, unfit_kept, variety=()):
+    """``(worst, notes)``: the highest severity the probes' attention findings may have, and notes if capped.
 
     ``lengths`` and ``limit`` are ``read_lengths``'s. A probe shorter than ``MIN_JUDGED_TOKENS`` (or than the
     model's position limit, if that is less: no probe can be longer) caps them at "info", for the thresholds
-    do not hold on it (the default probes are longer); caller's probes that do not fit the vocabulary cap them
-    at "warning" (``fitting_probes``).
+    do not hold on it (the default probes are longer); so does a probe of fewer than ``MIN_DISTINCT_TOKENS``
+    distinct tokens (``variety``, ``probe_variety``'s): where every key is the same word, near-uniform rows are
+    right. Caller's probes that do not fit the vocabulary cap them at "warning" (``fitting_probes``).
     """
     needed = min(MIN_JUDGED_TOKENS, limit or MIN_JUDGED_TOKENS)
     short = sum(n < needed for n in lengths)
+    notes = []
     if short:
         detail = (f"{short} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
                   "too few for the thresholds, so no finding from them goes above info")
-        return "info", [note("probes_short", detail=detail, tokens=lengths, threshold=needed)]
+        notes.append(note("probes_short", detail=detail, tokens=lengths, threshold=needed))
+    repetitive = sum(n < MIN_DISTINCT_TOKENS for n in variety)
+    if repetitive:
+        detail = (f"{repetitive} of {len(variety)} probes repeat fewer than {MIN_DISTINCT_TOKENS} distinct tokens "
+                  f"(fewest {min(variety)}), so no finding from them goes above info")
+        notes.append(note("probes_repetitive", detail=detail, distinct=list(variety), threshold=MIN_DISTINCT_TOKENS))
+    if notes:
+        return "info", notes
     return ("warning" if unfit_kept else "error"), []
+
+
+def probe_variety(tokenizer, probes, limit=None) -> list[int]:
+    """The distinct tokens of each probe as the model reads it (cut to ``limit``), its special tokens left out;
+    none without a tokenizer."""
+    if tokenizer is None:
+        return []
+    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # a run of [UNK]s is one token repeated
+    cut = {"truncation": True, "max_length": limit} if limit else {}
+    return [len(set(tokenizer(p.text, p.text_pair, verbose=False, **cut)["input_ids"]) - special) for p in probes]
 
 
 def check_probes(tokenizer, probes) -> None:

@@ -300,6 +300,13 @@ FINDING_TEXTS = {
         "paragraphs.",
         "Probes too short to judge: {detail}.",
     ),
+    "probes_repetitive": FindingText(
+        "Probes too repetitive to judge",
+        "On a probe that repeats a word or two, every key is the same token, so even-handed rows are what a "
+        "healthy head gives; these findings are shown as information only.",
+        "Give probe texts of varied wording, or leave them out to use AttnScope's seven default paragraphs.",
+        "Probes too repetitive to judge: {detail}.",
+    ),
     "no_tokenizer": FindingText(
         "No tokenizer",
         "The model came without a tokenizer, so it was probed with random token ids and text views are "

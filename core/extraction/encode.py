@@ -134,7 +134,7 @@ def special_marks(tokenizer, token_ids: list[int], added: list[int]) -> list[boo
     """Which tokens are special: those the tokenizer added (``added``, its special_tokens_mask) and those typed in
     the text ("A [SEP] B", "<|endoftext|>"), which the tokenizer reads as its control tokens, as transformers does:
     the model gets the real [SEP], so it is a sink key and hidden with the others."""
-    typed = set(tokenizer.all_special_ids)
+    typed = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # [UNK] stands for words, typed or not
     return [bool(mark) or token in typed for token, mark in zip(token_ids, added)]
 
 

@@ -15,8 +15,8 @@ def test_severity_scales_with_the_share_of_heads():
     assert severity_for("diffuse_heads", 3, 12) == "warning"
     assert severity_for("diffuse_heads", 6, 12) == "error"
     assert severity_for("saturated_heads", 12, 12) == "error"
-    assert severity_for("sink_heads", 12, 12) == "warning"  # benign codes never reach error
-    assert severity_for("sink_heads", 5, 12) == "info"
+    assert severity_for("sink_heads", 12, 12) == "info"  # healthy SmolLM2 sinks with 60% of its heads on Spanish
+    assert severity_for("positional_heads", 12, 12) == "warning"  # benign codes never reach error
     assert severity_for("redundant_heads", 5, 12) == "warning"
     assert severity_for("redundant_heads", 6, 12) == "error"  # copies of half the heads or more
     assert severity_for("large_qk_scores", 12, 12) == "warning"  # an early warning, never an error

@@ -4,6 +4,7 @@ no verdict from probes too short to judge."""
 import copy
 import logging
 
+import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import AutoTokenizer, BertTokenizerFast
@@ -14,8 +15,8 @@ from diagnostics.monitor import AttentionMonitor
 from core.checkpoints.registry import resolve_source
 from core.extraction.encode import PAIR_JOINED
 from diagnostics.probes import (
-    CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MIN_COVERAGE, MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, RANDOM_LENGTH,
-    Probe, default_probes, probe_coverage, probe_tokens,
+    CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MIN_COVERAGE, MIN_DISTINCT_TOKENS, MIN_JUDGED_TOKENS,
+    PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe, default_probes, probe_coverage, probe_tokens, verdict_cap,
 )
 from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
@@ -121,8 +122,11 @@ def test_what_the_unfit_probes_would_have_said():
     model, words = healthy_word_model(), word_tokenizer()
     texts = [p.text for p in DEFAULT_PROBES if p.text_pair is None]  # 104-114 words: not too short to judge
     report = diagnose((model, words), texts=texts)
-    assert report.finding("diffuse_heads").severity == "warning"  # an error but for the cap
+    assert report.finding("diffuse_heads").severity == "info"  # an error but for the caps
     assert "no finding from them is called an error" in report.finding("probes_unfit").message
+    assert max(report.finding("probes_repetitive").details["distinct"]) <= 4  # [UNK] and a few words
+    assert verdict_cap([100], None, True, [50]) == ("warning", [])  # unfit but varied: at most a warning
+    assert verdict_cap([100], None, True, [4])[0] == "info"  # a run of [UNK]s: at most information
     words_seen = report.samples[0].tokens[1:-1]
     assert words_seen.count("[UNK]") >= 0.9 * len(words_seen)  # "two" is one of its words
 
@@ -149,6 +153,16 @@ def test_a_probe_too_short_to_judge_raises_no_alarm_on_a_healthy_model():
     read = len(report.samples[0].tokens)  # "Hello" and the tokenizer's special tokens
     assert short.details["threshold"] == MIN_JUDGED_TOKENS and short.details["tokens"] == [read] and read <= 3
     assert f"1 of 1 probes have fewer than {MIN_JUDGED_TOKENS} tokens (shortest {read})" in short.message
+
+
+@pytest.mark.parametrize("text", ["the " * 150, "hello world " * 60])
+def test_a_probe_of_one_word_repeated_raises_no_alarm_on_a_healthy_model(text):
+    """Every key the same word: near-uniform rows are right, and healthy demo-bert got diffuse_heads: error."""
+    report = diagnose("demo-bert", texts=[text])
+    assert _alarms(report) == []
+    note = report.finding("probes_repetitive")
+    assert note.details["threshold"] == MIN_DISTINCT_TOKENS and note.details["distinct"][0] < MIN_DISTINCT_TOKENS
+    assert report.findings[0] is note  # the probe notes come first: they qualify every finding
 
 
 def test_short_probes_show_what_they_measured_and_long_ones_judge_it():

@@ -169,6 +169,16 @@ def test_copied_heads_and_dead_heads():
     assert found["dead_heads"].heads == [[1, 3]] and found["dead_heads"].severity == "info"
 
 
+@torch.no_grad()
+def test_heads_pruned_to_near_zero_are_dead_even_when_they_are_half_the_layer():
+    """Soft gates leave 1e-3, not 0: with half a layer at 1e-3 the layer median was near zero too, and the rule
+    found nothing (42 of MiniLM's 72 heads at 1e-3: no finding; at 0: an error)."""
+    model = custom()
+    model.blocks[1].attn.out_proj.weight[:, 0:16] *= 1e-3  # heads 0 and 1 of 4
+    found = {f.code: f for f in weight_findings(model)}
+    assert found["dead_heads"].heads == [[1, 0], [1, 1]]
+
+
 @pytest.mark.parametrize("build, kv_heads", [(tiny_llama, 2), (tiny_gemma, 1)])
 def test_grouped_kv_heads_are_checked_per_query_head(build, kv_heads):
     model = build()
