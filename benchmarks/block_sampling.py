@@ -22,7 +22,7 @@ def compare(name: str, tokens: int, rows: int) -> str:
     from diagnostics.classify.patterns import classify_metrics
     from diagnostics.measure.metrics import MetricAccumulator
     from core.extraction.extract import model_is_causal
-    from diagnostics.streaming import stack_metrics
+    from diagnostics.measure.metrics import stack_metrics
 
     model, tokenizer = sampling_model(name)
     enc = tokenizer(long_probe(tokenizer, tokens), return_tensors="pt", return_special_tokens_mask=True)

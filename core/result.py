@@ -36,6 +36,7 @@ class AttentionResult:
     decoder: "AttentionResult | None" = None
     cross: "AttentionResult | None" = None
     token_type_ids: list[int] | None = None  # segment ids the model was given (a BERT-style pair), else None
+    windows: list[int | None] | None = None  # per layer, a local layer's window (core.extraction.windows), else None
 
     def __post_init__(self):
         if self.attentions.dim() != 4:

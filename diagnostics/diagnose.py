@@ -32,7 +32,7 @@ from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
 from diagnostics.findings import attention_findings, cap_severity, diffuse_mask, note, sort_findings
-from diagnostics.measure.metrics import HeadMetrics, finite_head, head_metrics
+from diagnostics.measure.metrics import HeadMetrics, finite_head, layer_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
@@ -266,7 +266,7 @@ def _parts(samples):
 def measure(r) -> Measured:
     """The metrics, labels, distances and sink tokens of one ``AttentionResult`` (one part of one probe)."""
     attn = r.attentions[..., : r.attentions.shape[-1], :]  # cross-attention: at most k query rows
-    m = head_metrics(attn, causal=r.causal, special=r.keys_special, padding=r.keys_padding)
+    m = layer_metrics(attn, causal=r.causal, special=r.keys_special, padding=r.keys_padding, windows=r.windows)
     sinks = [[r.keys[int(k)] for k in row] for row in m.sink_key.tolist()]
     return Measured(m, classify_metrics(m), js_distance(attn, r.causal, r.keys_padding), sinks, r.causal)
 

@@ -47,7 +47,7 @@ from transformers import PreTrainedModel
 from core.custom_model import AttnScopeTransformer
 from core.device import model_device
 from core.errors import ExtractionError, InputError
-from core.extraction.hf_extract import eager_attention, stack_layers
+from core.extraction.hf_extract import eager_attention, map_windows, stack_layers
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions, special_marks
 from core.extraction.extract import eval_mode, model_is_causal
@@ -403,7 +403,7 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
     tokens = [f"#{i}" for i in ids[0].tolist()]
     flags = [False] * length
     return AttentionResult(tokens, attentions, causal, flags, list(flags), token_ids=ids[0].tolist(),
-                           model_name=type(model).__name__)
+                           model_name=type(model).__name__, windows=map_windows(model, attentions, causal))
 
 
 def _fitted_length(model, tokenizer, length, special=0, minimum=MIN_PROBE_TOKENS, what="a random probe") -> int:
@@ -456,7 +456,8 @@ def _attend(model, tokenizer, ids, start, stop) -> AttentionResult:
         attentions, causal = _run(model, input_ids)  # (L, H, T, T)
     special = [not start <= i < stop for i in range(len(ids))]
     return AttentionResult(display_tokens(tokenizer, ids), attentions, causal, special, [False] * len(ids),
-                           token_ids=ids, model_name=getattr(getattr(model, "config", None), "name_or_path", "") or "")
+                           token_ids=ids, model_name=getattr(getattr(model, "config", None), "name_or_path", "") or "",
+                           windows=map_windows(model, attentions, causal))
 
 
 def _ordinary_ids(model, tokenizer) -> torch.Tensor:

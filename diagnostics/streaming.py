@@ -11,7 +11,7 @@ docs/streaming.md for the design and the benchmark.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,7 +21,8 @@ from core.extraction.extract import model_is_causal
 from core.extraction.scratch import Scratch
 from core.extraction.streaming import stream_attention
 from core.extraction.tokens import display_tokens
-from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator
+from core.extraction.windows import attention_windows
+from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator, stack_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.measure.redundancy import PairwiseJS
 
@@ -88,8 +89,11 @@ def stream_token_statistics(model, input_ids, attention_mask=None, special=None,
     padding = None if attention_mask is None else (torch.as_tensor(attention_mask)[0] == 0).tolist()
     scratch = Scratch()  # one set of chunk-sized temporaries for every layer
 
+    windows = attention_windows(model) or []
+
     def consumer(layer, n_heads, n_keys):
-        metrics = MetricAccumulator(n_keys, causal, special=special, padding=padding, scratch=scratch)
+        window = windows[layer] if layer < len(windows) else None  # a local layer's (Mistral, Gemma 2)
+        metrics = MetricAccumulator(n_keys, causal, special=special, padding=padding, scratch=scratch, window=window)
         return _Layer(metrics, PairwiseJS(n_keys, causal, padding, scratch=scratch) if redundancy else None)
 
     streamed = stream_attention(model, input_ids, consumer, attention_mask=attention_mask, keep=keep,
@@ -124,8 +128,3 @@ class _Layer:
         self.seconds += time.perf_counter() - start
 
 
-def stack_metrics(per_layer: list[HeadMetrics]) -> HeadMetrics:
-    """Per-layer ``HeadMetrics`` ``[H]`` (possibly on different devices) -> one ``[L, H]`` on CPU."""
-    return HeadMetrics(**{
-        f.name: torch.stack([getattr(m, f.name).cpu() for m in per_layer]) for f in fields(HeadMetrics)
-    })

@@ -18,7 +18,7 @@ import diagnostics.classify.patterns as patterns
 from app.views import plots
 from app.views.head_view import head_view_data, head_view_page
 from core import views
-from diagnostics.measure.metrics import finite_head, head_metrics
+from diagnostics.measure.metrics import finite_head, head_metrics, layer_metrics
 
 
 @st.cache_resource(max_entries=4, show_spinner="Computing the attention rollout…")  # read-only
@@ -77,7 +77,8 @@ def head_table(result_id: str, _result: core.AttentionResult):
     attn = _result.attentions  # (L, H, q, k)
     if unmeasurable(_result):
         return None
-    m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
+    m = layer_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding,
+                      windows=_result.windows)
     scalars = [[m[layer, head].scalars() for head in range(attn.shape[1])] for layer in range(attn.shape[0])]
     labelled = [[_labelled(p, s) for p, s in zip(*rows)] for rows in zip(patterns.classify_metrics(m), scalars)]
     return labelled, scalars
@@ -89,7 +90,9 @@ def head_summary(result_id: str, layer: int, head: int, _result: core.AttentionR
     attn = _result.attentions[layer, head]  # (q, k)
     if unmeasurable(_result):
         return {}, None
-    m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding)
+    window = _result.windows[layer] if _result.windows else None  # a local layer's (Mistral, Gemma 2)
+    m = head_metrics(attn, causal=_result.causal, special=_result.keys_special, padding=_result.keys_padding,
+                     window=window)
     return m.scalars(), _labelled(patterns.classify_metrics(m), m.scalars())
 
 

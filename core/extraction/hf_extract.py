@@ -24,6 +24,7 @@ from .encode import encode, max_positions, segment_inputs, special_flags
 from ..errors import AttnScopeError, ExtractionError, first_line
 from ..result import AttentionResult
 from .tokens import display_tokens
+from .windows import attention_windows, in_window
 
 
 # Exceptions to the causal-LM list: XLNet's LM permutes the order in training, but its attention over an
@@ -125,7 +126,21 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
         tokens=display_tokens(tokenizer, ids), attentions=attentions, causal=causal,
         special=enc.special, padding=[False] * len(ids), token_ids=ids, warnings=enc.warnings,
         token_type_ids=segments["token_type_ids"][0].tolist() if segments else None,
+        windows=map_windows(model, attentions, causal),
     )
+
+
+def map_windows(model, attentions, causal) -> list[int | None] | None:
+    """The layers' windows (``core.extraction.windows``), if the maps keep to them: a config read wrongly must
+    not hide weight the model gave, so windows the maps overstep are dropped (the layer is read as global)."""
+    windows = attention_windows(model)
+    if windows is None or len(windows) != attentions.shape[0]:
+        return None
+    n = attentions.shape[-1]
+    distance = torch.arange(n).unsqueeze(1) - torch.arange(n).unsqueeze(0)  # (q, k) query - key
+    kept = [w if w is None or attentions[layer][:, ~in_window(distance, w, causal)].abs().sum() == 0 else None
+            for layer, w in enumerate(windows)]  # (H, outside)
+    return kept if any(w is not None for w in kept) else None
 
 
 def _check_weights(attentions, model) -> None:

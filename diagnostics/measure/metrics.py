@@ -48,6 +48,9 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
 - ``mean_distance``: mean expected |query - key| in tokens (Vig & Belinkov 2019,
   "Analyzing the Structure of Attention in a Transformer Language Model").
 
+A local (sliding-window) layer's rows see only the keys in their window
+(``window``, ``core.extraction.windows``): those are its valid keys.
+
 A row that sums to less than 1 gave the rest to a learned sink outside the
 text (GPT-OSS's per-head sink logit): that share is one more key of the row's
 ``entropy`` and ``confidence``, and sink mass below.
@@ -171,18 +174,25 @@ class MetricAccumulator:
     accumulators of one computation may share one, e.g. every layer's.
     block_rows: the block score and top-k mass are measured on every ``ceil(n_keys / block_rows)``-th query
     position.
+    window: a local layer's window (``core.extraction.windows``): a row's valid keys are the keys in it.
     """
 
     def __init__(self, n_keys, causal, special=None, padding=None, query_offset=0, top_k=DEFAULT_TOP_K,
-                 scratch=None, block_rows=BLOCK_ROWS):
+                 scratch=None, block_rows=BLOCK_ROWS, window=None):
         self.n_keys, self.causal, self.query_offset, self.top_k = n_keys, bool(causal), query_offset, top_k
+        self.window = window
         self.block_stride = max(1, math.ceil(n_keys / block_rows))
         self.scratch = Scratch() if scratch is None else scratch
         self.special = _key_mask(special, n_keys, "special")
         self.padding = _key_mask(padding, n_keys, "padding")
         self.sinks = torch.zeros(n_keys, dtype=torch.bool) if self.special is None else self.special.clone()
-        self.sinks[0] = True  # the first token (Xiao et al. 2023) and [CLS]/[SEP] (Clark et al. 2019)
+        self.sinks[self._first_key()] = True  # the first token (Xiao et al. 2023) and [CLS]/[SEP] (Clark et al. 2019)
         self._sums = None
+
+    def _first_key(self) -> int:
+        """The first token: the first key that is not padding (left padding puts pads before it)."""
+        real = (~self.padding).nonzero() if self.padding is not None else None
+        return int(real[0]) if real is not None and real.numel() else 0
 
     def update(self, chunk, q_start, logits=None):
         """Add rows ``q_start .. q_start + qc - 1`` given as ``chunk [..., qc, k]``.
@@ -205,7 +215,7 @@ class MetricAccumulator:
         padding = torch.zeros(self.n_keys, dtype=torch.bool, device=dev) if no_padding else self.padding.to(dev)
         # Keys after ``width`` are invalid for every row of a causal chunk: leave them out of every reduction.
         key_ok = ~padding[:width]  # (width,)
-        valid = row_stats.valid_keys(pos, width, self.causal, key_ok)  # (qc, width)
+        valid = row_stats.valid_keys(pos, width, self.causal, key_ok, self.window)  # (qc, width)
         query_ok = ~padding[pos.clamp(max=self.n_keys - 1)] & (pos < self.n_keys)  # (qc,)
         w, n = row_stats.row_weights(valid, query_ok)  # (qc,), (qc,)
         a = chunk.detach()[..., :width].float()  # (..., qc, width)
@@ -248,7 +258,8 @@ class MetricAccumulator:
         s["diag"] += (diag.double() * w.unsqueeze(1)).sum(-2)  # (..., 7)
         s["diag_w"] += (ok.double() * w.unsqueeze(1)).sum(0)  # (7,)
         s["col"][..., :width] += (w.to(a.dtype) @ a).double()  # (..., width)
-        audience = row_stats.key_audience(torch.stack([w, w / n.clamp(min=1)]), pos, key_ok, self.causal)
+        audience = row_stats.key_audience(torch.stack([w, w / n.clamp(min=1)]), pos, key_ok, self.causal,
+                                          self.window)
         s["audience"][:width] += audience[0]  # (width,)
         s["col_uniform"][:width] += audience[1]  # (width,)
         self._add_rest(s, a, pos, rows, w, n, per_row, learned)
@@ -280,7 +291,7 @@ class MetricAccumulator:
         s["rest_diag_w"] += w_r.unsqueeze(-2) @ ok.double()  # (..., 1, 7)
         s["rest_col"][..., :width] += (base.to(a.dtype) @ a).double()  # (..., width)
         audience = row_stats.key_audience(torch.stack([w_r, w_r / n_r.clamp(min=1)], dim=-2), pos,
-                                          key_ok & ~sinks, self.causal)  # (..., 2, width)
+                                          key_ok & ~sinks, self.causal, self.window)  # (..., 2, width)
         s["rest_audience"][..., :width] += audience[..., :1, :]  # (..., 1, width)
         s["rest_uniform"][..., :width] += audience[..., 1:, :]  # (..., 1, width)
         self._add_block(s, a, pos, valid_r, (base, keep, n_r, h_r), sink_keys)
@@ -333,8 +344,10 @@ class MetricAccumulator:
         floor = max(MIN_AUDIENCE * float(s["w"]), 1e-12)
         diag = s["diag"] / s["diag_w"].clamp(min=floor)  # (..., 7)
         best_mass, best_idx = diag.max(-1)  # (...), (...)
-        col = s["col"] / s["audience"].clamp(min=floor)  # (..., k)
-        excess = col - s["col_uniform"] / s["audience"].clamp(min=floor)  # (..., k)
+        # a key's audience: at least half of the widest any key has (all rows; in a local layer, a window's)
+        seen = max(MIN_AUDIENCE * float(s["audience"].max()), 1e-12)
+        col = s["col"] / s["audience"].clamp(min=seen)  # (..., k)
+        excess = col - s["col_uniform"] / s["audience"].clamp(min=seen)  # (..., k)
         top2 = excess.topk(min(2, self.n_keys), dim=-1)  # (..., 2)
         out = {k: v.float() for k, v in out.items()}
         return HeadMetrics(
@@ -359,7 +372,8 @@ class MetricAccumulator:
         floor = (MIN_AUDIENCE * s["w_rest"]).clamp(min=1e-12).unsqueeze(-1)  # (..., 1)
         diag = s["rest_diag"] / s["rest_diag_w"].squeeze(-2).clamp(min=floor)  # (..., 7)
         best_mass, best_idx = diag.max(-1)  # (...), (...)
-        audience = s["rest_audience"].squeeze(-2).clamp(min=floor)  # (..., k)
+        widest = s["rest_audience"].squeeze(-2).amax(-1, keepdim=True)  # (..., 1) all rows' weight, or a window's
+        audience = s["rest_audience"].squeeze(-2).clamp(min=(MIN_AUDIENCE * widest).clamp(min=1e-12))  # (..., k)
         excess = (s["rest_col"] - s["rest_uniform"].squeeze(-2)) / audience  # (..., k)
         excess = excess.masked_fill(self.sinks.to(excess.device), -1.0)
         top2 = excess.topk(min(2, self.n_keys), dim=-1).values.clamp(min=0)  # (..., 2)
@@ -383,17 +397,34 @@ def sink_level(sink_mass, n_keys):
     return odds / (1 + odds)
 
 
-def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_TOP_K):
+def layer_metrics(attn, causal=False, special=None, padding=None, windows=None):
+    """``head_metrics`` of ``attn [layers, heads, q, k]`` whose layers may attend within windows (``windows``: one
+    per layer, None for a global layer; ``AttentionResult.windows``): each local layer is measured on its own."""
+    if windows is None or all(w is None for w in windows):
+        return head_metrics(attn, causal, special, padding)
+    per_layer = [head_metrics(layer, causal, special, padding, window=w) for layer, w in zip(attn, windows)]
+    return stack_metrics(per_layer)
+
+
+def stack_metrics(per_layer: list[HeadMetrics]) -> HeadMetrics:
+    """Per-layer ``HeadMetrics`` ``[H]`` (possibly on different devices) -> one ``[L, H]`` on CPU."""
+    return HeadMetrics(**{
+        f.name: torch.stack([getattr(m, f.name).cpu() for m in per_layer]) for f in fields(HeadMetrics)
+    })
+
+
+def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_TOP_K, window=None):
     """Metrics of every head of ``attn [..., q, k]`` (e.g. ``[layers, heads, q, k]``).
 
     Same as one ``MetricAccumulator`` fed every row; rows go in chunks only to
     bound temporary memory. The queries are taken to be the last q keys.
+    ``window``: the window every map's rows attend within (one local layer), or None.
     """
     attn = torch.as_tensor(attn)
     if attn.dim() < 2 or not 1 <= attn.shape[-2] <= attn.shape[-1] or attn.numel() == 0:
         raise InputError(f"Expected attention [..., q, k] with 1 <= q <= k, got shape {tuple(attn.shape)}.")
     q, k = attn.shape[-2:]
-    acc = MetricAccumulator(k, causal, special, padding, query_offset=k - q, top_k=top_k)
+    acc = MetricAccumulator(k, causal, special, padding, query_offset=k - q, top_k=top_k, window=window)
     batch = max(1, attn[..., 0, 0].numel())
     rows = max(1, CHUNK_FLOATS // (batch * k))
     for start in range(0, q, rows):

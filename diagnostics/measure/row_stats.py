@@ -18,33 +18,41 @@ import math
 import torch
 
 from core.extraction.scratch import buffer
+from core.extraction.windows import in_window
 
 # Offsets of the diagonals measured: key = query position + offset, so +1 is the
 # next token and -1 the previous one (Clark et al. 2019, Sec. 3).
 OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
 
 
-def valid_keys(positions, n_keys, causal, key_ok):
+def valid_keys(positions, n_keys, causal, key_ok, window=None):
     """Which keys each query row may see: bool ``(qc, k)``.
 
     positions: long ``(qc,)`` absolute position of each query row.
     key_ok: bool ``(k,)``, False on padding keys.
+    window: a local layer's window (``core.extraction.windows``), or None.
     """
     keys = torch.arange(n_keys, device=positions.device)  # (k,)
     valid = key_ok.unsqueeze(0).expand(positions.numel(), n_keys)  # (qc, k)
+    distance = positions.unsqueeze(1) - keys.unsqueeze(0)  # (qc, k) query - key
     if causal:
-        valid = valid & (keys.unsqueeze(0) <= positions.unsqueeze(1))  # (qc, k)
+        valid = valid & (distance >= 0)  # (qc, k)
+    if window is not None:
+        valid = valid & in_window(distance, window, causal)  # (qc, k)
     return valid
 
 
-def key_audience(weights, positions, key_ok, causal):
-    """``weights @ valid_keys(positions, k, causal, key_ok)``: the weight of the rows that see each key. ``(..., k)``.
+def key_audience(weights, positions, key_ok, causal, window=None):
+    """``weights @ valid_keys(positions, k, causal, key_ok, window)``: the weight of the rows that see each key.
+    ``(..., k)``.
 
     weights: ``(..., qc)`` per row; positions: ``(qc,)``, consecutive (a chunk of rows). A causal key ``j`` is
     seen by the rows from position ``j`` on, so its audience is a suffix sum of the weights: no ``[qc, k]``
-    mask is converted and multiplied.
+    mask is converted and multiplied (but in a local layer's window).
     """
     qc, ok = weights.shape[-1], key_ok.to(weights.dtype)  # (k,)
+    if window is not None:
+        return weights @ valid_keys(positions, key_ok.numel(), causal, key_ok, window).to(weights.dtype)  # (..., k)
     if not causal or qc == 0:
         return weights.sum(-1, keepdim=True) * ok  # (..., k)
     suffix = weights.flip(-1).cumsum(-1).flip(-1)  # (..., qc): weight of rows i .. qc - 1

@@ -11,6 +11,7 @@ import core
 from core.extraction.streaming import can_stream
 from broken_checkpoints import structured_bert
 from diagnostics import diagnose
+from diagnostics.probes import DEFAULT_PROBES
 from tiny import bpe_tokenizer, tiny_bart, tiny_gpt2, wordpiece_tokenizer
 
 diagnose_module = importlib.import_module("diagnostics.diagnose")  # the package re-exports the function
@@ -45,6 +46,28 @@ def test_streamed_report_equals_the_whole_maps_report(sources, name):
     assert [(f.code, f.severity, f.part, f.heads) for f in streamed.findings] == \
            [(f.code, f.severity, f.part, f.heads) for f in whole.findings]
     assert "Pattern map" in streamed.to_markdown() and streamed.to_html().startswith("<!DOCTYPE html>")
+
+
+@torch.no_grad()
+def test_a_sliding_window_model_with_no_query_key_is_all_diffuse_whole_or_streamed():
+    """Its rows are uniform within their window of 8: it got 'block' on every head and redundant_heads (error)
+    instead of diffuse_heads, whole maps and streamed alike."""
+    from transformers import MistralConfig, MistralModel
+
+    torch.manual_seed(0)
+    model = MistralModel(MistralConfig(vocab_size=300, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                                       max_position_embeddings=256)).eval()
+    for layer in model.layers:
+        layer.self_attn.q_proj.weight.zero_()
+        layer.self_attn.k_proj.weight.zero_()
+    tokenizer = copy.deepcopy(bpe_tokenizer())  # the cached one is shared by every test
+    tokenizer.model_max_length = 256
+    for stream in (False, True):
+        report = diagnose((model, tokenizer), [DEFAULT_PROBES[0].text], stream=stream)  # 256 tokens: 32 windows
+        assert {h.pattern for h in report.heads} == {"diffuse"}, stream
+        assert all("broad" in {r.role for r in h.roles} for h in report.heads)
+        assert report.finding("diffuse_heads").severity == "error" and report.finding("redundant_heads") is None
 
 
 def test_a_probe_longer_than_the_limit_is_streamed(sources, monkeypatch):

@@ -114,6 +114,36 @@ def test_padding_keys_and_queries_are_excluded():
     assert m.sink_score.item() == pytest.approx(0.0, abs=1e-6)
 
 
+def test_a_left_padded_map_s_sink_is_its_first_real_token():
+    """Key 0 was the sink whatever it was: with left padding the first token's mass went into the rest."""
+    pad, n = 6, 64
+    real = torch.zeros(n, n)  # (q, k): 0.8 on the first token, the rest uniform, causal
+    for i in range(n):
+        real[i, 0] = 0.8 if i else 1.0
+        real[i, 1:i + 1] = 0.2 / i if i else 0.0
+    padded = torch.zeros(pad + n, pad + n)
+    padded[pad:, pad:] = real
+    plain, left = head_metrics(real, causal=True), head_metrics(padded, causal=True, padding=torch.arange(pad + n) < pad)
+    for name in ("sink_mass", "sink_level", "rest_entropy", "rest_sink_score"):
+        assert getattr(left, name).item() == pytest.approx(getattr(plain, name).item(), abs=1e-5), name
+    assert left.sink_mass.item() == pytest.approx(0.8, abs=0.01)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_head_uniform_within_its_window_is_uniform(causal):
+    """A local layer's rows see only their window: its keys beyond it counted as valid, so a head uniform within
+    it read as sharp (entropy 0.53, a uniform_gap of 2.08 nats, 'block') and Q/K x 0 Mistral got no diffuse head."""
+    n, window = 96, 8
+    distance = torch.arange(n).unsqueeze(1) - torch.arange(n).unsqueeze(0)  # (q, k)
+    seen = ((distance >= 0) & (distance < window)) if causal else distance.abs() <= window  # (q, k)
+    uniform = seen.float() / seen.sum(-1, keepdim=True)  # (q, k)
+    m = head_metrics(uniform, causal=causal, window=window)
+    assert m.entropy.item() == pytest.approx(1.0, abs=1e-5) and m.uniform_gap.item() == pytest.approx(0, abs=1e-5)
+    assert m.rest_entropy.item() == pytest.approx(1.0, abs=1e-5) and m.block_score.item() < 0.01
+    assert m.sink_score.item() == pytest.approx(0, abs=1e-5) and m.rest_sink2_score.item() == pytest.approx(0, abs=1e-5)
+    assert head_metrics(uniform, causal=causal).uniform_gap.item() > 1  # read as global: far from uniform
+
+
 def test_normalised_entropy_of_a_two_key_row():
     attn = torch.zeros(4, 4)
     attn[:, :2] = 0.5

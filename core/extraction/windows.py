@@ -1,0 +1,57 @@
+"""Which keys each layer's queries may see, beyond the causal mask: sliding-window (local) attention.
+
+Mistral, Phi-3 and Starcoder2 attend within a window in every layer; Gemma 2/3, Cohere 2, GPT-OSS, Qwen 2/3
+(``use_sliding_window``) and ModernBERT alternate local and global layers (``config.layer_types``); GPT-Neo
+names its local layers in ``attention_layers``. A key outside a row's window gets weight 0 there, like a
+later key in a causal model, so a row's valid keys (which normalise its entropy and weight it,
+``diagnostics.measure.row_stats.valid_keys``) are the keys in its window.
+
+``attention_windows(model)`` gives one entry per layer: None for a global layer, else ``W``: a causal row at
+position p sees keys ``p - W < j <= p`` (the window holds W keys, its own included; transformers'
+``sliding_window`` and GPT-Neo's ``window_size``), a bidirectional one (ModernBERT) keys ``|p - j| <= W``
+(``local_attention // 2`` on each side). ``tests/core/test_windows.py`` checks both against each model's maps.
+"""
+
+from __future__ import annotations
+
+
+def attention_windows(model) -> list[int | None] | None:
+    """The window of every self-attention layer of ``model`` (None: a global layer), or None when it has none."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        return None
+    windows = _from_layer_types(config) or _from_gpt_neo(config) or _everywhere(config)
+    return windows if windows and any(w is not None for w in windows) else None
+
+
+def in_window(distance, window: int | None, causal: bool):
+    """Whether keys at ``distance = query position - key position`` (a tensor) lie in a row's window."""
+    if window is None:
+        return distance == distance  # all True, in distance's shape
+    return distance < window if causal else distance.abs() <= window
+
+
+def _from_layer_types(config) -> list[int | None] | None:
+    types, window = getattr(config, "layer_types", None), _positive(getattr(config, "sliding_window", None))
+    if not isinstance(types, (list, tuple)) or window is None:
+        return None
+    return [window if "sliding" in str(kind) else None for kind in types]
+
+
+def _from_gpt_neo(config) -> list[int | None] | None:
+    kinds, window = getattr(config, "attention_layers", None), _positive(getattr(config, "window_size", None))
+    if not isinstance(kinds, (list, tuple)) or window is None:
+        return None
+    return [window if kind == "local" else None for kind in kinds]
+
+
+def _everywhere(config) -> list[int | None] | None:
+    """Models with a ``sliding_window`` and no per-layer types use it in every layer (Mistral, Phi-3)."""
+    window, layers = _positive(getattr(config, "sliding_window", None)), getattr(config, "num_hidden_layers", None)
+    if window is None or not isinstance(layers, int) or getattr(config, "layer_types", None) is not None:
+        return None
+    return [window] * layers
+
+
+def _positive(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

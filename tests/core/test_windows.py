@@ -1,0 +1,66 @@
+"""Sliding-window (local) layers: the window read from a config is the one the model's own maps keep to."""
+
+from unittest import mock
+
+import pytest
+import torch
+import transformers as tf
+
+import tiny
+from core import extract_attention
+from core.extraction import hf_extract
+from core.extraction.windows import attention_windows, in_window
+
+SIZE = dict(vocab_size=300, hidden_size=32, intermediate_size=37, num_attention_heads=4, max_position_embeddings=128)
+TEXT = "the quick brown fox jumps over the lazy dog " * 3  # 64 tiny BPE tokens, 29 WordPiece
+
+
+def _mistral():
+    return tf.MistralModel(tf.MistralConfig(**SIZE, num_hidden_layers=2, num_key_value_heads=2, sliding_window=8))
+
+
+def _gemma2():
+    return tf.Gemma2Model(tf.Gemma2Config(**SIZE, num_hidden_layers=2, head_dim=8, sliding_window=8))
+
+
+def _gpt_neo():
+    return tf.GPTNeoModel(tf.GPTNeoConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, window_size=8,
+                                          attention_types=[[["global", "local"], 1]], max_position_embeddings=128))
+
+
+def _modernbert():
+    return tf.ModernBertModel(tf.ModernBertConfig(**SIZE, num_hidden_layers=3, local_attention=16, pad_token_id=0,
+                                                  bos_token_id=1, eos_token_id=2, cls_token_id=2, sep_token_id=3,
+                                                  global_attn_every_n_layers=3))
+
+
+MODELS = {"mistral": (_mistral, [8, 8]), "gemma2": (_gemma2, [8, None]), "gpt-neo": (_gpt_neo, [None, 8]),
+          "modernbert": (_modernbert, [None, 8, 8])}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_windows_read_from_the_config_are_those_the_maps_keep_to(name):
+    build, expected = MODELS[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    tokenizer = tiny.wordpiece_tokenizer(300) if name == "modernbert" else tiny.bpe_tokenizer()
+    result = extract_attention(model, tokenizer, TEXT)
+    assert attention_windows(model) == expected and result.windows == expected
+    n = result.attentions.shape[-1]
+    distance = torch.arange(n).unsqueeze(1) - torch.arange(n).unsqueeze(0)  # (q, k)
+    seen_by_mask = distance >= 0 if result.causal else torch.ones(n, n, dtype=torch.bool)  # (q, k)
+    for layer, window in enumerate(expected):
+        seen = seen_by_mask & in_window(distance, window, result.causal)  # (q, k)
+        assert bool((seen_by_mask & ~seen).any()) == (window is not None)  # the text is longer than the window
+        assert result.attentions[layer][:, ~seen].abs().sum() == 0  # nothing outside the window
+        assert result.attentions[layer][:, seen].min() > 0  # every key inside it is seen
+
+
+def test_a_model_without_windows_has_none():
+    assert extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), TEXT).windows is None
+
+
+def test_a_window_the_maps_overstep_is_dropped():
+    """A config read wrongly must not hide weight the model gave: the layer is then read as global."""
+    with mock.patch.object(hf_extract, "attention_windows", lambda model: [4, None]):
+        assert extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), TEXT).windows is None
