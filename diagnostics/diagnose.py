@@ -31,7 +31,9 @@ from core.extraction.extract import check_weights_loaded, maps_over_budget, whol
 from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
-from diagnostics.findings import attention_findings, cap_severity, diffuse_mask, note, sort_findings
+from diagnostics.findings import (
+    attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
+)
 from diagnostics.measure.metrics import HeadMetrics, finite_head, layer_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
@@ -126,6 +128,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
         findings += cap_severity(part_findings, worst)
     tell(0.95, "checking weights")
     weight_findings, weight_numbers = check_weights(model, norms, layers)
+    findings = [explain_diffuse(f, weight_numbers) for f in findings]
     for head in heads:
         head.metrics.update(weight_numbers.get((head.part, head.layer, head.head), {}))
     summary = _model_summary(model, tokenizer, name, parts, weight_numbers, time.perf_counter() - start)

@@ -77,6 +77,8 @@ SATURATED_CONFIDENCE = 0.8
 SINK_SCORE = 0.5
 # Half or more of the mass on one diagonal offset, the whole row's majority.
 POSITIONAL_MASS = 0.5
+# Diffuse heads whose median Q/K scale is at least half the part's median have Q/K weights of ordinary scale.
+ORDINARY_QK = 0.5
 
 
 @dataclass
@@ -201,6 +203,27 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
             details["sink_tokens"] = {f"L{l}H{h}": sink_tokens[l][h] for l, h in heads}
         out.append(make_finding(code, heads, total, part, details, **fields))
     return out
+
+
+def explain_diffuse(finding, weight_numbers):
+    """``finding``, with a second suggestion if it is a ``diffuse_heads`` above info whose heads have Q/K weights as
+    large as the part's other heads (``weight_numbers``: ``check_weights``'s per-head numbers): then Q/K did not
+    make them uniform, what reaches them did (a zeroed LayerNorm makes every later layer's heads uniform,
+    and "check the Q/K initialisation" pointed at weights of normal scale)."""
+    if finding.code != "diffuse_heads" or finding.severity == "info":
+        return finding
+    scale = {(layer, head): n["qk_scale"] for (part, layer, head), n in weight_numbers.items()
+             if part == finding.part and "qk_scale" in n}
+    flagged = [scale.get((layer, head)) for layer, head in finding.heads]
+    if not scale or None in flagged:
+        return finding
+    flagged, every = torch.tensor(flagged), torch.tensor(list(scale.values()))
+    if flagged.median() <= 0 or flagged.median() < ORDINARY_QK * every.median():  # Q/K x 0, or smaller than the rest
+        return finding
+    first = min(layer for layer, _ in finding.heads)
+    finding.suggestion += " " + FINDING_TEXTS["diffuse_heads"].upstream.format(
+        low=float(flagged.min()), high=float(flagged.max()), layer=first)
+    return finding
 
 
 def cap_severity(findings, worst="warning"):

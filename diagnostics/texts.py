@@ -38,6 +38,7 @@ class FindingText:
     meaning: str  # what the finding says about the model
     suggestion: str  # a concrete next step
     message: str  # str.format template; fields: count, total, percent, heads, plus per-code extras
+    upstream: str = ""  # diffuse_heads only: the suggestion added when their Q/K weights are of ordinary scale
 
 
 PATTERN_TEXTS = {
@@ -182,6 +183,9 @@ FINDING_TEXTS = {
         "uniform, they are candidates for pruning (Michel et al. 2019).",
         "{count} of {total} heads ({percent}) are near uniform (their rows differ from uniform by at most "
         "{threshold} nats of KL divergence): {heads}.",
+        "Their Q/K weights are as large as the model's other heads' (RMS·√d_in {low:.2g}–{high:.2g}), so it is "
+        "what reaches them that has no structure left, not Q/K: look at the LayerNorm and the layer just before "
+        "layer {layer}, the first they are in (a zeroed or diverged LayerNorm makes every later head uniform).",
     ),
     "saturated_heads": FindingText(
         "Saturated heads (entropy collapse)",

@@ -61,6 +61,17 @@ def scaled_qk(model, factor):
 
 
 @contextmanager
+def zeroed_output_norm(model, layer):
+    """A BERT-family model's LayerNorm after ``layer`` zeroed: every later layer reads a constant, its heads uniform
+    though their Q/K weights are as trained."""
+    with _restored(model), torch.no_grad():
+        norm = model.encoder.layer[layer].output.LayerNorm
+        norm.weight.zero_()
+        norm.bias.zero_()
+        yield model
+
+
+@contextmanager
 def copied_heads(model):
     """Every head of every layer a copy of that layer's head 0 (Q, K and V weights and biases; key/value head 0
     under GQA)."""

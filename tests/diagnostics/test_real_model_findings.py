@@ -14,7 +14,7 @@ from diagnostics import diagnose
 from diagnostics.findings import SATURATED_CONFIDENCE, SATURATED_ENTROPY
 from diagnostics.probes import CAUSAL_PROBES, DEFAULT_PROBES, PROBE_MAX_TOKENS, RANDOM_LENGTH, probe_tokens
 from diagnostics.weights.weight_checks import SCORE_LIMIT
-from pathologies import copied_heads, scaled_qk
+from pathologies import copied_heads, scaled_qk, zeroed_output_norm
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +79,21 @@ def test_q_k_times_0_is_uniform(loaded):
     with scaled_qk(pair[0], 0):
         report = diagnose(pair, texts=SHORT)
     assert report.finding("diffuse_heads").severity == "error", (name, severe(report))
+
+
+def test_q_k_times_0_is_blamed_on_q_k_and_a_collapsed_layer_norm_on_what_comes_before(loaded):
+    """Zeroing MiniLM's LayerNorm after layer 1 made layers 2-5 uniform (cos 0.02 to the healthy output) and the
+    suggestion was to check the Q/K initialisation, though its Q/K weights were as trained."""
+    name, pair, _ = loaded
+    with scaled_qk(pair[0], 0):
+        qk_zero = diagnose(pair, texts=SHORT).finding("diffuse_heads")
+    assert "what reaches them" not in qk_zero.suggestion
+    if not hasattr(pair[0], "encoder"):
+        return  # pre-LN decoders: one norm collapses one sub-block only
+    with zeroed_output_norm(pair[0], 1):
+        collapsed = diagnose(pair, texts=SHORT).finding("diffuse_heads")
+    assert collapsed.severity == "error" and min(layer for layer, _ in collapsed.heads) == 2
+    assert "what reaches them" in collapsed.suggestion and "just before layer 2" in collapsed.suggestion
 
 
 def test_every_head_a_copy_is_redundant(loaded):
