@@ -164,7 +164,7 @@ def _part_findings(layers, stats, part):
     thresholds = {"qk_scale_small": QK_SCALE_SMALL, "qk_scale_large": QK_SCALE_LARGE,
                   "large_qk_scores": SCORE_LIMIT, "dead_heads": DEAD_RATIO}
     findings = [make_finding(code, heads, total, part, {"threshold": thresholds[code], "values": values[code]},
-                             threshold=thresholds[code])
+                             layer_heads=layers[0].n_heads, threshold=thresholds[code])
                 for code, heads in flagged.items() if heads]
     similar = pairs_finding("similar_head_weights", pairs, total, part, SIMILAR_COSINE)
     return findings + ([similar] if similar else [])
