@@ -53,11 +53,12 @@ def alarms(report) -> list[str]:
 def uncapped():
     """Findings of short probes at the severity their thresholds give (the cap switched off)."""
     fit = importlib.import_module("diagnostics.probes")
-    saved, fit.MIN_JUDGED_TOKENS = fit.MIN_JUDGED_TOKENS, 0
+    saved = fit.MIN_JUDGED_TOKENS, fit.MIN_DISTINCT_TOKENS
+    fit.MIN_JUDGED_TOKENS = fit.MIN_DISTINCT_TOKENS = 0  # a probe of a few tokens has few distinct ones too
     try:
         yield importlib.import_module("diagnostics.diagnose").diagnose  # the module's function
     finally:
-        fit.MIN_JUDGED_TOKENS = saved
+        fit.MIN_JUDGED_TOKENS, fit.MIN_DISTINCT_TOKENS = saved
 
 
 def summarise(name: str, lengths: list[int], half: str) -> list[str]:

@@ -303,8 +303,8 @@ def verdict_cap(lengths, limit, unfit_kept, variety=()):
     ``lengths`` and ``limit`` are ``read_lengths``'s. A probe shorter than ``MIN_JUDGED_TOKENS`` (or than the
     model's position limit, if that is less: no probe can be longer) caps them at "info", for the thresholds
     do not hold on it (the default probes are longer); so does a probe of fewer than ``MIN_DISTINCT_TOKENS``
-    distinct tokens (``variety``, ``probe_variety``'s): where every key is the same word, near-uniform rows are
-    right. Caller's probes that do not fit the vocabulary cap them at "warning" (``fitting_probes``).
+    distinct tokens (``variety``, ``probe_variety``'s; of those long enough to judge): where every key is the same
+    word, near-uniform rows are right. Caller's probes that do not fit the vocabulary cap them at "warning" (``fitting_probes``).
     """
     needed = min(MIN_JUDGED_TOKENS, limit or MIN_JUDGED_TOKENS)
     short = sum(n < needed for n in lengths)
@@ -313,10 +313,11 @@ def verdict_cap(lengths, limit, unfit_kept, variety=()):
         detail = (f"{short} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
                   "too few for the thresholds, so no finding from them goes above info")
         notes.append(note("probes_short", detail=detail, tokens=lengths, threshold=needed))
-    repetitive = sum(n < MIN_DISTINCT_TOKENS for n in variety)
+    judged = [n for n, length in zip(variety, lengths) if length >= needed]  # a short probe is noted as short
+    repetitive = sum(n < MIN_DISTINCT_TOKENS for n in judged)
     if repetitive:
         detail = (f"{repetitive} of {len(variety)} probes repeat fewer than {MIN_DISTINCT_TOKENS} distinct tokens "
-                  f"(fewest {min(variety)}), so no finding from them goes above info")
+                  f"(fewest {min(judged)}), so no finding from them goes above info")
         notes.append(note("probes_repetitive", detail=detail, distinct=list(variety), threshold=MIN_DISTINCT_TOKENS))
     if notes:
         return "info", notes
