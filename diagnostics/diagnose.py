@@ -103,7 +103,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
     probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer))
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
-    worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None, probe_variety(tokenizer, probes, limit))
+    variety = probe_variety(tokenizer, probes, limit) if texts is not None else []  # the defaults are varied
+    worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None, variety)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)
     if not streamed:
         _check_whole_maps(model, lengths)

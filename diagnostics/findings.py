@@ -143,12 +143,11 @@ def make_finding(code, heads, total, part="self", details=None, layer_heads=None
     finding = Finding(code, severity_for(code, len(heads), total), heads, text.message.format(**values),
                       text.suggestion, details or {}, part)
     broken = _broken_layers(heads, layer_heads) if code in LAYER_CODES else []
-    if broken and finding.severity == "info":
-        finding.severity = "warning"
+    if broken:  # a broken layer: at least a warning, however few heads it is of the whole
+        finding.severity = "warning" if finding.severity == "info" else finding.severity
         finding.details["layers"] = broken
         finding.message += (f" They are {LAYER_SHARE:.0%} or more of the heads of layer "
-                            f"{', '.join(str(layer) for layer in broken)}: a layer this broken is a warning, "
-                            "however few heads it is of the whole.")
+                            f"{', '.join(str(layer) for layer in broken)}.")
     return finding
 
 
@@ -246,8 +245,9 @@ def explain_diffuse(finding, weight_numbers):
     if flagged.median() <= 0 or flagged.median() < ORDINARY_QK * every.median():  # Q/K x 0, or smaller than the rest
         return finding
     first = min(layer for layer, _ in finding.heads)
+    before = f"the LayerNorm and the layer just before layer {first}" if first else "the embeddings and their LayerNorm"
     finding.suggestion += " " + FINDING_TEXTS["diffuse_heads"].upstream.format(
-        low=float(flagged.min()), high=float(flagged.max()), layer=first)
+        low=float(flagged.min()), high=float(flagged.max()), before=before, layer=first)
     return finding
 
 

@@ -49,7 +49,7 @@ from core.device import model_device
 from core.errors import ExtractionError, InputError
 from core.extraction.hf_extract import eager_attention, map_windows, stack_layers
 from core.extraction.module_extract import attention_modules, run_with_hooks
-from core.extraction.encode import max_positions, special_marks
+from core.extraction.encode import max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal
 from core.extraction.tokens import display_tokens
 from core.result import AttentionResult
@@ -302,9 +302,11 @@ def verdict_cap(lengths, limit, unfit_kept, variety=()):
 
     ``lengths`` and ``limit`` are ``read_lengths``'s. A probe shorter than ``MIN_JUDGED_TOKENS`` (or than the
     model's position limit, if that is less: no probe can be longer) caps them at "info", for the thresholds
-    do not hold on it (the default probes are longer); so does a probe of fewer than ``MIN_DISTINCT_TOKENS``
-    distinct tokens (``variety``, ``probe_variety``'s; of those long enough to judge): where every key is the same
-    word, near-uniform rows are right. Caller's probes that do not fit the vocabulary cap them at "warning" (``fitting_probes``).
+    do not hold on it (the default probes are longer); so does a caller's probe of fewer than
+    ``MIN_DISTINCT_TOKENS`` distinct tokens, or a quarter of the tokens the model reads of it if that is less
+    (``variety``, ``probe_variety``'s; of the probes long enough to judge): where every key is the same word,
+    near-uniform rows are right. Caller's probes that do not fit the vocabulary cap them at "warning"
+    (``fitting_probes``).
     """
     needed = min(MIN_JUDGED_TOKENS, limit or MIN_JUDGED_TOKENS)
     short = sum(n < needed for n in lengths)
@@ -313,12 +315,14 @@ def verdict_cap(lengths, limit, unfit_kept, variety=()):
         detail = (f"{short} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
                   "too few for the thresholds, so no finding from them goes above info")
         notes.append(note("probes_short", detail=detail, tokens=lengths, threshold=needed))
-    judged = [n for n, length in zip(variety, lengths) if length >= needed]  # a short probe is noted as short
-    repetitive = sum(n < MIN_DISTINCT_TOKENS for n in judged)
+    # a short probe is noted as short; a model that reads few tokens needs fewer distinct ones (16 tokens: 4)
+    judged = [(n, min(MIN_DISTINCT_TOKENS, length // 4)) for n, length in zip(variety, lengths) if length >= needed]
+    repetitive = [n for n, least in judged if n < least]
     if repetitive:
-        detail = (f"{repetitive} of {len(variety)} probes repeat fewer than {MIN_DISTINCT_TOKENS} distinct tokens "
-                  f"(fewest {min(judged)}), so no finding from them goes above info")
-        notes.append(note("probes_repetitive", detail=detail, distinct=list(variety), threshold=MIN_DISTINCT_TOKENS))
+        least = max(least for _, least in judged)
+        detail = (f"{len(repetitive)} of {len(variety)} probes repeat fewer than {least} distinct tokens "
+                  f"(fewest {min(repetitive)}), so no finding from them goes above info")
+        notes.append(note("probes_repetitive", detail=detail, distinct=list(variety), threshold=least))
     if notes:
         return "info", notes
     return ("warning" if unfit_kept else "error"), []
@@ -329,7 +333,7 @@ def probe_variety(tokenizer, probes, limit=None) -> list[int]:
     none without a tokenizer."""
     if tokenizer is None:
         return []
-    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # a run of [UNK]s is one token repeated
+    special = typed_specials(tokenizer)  # a run of [UNK]s is one token repeated
     cut = {"truncation": True, "max_length": limit} if limit else {}
     return [len(set(tokenizer(p.text, p.text_pair, verbose=False, **cut)["input_ids"]) - special) for p in probes]
 

@@ -184,8 +184,8 @@ FINDING_TEXTS = {
         "{count} of {total} heads ({percent}) are near uniform (their rows differ from uniform by at most "
         "{threshold} nats of KL divergence): {heads}.",
         "Their Q/K weights are as large as the model's other heads' (RMS·√d_in {low:.2g}–{high:.2g}), so it is "
-        "what reaches them that has no structure left, not Q/K: look at the LayerNorm and the layer just before "
-        "layer {layer}, the first they are in (a zeroed or diverged LayerNorm makes every later head uniform).",
+        "what reaches them that has no structure left, not Q/K: look at {before} (a zeroed or diverged "
+        "LayerNorm makes every later head uniform; the first layer they are in is {layer}).",
     ),
     "saturated_heads": FindingText(
         "Saturated heads (entropy collapse)",

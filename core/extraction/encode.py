@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from .tokens import is_byte_level
 
 # A tokenizer without a real limit reports a huge sentinel as model_max_length.
 _NO_LIMIT = 1_000_000
@@ -134,8 +135,18 @@ def special_marks(tokenizer, token_ids: list[int], added: list[int]) -> list[boo
     """Which tokens are special: those the tokenizer added (``added``, its special_tokens_mask) and those typed in
     the text ("A [SEP] B", "<|endoftext|>"), which the tokenizer reads as its control tokens, as transformers does:
     the model gets the real [SEP], so it is a sink key and hidden with the others."""
-    typed = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # [UNK] stands for words, typed or not
+    typed = typed_specials(tokenizer)
     return [bool(mark) or token in typed for token, mark in zip(token_ids, added)]
+
+
+def typed_specials(tokenizer) -> set[int]:
+    """The control tokens a text can spell: the special tokens but the unknown token, which stands for words
+    ([UNK]); a byte-level tokenizer spells every text without it, so there its unknown token is a control token
+    (GPT-2's and SmolLM2's <|endoftext|>), as it is where it is also a beginning, end or padding token."""
+    special = set(tokenizer.all_special_ids)
+    unk = tokenizer.unk_token_id
+    controls = {getattr(tokenizer, f"{name}_token_id", None) for name in ("bos", "eos", "pad", "cls", "sep")}
+    return special if unk in controls or is_byte_level(tokenizer) else special - {unk}
 
 
 def special_flags(tokenizer, token_ids: list[int]) -> list[bool]:

@@ -34,8 +34,11 @@ _CAUSAL = {"clip_text_model"}
 
 
 def is_causal_config(config) -> bool:
-    """True for decoder-only language models (GPT-2, Llama), BERT used as decoder and CLIP's text encoder."""
+    """True for decoder-only language models (GPT-2, Llama), BERT used as decoder and CLIP's text encoder; not for
+    a decoder's architecture read both ways (``use_bidirectional_attention``: EmbeddingGemma)."""
     model_type = getattr(config, "model_type", "")
+    if getattr(config, "use_bidirectional_attention", False) is True:
+        return False
     if getattr(config, "is_decoder", False) or model_type in _CAUSAL:
         return True
     causal_lm = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in _BIDIRECTIONAL
@@ -113,14 +116,15 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
             return _encoder_decoder(model, tokenizer, enc, target if target and target.strip() else text, limit, device)
         segments = segment_inputs(model, enc.token_type_ids, device)
         out = _run(model, input_ids=enc.input_ids.to(device), **segments)
+        implementation = getattr(model.config, "_attn_implementation", None)  # as run, before it is switched back
     attentions = stack_layers(getattr(out, "attentions", None), "self", model)  # (L, H, T, T)
     _check_weights(attentions, model)
     causal = is_causal_config(model.config)
     if causal and attentions.triu(1).amax() > 1e-6:  # (L, H, T, T)
         raise ExtractionError(
             f"{type(model).__name__} is a causal model but its attention weights reach later tokens (up to "
-            f"{attentions.triu(1).amax():.3f}): its attention implementation "
-            f"{getattr(model.config, '_attn_implementation', None)!r} does not mask them when it returns weights")
+            f"{attentions.triu(1).amax():.3f}): its attention implementation {implementation!r} does not mask them "
+            "when it returns weights")
     ids = enc.input_ids[0].tolist()
     return AttentionResult(
         tokens=display_tokens(tokenizer, ids), attentions=attentions, causal=causal,
@@ -157,7 +161,7 @@ def _run(model, **inputs):
     a vision or speech encoder) as one ExtractionError line."""
     try:
         return model(**inputs, output_attentions=True, return_dict=True)
-    except AttnScopeError:
+    except (AttnScopeError, MemoryError, torch.OutOfMemoryError):  # out of memory is no model AttnScope cannot read
         raise
     except Exception as err:  # noqa: BLE001 - the model's forward rejected a text input
         raise ExtractionError(f"{type(model).__name__} failed on the tokenized text ({first_line(err)}); AttnScope "

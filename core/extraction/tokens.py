@@ -44,9 +44,10 @@ def _visible(ch: str) -> str:
 def display_tokens(tokenizer, token_ids: list[int]) -> list[str]:
     """Readable display strings for ``token_ids``, one per id."""
     pieces = [str(p) for p in tokenizer.convert_ids_to_tokens(list(token_ids))]
-    if not _byte_level(tokenizer):
+    if not is_byte_level(tokenizer):
         return [prettify_token(p) for p in pieces]
-    return [byte_level_token(p) for p in pieces]
+    added = getattr(tokenizer, "added_tokens_decoder", {})  # spelled as typed ("Größe"), not in the byte alphabet
+    return [prettify_token(p) if i in added else byte_level_token(p) for i, p in zip(token_ids, pieces)]
 
 
 def byte_level_token(piece: str) -> str:
@@ -69,7 +70,7 @@ def _shown_byte(ch: str) -> str:
     return f"<0x{code - 0xDC00:02X}>" if 0xDC80 <= code <= 0xDCFF else _visible(ch)
 
 
-def _byte_level(tokenizer) -> bool:
+def is_byte_level(tokenizer) -> bool:
     """Whether ``tokenizer`` spells its pieces in the byte alphabet (GPT-2, RoBERTa, Llama 3, SmolLM2)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     return type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 
 def attention_windows(model) -> list[int | None] | None:
-    """The window of every self-attention layer of ``model`` (None: a global layer), or None when it has none."""
+    """The window of every self-attention layer of ``model`` (None: a global layer), or None when it has none
+    or its config cannot say (a config that sets them per layer raises when asked for one: read as global)."""
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "is_encoder_decoder", False):
+    try:
+        if config is None or getattr(config, "is_encoder_decoder", False):
+            return None
+        windows = _from_layer_types(config) or _from_gpt_neo(config) or _everywhere(config)
+    except Exception:  # noqa: BLE001 - transformers' per-layer configs raise on a global read (NeoMME)
         return None
-    windows = _from_layer_types(config) or _from_gpt_neo(config) or _everywhere(config)
     return windows if windows and any(w is not None for w in windows) else None
 
 
@@ -32,10 +36,20 @@ def in_window(distance, window: int | None, causal: bool):
 
 
 def _from_layer_types(config) -> list[int | None] | None:
+    """The attention layers of ``config.layer_types`` (hybrid models list their convolution, recurrent and linear
+    layers there too, which return no maps). Gemma 3 read both ways (``use_bidirectional_attention``, EmbeddingGemma)
+    stores its window as W // 2 + 1 and masks ``|p - j| < W``."""
     types, window = getattr(config, "layer_types", None), _positive(getattr(config, "sliding_window", None))
     if not isinstance(types, (list, tuple)) or window is None:
         return None
-    return [window if "sliding" in str(kind) else None for kind in types]
+    if getattr(config, "use_bidirectional_attention", False) is True:
+        window -= 1
+    kinds = [str(kind) for kind in types if _returns_maps(str(kind))]
+    return [window if "sliding" in kind else None for kind in kinds]
+
+
+def _returns_maps(kind: str) -> bool:
+    return "attention" in kind and "linear" not in kind
 
 
 def _from_gpt_neo(config) -> list[int | None] | None:

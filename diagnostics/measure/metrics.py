@@ -220,28 +220,30 @@ class MetricAccumulator:
         w, n = row_stats.row_weights(valid, query_ok)  # (qc,), (qc,)
         a = chunk.detach()[..., :width].float()  # (..., qc, width)
         logits = None if logits is None else logits.detach()[..., :width].float()  # (..., qc, width)
+        total = a.sum(-1)  # (..., qc) before any weight is zeroed: what a row gives the text (the rest: a learned sink)
         if _has_hidden_mass(a, valid):  # e.g. padded queries: zero what they may not see; the logits no longer fit
             a, logits = torch.where(valid, a, 0.0), None  # (..., qc, width)
-        self._add(a, pos, (valid, query_ok, key_ok), w, n, logits)
+        self._add(a, pos, (valid, query_ok, key_ok), w, n, logits, total)
 
-    def _add(self, a, pos, rows, w, n, logits=None):
+    def _add(self, a, pos, rows, w, n, logits=None, total=None):
         """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64.
 
         rows: which keys each row may see ``(qc, width)``, which rows count ``(qc,)``, which keys are not
-        padding ``(width,)``."""
+        padding ``(width,)``. total: each row's sum as given ``(..., qc)``."""
         s = self._sums or self._zeros(a)
         valid, _, key_ok = rows
         width = a.shape[-1]
         special = self.special[:width].to(a) if self.special is not None else None
         peak = a.amax(-1)  # (..., qc)
         entropy = row_stats.normalised_entropy(a, n, self.scratch, logits, peak=peak)  # (..., qc)
-        total = a.sum(-1)  # (..., qc)
+        total = a.sum(-1) if total is None else total  # (..., qc)
         learned = torch.where(total > 0, 1.0 - total, 0.0).clamp(min=0)  # (..., qc) a learned sink's share (GPT-OSS);
-        # an all-zero row is a padded query, not a row given whole to a sink
-        entropy = entropy - _a_log_a(learned) / torch.log(n.clamp(min=2).to(a.dtype))  # (..., qc) it is a key too
+        # an all-zero row is a padded query, not a row given whole to a sink. It is one more key: a row even over
+        # its keys and the sink would pass 1 (log n, not log(n + 1)); it is as even as a row can be
+        entropy = (entropy - _a_log_a(learned) / torch.log(n.clamp(min=2).to(a.dtype))).clamp(max=1)  # (..., qc)
         per_row = {
             "entropy": entropy,
-            "uniform_gap": (1.0 - entropy) * torch.log(n.clamp(min=1).to(a.dtype)),
+            "uniform_gap": (1.0 - entropy) * torch.log(n.clamp(min=1).to(a.dtype)) + 0.0,  # + 0.0: no -0.0
             "confidence": torch.maximum(peak, learned),
             "special_mass": a @ special if special is not None else a.new_zeros(a.shape[:-1]),
             "mean_distance": row_stats.mean_distance(a, pos, self.scratch, self.causal),

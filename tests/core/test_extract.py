@@ -143,6 +143,32 @@ def test_byte_level_tokens_stay_distinct_and_only_byte_level_tokenizers_are_deco
                                                                               .convert_ids_to_tokens(0))]
 
 
+def test_added_tokens_of_a_byte_level_tokenizer_show_as_typed():
+    """Added tokens are stored as typed, and é, ö, ß are in the byte alphabet: 'café' showed as 'caf<0xE9>'."""
+    tok = copy.deepcopy(tiny.bpe_tokenizer())  # the cached one is shared by every test
+    tok.add_tokens(["café", "Größe"])
+    ids = tok.convert_tokens_to_ids(["café", "Größe"])
+    assert display_tokens(tok, ids) == ["café", "Größe"]
+
+
+def test_a_byte_level_tokenizer_s_unknown_token_typed_is_a_control_token():
+    """GPT-2's and SmolLM2's <|endoftext|> is their unknown token, which no text needs (every byte is in the
+    vocabulary): typed, it is the document separator and special."""
+    result = extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), "the fox <|endoftext|> the dog")
+    assert [t for t, s in zip(result.tokens, result.special) if s] == ["<|endoftext|>"]
+
+
+def test_out_of_memory_is_not_called_a_model_attnscope_cannot_read(monkeypatch):
+    model = tiny.tiny_bert()
+
+    def forward(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(model, "forward", forward)
+    with pytest.raises(torch.OutOfMemoryError):
+        extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
+
+
 def test_special_tokens_typed_in_the_text_are_flagged_special():
     """'A [SEP] B' gives the real [SEP]: it was flagged not special (no sink key, not hidden), while the decoder
     side of an encoder-decoder flagged the same id special."""

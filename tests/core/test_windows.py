@@ -34,8 +34,15 @@ def _modernbert():
                                                   global_attn_every_n_layers=3))
 
 
+def _embedding_gemma():
+    """Gemma 3 read both ways (EmbeddingGemma): its config stores the window 8 as 8 // 2 + 1 and masks |p - j| < 5."""
+    return tf.Gemma3TextModel(tf.Gemma3TextConfig(**SIZE, num_hidden_layers=2, head_dim=8, sliding_window=8,
+                                                  use_bidirectional_attention=True,
+                                                  layer_types=["sliding_attention", "full_attention"]))
+
+
 MODELS = {"mistral": (_mistral, [8, 8]), "gemma2": (_gemma2, [8, None]), "gpt-neo": (_gpt_neo, [None, 8]),
-          "modernbert": (_modernbert, [None, 8, 8])}
+          "modernbert": (_modernbert, [None, 8, 8]), "embedding-gemma": (_embedding_gemma, [4, None])}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -54,6 +61,33 @@ def test_the_windows_read_from_the_config_are_those_the_maps_keep_to(name):
         assert bool((seen_by_mask & ~seen).any()) == (window is not None)  # the text is longer than the window
         assert result.attentions[layer][:, ~seen].abs().sum() == 0  # nothing outside the window
         assert result.attentions[layer][:, seen].min() > 0  # every key inside it is seen
+
+
+def test_embedding_gemma_is_read_both_ways():
+    """It was called causal (a Gemma 3), then refused: its maps reach later tokens."""
+    result = extract_attention(_embedding_gemma().eval(), tiny.bpe_tokenizer(), TEXT)
+    assert not result.causal and result.attentions.triu(1).amax() > 0
+
+
+class _Config:
+    """A config of a hybrid model (convolution layers listed among its layer types) or one that raises when asked for
+    a per-layer value, as transformers' heterogeneous configs do (NeoMME)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def __getattr__(self, name):
+        if name == "sliding_window":
+            raise RuntimeError("'sliding_window' is a per-layer attribute")
+        raise AttributeError(name)
+
+
+def test_windows_of_hybrid_and_per_layer_configs():
+    hybrid = mock.Mock(config=mock.Mock(is_encoder_decoder=False, sliding_window=8,
+                                        layer_types=["conv", "sliding_attention", "full_attention", "conv"]))
+    assert attention_windows(hybrid) == [8, None]  # the two attention layers, in the order their maps come
+    assert attention_windows(mock.Mock(config=_Config(is_encoder_decoder=False, layer_types=["sliding_attention"]))) \
+        is None  # read as global, as before: it was a raw RuntimeError on every extraction
 
 
 def test_a_model_without_windows_has_none():

@@ -46,6 +46,17 @@ def test_most_of_one_layer_uniform_is_a_warning_however_few_heads_it_is_of_the_w
     assert spread[0].severity == "info" and "layers" not in spread[0].details
     halves = attention_findings(metrics(8, 4, uniform_gap={(5, 0): 0.0, (5, 1): 0.0}))  # healthy demo-bert has such
     assert halves[0].severity == "info"
+    many = {(layer, 0): 0.0 for layer in range(8)} | {(2, h): 0.0 for h in range(4)}  # 11 of 32: a warning by share
+    found = attention_findings(metrics(8, 4, uniform_gap=many))[0]
+    assert found.severity == "warning" and found.details["layers"] == [2]  # named whatever made it a warning
+
+
+def test_a_collapse_from_the_first_layer_on_points_at_the_embeddings():
+    from diagnostics.findings import explain_diffuse, make_finding
+
+    finding = make_finding("diffuse_heads", [[0, h] for h in range(4)] + [[1, h] for h in range(4)], 8, threshold=0.1)
+    numbers = {("self", layer, head): {"qk_scale": 1.5} for layer in range(2) for head in range(4)}
+    assert "look at the embeddings and their LayerNorm" in explain_diffuse(finding, numbers).suggestion
 
 
 def test_ordinary_heads_give_no_findings():

@@ -123,7 +123,8 @@ def test_a_left_padded_map_s_sink_is_its_first_real_token():
         real[i, 1:i + 1] = 0.2 / i if i else 0.0
     padded = torch.zeros(pad + n, pad + n)
     padded[pad:, pad:] = real
-    plain, left = head_metrics(real, causal=True), head_metrics(padded, causal=True, padding=torch.arange(pad + n) < pad)
+    plain = head_metrics(real, causal=True)
+    left = head_metrics(padded, causal=True, padding=torch.arange(pad + n) < pad)
     for name in ("sink_mass", "sink_level", "rest_entropy", "rest_sink_score"):
         assert getattr(left, name).item() == pytest.approx(getattr(plain, name).item(), abs=1e-5), name
     assert left.sink_mass.item() == pytest.approx(0.8, abs=0.01)

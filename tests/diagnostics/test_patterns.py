@@ -124,5 +124,15 @@ def test_a_learned_sink_s_share_is_sink_mass_and_the_rest_is_read_as_it_is():
     assert half["entropy"] == pytest.approx(entropy, abs=1e-5)
     head = classify_head(uniform * 0.5)
     assert head.label == "diffuse" and {r.role for r in head.roles} == {"broad", "sink"}
+    even = head_metrics(torch.full((8, 8), 1 / 9)).scalars()  # its 8 keys and the sink 1/9 each: was entropy 1.16
+    assert even["entropy"] == pytest.approx(1.0) and even["uniform_gap"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_weight_a_window_leaves_out_is_not_taken_for_a_learned_sink():
+    """A window read wrongly (here: 8 on a global causal map) zeroes the weight outside it; that weight counted as a
+    learned sink (a hybrid model's full-attention layer got sink mass 0.66 instead of 0.04)."""
+    n = 64
+    uniform = torch.ones(n, n).tril() / torch.arange(1, n + 1).unsqueeze(1)  # (q, k) causal, no sink
+    assert head_metrics(uniform, causal=True, window=8).sink_mass.item() < 0.05
     with pytest.raises(InputError, match="Expected attention"):
         head_metrics(torch.zeros(2, 0, 4))

@@ -127,6 +127,7 @@ def test_what_the_unfit_probes_would_have_said():
     assert max(report.finding("probes_repetitive").details["distinct"]) <= 4  # [UNK] and a few words
     assert verdict_cap([100], None, True, [50]) == ("warning", [])  # unfit but varied: at most a warning
     assert verdict_cap([100], None, True, [4])[0] == "info"  # a run of [UNK]s: at most information
+    assert verdict_cap([16] * 7, 16, False, [11] * 7) == ("error", [])  # a model that reads 16 tokens: 4 suffice
     words_seen = report.samples[0].tokens[1:-1]
     assert words_seen.count("[UNK]") >= 0.9 * len(words_seen)  # "two" is one of its words
 
