@@ -144,8 +144,9 @@ def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -
         cfg = TransformerConfig.from_dict(config)  # sizes whole numbers >= 1, d_model divisible by n_heads
         if cfg.n_layers > MAX_LAYERS:
             raise ValueError(f"n_layers {cfg.n_layers} is above {MAX_LAYERS}")
-        _check_numel(_custom_numel(cfg), limits)
-        _check_covered(_custom_numel(cfg), _numel(state, skip=("lm_head.weight",)))
+        need = _custom_numel(cfg)
+        _check_numel(need, limits)
+        _check_covered(need, _numel(state, skip=("lm_head.weight",)))
         model = AttnScopeTransformer(cfg)
     except CheckpointError:
         raise

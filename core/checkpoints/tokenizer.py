@@ -14,11 +14,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from transformers import AutoTokenizer
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from ..errors import first_line
 from .registry import DEMO_MODELS
 
-NO_LIMIT = int(1e30)  # transformers' "no limit" for model_max_length (VERY_LARGE_INTEGER)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                    "tokenizer.model")
@@ -77,7 +77,7 @@ def _without_limit(tokenizer):
     """A copy of a borrowed tokenizer without its own length limit (demo-gpt2's 512): the model's position table
     is the limit, not the demo model's. The cached tokenizer is shared, so it is never changed."""
     borrowed = copy.deepcopy(tokenizer)
-    borrowed.model_max_length = NO_LIMIT
+    borrowed.model_max_length = VERY_LARGE_INTEGER  # transformers' "no limit"
     return borrowed
 
 

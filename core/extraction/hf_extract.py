@@ -73,8 +73,9 @@ def _alibi_once(model):
     """Falcon-RW (ALiBi) in transformers' eager code adds the ALiBi bias twice: in each layer's scores and in the
     mask the model builds (the SDPA path adds it once, in the mask). Each attention layer gets a zero bias for
     the call, so the weights are those of the model's SDPA forward."""
-    layers = [m for m in model.modules() if type(m).__name__ == "FalconAttention"]
-    if not layers or not getattr(model.config, "alibi", False):
+    layers = [] if not getattr(model.config, "alibi", False) else [
+        m for m in model.modules() if type(m).__name__ == "FalconAttention"]  # no module walk for other models
+    if not layers:
         yield
         return
 

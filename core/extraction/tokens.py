@@ -27,8 +27,12 @@ def prettify_token(token: str) -> str:
     """Return a readable form of one raw tokenizer piece (never an empty string)."""
     if not token:
         return "∅"
-    text = "".join(_REPLACEMENTS.get(ch) or _visible(ch) for ch in token)
-    return text if text.strip(WORD_START) else "␣" * len(text)  # a token of spaces only
+    return _spaces_shown("".join(_REPLACEMENTS.get(ch) or _visible(ch) for ch in token))
+
+
+def _spaces_shown(text: str) -> str:
+    """``text``, or one ``␣`` per character when it is word-start marks only (a token of spaces)."""
+    return text if text.strip(WORD_START) else "␣" * len(text)
 
 
 def visible(text: str) -> str:
@@ -57,8 +61,7 @@ def byte_level_token(piece: str) -> str:
     if not piece or any(ch not in to_byte for ch in piece):
         return prettify_token(piece)
     text = bytes(to_byte[ch] for ch in piece).decode("utf-8", errors="surrogateescape")
-    shown = "".join(_BYTE_LEVEL_MARKS.get(ch) or _shown_byte(ch) for ch in text)
-    return shown if shown.strip(WORD_START) else "␣" * len(shown)
+    return _spaces_shown("".join(_BYTE_LEVEL_MARKS.get(ch) or _shown_byte(ch) for ch in text))
 
 
 _BYTE_LEVEL_MARKS = {" ": WORD_START, "\n": "⏎", "\t": "⇥"}

@@ -225,7 +225,7 @@ class MetricAccumulator:
             a, logits = torch.where(valid, a, 0.0), None  # (..., qc, width)
         self._add(a, pos, (valid, query_ok, key_ok), w, n, logits, total)
 
-    def _add(self, a, pos, rows, w, n, logits=None, total=None):
+    def _add(self, a, pos, rows, w, n, logits, total):
         """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64.
 
         rows: which keys each row may see ``(qc, width)``, which rows count ``(qc,)``, which keys are not
@@ -236,7 +236,6 @@ class MetricAccumulator:
         special = self.special[:width].to(a) if self.special is not None else None
         peak = a.amax(-1)  # (..., qc)
         entropy = row_stats.normalised_entropy(a, n, self.scratch, logits, peak=peak)  # (..., qc)
-        total = a.sum(-1) if total is None else total  # (..., qc)
         learned = torch.where(total > 0, 1.0 - total, 0.0).clamp(min=0)  # (..., qc) a learned sink's share (GPT-OSS);
         # an all-zero row is a padded query, not a row given whole to a sink. It is one more key: a row even over
         # its keys and the sink would pass 1 (log n, not log(n + 1)); it is as even as a row can be
