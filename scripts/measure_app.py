@@ -43,7 +43,7 @@ def main():
     r = timed("extract_attention", lambda: core.extract_attention(model, tokenizer, text), times)
     tokens = list(r.tokens)
     pats = timed("classify_heads (144 heads)",
-                 lambda: classify_heads(r.attentions, r.causal, r.special, r.padding), times)
+                 lambda: classify_heads(r.attentions, r.causal, r.keys_special, r.keys_padding, r.windows), times)
     labels = [[p.label for p in row] for row in pats]
     sheet = timed("thumbnail sheet PNG", lambda: plots.thumbnail_sheet(r.attentions, labels), times)
     overview = timed("overview figure", lambda: plots.overview_figure(sheet, pats, (12, 12), (0, 0)), times)

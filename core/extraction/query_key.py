@@ -19,6 +19,7 @@ from torch import nn
 from ..errors import InputError
 from .encode import segment_inputs
 from .head_weights import LayerWeights, attention_weights
+from .windows import in_window
 
 
 def _neuron_layers(model: nn.Module) -> list[LayerWeights]:
@@ -82,13 +83,14 @@ REPRODUCE_TOLERANCE = 1e-3  # largest weight difference for q·k to count as the
 
 
 def reproduces(queries: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, causal: bool,
-               scale: float | None = None) -> bool:
+               scale: float | None = None, window: int | None = None) -> bool:
     """True when softmax(scale · q·kᵀ) is the head's attention ``weights (q, k)``: no rotation or bias was added.
 
-    ``scale`` defaults to 1/√d.
+    ``scale`` defaults to 1/√d; ``window``: the layer's sliding window (``AttentionResult.windows``), or None.
     """
     scale = queries.shape[-1] ** -0.5 if scale is None else scale
     scores = scale * queries @ keys.T  # (q, k)
-    if causal:
-        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    distance = torch.arange(len(queries)).unsqueeze(1) + len(keys) - len(queries) - torch.arange(len(keys))  # (q, k)
+    hidden = (distance < 0) if causal else torch.zeros_like(scores, dtype=torch.bool)  # (q, k)
+    scores = scores.masked_fill(hidden | ~in_window(distance, window, causal), float("-inf"))
     return bool((torch.softmax(scores, dim=-1) - weights).abs().max() <= REPRODUCE_TOLERANCE)

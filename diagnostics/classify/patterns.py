@@ -36,7 +36,7 @@ import torch
 
 from core.errors import InputError
 from diagnostics.classify.roles import BROAD_MIN, head_roles, role_scores
-from diagnostics.measure.metrics import HeadMetrics, head_metrics
+from diagnostics.measure.metrics import HeadMetrics, layer_metrics
 
 PATTERNS = ("diagonal", "block", "diffuse", "sparse", "vertical")
 
@@ -113,15 +113,20 @@ def classify_head(weights, causal=None):
     return classify_heads(attn, causal=causal)
 
 
-def classify_heads(attn, causal=None, special=None, padding=None):
+def classify_heads(attn, causal=None, special=None, padding=None, windows=None):
     """Label every head of ``attn [..., q, k]``: nested lists of ``HeadPattern`` shaped like ``[...]``.
 
-    ``causal=None`` infers causality from the whole batch (all upper triangles ~0).
+    ``causal=None`` infers causality from the whole batch (all upper triangles ~0). ``windows``: one per layer of
+    ``attn [layers, heads, q, k]``, None for a global layer (``AttentionResult.windows``), so a local layer's rows
+    are read within their window (Mistral, Gemma 2).
     """
     attn = _as_tensor(attn)
     if causal is None:
         causal = infer_causal(attn)
-    return classify_metrics(head_metrics(attn, causal=causal, special=special, padding=padding))
+    if windows is not None and (attn.dim() != 4 or len(windows) != attn.shape[0]):
+        raise InputError(f"windows gives one window per layer of attention [layers, heads, q, k]; got {len(windows)} "
+                         f"windows for shape {tuple(attn.shape)}. Pass AttentionResult.windows with its attentions.")
+    return classify_metrics(layer_metrics(attn, causal=causal, special=special, padding=padding, windows=windows))
 
 
 def infer_causal(attn):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaModel
+from transformers import GPTNeoConfig, GPTNeoModel, LlamaConfig, LlamaModel
 
 import tiny
 from core import InputError, extract_attention
@@ -66,3 +66,17 @@ def test_models_without_a_readable_layout_are_refused():
         query_key_vectors(model, [1, 2, 3], 2, 0)
     with pytest.raises(InputError, match="head 4 is out of range"):
         query_key_vectors(model, [1, 2, 3], 0, 4)
+
+
+def test_a_local_layer_s_vectors_reproduce_its_attention_within_its_window():
+    """GPT-Neo's local layers attend within a window of 8: read as global, their q·k never matched, and the app
+    told the user the model added a rotation or a position bias."""
+    torch.manual_seed(0)
+    model = GPTNeoModel(GPTNeoConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, window_size=8,
+                                     attention_types=[[["global", "local"], 1]])).eval()
+    result = extract_attention(model, tiny.bpe_tokenizer(), "the quick brown fox jumps over the lazy dog " * 2)
+    assert result.windows == [None, 8] and len(result.tokens) > 8 and supports_neuron_view(model)
+    q, k, scale = query_key_vectors(model, result.token_ids, 1, 2)  # (t, d) each
+    assert reproduces(q, k, result.attentions[1, 2], True, scale, window=8)
+    assert not reproduces(q, k, result.attentions[1, 2], True, scale)  # read as global
+    assert not reproduces(q, k, result.attentions[1, 2], True, scale, window=4)

@@ -136,3 +136,19 @@ def test_weight_a_window_leaves_out_is_not_taken_for_a_learned_sink():
     assert head_metrics(uniform, causal=True, window=8).sink_mass.item() < 0.05
     with pytest.raises(InputError, match="Expected attention"):
         head_metrics(torch.zeros(2, 0, 4))
+
+
+def test_classify_heads_reads_each_local_layer_within_its_window():
+    """An AttentionResult's windows reach the labels: a head uniform within a window of 8 was labelled from every
+    key (a sharp 'block' head) by classify_heads, which had no windows to take."""
+    n, window = 96, 8
+    distance = torch.arange(n).unsqueeze(1) - torch.arange(n).unsqueeze(0)  # (q, k)
+    seen = (distance >= 0) & (distance < window)  # (q, k)
+    local = seen.float() / seen.sum(-1, keepdim=True)  # (q, k)
+    attn = torch.stack([local, local]).unsqueeze(1)  # (layers, heads, q, k)
+    read_globally = classify_heads(attn, causal=True)
+    windowed = classify_heads(attn, causal=True, windows=[window, None])
+    assert windowed[0][0].label == "diffuse" and read_globally[0][0].label != "diffuse"
+    assert windowed[1][0] == read_globally[1][0]  # a global layer is read as before
+    with pytest.raises(InputError, match="one window per layer"):
+        classify_heads(attn, causal=True, windows=[window])
