@@ -35,8 +35,10 @@ def scaled_dot_product_attention(
         raise InputError(f"the attention mask must be bool (True = may attend), not {mask.dtype}; convert it: "
                          "mask.bool() for a 0/1 mask, mask == 0 for an additive one (0 = attend, -inf = masked)")
     d_k = query.size(-1)
-    # Scores and softmax in float32 (as fused kernels accumulate): fp16 scores overflow past 65,504 to inf and NaN.
-    scores = (query.float() / math.sqrt(d_k)) @ key.float().transpose(-2, -1)  # (..., q, k)
+    # Scores and softmax in at least float32 (as fused kernels accumulate): fp16 scores overflow past 65,504 to inf
+    # and NaN; float64 stays float64.
+    acc = torch.promote_types(query.dtype, torch.float32)
+    scores = (query.to(acc) / math.sqrt(d_k)) @ key.to(acc).transpose(-2, -1)  # (..., q, k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., q, k)

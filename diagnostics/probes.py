@@ -424,11 +424,11 @@ def _fitted_length(model, tokenizer, length, special=0, minimum=MIN_PROBE_TOKENS
 
 def _run(model, ids):
     if isinstance(model, PreTrainedModel):
-        with eager_attention(model), torch.inference_mode():
+        with eager_attention(model), torch.no_grad():
             out = model(input_ids=ids, output_attentions=True, return_dict=True)
         return stack_layers(out.attentions, "self", model), model_is_causal(model)
     if isinstance(model, AttnScopeTransformer):
-        with torch.inference_mode():
+        with torch.no_grad():
             out = model(ids, output_attentions=True)
         return torch.stack([a[0].float().cpu() for a in out["attentions"]]), model_is_causal(model)
     if attention_modules(model):

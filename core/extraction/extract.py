@@ -110,7 +110,7 @@ def _result(tokenizer, enc, attentions, causal) -> AttentionResult:
 
 def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> AttentionResult:
     enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), model.config.vocab_size)
-    with torch.inference_mode():
+    with torch.no_grad():
         out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
     attentions = stack_layers(out["attentions"], "self", model)  # (L, H, T, T)
     return _result(tokenizer, enc, attentions, model_is_causal(model))

@@ -112,7 +112,7 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
     limit = max_positions(model, tokenizer)
     enc = encode(tokenizer, text, text_pair, limit, getattr(model.config, "vocab_size", None))
     device = model_device(model)
-    with eager_attention(model), torch.inference_mode():
+    with eager_attention(model), torch.no_grad():
         if getattr(model.config, "is_encoder_decoder", False):
             return _encoder_decoder(model, tokenizer, enc, target if target and target.strip() else text, limit, device)
         segments = segment_inputs(model, enc.token_type_ids, device)

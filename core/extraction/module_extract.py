@@ -10,6 +10,7 @@ hooks are in place. Only the capturing thread's calls are kept.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from contextlib import contextmanager
 
@@ -19,7 +20,7 @@ from torch import nn
 from ..errors import ExtractionError
 from .hf_extract import stack_layers
 
-_MHA_POSITIONAL = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
+_MHA_POSITIONAL = tuple(inspect.signature(nn.MultiheadAttention.forward).parameters)[1:]  # its arguments in order
 MASKED_SCORE = -1e4  # an additive mask entry at or below this blocks its key: exp(-1e4) is 0 in every dtype
 
 
@@ -119,7 +120,7 @@ def capture_mha_weights(model: nn.Module):
 
 def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, bool]:
     """Run ``model(*inputs, **kwargs)``; return ``(attentions (L, H, q, k), causal)`` of batch item 0."""
-    with capture_mha_weights(model) as captured, torch.inference_mode():
+    with capture_mha_weights(model) as captured, torch.no_grad():
         model(*inputs, **kwargs)
     if not captured:
         raise ExtractionError(f"{type(model).__name__} ran without calling any of its attention layers")

@@ -18,6 +18,7 @@ from torch import nn
 
 from ..errors import InputError
 from .encode import segment_inputs
+from .extract import eval_mode
 from .head_weights import LayerWeights, attention_weights
 from .windows import in_window
 
@@ -68,7 +69,7 @@ def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: 
         lambda _m, _i, out, name=name: captured.__setitem__(name, (out[0] if isinstance(out, tuple) else out)[0]))
         for name, source in (("q", lw.q_source), ("k", lw.k_source))]
     try:
-        with torch.inference_mode():
+        with eval_mode(model), torch.no_grad():  # no dropout on the vectors, as extract_attention
             device = next(model.parameters()).device
             model(input_ids=torch.tensor([token_ids], device=device), **segment_inputs(model, token_type_ids, device))
     finally:

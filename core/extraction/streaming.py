@@ -293,7 +293,7 @@ def stream_attention(
     start = time.perf_counter()
     token = _ACTIVE.set(stream)
     try:
-        with eval_mode(model), _streaming_kernels(model), torch.inference_mode():
+        with eval_mode(model), _streaming_kernels(model), torch.no_grad():
             output = _forward(model, input_ids, attention_mask, token_type_ids)
     finally:
         _ACTIVE.reset(token)

@@ -402,6 +402,46 @@ def test_the_module_returns_what_its_caller_asked_for():
         torch.testing.assert_close(model(x), expected)
 
 
+class PositionalCall(nn.Module):
+    """Asks for per-head weights by position, the 7th argument (average_attn_weights=False), and reads them so."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        out, per_head = self.attn(x, x, x, None, True, None, False)  # (B, q, E), (B, H, q, k)
+        batch, heads, q, k = per_head.shape  # averaged weights (B, q, k) failed here: the 7th argument was dropped
+        return out
+
+
+def test_arguments_given_by_position_are_honoured():
+    model, x = PositionalCall().eval(), torch.randn(1, 5, 16)
+    assert extract_module_attention(model, x).attentions.shape == (1, 4, 5, 5)
+
+
+class LazyInput(nn.Module):
+    """A lazy layer whose weights are made by the model's first forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.attn = nn.LazyLinear(16), nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        h = self.inp(x)  # (B, T, 16)
+        return self.attn(h, h, h)[0]
+
+
+def test_a_model_first_run_by_an_extraction_still_trains():
+    """Under inference_mode the extraction's forward made the lazy layer's weights inference tensors, which never
+    get a gradient: a monitored model read at step 0 would never train that layer."""
+    torch.manual_seed(0)
+    model, x = LazyInput(), torch.randn(1, 5, 7)
+    extract_module_attention(model, x)
+    model(x).sum().backward()
+    assert model.inp.weight.grad is not None
+
+
 def test_module_inputs_it_rejects_and_extra_key_columns_are_one_clear_error():
     torch.manual_seed(0)
     with pytest.raises(ExtractionError, match=r"OneLayer\(inputs\) failed \(AssertionError: .*embedding dim"):

@@ -5,7 +5,7 @@ import torch
 from transformers import GPTNeoConfig, GPTNeoModel, LlamaConfig, LlamaModel
 
 import tiny
-from core import InputError, extract_attention
+from core import AttnScopeTransformer, InputError, TransformerConfig, extract_attention
 from core.extraction.query_key import query_key_vectors, reproduces, supports_neuron_view
 
 
@@ -80,3 +80,15 @@ def test_a_local_layer_s_vectors_reproduce_its_attention_within_its_window():
     assert reproduces(q, k, result.attentions[1, 2], True, scale, window=8)
     assert not reproduces(q, k, result.attentions[1, 2], True, scale)  # read as global
     assert not reproduces(q, k, result.attentions[1, 2], True, scale, window=4)
+
+
+def test_a_model_in_training_mode_gives_its_vectors_without_dropout():
+    """A freshly built model is in training mode: its dropout made the vectors noisy, so the neuron view refused
+    the head as 'a rotation or a position bias'."""
+    tokenizer = tiny.wordpiece_tokenizer()
+    torch.manual_seed(0)
+    model = AttnScopeTransformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, n_layers=2,
+                                                   d_ff=64, dropout=0.3))
+    result = extract_attention(model, tokenizer, "hello world again")
+    q, k, scale = query_key_vectors(model, result.token_ids, 1, 0)  # (t, d) each
+    assert reproduces(q, k, result.attentions[1, 0], result.causal, scale) and model.training
