@@ -53,6 +53,10 @@ _CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json o
     "type_vocab_size": (0, MAX_VOCAB),  # DeBERTa-v2 has none: 0
     "num_labels": (0, MAX_LABELS),
 }
+# Depth given as a list, one entry per stage or layer (ConvNeXt and Swin's depths, Funnel's block sizes, Reformer's
+# attention layers): the layers they build together are capped as one count is (depths [20000] from a 163-byte
+# config built 180,006 tensors on the meta device, 46 s)
+_LAYER_LISTS = ("depths", "block_sizes", "block_repeats", "attn_layers", "layer_types", "attention_layers")
 _MAX_DEPTH = 4  # nested sub-configs (encoder/decoder, text_config) looked into
 _OPTIONAL = ("pooler.",)  # AutoModel adds BERT's pooler; masked-LM checkpoints do not carry it
 
@@ -69,8 +73,13 @@ BIG_BUFFERS = ("config.json describes a model that takes {mb:,.0f} MB with its b
                "or raise the limit with {env} or Limits(max_model_bytes=...)")
 BAD_SIZE = ("config.json sets {key} to {value}; it must be a whole number from {low} to {high:,} — upload the "
             "config.json saved with these weights")
+BAD_LAYERS = ("config.json sets {key} to {value}; its layers must be at most {high:,} in all — upload the config.json "
+              "saved with these weights")
 MANY_LABELS = ("config.json lists {n:,} labels in {key}; at most {high:,} are accepted — upload the config.json saved "
                "with these weights")
+HEAVY = ("the weights' tensors take {gb:.1f} GB (views of the same stored numbers count each time), above twice the "
+         "{limit:,}-byte model limit; save each weight once, e.g. torch.save(model.state_dict(), ...), or raise the "
+         "limit with {env}")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; upload the config.json saved with these weights")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
@@ -99,17 +108,39 @@ def check_model_config(config, limits: Limits | None = None) -> str:
 
 def check_config_sizes(config: dict, depth: int = 0) -> None:
     """CheckpointError unless every ``_CAPPED_KEYS`` value in ``config`` (and its sub-configs) is in range."""
+    uneven = uneven_head_groups(config)
+    if uneven:
+        raise CheckpointError(f"config.json sets {uneven}; upload the config.json saved with these weights")
     for key, value in config.items():
         if key in ("id2label", "label2id") and isinstance(value, dict):
             if len(value) > MAX_LABELS:
                 raise CheckpointError(MANY_LABELS.format(n=len(value), key=key, high=MAX_LABELS))
         elif isinstance(value, dict) and depth < _MAX_DEPTH:
             check_config_sizes(value, depth + 1)
+        elif key in _LAYER_LISTS and isinstance(value, list):
+            _check_layer_list(key, value)
         elif key in _CAPPED_KEYS and value is not None:
             low, high = _CAPPED_KEYS[key]
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 shown = json.dumps(value)[:40]
                 raise CheckpointError(BAD_SIZE.format(key=key, value=shown, low=low, high=high))
+
+
+def uneven_head_groups(config: dict) -> str | None:
+    """What is wrong when the query heads cannot be split evenly among the key/value heads (grouped-query attention),
+    else None: such a model loads, then fails on its first forward with a shape error."""
+    heads = _first(config, ("num_attention_heads", "n_head", "num_heads"))
+    groups = _first(config, ("num_key_value_heads", "num_kv_heads", "n_head_kv"))
+    if heads > 0 and groups > 0 and heads % groups:
+        return f"{heads} attention heads over {groups} key/value heads, which must divide them evenly"
+    return None
+
+
+def _check_layer_list(key: str, value: list) -> None:
+    """A list of stages' layer counts (whole numbers) or of layers (names): MAX_LAYERS layers in all at most."""
+    counts = [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    if len(value) > MAX_LAYERS or any(v < 0 for v in counts) or sum(counts) > MAX_LAYERS:
+        raise CheckpointError(BAD_LAYERS.format(key=key, value=json.dumps(value)[:40], high=MAX_LAYERS))
 
 
 def _first(config: dict, keys, default: int = 0) -> int:
@@ -201,7 +232,11 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         _check_buffers(skeleton, limits)
         _check_shapes(skeleton, state, model_type)
         _check_present(skeleton, state)
-        save_file(_unshared(state), str(clean / "model.safetensors"))
+        _check_written(state, limits)
+        try:
+            save_file(_unshared(state), str(clean / "model.safetensors"))
+        except Exception as err:  # noqa: BLE001 - a tensor safetensors cannot store (checked for in state_dict)
+            raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
         try:
             dtype = hf_config.dtype if hf_config.dtype in LOAD_DTYPES else torch.float32
             model, info = AutoModel.from_pretrained(
@@ -255,6 +290,15 @@ def _check_present(skeleton, state) -> None:
     if missing:
         raise CheckpointError(MISSING.format(n=len(missing), total=len(skeleton.state_dict()), key=missing[0]))
     _check_covered(need, given)
+
+
+def _check_written(state: dict[str, torch.Tensor], limits: Limits) -> None:
+    """The weights are written out again for transformers, views copied: they may take at most twice the model
+    limit (tied or float64 weights). Views of one stored tensor are each written whole (600,000 one-number views of
+    one storage took 77 s and +1.55 GB)."""
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    if total > 2 * limits.max_model_bytes:
+        raise CheckpointError(HEAVY.format(gb=total / 1e9, limit=limits.max_model_bytes, env=ENV_MAX_MODEL))
 
 
 def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -25,6 +25,8 @@ BAD_HEADS = "n_heads={n_heads} does not divide d_model {d_model}; pass a divisor
 UNKNOWN = ("cannot tell the architecture from the weight names (e.g. {keys}); bare state dicts are supported for "
            "BERT, RoBERTa, GPT-2 and AttnScope models — for another model upload its folder with config.json")
 INCOMPLETE = "the {arch} weights are incomplete: {key} is missing; upload the full state dict"
+NOT_MATRIX = ("the {arch} weights are malformed: {key} has shape {shape}, not [rows, columns]; upload the state dict "
+              "saved from the model")
 
 # (family, anchor key regex, per-layer key regex); the anchor's prefix is stripped from every key.
 _LAYOUTS = [
@@ -65,9 +67,12 @@ def check_heads(arch: str, d_model: int, layers: int, n_heads) -> int:
     return n_heads
 
 
-def _shape(state, key: str, arch: str) -> tuple[int, ...]:
+def _shape(state, key: str, arch: str) -> tuple[int, int]:
+    """The ``(rows, columns)`` of the matrix ``key`` the architecture is read from."""
     if key not in state:
         raise CheckpointError(INCOMPLETE.format(arch=arch, key=key))
+    if state[key].dim() != 2:
+        raise CheckpointError(NOT_MATRIX.format(arch=arch, key=key, shape=list(state[key].shape)))
     return tuple(state[key].shape)
 
 

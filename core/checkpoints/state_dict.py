@@ -46,6 +46,10 @@ NOT_PICKLE = "{name} is not a PyTorch weights file ({why}); upload a .safetensor
 CUT_SHORT = "{name} ends in the middle of its data (truncated); upload the complete file"
 NO_TENSORS = "{name} holds no tensors ({what}); upload a state dict: a mapping of parameter names to tensors"
 BAD_INDEX = "{name} is not a usable shard index ({why}); upload the index with every shard it names"
+NOT_WEIGHTS = ("{name} holds {key!r}, {why}; AttnScope reads plain dense weights — save them with "
+               "torch.save(model.state_dict(), ...) or as .safetensors")
+TOO_MANY = ("{name} holds {n:,} tensors; AttnScope reads at most {high:,} (a model's weights are a few hundred to a "
+            "few thousand) — upload the model's state dict alone")
 SEVERAL = "found several weight files ({names}) and no index naming which belong together; upload one model at a time"
 
 
@@ -103,6 +107,8 @@ def _check_safetensors_header(name: str, data: bytes, size: int) -> None:
         ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
     except Exception:  # noqa: BLE001 - any malformed header is the same user error
         raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="its header is not valid JSON")) from None
+    if len(ends) > MAX_TORCH_RECORDS:  # before the parser builds them all (200,000 empty tensors: +450 MB)
+        raise CheckpointError(TOO_MANY.format(name=name, n=len(ends), high=MAX_TORCH_RECORDS))
     end = 8 + length + max(ends, default=0)
     if end > size:
         raise CheckpointError(TRUNCATED.format(name=name, end=end, size=size))
@@ -172,7 +178,28 @@ def _require_tensors(name: str, obj) -> dict[str, torch.Tensor]:
     state = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
     if not state:
         raise CheckpointError(NO_TENSORS.format(name=name, what="a mapping without tensors"))
+    if len(state) > MAX_TORCH_RECORDS:
+        raise CheckpointError(TOO_MANY.format(name=name, n=len(state), high=MAX_TORCH_RECORDS))
+    for key, tensor in state.items():
+        why = _not_plain(tensor)
+        if why:
+            raise CheckpointError(NOT_WEIGHTS.format(name=name, key=key[:80], why=why))
     return state
+
+
+def _not_plain(tensor: torch.Tensor) -> str | None:
+    """Why ``tensor`` is no plain weight tensor, or None. ``weights_only`` loading also gives meta, sparse, quantized
+    and nested tensors, and views whose numbers are not in the file: a stride-0 expand of one stored number
+    claims 300,000,000 (1.2 GB written out) from a 2 kB upload."""
+    if tensor.is_nested or tensor.is_quantized or tensor.layout != torch.strided:
+        return f"a {'nested' if tensor.is_nested else 'quantized' if tensor.is_quantized else tensor.layout} tensor"
+    if tensor.device.type != "cpu":
+        return f"a tensor on the {tensor.device.type} device, without its numbers"
+    if tensor.is_complex():
+        return f"of {tensor.dtype}"
+    if tensor.numel() * tensor.element_size() > tensor.untyped_storage().nbytes():
+        return f"a view of {tensor.numel():,} numbers over {tensor.untyped_storage().nbytes():,} stored bytes"
+    return None
 
 
 def _read_sharded(index: Path) -> dict[str, torch.Tensor]:

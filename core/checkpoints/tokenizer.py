@@ -9,6 +9,7 @@ only compatibility the weights can show; the note says so.
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +18,7 @@ from transformers import AutoTokenizer
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from ..errors import first_line
+from .regex_risk import backtracks, regex_patterns
 from .registry import DEMO_MODELS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -25,6 +27,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 UNREADABLE = "the checkpoint's tokenizer files could not be loaded ({err}); "
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
+BACKTRACKS = ("the checkpoint's tokenizer.json splits text with the regex {pattern!r}, which repeats a group that "
+              "can match the same text in several ways and may take minutes on one sentence, so it was not used; ")
 TOO_LARGE = "the checkpoint's tokenizer has {n} tokens but the model only {vocab} embeddings, so it was not used; "
 BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because the vocabulary sizes match ({vocab}) — "
             "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")
@@ -44,19 +48,14 @@ def copy_tokenizer_files(source: Path, clean: Path) -> bool:
 
 def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: list[str]):
     """The tokenizer to use with a model of ``vocab_size`` embeddings; appends the reason to ``notes``."""
-    prefix = ""
-    if clean is not None:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False)
-        except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
-            prefix = UNREADABLE.format(err=first_line(err, 120))
+    tokenizer, prefix = _own_tokenizer(clean) if clean is not None else (None, "")
+    if tokenizer is not None:
+        if not has_vocabulary(tokenizer):  # tokenizer_config.json alone: every word would be [UNK]
+            prefix = NO_VOCABULARY.format(n=len(tokenizer))
+        elif len(tokenizer) <= vocab_size:
+            return tokenizer
         else:
-            if not has_vocabulary(tokenizer):  # tokenizer_config.json alone: every word would be [UNK]
-                prefix = NO_VOCABULARY.format(n=len(tokenizer))
-            elif len(tokenizer) <= vocab_size:
-                return tokenizer
-            else:
-                prefix = TOO_LARGE.format(n=len(tokenizer), vocab=vocab_size)
+            prefix = TOO_LARGE.format(n=len(tokenizer), vocab=vocab_size)
     order = ["demo-gpt2", "demo-bert"] if causal else ["demo-bert", "demo-gpt2"]
     for demo in order:
         tokenizer = _demo_tokenizer(str(DEMO_MODELS.get(demo, "")))
@@ -65,6 +64,24 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
             return _without_limit(tokenizer)
     notes.append(prefix + NONE.format(vocab=vocab_size))
     return None
+
+
+def _own_tokenizer(clean: Path):
+    """``(tokenizer, "")`` from the checkpoint's files in ``clean``, or ``(None, why not)``."""
+    try:
+        risky = _backtracking_regex(clean / "tokenizer.json")
+        if risky:
+            return None, BACKTRACKS.format(pattern=risky[:60])
+        return AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False), ""
+    except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
+        return None, UNREADABLE.format(err=first_line(err, 120))
+
+
+def _backtracking_regex(path: Path) -> str | None:
+    """The first regex of ``tokenizer.json`` that can backtrack for minutes (``regex_risk``), or None."""
+    if not path.is_file():
+        return None
+    return next((p for p in regex_patterns(json.loads(path.read_bytes())) if backtracks(p)), None)
 
 
 def has_vocabulary(tokenizer) -> bool:

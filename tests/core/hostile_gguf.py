@@ -11,7 +11,7 @@ import random
 import struct
 from pathlib import Path
 
-from tiny_gguf import write_llama_gguf
+from tiny_gguf import tiny_llama, write_llama_gguf
 
 F32, STRING_TYPE, ARRAY_TYPE, U8_TYPE = 0, 8, 9, 0
 
@@ -121,5 +121,11 @@ def gguf_metadata_mismatch(d: Path) -> Path:
     return write_llama_gguf(d / "heads8.gguf", head_count=8)
 
 
+def gguf_uneven_kv_heads(d: Path) -> Path:
+    """A tiny Llama whose metadata and tensors agree on 4 query heads over 3 key/value heads: it loaded, then failed
+    on its first forward."""
+    return write_llama_gguf(d / "kv3.gguf", tiny_llama(kv_heads=3))
+
+
 GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [
-    gguf_absurd_layers, gguf_without_tensors, gguf_array_amplification, gguf_metadata_mismatch]})
+    gguf_absurd_layers, gguf_without_tensors, gguf_array_amplification, gguf_metadata_mismatch, gguf_uneven_kv_heads]})

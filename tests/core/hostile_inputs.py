@@ -273,6 +273,66 @@ def config_too_big(d: Path) -> Path:
     return _folder_zip(d / "huge_config.zip", config, _weights())
 
 
+def pickle_expanded_view(d: Path) -> Path:
+    """A stride-0 expand of one stored number: 300,000,000 weights from a 2 kB file (written out: 1.2 GB)."""
+    torch.save({**_state(tiny_bert()), "junk": torch.zeros(1).expand(300_000_000)}, d / "expanded.pt")
+    return d / "expanded.pt"
+
+
+def pickle_sparse_tensor(d: Path) -> Path:
+    state = _state(tiny_bert())
+    state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"].to_sparse()
+    torch.save(state, d / "sparse.pt")
+    return d / "sparse.pt"
+
+
+def pickle_meta_tensor(d: Path) -> Path:
+    """A tensor on the meta device: a shape without numbers (10^12 of them, were they allocated)."""
+    torch.save({**_state(tiny_bert()), "junk": torch.empty(10**12, device="meta")}, d / "meta.pt")
+    return d / "meta.pt"
+
+
+def pickle_many_views(d: Path) -> Path:
+    """1,100 whole views of one 4 MB tensor beside a BERT's weights: each is written out again, 4.6 GB in all."""
+    stored = torch.zeros(2**20)
+    state = {**_state(tiny_bert()), **{f"junk.{i}": stored[:] for i in range(1100)}}
+    return _zip(d / "views.zip", {"config.json": json.dumps(_bert_config()), "pytorch_model.bin": _saved(state)})
+
+
+def _saved(state: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def safetensors_many_tensors(d: Path) -> Path:
+    """100,001 empty tensors, one more than read: the parser builds each (200,000 took +450 MB) though the file
+    holds no numbers."""
+    save_file({f"t{i}": torch.zeros(0) for i in range(100_001)}, d / "many.safetensors")
+    return d / "many.safetensors"
+
+
+def config_depth_list(d: Path) -> Path:
+    """ConvNeXt-style depths: one stage of 20,000 layers from a 163-byte config (46 s to build on the meta device)."""
+    config = {"model_type": "convnext", "depths": [20_000], "hidden_sizes": [8], "num_stages": 1}
+    return _folder_zip(d / "depths.zip", config, _weights())
+
+
+def config_uneven_kv_heads(d: Path) -> Path:
+    """4 query heads over 3 key/value heads: the model loads, then fails on its first forward."""
+    config = {"model_type": "llama", "vocab_size": 99, "hidden_size": 32, "intermediate_size": 37,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3}
+    return _folder_zip(d / "uneven_kv.zip", config, _weights())
+
+
+def bare_vector_embeddings(d: Path) -> Path:
+    """A bare BERT state dict whose word embeddings are a vector: the architecture is read from their shape."""
+    state = _state(tiny_bert())
+    state["embeddings.word_embeddings.weight"] = torch.zeros(10)
+    save_file(state, d / "vector.safetensors")
+    return d / "vector.safetensors"
+
+
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open, truncated_pickle,
     pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, config_huge_number,
@@ -280,7 +340,9 @@ BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal, zip_file_and_folder,
     zip_absolute, zip_many_entries, zip_huge_declared, tar_symlink, tar_hardlink, tar_device, tar_traversal,
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,
-    t5_decoder_layers, nested_zero_heads, config_too_big,
+    t5_decoder_layers, nested_zero_heads, config_too_big, pickle_expanded_view, pickle_sparse_tensor,
+    pickle_meta_tensor, pickle_many_views, safetensors_many_tensors, config_depth_list, config_uneven_kv_heads,
+    bare_vector_embeddings,
 ]}
 BAD_INPUTS.update(GGUF_BAD_INPUTS)  # the gguf-* rows
 

@@ -211,6 +211,31 @@ def test_a_borrowed_tokenizer_s_limit_is_not_the_model_s(tmp_path, monkeypatch):
     assert checkpoint_tokenizer._demo_tokenizer(str(tmp_path / "demo-gpt2")).model_max_length == 16
 
 
+def test_a_tokenizer_splitting_on_a_backtracking_regex_is_not_used(tmp_path):
+    """A pre-tokenizer splitting on (\\D|\\D\\D)+\\d panicked past Oniguruma's retry limit (an exception no handler
+    catches) and, bounded ({1,22}), took 12 s on 180 characters holding the GIL: the server froze for everyone."""
+    from tokenizers import Regex, pre_tokenizers
+
+    tok = copy.deepcopy(wordpiece_tokenizer())  # the cached one is shared by every test
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"(\D|\D\D){1,22}\d"), behavior="isolated")
+    loaded = load(hf_folder(tmp_path, tiny_bert(), tok))
+    assert loaded.tokenizer is None
+    assert loaded.notes[0].startswith("the checkpoint's tokenizer.json splits text with the regex '(\\\\D|")
+    assert load(hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer(), name="plain")).tokenizer is not None
+
+
+def test_only_repeated_ambiguous_groups_count_as_backtracking():
+    from core.checkpoints.regex_risk import backtracks
+    released = [r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",  # GPT-2
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+",  # Llama 3, Qwen 2
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re)?",  # o200k
+                r" ?[^(\s|[.,!?…。，、।۔،])]+", r" {2,}", r"[(a|b)+]+"]  # Bloom; a class is no group
+    assert not any(backtracks(p) for p in released)
+    hostile = [r"(\D|\D\D)+\d", r"(\D|\D\D){1,22}\d", r"(a+)+", r"(?:a*)*b", r"((a|b)c)+", r"(x+x+){2}y"]
+    assert all(backtracks(p) for p in hostile)
+
+
 def test_tokenizer_files_without_a_vocabulary_are_no_tokenizer(tmp_path):
     """tokenizer_config.json alone gave a tokenizer of 5 special tokens: every word [UNK], every probe unfit, and
     a report of 0 heads (load_model already refused it)."""

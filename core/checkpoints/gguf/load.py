@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from ..archive import ENV_MAX_MODEL, Limits
-from ..build import MAX_LAYERS
+from ..build import MAX_LAYERS, uneven_head_groups
 from .header import DEFAULT_ALIGNMENT, GGUFHeader, read_gguf_header
 from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
@@ -187,6 +187,9 @@ def _checked_config(path: Path, name: str, limits: Limits):
             value = getattr(config, key, None)
             if isinstance(value, int) and not 0 < value <= MAX_LAYERS:
                 raise CheckpointError(BAD_METADATA.format(name=name, key=key, value=value, limit=MAX_LAYERS))
+        uneven = uneven_head_groups(config.to_dict())
+        if uneven:
+            raise CheckpointError(f"{name}'s metadata gives {uneven}; the file is damaged or was written wrongly")
         with torch.device("meta"):
             skeleton = AutoModel.from_config(config, attn_implementation="eager", trust_remote_code=False)
     except CheckpointError:
