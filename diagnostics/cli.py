@@ -11,7 +11,8 @@ input (unknown model, unreadable folder, bad option, an ``--out`` that would
 overwrite the model), with a one-line message on stderr and no traceback. An
 unexpected failure (a bug) exits 3, also with one line. A reader that closes
 stdout early (``| head``) ends the run quietly with 141, a shell's status for a
-command that SIGPIPE ended.
+command that SIGPIPE ended; Ctrl-C ends it with "interrupted" and 130. A stdout
+that cannot be written (a full disk) is bad input, 2.
 """
 
 import argparse
@@ -27,6 +28,7 @@ from diagnostics.reports.markdown_report import visible_controls
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `yes | head`'s yes
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 STDOUT = "-"  # --out -: the report on stdout, as with no --out
 FORMATS = ("markdown", "json", "html")
 
@@ -38,6 +40,13 @@ class _UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise _UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    """argparse type of a count: a whole number of at least 1 (``--heads -4`` was said not to divide d_model)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
 
 
 SOURCE_HELP = ("a known model (sentence-transformers/all-MiniLM-L6-v2 or minilm, HuggingFaceTB/SmolLM2-135M-Instruct "
@@ -63,7 +72,7 @@ def build_compare_parser():
 
 
 def _add_options(parser):
-    parser.add_argument("--heads", type=int, metavar="N",
+    parser.add_argument("--heads", type=_positive_int, metavar="N",
                         help="attention heads per layer, for a bare state dict whose weights do not say it")
     parser.add_argument("--text", action="append", metavar="TEXT",
                         help=f"probe text (repeatable), a paragraph each: findings from a probe under "
@@ -95,6 +104,8 @@ def main(argv=None):
         _emit(text, args.out)
     except BrokenPipeError:
         return _stdout_closed()
+    except KeyboardInterrupt:  # Ctrl-C in a minutes-long run: one line, as every other way out
+        return _fail("interrupted", EXIT_INTERRUPTED)
     except AttnScopeError as err:
         return _fail(str(err), EXIT_BAD_INPUT)
     except Exception as err:  # a bug: still one line, but a distinct status
@@ -157,14 +168,23 @@ def _emit(text: str, out: str | None) -> None:
     if out and out != STDOUT:
         _write(Path(out), data)
         return
+    if sys.stdout is None:  # started with stdout closed (>&-)
+        raise InputError("cannot write the report to stdout: it is closed; give --out FILE")
     stream = getattr(sys.stdout, "buffer", None)
     if stream is None:  # a text-only stdout (a StringIO): it takes str
         sys.stdout.write(data.decode("utf-8"))
         sys.stdout.flush()
         return
     sys.stdout.flush()  # what the text layer holds goes first
-    stream.write(data)
-    stream.flush()
+    try:
+        view = memoryview(data)
+        while view:  # a reader that leaves mid-write gets a short write, not BrokenPipeError: the next one raises it
+            view = view[stream.write(view):]
+        stream.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:  # a full disk, a closed stdout: the user's output, not a bug
+        raise InputError(f"cannot write the report to stdout: {err.strerror or err}") from None
 
 
 def _stdout_closed() -> int:
@@ -184,7 +204,7 @@ def _print_load_notes() -> None:
     load_log = logging.getLogger("attnscope.load")
     for old in [h for h in load_log.handlers if getattr(h, "attnscope_cli", False)]:
         load_log.removeHandler(old)  # an earlier main()'s, bound to the stderr of then
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _NoteHandler(sys.stderr)
     handler.setFormatter(_NoteFormatter())
     handler.attnscope_cli = True
     load_log.addHandler(handler)
@@ -217,6 +237,17 @@ def _diagnose(args, progress):
 def _compare(args, progress):
     from diagnostics.compare import compare
     return compare(args.a, args.b, texts=args.text, device=args.device, progress=progress, n_heads=args.heads)
+
+
+class _NoteHandler(logging.StreamHandler):
+    """Notes written above the progress bar (tqdm clears and redraws it); they were glued onto its line."""
+
+    def emit(self, record):
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return super().emit(record)
+        tqdm.write(self.format(record), file=self.stream)
 
 
 class _NoteFormatter(logging.Formatter):

@@ -145,6 +145,8 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
 def _check_hub_id(path: str) -> None:
     """A missing folder or a malformed id fails here, with a message naming what would work."""
     demos = ", ".join([*ALIASES, *DEMO_MODELS])
+    if path.lower().endswith((*WEIGHT_SUFFIXES, *ARCHIVE_SUFFIXES, ".gguf")):  # a file's name, not a Hub id
+        raise ModelLoadError(f"no file or folder {path}; check the path, or use a demo model: {demos}")
     if path.startswith(("/", "./", "../", "~", "\\")):
         raise ModelLoadError(f"folder {path} does not exist; check the path, or use a demo model: {demos}")
     try:

@@ -319,6 +319,58 @@ def test_a_closed_stdout_ends_quietly_with_141(monkeypatch, capsys, diagnosed):
     assert capsys.readouterr().err == ""
 
 
+class _LeavingReader(_ClosedPipe):
+    """A reader that leaves in the middle of a long report: the write in progress is cut short (CPython returns
+    the bytes it wrote, raising nothing), the next one raises."""
+
+    def __init__(self):
+        super().__init__()
+        self.written = 0
+
+    def write(self, data):
+        if self.written:
+            raise BrokenPipeError(32, "Broken pipe")
+        self.written = min(len(data) - 1, 65536)  # all but the last byte, or what a pipe takes at once
+        return self.written
+
+
+class _FullDisk(_ClosedPipe):
+    def write(self, data):
+        raise OSError(28, "No space left on device")
+
+
+def test_a_reader_leaving_mid_report_or_a_full_stdout_is_no_success_and_no_bug(monkeypatch, capsys, diagnosed):
+    """A report over 64 KiB whose reader left exited 0 as if delivered; `> /dev/full` was 'internal error', 3."""
+    monkeypatch.setattr(sys, "stdout", _LeavingReader())
+    assert cli.main(["demo-bert", "--quiet"]) == cli.EXIT_BROKEN_PIPE and capsys.readouterr().err == ""
+    monkeypatch.setattr(sys, "stdout", _FullDisk())
+    assert cli.main(["demo-bert", "--quiet"]) == cli.EXIT_BAD_INPUT
+    assert capsys.readouterr().err == "error: cannot write the report to stdout: No space left on device\n"
+
+
+def test_ctrl_c_is_one_line_and_130(monkeypatch, capsys):
+    """Ctrl-C in a minutes-long diagnosis printed a 60-line traceback."""
+    def interrupted(args, progress):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_diagnose", interrupted)
+    assert cli.main(["demo-bert", "--quiet"]) == 130 and capsys.readouterr().err == "error: interrupted\n"
+
+
+@pytest.mark.parametrize("heads", ["0", "-4", "2.5"])
+def test_heads_must_be_a_positive_whole_number(heads, capsys, diagnosed):
+    """`--heads -4` was said not to divide d_model; `--heads 0` on a folder was 'ignored' with a note."""
+    assert cli.main(["demo-bert", "--heads", heads, "--quiet"]) == 2 and diagnosed == []
+    assert "--heads: expected a whole number of at least 1" in capsys.readouterr().err
+
+
+def test_a_missing_weights_file_is_no_hub_id(tmp_path, monkeypatch, capsys):
+    """`weights.safetensors` not found here was looked up on the Hugging Face Hub, and an absolute one called a
+    folder."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["weights.safetensors", "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("error: no file or folder weights.safetensors; check the path")
+
+
 def test_out_dash_is_stdout_and_an_empty_out_is_refused(tmp_path, monkeypatch, capsys, diagnosed):
     """`--out -` created a file named '-'; `--out ""` wrote to stdout without a word."""
     monkeypatch.chdir(tmp_path)
