@@ -72,6 +72,10 @@ class AttentionMonitor:
         if problem:
             raise InputError(f"cannot write the monitor log {self.log_path}: {problem}")
         self.uniform_after = uniform_after
+        # a file in the folder's place raised FileExistsError out of the training loop at the first measurement
+        problem = tensorboard_dir is not None and unwritable(Path(tensorboard_dir) / "events", make_folders=True)
+        if problem:
+            raise InputError(f"cannot write TensorBoard events in {tensorboard_dir}: {problem}")
         self.tensorboard_dir = tensorboard_dir
         self._writer = None
         self._warned: set = set()  # (code, part) of the findings already warned about

@@ -62,9 +62,7 @@ class Timeline:
     def metric(self, name: str, part=None) -> np.ndarray:
         """``[steps, layers, heads]`` of one head metric (``entropy``, ``sink_score``, ...); NaN where missing."""
         part = self._part(part)
-        n_layers, n_heads = self.shape(part)
-        filled = sum(h["part"] == part for r in self.records for h in r["heads"])
-        _check_cells(part, (len(self.records), n_layers, n_heads), filled)
+        n_layers, n_heads = self.check_grid(part)
         out = np.full((len(self.records), n_layers, n_heads), np.nan, dtype=np.float32)
         for i, record in enumerate(self.records):
             for h in record["heads"]:
@@ -72,6 +70,14 @@ class Timeline:
                 if h["part"] == part and h["layer"] < n_layers and h["head"] < n_heads and _number(value):
                     out[i, h["layer"], h["head"]] = value
         return out
+
+    def check_grid(self, part) -> tuple[int, int]:
+        """``(layers, heads)`` of ``part``, or InputError when its grid of steps × layers × heads is too large, or far
+        emptier than a monitor's (``_check_cells``)."""
+        n_layers, n_heads = self.shape(part)
+        filled = sum(h["part"] == part for r in self.records for h in r["heads"])
+        _check_cells(part, (len(self.records), n_layers, n_heads), filled)
+        return n_layers, n_heads
 
     def _part(self, part):
         """``part``, or the first part of the log (None when it measured no heads)."""
@@ -240,7 +246,10 @@ def _timeline(records: list[dict], notes=()) -> Timeline:
         by_step[record["step"]] = record
     notes = list(notes) + ([f"{len(records) - len(by_step)} repeated steps: the later measurement is shown"]
                            if len(by_step) < len(records) else [])
-    return Timeline([by_step[s] for s in sorted(by_step)], notes)
+    timeline = Timeline([by_step[s] for s in sorted(by_step)], notes)
+    for part in timeline.parts:  # a damaged grid is refused while reading, naming its log, not when drawn
+        timeline.check_grid(part)
+    return timeline
 
 
 def _one_model(records: list[dict]) -> None:

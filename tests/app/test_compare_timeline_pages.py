@@ -1,5 +1,6 @@
 """The Compare and Timeline pages under AppTest: good input draws, bad input is one st.error, never an exception."""
 
+import json
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -220,17 +221,22 @@ def test_timeline_run_names_and_notes_are_plain_text(bert_folder, monkeypatch, t
 
 
 def test_timeline_one_unreadable_log_is_named_and_the_others_still_show(monkeypatch, tmp_path):
-    """An empty log among three showed nothing, with "the log holds no measurement yet" and no file name."""
+    """An empty log among three showed nothing, with "the log holds no measurement yet" and no file name; a log
+    whose grid was damaged was refused only when drawn, unnamed, and the runs after it were not drawn."""
     healthy = (LOGS / "healthy.jsonl").read_bytes()
     at = _page("timeline")
     uploader = at.file_uploader(key="tl_upload")
-    for name, data in (("run-a.jsonl", healthy), ("run-b.jsonl", b""), ("run-c.jsonl", healthy[:50])):
+    damaged = json.loads(healthy.splitlines()[0])  # parses, but its heads fill 9 of 512 × 1024 cells
+    damaged["model"]["parts"]["self"] = {"layers": 512, "heads": 1024}
+    damaged["heads"].append(dict(damaged["heads"][0], layer=511, head=1023))
+    for name, data in (("run-a.jsonl", healthy), ("run-b.jsonl", b""), ("run-c.jsonl", healthy[:50]),
+                       ("run-d.jsonl", json.dumps(damaged).encode()), ("run-e.jsonl", healthy)):
         uploader.upload(name, data)
     at = uploader.run().button(key="tl_run").click().run()
-    assert not at.exception and [h.value for h in at.subheader] == [r"run-a.jsonl"]
-    assert [e.value.split(":")[0] for e in at.error] == ["run-b.jsonl", "run-c.jsonl"], _errors(at)
+    assert not at.exception and [h.value for h in at.subheader] == [r"run-a.jsonl", r"run-e.jsonl"]
+    assert [e.value.split(":")[0] for e in at.error] == ["run-b.jsonl", "run-c.jsonl", "run-d.jsonl"], _errors(at)
     at.radio(key="tl_metric").set_value("sink_score").run()  # the problems stay in view with the runs
-    assert len(at.error) == 2 and len(at.get("plotly_chart")) == 2
+    assert len(at.error) == 3 and len(at.get("plotly_chart")) == 4
 
 
 def test_timeline_paths_missing_or_listed_twice(monkeypatch, tmp_path):

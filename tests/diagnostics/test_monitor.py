@@ -95,6 +95,7 @@ def test_a_wrapped_model_is_measured_as_the_model_inside(wrap):
     ({"probes": [("a pair", "")]}, "every monitor probe must be non-empty text"),
     ({"log_path": "{tmp}"}, "it is a folder"),
     ({"log_path": "{tmp}/notes.txt/attention.jsonl"}, "notes.txt is a file, not a folder"),
+    ({"tensorboard_dir": "{tmp}/notes.txt"}, "TensorBoard events in .*notes.txt is a file, not a folder"),
 ])
 def test_bad_arguments_are_refused_before_training(tmp_path, arguments, message):
     """Before, each was accepted and failed at the first due step (a raw TypeError or OSError, mid-training)."""
