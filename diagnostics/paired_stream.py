@@ -22,7 +22,7 @@ import threading
 import torch
 
 from core.errors import InputError
-from core.extraction.streaming import CHUNK_FLOATS, stream_attention
+from core.extraction.streaming import CHUNK_FLOATS, stream_attention, streaming_kernels
 from diagnostics.measure.redundancy import PairedJS
 from core.extraction.extract import model_is_causal
 
@@ -105,15 +105,19 @@ def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_id
         except BaseException as err:  # noqa: BLE001  handed to the other side, raised there
             handoff.put(err)
 
-    worker = threading.Thread(target=run_a, name="attnscope-compare-a", daemon=True)
-    worker.start()
-    try:
-        streamed = stream_attention(model_b, input_ids, lambda layer, h, k: _Receiver(handoff, layer, k, causal),
-                                    chunk_rows=rows, token_type_ids=token_type_ids)
-        handoff.finish()
-    finally:
-        handoff.stopped.set()
-        worker.join()
+    # Both switched here, around both threads: two models sharing one config (AutoModel.from_config(a.config)), or
+    # one model compared with itself, were switched back by the thread that finished first while the other still
+    # streamed (a false "ran more attention layers"), or left switched.
+    with streaming_kernels(model_a), streaming_kernels(model_b):
+        worker = threading.Thread(target=run_a, name="attnscope-compare-a", daemon=True)
+        worker.start()
+        try:
+            streamed = stream_attention(model_b, input_ids, lambda layer, h, k: _Receiver(handoff, layer, k, causal),
+                                        chunk_rows=rows, token_type_ids=token_type_ids)
+            handoff.finish()
+        finally:
+            handoff.stopped.set()
+            worker.join()
     return torch.stack([consumer.js.finalize() for consumer in streamed.consumers])  # (L, H)
 
 

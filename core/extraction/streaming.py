@@ -237,7 +237,7 @@ def can_stream(model) -> bool:
 
 
 @contextmanager
-def _streaming_kernels(model):
+def streaming_kernels(model):
     """Route every attention layer of ``model`` through the streaming function; undo it after."""
     if isinstance(model, PreTrainedModel):
         previous = model.config._attn_implementation
@@ -248,13 +248,17 @@ def _streaming_kernels(model):
             model.set_attn_implementation(previous)
     elif isinstance(model, AttnScopeTransformer):
         modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+        previous = [m.__dict__.get("attention_fn") for m in modules]  # nested: an outer switch's, else none
         for module in modules:
             module.attention_fn = _custom_attention
         try:
             yield
         finally:
-            for module in modules:
-                del module.attention_fn  # back to the class default, the written-out path
+            for module, fn in zip(modules, previous):
+                if fn is None:
+                    del module.attention_fn  # back to the class default, the written-out path
+                else:
+                    module.attention_fn = fn
     else:
         raise ExtractionError(
             f"streaming supports Hugging Face and AttnScope models; {type(model).__name__} is neither. "
@@ -293,7 +297,7 @@ def stream_attention(
     start = time.perf_counter()
     token = _ACTIVE.set(stream)
     try:
-        with eval_mode(model), _streaming_kernels(model), torch.no_grad():
+        with eval_mode(model), streaming_kernels(model), torch.no_grad():
             output = _forward(model, input_ids, attention_mask, token_type_ids)
     finally:
         _ACTIVE.reset(token)

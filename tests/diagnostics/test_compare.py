@@ -68,6 +68,26 @@ def test_long_probes_are_streamed_in_lockstep_and_agree_with_the_maps(monkeypatc
         assert a.js_distance == pytest.approx(b.js_distance, abs=1e-4)
 
 
+def test_models_sharing_one_config_or_one_model_twice_stream_and_are_switched_back():
+    """Each thread switched the attention implementation and switched it back: a model built with
+    AutoModel.from_config(a.config) shares a's config, so the first thread to finish undid the other's switch
+    (a false 'ran more attention layers') or left the config switched (30 of 30 runs)."""
+    from transformers import AutoModel
+
+    from core import AttnScopeTransformer, TransformerConfig
+    from diagnostics.paired_stream import stream_paired_js
+
+    a = tiny_bert()
+    b = AutoModel.from_config(a.config, add_pooling_layer=False).eval()
+    b.load_state_dict(a.state_dict(), strict=False)
+    implementation, ids = a.config._attn_implementation, torch.arange(1, 13).unsqueeze(0)  # (1, T)
+    assert a.config is b.config and stream_paired_js(a, b, ids, chunk_rows=3).abs().max() == 0
+    assert a.config._attn_implementation == implementation
+    custom = AttnScopeTransformer(TransformerConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32)).eval()
+    assert stream_paired_js(custom, custom, ids, chunk_rows=3).abs().max() == 0
+    assert not any("attention_fn" in vars(m) for m in custom.modules())
+
+
 def test_default_probes_are_streamed_as_the_diagnoses_read_them(monkeypatch):
     """A decoder's default probes are ``CAUSAL_PROBES``: the lockstep distances read them too, not the shorter
     ones, so they equal the distances between the whole maps."""
