@@ -16,6 +16,7 @@ import argparse
 import sys
 
 from benchmarks.diagnose import long_probe, smollm2_model
+from diagnostics.cli import positive_int
 
 
 def minilm_model():
@@ -84,9 +85,11 @@ def sampling_main(argv, doc: str, compare, models: list, tokens: list, rows: int
     """The command line of a row-sampling benchmark: ``compare(model, tokens, rows)`` row by row under ``header``."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=models, choices=["minilm", "smollm2"])
-    parser.add_argument("--tokens", nargs="+", type=int, default=tokens)
-    parser.add_argument("--rows", type=int, default=rows, help=f"rows sampled per map (default: {rows})")
+    parser.add_argument("--tokens", nargs="+", type=positive_int, default=tokens, help="one per model")
+    parser.add_argument("--rows", type=positive_int, default=rows, help=f"rows sampled per map (default: {rows})")
     args = parser.parse_args(argv)
+    if len(args.tokens) != len(args.models):  # zip dropped the models without a length
+        parser.error(f"give one --tokens per model: {len(args.models)} models, {len(args.tokens)} lengths")
     print(header, flush=True)
     for name, length in zip(args.models, args.tokens):
         print(compare(name, length, args.rows), flush=True)

@@ -182,6 +182,8 @@ def main(argv=None) -> int:
     if args.worker:
         print(json.dumps(measure(*json.loads(args.worker))))
         return 0
+    if min(args.lengths) < 1:  # each length failed in its worker, and the run still exited 0
+        parser.error(f"--lengths are token counts of at least 1, got {min(args.lengths)}")
     print(f"machine: {machine()}\n\n{HEADER}", flush=True)
     for name in args.models:
         for length in args.lengths:

@@ -42,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     """argparse type of a count: a whole number of at least 1 (``--heads -4`` was said not to divide d_model)."""
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
@@ -72,7 +72,7 @@ def build_compare_parser():
 
 
 def _add_options(parser):
-    parser.add_argument("--heads", type=_positive_int, metavar="N",
+    parser.add_argument("--heads", type=positive_int, metavar="N",
                         help="attention heads per layer, for a bare state dict whose weights do not say it")
     parser.add_argument("--text", action="append", metavar="TEXT",
                         help=f"probe text (repeatable), a paragraph each: findings from a probe under "

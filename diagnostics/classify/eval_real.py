@@ -135,7 +135,7 @@ def precision_recall(tp, fp, fn):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=("heldout", "tuning"), default="heldout")
-    parser.add_argument("--models", nargs="*", default=list(real_models()))
+    parser.add_argument("--models", nargs="+", default=list(real_models()), choices=list(real_models()))
     parser.add_argument("--long", action="store_true", help="also count block heads on one long text")
     parser.add_argument("--sink-lengths", action="store_true", help="only the sink role at 20-300 tokens")
     args = parser.parse_args(argv)

@@ -216,7 +216,7 @@ def real_models():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=list(real_models()))
+    parser.add_argument("--models", nargs="+", default=list(real_models()), choices=list(real_models()))
     args = parser.parse_args(argv)
     data = json.loads(DATA.read_text()) if DATA.exists() else {}
     for name in args.models:
