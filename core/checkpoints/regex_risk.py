@@ -2,16 +2,44 @@
 
 A tokenizer's pre-tokenizer or normalizer may split or replace on a regex (``{"Regex": "..."}``), run by the
 ``tokenizers`` library's Oniguruma engine while holding the GIL. A repeated group that can match the same text in
-several ways — ``(\\D|\\D\\D){1,22}\\d``, ``(a+)+`` — backtracks: 45 characters took 1.2 s, 180 took
+several ways — ``(\\D|\\D\\D){1,22}\\d``, ``(\\D\\D?)+\\d``, ``(a+)+`` — backtracks: 45 characters took 1.2 s, 180 took
 12 s, and the whole server froze meanwhile; past Oniguruma's retry limit the library panics with an exception that is
-not an ``Exception``. Released tokenizers (GPT-2, Llama 3, Qwen, GPT-4o's, DeepSeek's) repeat single characters
-and classes only, and at most make a group optional, so a group repeated more than once that itself holds a
-repetition or an alternative is refused (the classic nested-quantifier test for catastrophic backtracking).
+not an ``Exception``. The shape alone also catches harmless patterns of released tokenizers (SuperBPE's
+``(?=(\\d{3})+(?!\\d))``, EXAONE's), so a pattern of that shape (``backtracks``) is only suspected: the tokenizer is
+run on adversarial texts in a child process (``slow_pattern``), and refused when that takes over ``TIME_LIMIT_S``
+or crashes. The main process never runs a suspected pattern that was not timed.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 _REPEATS = "*+{"  # a quantifier that may repeat what precedes it more than once ("?" allows at most one)
+TIME_LIMIT_S = 5.0  # for the child to load the tokenizer and encode every adversarial text (a safe one: ~0.5 s)
+# Texts on which a repeated ambiguous group fails slowly: long runs of one kind of character, none completing a match
+_ADVERSARIAL = ["a" * 400, "1" * 400, " " * 400, "a1" * 200, "aé" * 200, "!" * 400, "a " * 200, "é" * 400,
+                "The quick brown fox jumps over the lazy dog, again and again. " * 6]
+# The child: load tokenizer.json alone (no transformers) under a 2 GB address space, encode each text
+_CHILD = ("import resource, sys, json; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+          "from tokenizers import Tokenizer; t = Tokenizer.from_file(sys.argv[1]); "
+          "[t.encode(text) for text in json.loads(sys.argv[2])]")
+
+
+def slow_pattern(path: Path) -> str | None:
+    """The first regex of the ``tokenizer.json`` at ``path`` that is suspected (``backtracks``) and, run in a child
+    process on ``_ADVERSARIAL`` texts, takes over ``TIME_LIMIT_S`` or crashes it; else None."""
+    suspected = [p for p in regex_patterns(json.loads(path.read_bytes())) if backtracks(p)]
+    if not suspected:
+        return None
+    try:
+        child = subprocess.run([sys.executable, "-c", _CHILD, str(path), json.dumps(_ADVERSARIAL)],
+                               capture_output=True, timeout=TIME_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        return suspected[0]
+    return suspected[0] if child.returncode else None
 
 
 def regex_patterns(node) -> list[str]:
@@ -42,9 +70,11 @@ def backtracks(pattern: str) -> bool:
             continue
         if char == "(":
             groups.append(False)
+            if pattern[i + 1:i + 2] == "?":  # (?: (?= (?i: ...: the group's kind, not a quantifier
+                i += 1
         elif char == "|" and groups:
             groups[-1] = True
-        elif char in "*+" or (char == "{" and _repeats_braces(pattern, i)):
+        elif char in "*+?" or (char == "{" and _braces(pattern, i)):  # \D\D? varies in length as \D+ does
             if groups:
                 groups[-1] = True
         elif char == ")" and groups:
@@ -61,19 +91,19 @@ def _repeated(pattern: str, at: int) -> bool:
     """Whether a quantifier that repeats more than once starts at ``at``."""
     if at >= len(pattern) or pattern[at] not in _REPEATS:
         return False
-    return pattern[at] != "{" or _repeats_braces(pattern, at)
+    braces = _braces(pattern, at) if pattern[at] == "{" else (1, None)
+    return braces is not None and (braces[1] is None or braces[1] > 1)
 
 
-def _repeats_braces(pattern: str, at: int) -> bool:
-    """Whether ``{n}``, ``{n,}`` or ``{n,m}`` at ``at`` allows more than one repetition (``{0,1}`` and ``{1}`` do
-    not); a ``{`` that starts no quantifier is a plain character."""
+def _braces(pattern: str, at: int) -> tuple[int, int | None] | None:
+    """``(low, high)`` of the quantifier ``{n}``, ``{n,}`` or ``{n,m}`` at ``at`` (high None: unbounded), or None
+    for a ``{`` that starts no quantifier (a plain character)."""
     end = pattern.find("}", at)
     body = pattern[at + 1:end] if end > at else ""
     low, comma, high = body.partition(",")
     if not (low.isdigit() or (comma and not low)) or (high and not high.isdigit()):
-        return False
-    top = int(high) if high else (None if comma else int(low))
-    return top is None or top > 1
+        return None
+    return int(low or 0), int(high) if high else (None if comma else int(low))
 
 
 def _class_end(pattern: str, start: int) -> int:

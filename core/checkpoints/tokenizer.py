@@ -9,7 +9,6 @@ only compatibility the weights can show; the note says so.
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +17,7 @@ from transformers import AutoTokenizer
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from ..errors import first_line
-from .regex_risk import backtracks, regex_patterns
+from .regex_risk import TIME_LIMIT_S, slow_pattern
 from .registry import DEMO_MODELS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -27,8 +26,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 UNREADABLE = "the checkpoint's tokenizer files could not be loaded ({err}); "
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
-BACKTRACKS = ("the checkpoint's tokenizer.json splits text with the regex {pattern!r}, which repeats a group that "
-              "can match the same text in several ways and may take minutes on one sentence, so it was not used; ")
+BACKTRACKS = ("the checkpoint's tokenizer.json splits text with the regex {pattern}, which repeats a group that can "
+              "match the same text in several ways and took over {seconds:g} s on a few hundred characters, so it was "
+              "not used; ")
 TOO_LARGE = "the checkpoint's tokenizer has {n} tokens but the model only {vocab} embeddings, so it was not used; "
 BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because the vocabulary sizes match ({vocab}) — "
             "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")
@@ -71,17 +71,15 @@ def _own_tokenizer(clean: Path):
     try:
         risky = _backtracking_regex(clean / "tokenizer.json")
         if risky:
-            return None, BACKTRACKS.format(pattern=risky[:60])
+            return None, BACKTRACKS.format(pattern=risky[:60], seconds=TIME_LIMIT_S)
         return AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False), ""
     except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
         return None, UNREADABLE.format(err=first_line(err, 120))
 
 
 def _backtracking_regex(path: Path) -> str | None:
-    """The first regex of ``tokenizer.json`` that can backtrack for minutes (``regex_risk``), or None."""
-    if not path.is_file():
-        return None
-    return next((p for p in regex_patterns(json.loads(path.read_bytes())) if backtracks(p)), None)
+    """The first regex of ``tokenizer.json`` that backtracks for seconds (``regex_risk.slow_pattern``), or None."""
+    return slow_pattern(path) if path.is_file() else None
 
 
 def has_vocabulary(tokenizer) -> bool:
