@@ -247,7 +247,10 @@ class _NoteHandler(logging.StreamHandler):
             from tqdm import tqdm
         except ImportError:
             return super().emit(record)
-        tqdm.write(self.format(record), file=self.stream)
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - as StreamHandler: a closed stream is logging's error, not the caller's
+            self.handleError(record)
 
 
 class _NoteFormatter(logging.Formatter):

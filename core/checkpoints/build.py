@@ -33,6 +33,7 @@ MAX_VOCAB = 1 << 22  # vocabulary, position and bucket counts
 # transformers builds an id2label entry per label, even for a model without a classifier: 1,000,000 labels took 5-12 s
 # and +0.6 GB from an 80 kB upload (ImageNet-21k has 21,843 classes)
 MAX_LABELS = 1 << 16
+MAX_DEPTH_FACTOR = 16  # EfficientNet-B7 multiplies its stages' layers by 3.1
 # The dtypes a model is loaded in: its config's when half or single precision, else float32, the 4 bytes a parameter
 # that the model limit counts ("dtype": "float64" built twice the limit)
 LOAD_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -77,9 +78,9 @@ BAD_LAYERS = ("config.json sets {key} to {value}; its layers must be at most {hi
               "saved with these weights")
 MANY_LABELS = ("config.json lists {n:,} labels in {key}; at most {high:,} are accepted — upload the config.json saved "
                "with these weights")
-HEAVY = ("the weights' tensors take {gb:.1f} GB (views of the same stored numbers count each time), above twice the "
-         "{limit:,}-byte model limit; save each weight once, e.g. torch.save(model.state_dict(), ...), or raise the "
-         "limit with {env}")
+HEAVY = ("the weights' tensors take {gb:.1f} GB (views of the same stored numbers count each time), above twice "
+         "the {stored:.2g} GB the file stores or the {limit:,}-byte model limit; save each weight once, e.g. "
+         "torch.save(model.state_dict(), ...), or raise the limit with {env}")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; upload the config.json saved with these weights")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
@@ -111,6 +112,11 @@ def check_config_sizes(config: dict, depth: int = 0) -> None:
     uneven = uneven_head_groups(config)
     if uneven:
         raise CheckpointError(f"config.json sets {uneven}; upload the config.json saved with these weights")
+    _check_repeated_blocks(config)
+    factor = config.get("depth_coefficient")  # EfficientNet's layers per stage x this: 300 built 103,812 tensors
+    if isinstance(factor, (int, float)) and not isinstance(factor, bool) and not 0 < factor <= MAX_DEPTH_FACTOR:
+        raise CheckpointError(f"config.json sets depth_coefficient to {json.dumps(factor)[:40]}; it must be above 0 "
+                              f"and at most {MAX_DEPTH_FACTOR} — upload the config.json saved with these weights")
     for key, value in config.items():
         if key in ("id2label", "label2id") and isinstance(value, dict):
             if len(value) > MAX_LABELS:
@@ -134,6 +140,20 @@ def uneven_head_groups(config: dict) -> str | None:
     if heads > 0 and groups > 0 and heads % groups:
         return f"{heads} attention heads over {groups} key/value heads, which must divide them evenly"
     return None
+
+
+def _check_repeated_blocks(config: dict) -> None:
+    """Funnel runs block_sizes[i] x block_repeats[i] layers: each list within the cap, [500] x [500] ran 250,000."""
+    sizes, repeats = config.get("block_sizes"), config.get("block_repeats")
+    if isinstance(sizes, list) and isinstance(repeats, list):
+        pairs = [(s, r) for s, r in zip(sizes, repeats) if _count(s) and _count(r)]
+        if sum(s * r for s, r in pairs) > MAX_LAYERS:
+            shown = json.dumps(sizes)[:20] + " × " + json.dumps(repeats)[:20]
+            raise CheckpointError(BAD_LAYERS.format(key="block_sizes × block_repeats", value=shown, high=MAX_LAYERS))
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _check_layer_list(key: str, value: list) -> None:
@@ -293,12 +313,14 @@ def _check_present(skeleton, state) -> None:
 
 
 def _check_written(state: dict[str, torch.Tensor], limits: Limits) -> None:
-    """The weights are written out again for transformers, views copied: they may take at most twice the model
-    limit (tied or float64 weights). Views of one stored tensor are each written whole (600,000 one-number views of
-    one storage took 77 s and +1.55 GB)."""
+    """The weights are written out again for transformers, views copied: they may take at most twice what the file
+    stores (tied weights) and twice the model limit (float64 weights). Views of one stored tensor are each written
+    whole (600,000 one-number views of one storage took 77 s and +1.55 GB)."""
     total = sum(t.numel() * t.element_size() for t in state.values())
-    if total > 2 * limits.max_model_bytes:
-        raise CheckpointError(HEAVY.format(gb=total / 1e9, limit=limits.max_model_bytes, env=ENV_MAX_MODEL))
+    stored = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state.values()}.values())
+    if total > 2 * min(stored, limits.max_model_bytes):  # a 4 MB pickle of views wrote 200 MB at a 100 MB limit
+        raise CheckpointError(HEAVY.format(gb=total / 1e9, stored=stored / 1e9, limit=limits.max_model_bytes,
+                                           env=ENV_MAX_MODEL))
 
 
 def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

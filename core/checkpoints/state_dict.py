@@ -215,6 +215,8 @@ def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
         if not plain or not (index.parent / shard).is_file():
             raise CheckpointError(BAD_INDEX.format(name=index.name, why=f"shard {shard!r} is missing"))
         state.update(read_state_dict(index.parent / shard))
+        if len(state) > MAX_TORCH_RECORDS:  # each shard within the cap, the model over it (120,037 were written)
+            raise CheckpointError(TOO_MANY.format(name=f"{index.name}'s shards", n=len(state), high=MAX_TORCH_RECORDS))
     missing = [k for k in weight_map if k not in state]
     if missing:
         why = f"{len(missing)} tensors missing, e.g. {missing[0]}"

@@ -68,6 +68,31 @@ def test_decoder_and_cross_stack_keys_are_capped():
         assert key in build._CAPPED_KEYS, key
 
 
+def test_depth_given_as_lists_or_a_multiplier_is_capped_in_all():
+    """Each list within the cap, Funnel's block_sizes × block_repeats ([40] × [300]) ran 12,000 layers a forward;
+    EfficientNet's depth_coefficient 300 built 103,812 tensors before anything was refused."""
+    for config in ({"block_sizes": [40], "block_repeats": [300]}, {"depths": [600]}, {"depth_coefficient": 300},
+                   {"attn_layers": ["local"] * 513}):
+        with pytest.raises(CheckpointError, match="^config.json sets (block_sizes|depths|depth_coefficient|attn_l)"):
+            build.check_model_config({"model_type": "funnel", **config})
+    for config in ({"block_sizes": [4, 4, 4], "block_repeats": [1, 1, 1]}, {"depths": [3, 3, 27, 3]},
+                   {"depth_coefficient": 3.1}, {"layer_types": ["full_attention"] * 12}):
+        build.check_model_config({"model_type": "funnel", **config})
+
+
+def test_the_tensor_cap_counts_every_shard_of_an_index(tmp_path, monkeypatch):
+    """Each shard within the 100,000-tensor cap, an index over two of them wrote 120,037 tensors (the count is
+    refused as soon as the shards read pass it)."""
+    from core.checkpoints import state_dict
+
+    monkeypatch.setattr(state_dict, "MAX_TORCH_RECORDS", 30)  # the tiny BERT's 37 tensors in shards of fewer
+    folder = tmp_path / "root" / "bert"
+    tiny_bert().save_pretrained(folder, max_shard_size="20KB")
+    assert len(list(folder.glob("model-*.safetensors"))) > 1
+    with pytest.raises(CheckpointError, match="index.json's shards holds 3[0-9] tensors; AttnScope reads at most 30"):
+        load_checkpoint(folder)
+
+
 @pytest.mark.parametrize("model_type", ["bert", "gpt2", "t5", "bart", "llama", "distilbert", "albert", "mistral",
                                         "opt", "whisper", "gpt_neox", "xlnet"])
 def test_min_parameters_is_a_lower_bound(model_type):
