@@ -56,6 +56,13 @@ DROPPED_METRICS = ("diag_mass", "rest_diag_mass")  # per-offset masses: long, su
 log = logging.getLogger("attnscope.monitor")
 
 
+def _unwritable_folder(folder: Path) -> str | None:
+    """Why files cannot be written in ``folder`` (made if missing), or None."""
+    if folder.is_dir():
+        return None if os.access(folder, os.W_OK) else "permission denied"
+    return unwritable(folder / "events", make_folders=True)  # its nearest existing parent must be a writable folder
+
+
 class AttentionMonitor:
     def __init__(self, tokenizer=None, probes=None, every: int = DEFAULT_EVERY, log_path=None,
                  uniform_after: int = DEFAULT_UNIFORM_AFTER, tensorboard_dir=None):
@@ -73,7 +80,7 @@ class AttentionMonitor:
             raise InputError(f"cannot write the monitor log {self.log_path}: {problem}")
         self.uniform_after = uniform_after
         # a file in the folder's place raised FileExistsError out of the training loop at the first measurement
-        problem = tensorboard_dir is not None and unwritable(Path(tensorboard_dir) / "events", make_folders=True)
+        problem = tensorboard_dir is not None and _unwritable_folder(Path(tensorboard_dir))
         if problem:
             raise InputError(f"cannot write TensorBoard events in {tensorboard_dir}: {problem}")
         self.tensorboard_dir = tensorboard_dir

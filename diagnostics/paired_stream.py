@@ -24,7 +24,7 @@ import torch
 from core.errors import InputError
 from core.extraction.streaming import CHUNK_FLOATS, stream_attention, streaming_kernels
 from diagnostics.measure.redundancy import PairedJS
-from core.extraction.extract import model_is_causal
+from core.extraction.extract import eval_mode, model_is_causal
 
 HANDOFF_TIMEOUT_S = 600  # a side that waits this long for the other is stuck, not slow
 _DONE = object()
@@ -107,8 +107,8 @@ def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_id
 
     # Both switched here, around both threads: two models sharing one config (AutoModel.from_config(a.config)), or
     # one model compared with itself, were switched back by the thread that finished first while the other still
-    # streamed (a false "ran more attention layers"), or left switched.
-    with streaming_kernels(model_a), streaming_kernels(model_b):
+    # streamed (a false "ran more attention layers"), or left switched (in eval mode: a training model lost dropout).
+    with eval_mode(model_a), eval_mode(model_b), streaming_kernels(model_a), streaming_kernels(model_b):
         worker = threading.Thread(target=run_a, name="attnscope-compare-a", daemon=True)
         worker.start()
         try:

@@ -247,9 +247,20 @@ def _timeline(records: list[dict], notes=()) -> Timeline:
     notes = list(notes) + ([f"{len(records) - len(by_step)} repeated steps: the later measurement is shown"]
                            if len(by_step) < len(records) else [])
     timeline = Timeline([by_step[s] for s in sorted(by_step)], notes)
-    for part in timeline.parts:  # a damaged grid is refused while reading, naming its log, not when drawn
-        timeline.check_grid(part)
+    _check_grids(timeline.records)  # a damaged grid is refused while reading, naming its log, not when drawn
     return timeline
+
+
+def _check_grids(records: list[dict]) -> None:
+    """``_check_cells`` for every part, in one pass over the heads (a pass per part was quadratic: 8,000 one-head
+    parts took 4.5 s)."""
+    grids = {}  # part -> [layers, heads, filled]
+    for record in records:
+        for h in record["heads"]:
+            grid = grids.setdefault(h["part"], [0, 0, 0])
+            grid[0], grid[1], grid[2] = max(grid[0], h["layer"] + 1), max(grid[1], h["head"] + 1), grid[2] + 1
+    for part, (n_layers, n_heads, filled) in grids.items():
+        _check_cells(part, (len(records), n_layers, n_heads), filled)
 
 
 def _one_model(records: list[dict]) -> None:

@@ -86,6 +86,10 @@ def test_models_sharing_one_config_or_one_model_twice_stream_and_are_switched_ba
     custom = AttnScopeTransformer(TransformerConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32)).eval()
     assert stream_paired_js(custom, custom, ids, chunk_rows=3).abs().max() == 0
     assert not any("attention_fn" in vars(m) for m in custom.modules())
+    a.train()  # each thread set eval mode and restored what it found: the later one restored eval (5 of 20 runs)
+    for _ in range(10):
+        stream_paired_js(a, a, ids, chunk_rows=3)
+        assert a.training and all(m.training for m in a.modules())
 
 
 def test_default_probes_are_streamed_as_the_diagnoses_read_them(monkeypatch):

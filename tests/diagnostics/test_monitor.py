@@ -87,6 +87,13 @@ def test_a_wrapped_model_is_measured_as_the_model_inside(wrap):
     assert callback.monitor.seconds > 0
 
 
+def test_a_tensorboard_folder_may_exist_or_be_made(tmp_path):
+    """Its check took the folder for a file: one holding an ``events`` sub-folder was refused."""
+    (tmp_path / "tb" / "events").mkdir(parents=True)
+    for folder in (tmp_path / "tb", tmp_path / "new" / "tb"):
+        assert AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, tensorboard_dir=folder).tensorboard_dir
+
+
 @pytest.mark.parametrize("arguments, message", [
     ({"every": 0}, "every must be a whole number of steps, at least 1"),
     ({"every": 1.5}, "every must be a whole number"),

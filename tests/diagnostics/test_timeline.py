@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 
 import numpy as np
 import pytest
@@ -230,3 +231,15 @@ def test_checkpoint_folder_names_are_steps_as_the_trainer_writes_them(tmp_path, 
         (tmp_path / name).mkdir()
     with pytest.raises(InputError, match=re.escape(problem)):
         checkpoint_folders(tmp_path, allowed_roots=[tmp_path])
+
+
+def test_a_log_of_many_parts_is_read_in_one_pass():
+    """Each part's grid was checked with a pass over every head: 8,000 one-head parts (a 1 MB log) took 4.5 s."""
+    parts = [f"p{i}" for i in range(8000)]
+    record = {"schema": "attnscope.monitor/1", "step": 0, "findings": [],
+              "model": {"architecture": "x", "parts": {p: {"layers": 1, "heads": 1} for p in parts}},
+              "heads": [{"part": p, "layer": 0, "head": 0, "pattern": "diffuse", "metrics": {}, "roles": []}
+                        for p in parts]}
+    start = time.perf_counter()
+    assert len(parse_log(json.dumps(record)).parts) == 8000
+    assert time.perf_counter() - start < 1.0  # 0.03 s here
