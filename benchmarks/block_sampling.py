@@ -42,7 +42,7 @@ def compare(name: str, tokens: int, rows: int) -> str:
 def main(argv=None) -> int:
     from diagnostics.measure.metrics import BLOCK_ROWS
 
-    header = ("| model | tokens | every n-th row | heads | max abs. error | mean abs. error | exact scores "
+    header = ("| model | tokens | one row in | heads | max abs. error | mean abs. error | exact scores "
               "| labels changed | top-k mass: max abs. error | mean abs. error | exact |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|")
     return sampling_main(argv, __doc__, compare, ["smollm2", "minilm"], [2048, 512], BLOCK_ROWS, header)

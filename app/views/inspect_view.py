@@ -81,8 +81,11 @@ def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, hea
                    model_key: tuple) -> None:
     """One more picture of the layer, drawn only when chosen (each is a page of its own); ``model_key`` is the
     ``(source, stamp)`` the result was read from (the neuron view reads that model's query and key vectors)."""
-    default = EXTRA_VIEWS[0] if len(result.tokens) <= HEAD_VIEW_FIRST_UP_TO else "None"
-    shown = st.segmented_control("More views", EXTRA_VIEWS, default=default, key="inspect_extra_view")
+    long = len(result.tokens) > HEAD_VIEW_FIRST_UP_TO
+    # a long input has a control of its own: the one key kept the short example's head view, and the default was
+    # never read (a 1,320-token text opened with a 337 kB head view)
+    shown = st.segmented_control("More views", EXTRA_VIEWS, default="None" if long else EXTRA_VIEWS[0],
+                                 key="inspect_extra_view_long" if long else "inspect_extra_view")
     if shown == "Head view":
         head_detail.head_view_ui("inspect_", result_id, result, layer, head)
     elif shown == "BertViz model view":

@@ -88,7 +88,7 @@ def encode(
         warnings.append(f"input has {full_length} tokens; {TRUNCATED} of {limit}")
     if batch["input_ids"].numel() == 0:
         raise InputError("the text produced no tokens; type a sentence with words in it")
-    _check_vocab(batch["input_ids"], vocab_size)
+    check_vocab(batch["input_ids"], vocab_size)
     special = special_marks(tokenizer, batch["input_ids"][0].tolist(), batch["special_tokens_mask"][0].tolist())
     if all(special):  # e.g. only a zero-width space, which the tokenizer drops: [CLS] [SEP]
         raise InputError(f"the text gives no tokens besides the tokenizer's own ({len(special)} special tokens); "
@@ -122,7 +122,7 @@ def _pair_warnings(tokenizer, text: str, batch) -> list[str]:
             "between them; add one to the text yourself if the model expects it"]
 
 
-def _check_vocab(input_ids: torch.Tensor, vocab_size: int | None) -> None:
+def check_vocab(input_ids: torch.Tensor, vocab_size: int | None) -> None:
     largest = int(input_ids.max())
     if isinstance(vocab_size, int) and largest >= vocab_size:
         raise InputError(

@@ -37,7 +37,7 @@ from ..attention import MultiHeadAttention
 from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from ..errors import ExtractionError, InputError
-from .encode import segment_inputs
+from .encode import check_vocab, max_positions, segment_inputs
 from .extract import eval_mode
 from .scratch import Scratch, buffer
 
@@ -236,6 +236,19 @@ def can_stream(model) -> bool:
     return isinstance(model, PreTrainedModel) and bool(getattr(model, "_supports_attention_backend", False))
 
 
+def _check_ids(model, input_ids) -> None:
+    """InputError for token ids ``(1, T)`` the model cannot read, before it runs (it raised torch's own errors): none,
+    more than its positions, or past its vocabulary."""
+    if input_ids.shape[1] == 0:
+        raise InputError("input_ids holds no tokens; give at least one token id")
+    limit = max_positions(model)
+    if limit is not None and input_ids.shape[1] > limit:
+        raise InputError(f"input_ids holds {input_ids.shape[1]} tokens, more than the model's {limit} positions; "
+                         "cut it to that many (or stream a text, which is cut with a warning)")
+    config = getattr(model, "config", None)
+    check_vocab(input_ids, getattr(config, "vocab_size", None))
+
+
 @contextmanager
 def streaming_kernels(model):
     """Route every attention layer of ``model`` through the streaming function; undo it after."""
@@ -290,6 +303,7 @@ def stream_attention(
         raise InputError(f"stream_attention takes one sequence, input_ids (1, T); got shape {tuple(input_ids.shape)}")
     if chunk_rows is not None and chunk_rows < 1:
         raise InputError(f"chunk_rows must be at least 1; got {chunk_rows}")
+    _check_ids(model, input_ids)
     stream = _Stream(consumer_factory, _keep_pairs(model, keep), chunk_floats, chunk_rows)
     device = _input_device(model)
     input_ids = input_ids.to(device)

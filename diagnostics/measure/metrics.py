@@ -41,7 +41,7 @@ Metrics (each shaped ``[...]``, one value per head, unless noted):
   rows of at most ``SHORT_ROW`` non-sink keys; ``row_stats.local_run_mass``), on the sink-factored rows (below);
   Kovaleva et al. 2019's "block" pattern (attention within a segment). With
   ``topk_mass``, the metrics read off a sample of rows: maps of more than ``BLOCK_ROWS`` keys
-  are measured on every ``ceil(n / BLOCK_ROWS)``-th query position (the same
+  are measured on one query row in ``ceil(n / BLOCK_ROWS)`` (``row_stats.sampled_rows``: the same
   rows chunked or whole).
 - ``special_mass``: mean mass on keys marked special ([CLS], [SEP], ...); 0 when
   none are marked. Clark et al. 2019 Sec. 3.2.
@@ -251,7 +251,7 @@ class MetricAccumulator:
             s[name] += x.double() @ w  # (...)
         s["w"] += w.sum()
         # on the block score's rows: sorting out the top k costs five times a row maximum
-        pick = _every(int(pos[0]) if pos.numel() else 0, pos.numel(), self.block_stride)  # a slice of rows
+        pick = row_stats.sampled_rows(pos, self.block_stride)  # the block score's rows
         w_topk = (w * (n > self.top_k))[pick]  # (qc',)
         s["topk_mass"] += row_stats.top_k_weights(a[..., pick, :], self.top_k).sum(-1).double() @ w_topk  # (...)
         s["w_topk"] += w_topk.sum()
@@ -298,10 +298,10 @@ class MetricAccumulator:
         self._add_block(s, a, pos, valid_r, (base, keep, n_r, h_r), sink_keys)
 
     def _add_block(self, s, a, pos, valid_r, rest_rows, sink_keys):
-        """The block score of the rest, the costliest row statistic (a maximum-subarray search), on every
-        ``block_stride``-th row. rest_rows: each row's ``base`` weight ``(qc,)``, non-sink mass ``keep`` ``(..., qc)``,
+        """The block score of the rest, the costliest row statistic (a maximum-subarray search), on one row of
+        each run of ``block_stride`` (``row_stats.sampled_rows``). rest_rows: each row's ``base`` weight ``(qc,)``, non-sink mass ``keep`` ``(..., qc)``,
         non-sink keys ``n_r`` ``(qc,)`` and rest entropy in nats ``h_r`` ``(..., qc)``."""
-        pick = _every(int(pos[0]) if pos.numel() else 0, pos.numel(), self.block_stride)  # a slice of rows
+        pick = row_stats.sampled_rows(pos, self.block_stride)  # one row of each run of block_stride
         base, keep, n_r, h_r = (x[..., pick] for x in rest_rows)  # (qc',) / (..., qc')
         # a key belongs to a segment when it gets at least half the weight of a key of the row's
         # effective width exp(H'); 1/n' (uniform) when that is more
@@ -436,12 +436,6 @@ def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_T
 def _a_log_a(a):
     """``a log a``, 0 where ``a`` is 0."""
     return a * a.clamp(min=torch.finfo(a.dtype).tiny).log()
-
-
-def _every(first_pos, rows, stride):
-    """The rows of a chunk of ``rows`` consecutive positions from ``first_pos`` whose position is a multiple
-    of ``stride``, as a slice."""
-    return slice((-first_pos) % stride, rows, stride)
 
 
 def _has_hidden_mass(a, valid):

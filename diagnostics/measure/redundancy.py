@@ -20,11 +20,11 @@ the maps (docs/streaming.md):
   float32. Its error against the float64 definition is below 2e-7 on distinct
   heads; near-identical heads come out up to ~1e-4 apart instead of ~4e-5 (the
   rounding of a difference of entropies), far below the 0.1 that matters;
-- at most ``JS_ROWS`` query rows per layer are measured, every ``stride``-th
-  (by absolute position, so a streamed and a whole map pick the same rows).
+- at most ``JS_ROWS`` query rows per layer are measured, one of each run of ``stride``
+  (``row_stats.sampled_rows``, by absolute position, so a streamed and a whole map pick the same rows).
   Probes up to ``JS_ROWS`` tokens (the repeated-sequence probe, MiniLM's
   default probes) are measured on every row, SmolLM2's default probes (216-229
-  tokens) on every second one; on long
+  tokens) on one of every two; on long
   probes the mean over an even subsample of rows estimates the mean over all rows. Measured against every
   row (``python -m benchmarks.js_sampling``): see docs/streaming.md.
 
@@ -61,8 +61,8 @@ class PairwiseJS:
 
     Mean over rows (weighted as in ``row_stats``) of the Jensen–Shannon distance
     (base 2) between every two heads' rows; ``finalize`` gives ``[H, H]``.
-    n_rows: query rows of the whole map (default ``n_keys``); rows at positions
-    that are multiples of ``ceil(n_rows / max_rows)`` are measured.
+    n_rows: query rows of the whole map (default ``n_keys``); one row of each run of
+    ``ceil(n_rows / max_rows)`` positions is measured (``row_stats.sampled_rows``).
     """
 
     def __init__(self, n_keys, causal, padding=None, n_rows=None, max_rows=JS_ROWS, scratch=None):
@@ -76,7 +76,7 @@ class PairwiseJS:
         a = chunk.detach()  # (H, qc, k)
         pos = torch.arange(a.shape[-2], device=a.device) + q_start  # (qc,)
         if self.stride > 1:
-            pos = pos[pos % self.stride == 0]  # (qc',)
+            pos = pos[row_stats.sampled_rows(pos, self.stride)]  # (qc',)
             picked = self.scratch.get("js_rows", (a.shape[0], len(pos), a.shape[-1]), a)  # (H, qc', k)
             a = torch.index_select(a, 1, pos - q_start, out=picked)
         if self.sums is None:

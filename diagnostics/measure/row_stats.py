@@ -25,6 +25,20 @@ from core.extraction.windows import in_window
 OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
 
 
+_SPREAD = 2654435761  # Knuth's multiplicative hash: which row of each run of ``stride`` rows is measured
+
+
+def sampled_rows(positions, stride: int):
+    """Indices into ``positions`` of the rows measured when one row in ``stride`` is: one row of each run of
+    ``stride`` consecutive positions, which one chosen by a hash of the run, so a text repeating with a period that
+    divides the stride is not read at the same place of every repeat (every stride-th row aliased: a block score off
+    by 0.18 and JS distances by 0.38 on a repeated line). By absolute position, so chunked and whole maps agree."""
+    if stride <= 1:
+        return slice(None)
+    run = positions // stride
+    return torch.nonzero(positions % stride == (run * _SPREAD) % (1 << 32) % stride).flatten()  # (rows',)
+
+
 def valid_keys(positions, n_keys, causal, key_ok, window=None):
     """Which keys each query row may see: bool ``(qc, k)``.
 

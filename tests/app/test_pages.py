@@ -486,6 +486,16 @@ def test_inspect_local_gguf_file(tmp_path, monkeypatch):
     assert len(_charts(at)) == 2
 
 
+def test_a_long_input_opens_with_no_extra_view_after_a_short_one():
+    """The one control kept the short example's head view: a 1,320-token text opened with a 337 kB head view."""
+    at = _app()  # MiniLM on its short example
+    assert at.segmented_control(key="inspect_extra_view").value == "Head view" and len(at.get("iframe")) == 1
+    at.text_area(key="text").set_value("the cat sat on the mat " * 30)  # over 128 tokens
+    at = at.button(key="run").click().run()
+    assert not at.exception and at.segmented_control(key="inspect_extra_view_long").value == "None"
+    assert len(at.get("iframe")) == 0
+
+
 def test_long_map_is_pooled_with_a_zoom_slider():
     def page():
         import torch

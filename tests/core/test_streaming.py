@@ -277,3 +277,14 @@ def test_learned_attention_sinks_are_not_streamed_but_read_whole(monkeypatch):
     report = diagnose((model, tiny.bpe_tokenizer()), ["the cat sat on the mat and the dog ran off"])
     assert not report.model["streamed"]
     assert (report.samples[0].attentions.sum(-1) < 0.99).all()  # the sink's share is left out of every row
+
+
+@pytest.mark.parametrize("ids, message", [
+    (torch.zeros(1, 0, dtype=torch.long), "holds no tokens"),
+    (torch.ones(1, 65, dtype=torch.long), "holds 65 tokens, more than the model's 64 positions"),
+    (torch.tensor([[1, 2, 100_000]]), "token id 100000 but the model's vocabulary has 300 entries"),
+])
+def test_token_ids_the_model_cannot_read_are_one_line(ids, message):
+    """The token-id entry point raised torch's own IndexError and RuntimeError."""
+    with pytest.raises(InputError, match=message):
+        stream_attention(tiny.tiny_gpt2(), ids, lambda layer, heads, keys: None)

@@ -191,6 +191,21 @@ def test_js_on_a_row_subsample_is_the_same_streamed_or_whole():
     assert (whole - exact).abs().max() < 0.1 and not torch.equal(whole, exact)
 
 
+def test_js_on_a_row_subsample_does_not_alias_with_a_periodic_text():
+    """Every stride-th row read a text repeating with that period at the same place of each repeat: two heads that
+    differ on 7 rows of every 8 and agree on the eighth came out identical (SmolLM2 on a repeated line: a
+    redundant_heads finding that every row did not support)."""
+    q, period = 1024, 8  # 1024 rows, 128 measured: one of every 8
+    causal = torch.ones(q, q, dtype=torch.bool).tril()  # (q, q)
+    uniform = causal.float() / causal.sum(-1, keepdim=True)  # (q, q)
+    previous = torch.eye(q).roll(-1, dims=1).tril() + torch.eye(q) * (torch.arange(q) == 0).float()  # (q, q)
+    other = torch.where((torch.arange(q) % period == 0).unsqueeze(1), uniform, previous)  # (q, q)
+    maps = torch.stack([uniform, other]).unsqueeze(0)  # (1, 2, q, q)
+    exact = js_distance(maps, causal=True, max_rows=q)[0, 0, 1]
+    sampled = js_distance(maps, causal=True)[0, 0, 1]
+    assert exact > 0.8 and abs(sampled - exact) < 0.1  # every 8th row alone: 0
+
+
 def test_a_share_under_half_a_percent_reads_under_one_percent_not_zero():
     from diagnostics.findings import make_finding, percent
 
