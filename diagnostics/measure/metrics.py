@@ -299,8 +299,9 @@ class MetricAccumulator:
 
     def _add_block(self, s, a, pos, valid_r, rest_rows, sink_keys):
         """The block score of the rest, the costliest row statistic (a maximum-subarray search), on one row of
-        each run of ``block_stride`` (``row_stats.sampled_rows``). rest_rows: each row's ``base`` weight ``(qc,)``, non-sink mass ``keep`` ``(..., qc)``,
-        non-sink keys ``n_r`` ``(qc,)`` and rest entropy in nats ``h_r`` ``(..., qc)``."""
+        each run of ``block_stride`` (``row_stats.sampled_rows``). rest_rows: each row's ``base`` weight ``(qc,)``,
+        non-sink mass ``keep`` ``(..., qc)``, non-sink keys ``n_r`` ``(qc,)`` and rest entropy in nats ``h_r``
+        ``(..., qc)``."""
         pick = row_stats.sampled_rows(pos, self.block_stride)  # one row of each run of block_stride
         base, keep, n_r, h_r = (x[..., pick] for x in rest_rows)  # (qc',) / (..., qc')
         # a key belongs to a segment when it gets at least half the weight of a key of the row's
