@@ -78,9 +78,9 @@ BAD_LAYERS = ("config.json sets {key} to {value}; its layers must be at most {hi
               "saved with these weights")
 MANY_LABELS = ("config.json lists {n:,} labels in {key}; at most {high:,} are accepted — upload the config.json saved "
                "with these weights")
-HEAVY = ("the weights' tensors take {gb:.1f} GB (views of the same stored numbers count each time), above twice "
-         "the {stored:.2g} GB the file stores or the {limit:,}-byte model limit; save each weight once, e.g. "
-         "torch.save(model.state_dict(), ...), or raise the limit with {env}")
+HEAVY = ("the weights' tensors take {mb:,.1f} MB (views of the same stored numbers under names the model does not "
+         "have count each time), above twice the {stored:,.1f} MB the file stores or the {limit:,}-byte model limit; "
+         "upload the model's own state dict, or raise the limit with {env}")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; upload the config.json saved with these weights")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
@@ -252,7 +252,7 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         _check_buffers(skeleton, limits)
         _check_shapes(skeleton, state, model_type)
         _check_present(skeleton, state)
-        _check_written(state, limits)
+        _check_written(state, limits, _expected_names(skeleton))
         try:
             save_file(_unshared(state), str(clean / "model.safetensors"))
         except Exception as err:  # noqa: BLE001 - a tensor safetensors cannot store (checked for in state_dict)
@@ -312,14 +312,27 @@ def _check_present(skeleton, state) -> None:
     _check_covered(need, given)
 
 
-def _check_written(state: dict[str, torch.Tensor], limits: Limits) -> None:
+def _expected_names(skeleton) -> tuple[set, str]:
+    """The model's own tensor names and the prefix a checkpoint's keys may carry (``bert.``)."""
+    return set(skeleton.state_dict()), f"{skeleton.base_model_prefix}." if skeleton.base_model_prefix else "\x00"
+
+
+def _check_written(state: dict[str, torch.Tensor], limits: Limits, expected=(set(), "\x00")) -> None:
     """The weights are written out again for transformers, views copied: they may take at most twice what the file
-    stores (tied weights) and twice the model limit (float64 weights). Views of one stored tensor are each written
-    whole (600,000 one-number views of one storage took 77 s and +1.55 GB)."""
-    total = sum(t.numel() * t.element_size() for t in state.values())
+    stores and twice the model limit (float64 weights). Views of one stored tensor are each written whole (600,000
+    one-number views of one storage took 77 s and +1.55 GB), so each counts, except a model's own tied weights:
+    the same view under several of its tensor names (Marian's embedding under four) counts once."""
+    names, prefix = expected
+    seen, total = set(), 0
+    for key, tensor in state.items():
+        view = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+        if view in seen and (key in names or key.removeprefix(prefix) in names):
+            continue  # a tie: bounded by the model's own tensors, which the model limit bounds
+        seen.add(view)
+        total += tensor.numel() * tensor.element_size()
     stored = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state.values()}.values())
     if total > 2 * min(stored, limits.max_model_bytes):  # a 4 MB pickle of views wrote 200 MB at a 100 MB limit
-        raise CheckpointError(HEAVY.format(gb=total / 1e9, stored=stored / 1e9, limit=limits.max_model_bytes,
+        raise CheckpointError(HEAVY.format(mb=total / 1e6, stored=stored / 1e6, limit=limits.max_model_bytes,
                                            env=ENV_MAX_MODEL))
 
 

@@ -123,6 +123,8 @@ def _pair_warnings(tokenizer, text: str, batch) -> list[str]:
 
 
 def check_vocab(input_ids: torch.Tensor, vocab_size: int | None) -> None:
+    if int(input_ids.min()) < 0:  # a -100 label mask given as input: torch's IndexError
+        raise InputError(f"token id {int(input_ids.min())} is negative; token ids index the model's vocabulary")
     largest = int(input_ids.max())
     if isinstance(vocab_size, int) and largest >= vocab_size:
         raise InputError(

@@ -351,6 +351,23 @@ def test_limits_from_arguments_and_environment(tmp_path, monkeypatch):
     assert Limits().max_upload_bytes == 1_500_000_000
 
 
+def test_a_model_s_own_weights_tied_several_ways_load(tmp_path):
+    """A torch.save'd Marian holds its embedding under four names, one storage: counted four times against twice
+    what the file stores, the views cap refused it (opus-mt-en-de's embedding is 40 % of its parameters)."""
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(0)
+    config = MarianConfig(vocab_size=2100, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                          decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256,
+                          max_position_embeddings=64, pad_token_id=2099, decoder_start_token_id=2099)
+    weights = MarianMTModel(config).state_dict()  # model.shared, encoder/decoder embed_tokens, lm_head: one storage
+    folder = tmp_path / "marian"
+    folder.mkdir()
+    torch.save(weights, folder / "pytorch_model.bin")
+    config.save_pretrained(folder)
+    assert load(folder).architecture == "marian"
+
+
 def test_load_model_routes_archives_and_weights_files(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
     model, tok = tiny_gpt2(), bpe_tokenizer()

@@ -283,6 +283,7 @@ def test_learned_attention_sinks_are_not_streamed_but_read_whole(monkeypatch):
     (torch.zeros(1, 0, dtype=torch.long), "holds no tokens"),
     (torch.ones(1, 65, dtype=torch.long), "holds 65 tokens, more than the model's 64 positions"),
     (torch.tensor([[1, 2, 100_000]]), "token id 100000 but the model's vocabulary has 300 entries"),
+    (torch.tensor([[1, -100, 2]]), "token id -100 is negative"),
 ])
 def test_token_ids_the_model_cannot_read_are_one_line(ids, message):
     """The token-id entry point raised torch's own IndexError and RuntimeError."""
