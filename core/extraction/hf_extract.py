@@ -121,11 +121,12 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
     attentions = stack_layers(getattr(out, "attentions", None), "self", model)  # (L, H, T, T)
     _check_weights(attentions, model)
     causal = is_causal_config(model.config)
-    if causal and attentions.triu(1).amax() > 1e-6:  # (L, H, T, T)
+    # the largest weight on a later token, copying one layer at a time (it copied the whole stack, twice); NaN stays
+    later = float(torch.stack([layer.triu(1).amax() for layer in attentions]).amax()) if causal else 0.0
+    if later > 1e-6:
         raise ExtractionError(
             f"{type(model).__name__} is a causal model but its attention weights reach later tokens (up to "
-            f"{attentions.triu(1).amax():.3f}): its attention implementation {implementation!r} does not mask them "
-            "when it returns weights")
+            f"{later:.3f}): its attention implementation {implementation!r} does not mask them when it returns weights")
     ids = enc.input_ids[0].tolist()
     return AttentionResult(
         tokens=display_tokens(tokenizer, ids), attentions=attentions, causal=causal,
@@ -157,10 +158,11 @@ def _gives_weight(layer_maps, outside) -> bool:
 def _check_weights(attentions, model) -> None:
     """ExtractionError when what the model returns as ``attentions`` is no attention weights: a negative weight
     or a row summing above 1 (RWKV returns its recurrent state there). Rows may sum below 1 (a learned sink)."""
-    if (attentions < 0).any() or attentions.sum(-1).amax() > 1.01:  # (L, H, T, T)
+    largest_row = float(attentions.sum(-1).amax())  # (L, H, T) summed: no copy of the maps
+    if float(attentions.amin()) < 0 or largest_row > 1.01:
         raise ExtractionError(f"{type(model).__name__}'s attentions are not attention weights (a row of them sums to "
-                              f"{attentions.sum(-1).amax():.3g}, or a weight is negative); AttnScope reads softmax "
-                              "attention, not recurrent or state-space layers")
+                              f"{largest_row:.3g}, or a weight is negative); AttnScope reads softmax attention, not "
+                              "recurrent or state-space layers")
 
 
 def _run(model, **inputs):
