@@ -55,14 +55,13 @@ class Timeline:
 
     def shape(self, part=None) -> tuple[int, int]:
         """``(layers, heads)`` of ``part`` (default: the first); (0, 0) when no record measured its heads."""
-        part = self._part(part)
-        heads = [h for r in self.records for h in r["heads"] if h["part"] == part]
-        return (max(h["layer"] for h in heads) + 1, max(h["head"] for h in heads) + 1) if heads else (0, 0)
+        return tuple(_grids(self.records).get(self._part(part), (0, 0, 0))[:2])
 
     def metric(self, name: str, part=None) -> np.ndarray:
         """``[steps, layers, heads]`` of one head metric (``entropy``, ``sink_score``, ...); NaN where missing."""
         part = self._part(part)
-        n_layers, n_heads = self.check_grid(part)
+        n_layers, n_heads, filled = _grids(self.records).get(part, (0, 0, 0))
+        _check_cells(part, (len(self.records), n_layers, n_heads), filled)
         out = np.full((len(self.records), n_layers, n_heads), np.nan, dtype=np.float32)
         for i, record in enumerate(self.records):
             for h in record["heads"]:
@@ -70,14 +69,6 @@ class Timeline:
                 if h["part"] == part and h["layer"] < n_layers and h["head"] < n_heads and _number(value):
                     out[i, h["layer"], h["head"]] = value
         return out
-
-    def check_grid(self, part) -> tuple[int, int]:
-        """``(layers, heads)`` of ``part``, or InputError when its grid of steps × layers × heads is too large, or far
-        emptier than a monitor's (``_check_cells``)."""
-        n_layers, n_heads = self.shape(part)
-        filled = sum(h["part"] == part for r in self.records for h in r["heads"])
-        _check_cells(part, (len(self.records), n_layers, n_heads), filled)
-        return n_layers, n_heads
 
     def _part(self, part):
         """``part``, or the first part of the log (None when it measured no heads)."""
@@ -247,20 +238,20 @@ def _timeline(records: list[dict], notes=()) -> Timeline:
     notes = list(notes) + ([f"{len(records) - len(by_step)} repeated steps: the later measurement is shown"]
                            if len(by_step) < len(records) else [])
     timeline = Timeline([by_step[s] for s in sorted(by_step)], notes)
-    _check_grids(timeline.records)  # a damaged grid is refused while reading, naming its log, not when drawn
+    for part, (n_layers, n_heads, filled) in _grids(timeline.records).items():  # refused while reading, by name
+        _check_cells(part, (len(timeline.records), n_layers, n_heads), filled)
     return timeline
 
 
-def _check_grids(records: list[dict]) -> None:
-    """``_check_cells`` for every part, in one pass over the heads (a pass per part was quadratic: 8,000 one-head
-    parts took 4.5 s)."""
-    grids = {}  # part -> [layers, heads, filled]
+def _grids(records: list[dict]) -> dict:
+    """``{part: [layers, heads, head entries]}`` of the records, in one pass over their heads (a pass per part was
+    quadratic: 8,000 one-head parts took 4.5 s)."""
+    grids = {}
     for record in records:
         for h in record["heads"]:
             grid = grids.setdefault(h["part"], [0, 0, 0])
             grid[0], grid[1], grid[2] = max(grid[0], h["layer"] + 1), max(grid[1], h["head"] + 1), grid[2] + 1
-    for part, (n_layers, n_heads, filled) in grids.items():
-        _check_cells(part, (len(records), n_layers, n_heads), filled)
+    return grids
 
 
 def _one_model(records: list[dict]) -> None:

@@ -252,7 +252,7 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         _check_buffers(skeleton, limits)
         _check_shapes(skeleton, state, model_type)
         _check_present(skeleton, state)
-        _check_written(state, limits, _expected_names(skeleton))
+        _check_written(state, limits, skeleton)
         try:
             save_file(_unshared(state), str(clean / "model.safetensors"))
         except Exception as err:  # noqa: BLE001 - a tensor safetensors cannot store (checked for in state_dict)
@@ -273,9 +273,8 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
 
 def _check_shapes(skeleton, state, model_type: str) -> None:
     expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
-    prefix = f"{skeleton.base_model_prefix}." if skeleton.base_model_prefix else "\x00"
     for key, tensor in sorted(state.items()):
-        name = key if key in expected else key.removeprefix(prefix)
+        name = _model_name(key, expected, skeleton)
         if name in expected and tuple(tensor.shape) != expected[name]:
             got, want = list(tensor.shape), list(expected[name])
             raise CheckpointError(SHAPE.format(key=key, got=got, want=want, model_type=model_type))
@@ -312,21 +311,22 @@ def _check_present(skeleton, state) -> None:
     _check_covered(need, given)
 
 
-def _expected_names(skeleton) -> tuple[set, str]:
-    """The model's own tensor names and the prefix a checkpoint's keys may carry (``bert.``)."""
-    return set(skeleton.state_dict()), f"{skeleton.base_model_prefix}." if skeleton.base_model_prefix else "\x00"
+def _model_name(key: str, names, skeleton) -> str:
+    """The model's name for a checkpoint's ``key`` among its tensor ``names``: a task model's checkpoint prefixes the
+    base model's (``bert.``)."""
+    prefix = f"{skeleton.base_model_prefix}." if skeleton.base_model_prefix else "\x00"
+    return key if key in names else key.removeprefix(prefix)
 
 
-def _check_written(state: dict[str, torch.Tensor], limits: Limits, expected=(set(), "\x00")) -> None:
+def _check_written(state: dict[str, torch.Tensor], limits: Limits, skeleton) -> None:
     """The weights are written out again for transformers, views copied: they may take at most twice what the file
     stores and twice the model limit (float64 weights). Views of one stored tensor are each written whole (600,000
     one-number views of one storage took 77 s and +1.55 GB), so each counts, except a model's own tied weights:
     the same view under several of its tensor names (Marian's embedding under four) counts once."""
-    names, prefix = expected
-    seen, total = set(), 0
+    names, seen, total = set(skeleton.state_dict()), set(), 0
     for key, tensor in state.items():
         view = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
-        if view in seen and (key in names or key.removeprefix(prefix) in names):
+        if view in seen and _model_name(key, names, skeleton) in names:
             continue  # a tie: bounded by the model's own tensors, which the model limit bounds
         seen.add(view)
         total += tensor.numel() * tensor.element_size()

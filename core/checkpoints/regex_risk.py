@@ -57,7 +57,8 @@ def regex_patterns(node) -> list[str]:
 
 
 def backtracks(pattern: str) -> bool:
-    """Whether ``pattern`` repeats (``*``, ``+``, ``{n,m}`` with m > 1) a group holding a repetition or ``|``."""
+    """Whether ``pattern`` repeats (``*``, ``+``, ``{n,m}`` with m > 1) a group holding a repetition, an optional
+    part (``?``) or ``|``."""
     groups = []  # per open group: whether it holds a repetition or an alternative
     i = 0
     while i < len(pattern):

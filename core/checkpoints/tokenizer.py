@@ -69,17 +69,12 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
 def _own_tokenizer(clean: Path):
     """``(tokenizer, "")`` from the checkpoint's files in ``clean``, or ``(None, why not)``."""
     try:
-        risky = _backtracking_regex(clean / "tokenizer.json")
+        risky = slow_pattern(clean / "tokenizer.json") if (clean / "tokenizer.json").is_file() else None
         if risky:
             return None, BACKTRACKS.format(pattern=risky[:60], seconds=TIME_LIMIT_S)
         return AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False), ""
     except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
         return None, UNREADABLE.format(err=first_line(err, 120))
-
-
-def _backtracking_regex(path: Path) -> str | None:
-    """The first regex of ``tokenizer.json`` that backtracks for seconds (``regex_risk.slow_pattern``), or None."""
-    return slow_pattern(path) if path.is_file() else None
 
 
 def has_vocabulary(tokenizer) -> bool:

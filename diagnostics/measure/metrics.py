@@ -172,8 +172,8 @@ class MetricAccumulator:
     are the last q tokens). Chunks may come in any order, each row once.
     scratch: where chunk-sized temporaries live (``core.extraction.scratch.Scratch``); the
     accumulators of one computation may share one, e.g. every layer's.
-    block_rows: the block score and top-k mass are measured on every ``ceil(n_keys / block_rows)``-th query
-    position.
+    block_rows: the block score and top-k mass are measured on one query row of each run of
+    ``ceil(n_keys / block_rows)`` positions (``row_stats.sampled_rows``).
     window: a local layer's window (``core.extraction.windows``): a row's valid keys are the keys in it.
     """
 
