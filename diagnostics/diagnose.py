@@ -26,20 +26,20 @@ from torch import nn
 import core
 from core.checkpoints.registry import canonical_name
 from core.device import model_device
-from core.extraction.encode import TRUNCATED
+from core.extraction.encode import TRUNCATED, max_positions
 from core.extraction.extract import check_weights_loaded, maps_over_budget, whole_maps_bytes
 from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
 from diagnostics.findings import (
-    attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
+    Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
 )
 from diagnostics.measure.metrics import HeadMetrics, finite_head, layer_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
     RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, default_probes, fitting_probes, random_probe, read_lengths,
-    probe_variety, repeated_probe, user_texts, verdict_cap, vocabulary_probe,
+    probe_variety, repeated_probe, unfit_defaults_note, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.exports import readable
@@ -54,7 +54,7 @@ SCALAR_METRICS = ("entropy", "uniform_gap", "confidence", "topk_mass", "block_sc
                   "rest_mean_distance", "rest_sink2_score")
 # Seeds of the repeated-sequence probes behind the induction / duplicate-token roles. One random sequence
 # scores induction heads up to 0.1 lower or higher than another (SmolLM2 L23H0: 0.25 on seed 0, 0.36
-# averaged over seeds 1-3); three ~100-token forwards cost little. Seeds 1-3 are the ground truth's
+# averaged over seeds 1-3); three ~100-token forwards cost little. Seeds 100-119 are the ground truth's
 # (diagnostics.classify.real_truth), hence others here.
 ROLE_SEEDS = (0, 10, 11)
 # Probes longer than this (in tokens) are streamed: their maps would take layers × heads × n² floats.
@@ -101,7 +101,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     tell(0.0, "loading the model")
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
-    probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer))
+    probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer),
+                                              max_positions(model, tokenizer))
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
     variety = probe_variety(tokenizer, probes, limit) if texts is not None else []  # the defaults are varied
     worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None, variety)
@@ -114,15 +115,16 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
             results = [_stream_probe(model, tokenizer, probe, i, len(probes), tell) for i, probe in enumerate(probes)]
             samples, parts, notes = [], {"self": [_measured(r) for r in results]}, []
         else:
-            samples, notes = _run_probes(model, tokenizer, probes, tell, vocabulary=unfit and texts is None,
+            samples, notes = _run_probes(model, tokenizer, probes, tell, fit_notes if unfit and texts is None else None,
                                          unread=len(texts or []))
+            fit_notes = [n for n in fit_notes if n.code not in {m.code for m in notes}]  # the later note says more
             results = samples
             tell(0.85, "measuring heads")
             parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
     # After the recording: the bound is about the inputs the model reads, and the repeated probe's random tokens
     # include ones no text uses ([unused*] among MiniLM's; with them its bound reached 127.7, on its texts 47.0).
-    repeated = _repeated(model, tokenizer, tell)
-    heads, findings = [], fit_notes + short_notes + notes + _truncation_notes(results)
+    repeated, repeat_notes = _repeated(model, tokenizer, tell)
+    heads, findings = [], fit_notes + short_notes + notes + repeat_notes + _truncation_notes(results)
     for part, measured in parts.items():
         part_heads, part_findings = diagnose_part(part, measured, repeated if part == "self" else None)
         heads += part_heads
@@ -162,19 +164,20 @@ def _name(model):
     return readable(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
 
 
-def _run_probes(model, tokenizer, probes, tell, vocabulary=False, unread=0):
+def _run_probes(model, tokenizer, probes, tell, unfit_notes=None, unread=0):
     """``(samples, notes)``: one ``AttentionResult`` per probe, then ``VOCABULARY_PROBES`` in-vocabulary ones
-    if ``vocabulary``; random-id probes without a tokenizer (``unread``: the caller's texts it could not read)."""
+    in place of unfit default probes (``unfit_notes``, ``fitting_probes``'s; a note in place of its own if they
+    cannot run); random-id probes without a tokenizer (``unread``: the caller's texts it could not read)."""
     if tokenizer is not None:
         samples = []
         for i, probe in enumerate(probes):
             tell(0.05 + 0.8 * i / len(probes), f"probe {i + 1}/{len(probes)}")
             samples.append(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
-        if vocabulary:  # seeds from 1: seed 0 draws the repeated-sequence probe's tokens
+        if unfit_notes:  # seeds from 1: seed 0 draws the repeated-sequence probe's tokens
             try:
                 samples += [vocabulary_probe(model, tokenizer, seed) for seed in range(1, VOCABULARY_PROBES + 1)]
             except core.ExtractionError as err:
-                return samples, [note("probes_unfit", detail=f"no in-vocabulary probe could run either ({err})")]
+                return samples, [unfit_defaults_note(unfit_notes, err)]
         return samples, []
     unused = f"; the {unread} probe texts given were not used: reading them needs the tokenizer" if unread else ""
     try:
@@ -234,18 +237,19 @@ def _measured(r) -> Measured:
     return Measured(r.metrics, r.patterns, r.distances, r.sink_tokens, r.causal)
 
 
-def _repeated(model, tokenizer, tell) -> "Repeated | None":
-    """The repeated-sequence probe (induction, duplicate-token; ``probes.repeated_probe``), or None where it
-    does not apply: no tokenizer, an encoder-decoder, or a model whose attention cannot be read from token ids."""
+def _repeated(model, tokenizer, tell) -> "tuple[Repeated | None, list[Finding]]":
+    """``(repeated, notes)``: the repeated-sequence probe (induction, duplicate-token; ``probes.repeated_probe``),
+    or None where it does not apply (no tokenizer, an encoder-decoder: no note, the schema says so) or cannot run
+    (too few positions or ordinary tokens, attention not readable from token ids: a note says why)."""
     if tokenizer is None or getattr(getattr(model, "config", None), "is_encoder_decoder", False):
-        return None
+        return None, []
     tell(0.86, "repeated-sequence probe")
     try:
         probe = repeated_probe(model, tokenizer, seed=ROLE_SEEDS[0])
         more = [repeated_probe(model, tokenizer, seed=s) for s in ROLE_SEEDS[1:]]
-    except core.ExtractionError:
-        return None
-    return Repeated(probe, measure(probe.result), more)
+    except core.ExtractionError as err:
+        return None, [note("repeated_probe_skipped", detail=str(err))]
+    return Repeated(probe, measure(probe.result), more), []
 
 
 def _truncation_notes(results):

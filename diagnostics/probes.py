@@ -51,7 +51,7 @@ from core.extraction.hf_extract import eager_attention, map_windows, stack_layer
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal
-from core.extraction.tokens import display_tokens
+from core.extraction.tokens import display_tokens, is_byte_level
 from core.result import AttentionResult
 from diagnostics.findings import note
 
@@ -239,12 +239,17 @@ def _probe(item, i: int, count: int) -> Probe:
     return Probe(*parts)
 
 
-def probe_coverage(tokenizer, probe: Probe) -> float:
-    """Share of ``probe``'s tokens (special tokens left out) that the vocabulary holds (see the module docstring)."""
-    ids = tokenizer(probe.text, probe.text_pair, add_special_tokens=False, verbose=False)["input_ids"]
+def probe_coverage(tokenizer, probe: Probe, limit: int | None = None) -> float:
+    """Share of ``probe``'s tokens that the vocabulary holds (see the module docstring), of those the model reads
+    (cut to ``limit``, its position limit; a long text's unread tail would hide an unreadable head), special tokens
+    left out. The unknown token counts as missed unless the tokenizer is byte-level, where it is a control token
+    that no text gives (GPT-2's unk = eos = <|endoftext|>)."""
+    cut = {"truncation": True, "max_length": limit} if limit else {}
+    batch = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True, verbose=False, **cut)
+    ids = [i for i, added in zip(batch["input_ids"], batch["special_tokens_mask"]) if not added]
     if not ids:
         return 1.0
-    unknown = tokenizer.unk_token_id if tokenizer.unk_token not in (tokenizer.eos_token, tokenizer.bos_token) else None
+    unknown = None if is_byte_level(tokenizer) else tokenizer.unk_token_id
     missed = sum(i == unknown or bool(_BYTE_FALLBACK.fullmatch(t or "")) or "\ufffd" in tokenizer.decode([i])
                  for i, t in zip(ids, tokenizer.convert_ids_to_tokens(ids)))
     return 1 - missed / len(ids)
@@ -271,30 +276,41 @@ def reads_as_decoder(model, tokenizer) -> bool:
     return tokenizer is not None and model_is_causal(model)
 
 
-def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES):
+def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES, limit=None):
     """``(probes, unfit, notes)``: the probes to run, whether some did not fit the vocabulary, and a note saying so.
 
-    ``texts`` as ``user_texts`` gives them (None: ``defaults``, the model's ``default_probes``). Default probes
-    below ``MIN_COVERAGE`` are dropped (``diagnose`` adds in-vocabulary probes in their place); the caller's own
+    ``texts`` as ``user_texts`` gives them (None: ``defaults``, the model's ``default_probes``); ``limit``: the
+    model's position limit (coverage is of the tokens it reads). Default probes below ``MIN_COVERAGE`` are dropped
+    (``diagnose`` adds in-vocabulary probes in their place and says so: ``vocabulary_note``); the caller's own
     texts are kept, and the findings they give are capped at "warning".
     """
     if tokenizer is None:
         return [], False, []
     probes = as_probes(texts, defaults)
     check_probes(tokenizer, probes)  # before any is tokenized: an unreadable one is named ("probe 3 of 3: ...")
-    coverage = [probe_coverage(tokenizer, p) for p in probes]
+    coverage = [probe_coverage(tokenizer, p, limit) for p in probes]
     low = [c for c in coverage if c < MIN_COVERAGE]
     if not low:
         return probes, False, []
     if texts is None:
         probes = [p for p, c in zip(probes, coverage) if c >= MIN_COVERAGE]
-        action = f"they were replaced by {VOCABULARY_PROBES} sequences of random in-vocabulary tokens"
-    else:
-        action = "they were kept, and no finding from them is called an error"
+        return probes, True, [_unfit_note(coverage, f"they were replaced by {VOCABULARY_PROBES} sequences of random "
+                                                    "in-vocabulary tokens")]
+    return probes, True, [_unfit_note(coverage, "they were kept, and no finding from them is called an error")]
+
+
+def unfit_defaults_note(notes, error):
+    """The ``probes_unfit`` note of ``fitting_probes`` when the in-vocabulary probes meant to replace the unfit
+    default probes could not run (``error``, the ExtractionError saying why): one note, saying what was done."""
+    coverage = notes[0].details["coverage"]
+    return _unfit_note(coverage, f"no in-vocabulary probe could replace them ({error})")
+
+
+def _unfit_note(coverage, action):
+    low = [c for c in coverage if c < MIN_COVERAGE]
     detail = (f"{len(low)} of {len(coverage)} probes have fewer than {MIN_COVERAGE:.0%} of their tokens in the "
               f"vocabulary (lowest {min(low):.0%}); {action}")
-    return probes, True, [note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage],
-                               threshold=MIN_COVERAGE)]
+    return note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage], threshold=MIN_COVERAGE)
 
 
 def verdict_cap(lengths, limit, unfit_kept, variety=()):
@@ -379,7 +395,9 @@ def read_lengths(model, tokenizer, probes):
 
 def vocabulary_probe(model, tokenizer, seed, length=RANDOM_LENGTH) -> AttentionResult:
     """Attention on ``length`` random ordinary tokens of the vocabulary, wrapped in the tokenizer's special
-    tokens: a probe that fits any vocabulary (for models whose vocabulary does not fit the default texts)."""
+    tokens: a probe that fits any vocabulary (for models whose vocabulary does not fit the default texts).
+    Not for encoder-decoders."""
+    _refuse_encoder_decoder(model, "an in-vocabulary probe")
     before, after = _special_wrapping(tokenizer)
     ordinary = _ordinary_ids(model, tokenizer)  # (V',)
     length = min(_fitted_length(model, tokenizer, length, len(before) + len(after)), len(ordinary))  # no repeats
@@ -398,8 +416,7 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 2:
         raise ExtractionError(f"{type(model).__name__} has no vocab_size, so it cannot be probed with token ids")
-    if getattr(config, "is_encoder_decoder", False):
-        raise ExtractionError("encoder-decoder models need a tokenizer to be probed")
+    _refuse_encoder_decoder(model, "a random probe")
     length = _fitted_length(model, None, length)
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (1, length), generator=generator).to(model_device(model))  # (1, T)
@@ -409,6 +426,13 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
     flags = [False] * length
     return AttentionResult(tokens, attentions, causal, flags, list(flags), token_ids=ids[0].tolist(),
                            model_name=type(model).__name__, windows=map_windows(model, attentions, causal))
+
+
+def _refuse_encoder_decoder(model, what) -> None:
+    """ExtractionError for an encoder-decoder: its forward needs decoder inputs, and token-id probes cover one
+    stack of layers."""
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        raise ExtractionError(f"{what} covers encoders and decoders, not encoder-decoders")
 
 
 def _fitted_length(model, tokenizer, length, special=0, minimum=MIN_PROBE_TOKENS, what="a random probe") -> int:
@@ -443,12 +467,13 @@ def repeated_probe(model, tokenizer, half=REPEAT_HALF, seed=0) -> RepeatedProbe:
     vocabulary holds, without repeats inside a copy; the tokenizer's own special tokens
     ([CLS] … [SEP], <s>) wrap the sequence as they would wrap a text. Not for encoder-decoders.
     """
-    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
-        raise ExtractionError("the repeated-sequence probe covers encoders and decoders, not encoder-decoders")
+    _refuse_encoder_decoder(model, "the repeated-sequence probe")
     before, after = _special_wrapping(tokenizer)
     half = _fitted_length(model, tokenizer, 2 * half, len(before) + len(after), 2 * REPEAT_MIN_HALF,
                           "the repeated-sequence probe") // 2  # short-context models get shorter copies
-    ids = _shuffled(_ordinary_ids(model, tokenizer), half, seed, "the repeated-sequence probe")  # (half,)
+    ordinary = _ordinary_ids(model, tokenizer)  # (V',)
+    half = min(half, len(ordinary))  # small vocabularies (protein, DNA) get shorter copies too: no repeats in one
+    ids = _shuffled(ordinary, half, seed, "the repeated-sequence probe", REPEAT_MIN_HALF)  # (half,)
     sequence = ids.tolist() * 2
     full, prefix = before + sequence + after, len(before)
     return RepeatedProbe(_attend(model, tokenizer, full, prefix, prefix + len(sequence)), prefix, half)
@@ -466,9 +491,12 @@ def _attend(model, tokenizer, ids, start, stop) -> AttentionResult:
 
 
 def _ordinary_ids(model, tokenizer) -> torch.Tensor:
-    """The ids of the tokenizer's ordinary (non-special) tokens that the model's vocabulary holds."""
+    """The ids of the tokenizer's ordinary tokens that the model's vocabulary holds: not its special tokens, nor
+    added tokens marked special that it does not list among them (Llama 3's 256 <|reserved_special_token_N|>,
+    never trained; SmolLM2's <file_sep>, <jupyter_code>, ...)."""
     vocab = min(len(tokenizer), getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
-    special = set(tokenizer.all_special_ids)
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    special = set(tokenizer.all_special_ids) | {i for i, token in added.items() if token.special}
     return torch.tensor([i for i in range(vocab) if i not in special])  # (V',)
 
 

@@ -229,7 +229,7 @@ FINDING_TEXTS = {
         "whatever they attend to barely reaches the residual stream.",
         "Check whether the heads were pruned or zeroed on purpose; otherwise check weight decay and the "
         "gradients of W_V/W_O. Dead heads can be removed (Michel et al. 2019).",
-        "{count} of {total} heads ({percent}) contribute < {threshold} of their layer's median "
+        "{count} of {total} heads ({percent}) contribute < {threshold} of their layer's strongest head's "
         "‖W_V·W_O‖: {heads}.",
     ),
     "qk_scale_small": FindingText(
@@ -310,6 +310,15 @@ FINDING_TEXTS = {
         "healthy head gives; these findings are shown as information only.",
         "Give probe texts of varied wording, or leave them out to use AttnScope's seven default paragraphs.",
         "Probes too repetitive to judge: {detail}.",
+    ),
+    "repeated_probe_skipped": FindingText(
+        "Repeated-sequence probe skipped",
+        "The probe of random tokens repeated twice could not run on this model, so the induction and "
+        "duplicate-token roles were not measured, and sharp or alike heads were judged on the texts alone (a "
+        "copying head is neither saturated nor redundant when it does its job on the repeated sequence).",
+        "Give the model more positions or a vocabulary of more tokens if it can take them; otherwise read the "
+        "saturated and redundant findings with this in mind.",
+        "Repeated-sequence probe skipped: {detail}.",
     ),
     "no_tokenizer": FindingText(
         "No tokenizer",

@@ -144,11 +144,10 @@ def special_marks(tokenizer, token_ids: list[int], added: list[int]) -> list[boo
 def typed_specials(tokenizer) -> set[int]:
     """The control tokens a text can spell: the special tokens but the unknown token, which stands for words
     ([UNK]); a byte-level tokenizer spells every text without it, so there its unknown token is a control token
-    (GPT-2's and SmolLM2's <|endoftext|>), as it is where it is also a beginning, end or padding token."""
+    (GPT-2's and SmolLM2's <|endoftext|>). Elsewhere it stands for words even where it is also the end token
+    (unk = eos = <|endoftext|> on a word-level vocabulary): every word the vocabulary misses becomes it."""
     special = set(tokenizer.all_special_ids)
-    unk = tokenizer.unk_token_id
-    controls = {getattr(tokenizer, f"{name}_token_id", None) for name in ("bos", "eos", "pad", "cls", "sep")}
-    return special if unk in controls or is_byte_level(tokenizer) else special - {unk}
+    return special if is_byte_level(tokenizer) else special - {tokenizer.unk_token_id}
 
 
 def special_flags(tokenizer, token_ids: list[int]) -> list[bool]:

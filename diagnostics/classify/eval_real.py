@@ -5,7 +5,7 @@ For each model of the evaluation set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct, d
 - roles: the diagnosis pipeline (``diagnose.measure`` + ``diagnose_part``, with its own
   repeated-sequence probes, ``diagnose.ROLE_SEEDS``) on the texts of one half of ``real_truth.TEXTS``; each
   head's roles against the ground truth of the same half (``data/real_truth.json``, repeated
-  seeds 1-3). Precision and recall pooled over the models.
+  seeds 100-119). Precision and recall pooled over the models.
 - stability: every head's pattern and role set on each of the model's 7 default probes
   (``probes.default_probes``: ``CAUSAL_PROBES`` for the decoders) alone; a head is stable when all
   7 agree (also: the mean share of probes giving the head's majority label, and the share of probe
@@ -47,7 +47,7 @@ TEXT_ROLES = (*OFFSET_ROLES, "sink")  # the roles the ground truth reads off one
 
 def evaluate_model(model, tokenizer, entry, half="heldout", long=False):
     """``{"counts": {role: [tp, fp, fn]}, "stable": {...}, "patterns": Counter, ...}`` for one model."""
-    repeated = _repeated(model, tokenizer, lambda *_: None)
+    repeated, _ = _repeated(model, tokenizer, lambda *_: None)
     heads, other = (_diagnosed(model, tokenizer, idx, repeated) for idx in
                     ((HELDOUT, TUNING) if half == "heldout" else (TUNING, HELDOUT)))
     truth = truth_roles(entry, half)

@@ -53,8 +53,11 @@ SINK_MIN = 0.3
 REST_MIN = 0.05
 # Query rows that see fewer keys are forced onto them (row 0 of a causal map sees one key).
 MIN_KEYS = 4
-# Repeated-sequence seeds of the ground truth; the diagnosis itself uses seed 0.
-REPEAT_SEEDS = (1, 2, 3)
+# Repeated-sequence seeds of the ground truth, none of the diagnosis's (``diagnose.ROLE_SEEDS``). One random
+# sequence moves a SmolLM2 induction score by 0.04-0.07 (its standard deviation over 24 seeds), so a mean of three
+# still moved by ~0.03: L22H7, L23H1 and L23H8 (0.36-0.38 over 24 seeds) came out 0.40-0.41 from seeds 1-3 and
+# were counted as induction heads. The judge's own noise must be smaller than the classifier's: 20 seeds, ~0.01.
+REPEAT_SEEDS = tuple(range(100, 120))
 RANDOM_SEEDS = (11, 12)
 RANDOM_LENGTH = 64
 ROLES = ("previous_token", "next_token", "self", "sink", "induction", "duplicate_token")

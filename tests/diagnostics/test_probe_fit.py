@@ -7,18 +7,20 @@ import logging
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import AutoTokenizer, BertTokenizerFast
+from transformers import AddedToken, AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerFast
 
 from broken_checkpoints import ALPHA
 from diagnostics import diagnose
 from diagnostics.monitor import AttentionMonitor
 from core.checkpoints.registry import resolve_source
+from core.errors import ExtractionError
 from core.extraction.encode import PAIR_JOINED
 from diagnostics.probes import (
     CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MIN_COVERAGE, MIN_DISTINCT_TOKENS, MIN_JUDGED_TOKENS,
-    PROBE_MAX_TOKENS, RANDOM_LENGTH, Probe, default_probes, probe_coverage, probe_tokens, verdict_cap,
+    PROBE_MAX_TOKENS, RANDOM_LENGTH, REPEAT_HALF, Probe, default_probes, fitting_probes, probe_coverage, probe_tokens,
+    repeated_probe, verdict_cap, vocabulary_probe,
 )
-from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bart, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
 # A word-level vocabulary without a single word of the English default probes.
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon "
@@ -26,9 +28,9 @@ WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu 
          "zero one two three four five six seven eight nine ten").split()
 
 
-def word_tokenizer() -> BertTokenizerFast:
+def word_tokenizer(words=WORDS) -> BertTokenizerFast:
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {w: i for i, w in enumerate(specials + WORDS)}
+    vocab = {w: i for i, w in enumerate(specials + list(words))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(
@@ -189,3 +191,66 @@ def test_a_probe_as_long_as_the_model_reads_is_judged():
     assert report.finding("probes_short") is None and report.finding("probe_truncated")
     report = diagnose((model, tokenizer), texts=["The fox."])
     assert report.finding("probes_short").details["threshold"] == 16
+
+
+def test_coverage_is_of_the_tokens_the_model_reads():
+    """A long caller text whose first 64 tokens the vocabulary misses is unfit, whatever its unread tail holds:
+    the tail had hidden it (coverage 0.93 on the whole text), and a healthy model got diffuse_heads: error."""
+    text = " ".join(["cat"] * 60 + ["alpha"] * 800)
+    words = word_tokenizer()
+    assert probe_coverage(words, Probe(text)) > 0.9 and probe_coverage(words, Probe(text), limit=64) < 0.1
+    probes, unfit, notes = fitting_probes(words, [text], limit=64)
+    assert unfit and notes[0].details["coverage"][0] < 0.1
+    report = diagnose((healthy_word_model(), words), texts=[text])
+    assert report.finding("probes_unfit") and report.finding("probe_truncated")
+    assert "error" not in {f.severity for f in report.findings}
+
+
+def test_an_unknown_token_that_is_also_the_end_token_still_counts_as_unknown():
+    """unk = eos = <|endoftext|> on a word-level vocabulary (GPT-2's convention, not byte-level): every word it
+    misses becomes that token, which is not a control token there. Coverage had been 1.0 on unknown text, and the
+    default probes were refused as giving "no tokens besides the tokenizer's own"."""
+    vocab = {w: i for i, w in enumerate(["<|endoftext|>"] + list(WORDS))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    words = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                    bos_token="<|endoftext|>", model_max_length=64)
+    assert probe_coverage(words, Probe("alpha cat gamma dog")) == 0.5
+    model = tiny_gpt2()
+    report = diagnose((model, words))
+    assert "replaced by 4 sequences" in report.finding("probes_unfit").message
+
+
+def test_an_encoder_decoder_whose_vocabulary_misses_the_probes_gets_one_note():
+    """A protein T5 or a word-level BART: the in-vocabulary probes cover one stack of layers, so they cannot
+    replace the default texts, and the report says so once (it raised AttributeError from BART's forward)."""
+    report = diagnose((tiny_bart(), word_tokenizer()))
+    notes = [f for f in report.findings if f.code == "probes_unfit"]
+    assert len(notes) == 1 and "no in-vocabulary probe could replace them" in notes[0].message, notes
+    assert "encoder-decoders" in notes[0].message and report.heads == []
+    with pytest.raises(ExtractionError, match="encoder-decoders"):
+        vocabulary_probe(tiny_bart(), word_tokenizer(), seed=1)
+
+
+def test_random_probes_draw_no_special_token():
+    """Added tokens marked special but not listed among the special tokens (Llama 3's 256 untrained
+    <|reserved_special_token_N|>, SmolLM2's <file_sep>) are not ordinary: every seed drew some."""
+    tokenizer = copy.deepcopy(bpe_tokenizer())  # the cached one is shared by every test
+    reserved = [AddedToken(f"<|reserved_special_token_{i}|>", special=True) for i in range(60)]
+    tokenizer.add_tokens(reserved)
+    model = tiny_gpt2()
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    drawn = {t for seed in (0, 10, 11) for t in repeated_probe(model, tokenizer, seed=seed).result.tokens}
+    drawn |= {t for seed in (1, 2, 3, 4) for t in vocabulary_probe(model, tokenizer, seed).tokens}
+    assert not {t.content for t in reserved} & drawn and len(drawn) > 150
+
+
+def test_a_small_vocabulary_gets_shorter_copies_and_none_says_why():
+    """A protein model has ~25 ordinary tokens: its copies are as long as its vocabulary (they were skipped
+    silently, and with them the induction and duplicate-token roles); below 4 a note says the probe was skipped."""
+    probe = repeated_probe(tiny_bert(), word_tokenizer(WORDS[:28]))
+    assert probe.half == 28 < REPEAT_HALF and len(set(probe.result.token_ids[1:29])) == 28
+    report = diagnose((healthy_word_model(), word_tokenizer(WORDS[:3])), texts=[" ".join(WORDS[:3] * 30)])
+    skipped = report.finding("repeated_probe_skipped")
+    assert skipped.severity == "info" and "only 3 ordinary tokens" in skipped.message
+    assert diagnose((healthy_word_model(), word_tokenizer())).finding("repeated_probe_skipped") is None

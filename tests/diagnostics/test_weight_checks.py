@@ -177,6 +177,7 @@ def test_heads_pruned_to_near_zero_are_dead_even_when_they_are_half_the_layer():
     model.blocks[1].attn.out_proj.weight[:, 0:16] *= 1e-3  # heads 0 and 1 of 4
     found = {f.code: f for f in weight_findings(model)}
     assert found["dead_heads"].heads == [[1, 0], [1, 1]]
+    assert "of their layer's strongest head's" in found["dead_heads"].message  # it said "median": not the rule
 
 
 @pytest.mark.parametrize("build, kv_heads", [(tiny_llama, 2), (tiny_gemma, 1)])
