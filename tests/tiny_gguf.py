@@ -22,11 +22,11 @@ from tiny import bpe_tokenizer, tiny_gpt2
 GPT2_TRANSPOSED = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
 
 
-def tiny_llama(kv_heads: int = 2) -> LlamaModel:
+def tiny_llama(kv_heads: int = 2, **config) -> LlamaModel:
     """2 layers, 4 query heads sharing 2 key/value heads (grouped-query attention), as SmolLM2 does."""
-    config = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=64,
-                         rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=0, eos_token_id=0)
+    config = LlamaConfig(**{**dict(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=64,
+                                   rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=0, eos_token_id=0), **config})
     torch.manual_seed(0)
     return LlamaModel(config).eval()
 
@@ -53,9 +53,10 @@ def _gguf_names(model, arch, prefix: str) -> dict[str, np.ndarray]:
 
 
 def write_llama_gguf(path: Path, model: LlamaModel | None = None, *, head_count: int | None = None,
-                     head_count_kv: bool = True) -> Path:
+                     head_count_kv: bool = True, extra: dict | None = None, rope_scaling: float | None = None) -> Path:
     """``head_count`` overrides the heads the metadata claims (the tensors keep the model's); without
-    ``head_count_kv`` the optional key is left out, as files of models without grouped-query attention may."""
+    ``head_count_kv`` the optional key is left out, as files of models without grouped-query attention may.
+    ``extra``: more tensors (``rope_freqs.weight``); ``rope_scaling``: a linear rope scaling factor in the metadata."""
     model = model or tiny_llama()
     c = model.config
     writer = _start(path, "llama", c.num_hidden_layers, c.max_position_embeddings, c.hidden_size,
@@ -65,6 +66,9 @@ def write_llama_gguf(path: Path, model: LlamaModel | None = None, *, head_count:
     writer.add_layer_norm_rms_eps(c.rms_norm_eps)
     writer.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
     writer.add_rope_freq_base(10000.0)
+    if rope_scaling:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(rope_scaling)
     writer.add_vocab_size(c.vocab_size)
     _add_bpe_tokenizer(writer, c.vocab_size)
     for name, data in _gguf_names(model, gguf.MODEL_ARCH.LLAMA, "model.").items():
@@ -72,6 +76,41 @@ def write_llama_gguf(path: Path, model: LlamaModel | None = None, *, head_count:
             data = permute(data, c.num_attention_heads, c.num_attention_heads)
         elif name.endswith("attn_k.weight"):
             data = permute(data, c.num_attention_heads, c.num_key_value_heads)
+        writer.add_tensor(name, data)
+    for name, data in (extra or {}).items():
+        writer.add_tensor(name, data)
+    return _finish(writer, path)
+
+
+def llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
+    """``rope_freqs.weight`` as llama.cpp's ``LlamaModel.generate_extra_tensors`` writes it for a ``llama3`` rope:
+    the factor each rotary frequency is divided by (1 for short wavelengths, ``factor`` for long, smooth between)."""
+    freqs = 1.0 / rope["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    context, low, high = rope["original_max_position_embeddings"], rope["low_freq_factor"], rope["high_freq_factor"]
+    factors = []
+    for wavelength in 2 * np.pi / freqs:
+        if wavelength < context / high:
+            factors.append(1.0)
+        elif wavelength > context / low:
+            factors.append(rope["factor"])
+        else:
+            smooth = (context / wavelength - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / rope["factor"] + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def write_plain_gguf(path: Path, model, fields: dict) -> Path:
+    """Any architecture whose tensors llama.cpp's converter only renames (Phi-3, StarCoder2): ``fields`` are the
+    metadata keys after ``<arch>.`` (floats as float32, ints as uint32)."""
+    arch = {"phi3": gguf.MODEL_ARCH.PHI3, "starcoder2": gguf.MODEL_ARCH.STARCODER2}[model.config.model_type]
+    writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
+    writer.add_name(f"tiny-{model.config.model_type}")
+    for key, value in fields.items():
+        add = writer.add_float32 if isinstance(value, float) else writer.add_uint32
+        add(f"{gguf.MODEL_ARCH_NAMES[arch]}.{key}", value)
+    _add_bpe_tokenizer(writer, model.config.vocab_size)
+    writer.add_pad_token_id(0)  # Phi-3's config would default it to 32,000, past the tiny vocabulary
+    for name, data in _gguf_names(model, arch, "model.").items():
         writer.add_tensor(name, data)
     return _finish(writer, path)
 

@@ -127,5 +127,35 @@ def gguf_uneven_kv_heads(d: Path) -> Path:
     return write_llama_gguf(d / "kv3.gguf", tiny_llama(kv_heads=3))
 
 
+def gguf_aliased_tensors(d: Path) -> Path:
+    """A tiny Llama whose blk.0.attn_k.weight points at attn_q's data (both aligned): it loaded with K = Q, and
+    290 tensors on one 1 MB block built 236 MB of weights."""
+    path = write_llama_gguf(d / "aliased.gguf")
+    data = bytearray(path.read_bytes())
+    offsets = {name: _offset_at(data, name) for name in (b"blk.0.attn_q.weight", b"blk.0.attn_k.weight")}
+    q_offset = struct.unpack_from("<Q", data, offsets[b"blk.0.attn_q.weight"])[0]
+    struct.pack_into("<Q", data, offsets[b"blk.0.attn_k.weight"], q_offset)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _offset_at(data: bytearray, name: bytes) -> int:
+    """Where the tensor info of ``name`` keeps its data offset (after n_dims u32, dims u64 each, type u32)."""
+    dims_at = data.index(name) + len(name)
+    return dims_at + 4 + 8 * struct.unpack_from("<I", data, dims_at)[0] + 4
+
+
+def gguf_unused_tensors(d: Path) -> Path:
+    """A tiny Llama with attention biases (blk.N.attn_q.bias ..., which llama.cpp reads): transformers' LlamaModel
+    has no place for them, and it loaded without them (attention off by 0.38)."""
+    return write_llama_gguf(d / "llama_bias.gguf", tiny_llama(attention_bias=True))
+
+
+def gguf_rope_scaling(d: Path) -> Path:
+    """A tiny Llama whose metadata asks for linear rope scaling x4, which transformers' GGUF config drops."""
+    return write_llama_gguf(d / "linear_rope.gguf", rope_scaling=4.0)
+
+
 GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [
-    gguf_absurd_layers, gguf_without_tensors, gguf_array_amplification, gguf_metadata_mismatch, gguf_uneven_kv_heads]})
+    gguf_absurd_layers, gguf_without_tensors, gguf_array_amplification, gguf_metadata_mismatch, gguf_uneven_kv_heads,
+    gguf_aliased_tensors, gguf_unused_tensors, gguf_rope_scaling]})

@@ -19,7 +19,7 @@ from diagnostics import cli
 from hostile_gguf import STRING_TYPE, U8_TYPE, metadata_arrays
 from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_gpt2
-from tiny_gguf import tiny_llama, write_gpt2_gguf, write_llama_gguf
+from tiny_gguf import llama3_rope_factors, tiny_llama, write_gpt2_gguf, write_llama_gguf, write_plain_gguf
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 WRITERS = {"llama": (write_llama_gguf, tiny_llama), "gpt2": (write_gpt2_gguf, lambda: tiny_gpt2(max_positions=1024))}
@@ -47,6 +47,65 @@ def test_gguf_attention_equals_the_safetensors_weights(tmp_path, arch):
     assert got.attentions.shape == want.attentions.shape  # (L, H, q, k)
     torch.testing.assert_close(got.attentions, want.attentions, atol=1e-5, rtol=0)
     assert got.model_name == gguf_path.name
+
+
+def _same_attention(tmp_path, original, gguf_path):
+    """The attention of ``gguf_path`` equals that of ``original`` saved as safetensors (Q and K sharpened x4 first by
+    the caller where position effects must show)."""
+    folder = tmp_path / "safetensors"
+    original.save_pretrained(folder)
+    bpe_tokenizer().save_pretrained(folder)
+    from_gguf, gguf_tokenizer = core.load_model(gguf_path)
+    from_safetensors, tokenizer = core.load_model(folder)
+    got = core.extract_attention(from_gguf, gguf_tokenizer, TEXT).attentions  # (L, H, q, k)
+    torch.testing.assert_close(got, core.extract_attention(from_safetensors, tokenizer, TEXT).attentions,
+                               atol=1e-5, rtol=0)
+    return from_gguf
+
+
+@torch.no_grad()
+def _sharpened(model):
+    for name, param in model.named_parameters():
+        if name.endswith(("q_proj.weight", "k_proj.weight", "qkv_proj.weight")):
+            param.mul_(4)  # scores large enough that a wrong rotation shows
+    return model.eval()
+
+
+def test_llama3_rope_factors_in_the_file_are_applied(tmp_path):
+    """Llama 3.1+ files keep their rope as rope_freqs.weight, which transformers' GGUF loader drops: the attention
+    was that of plain rope (max |difference| 0.09 here); divided into the rotary frequencies it equals llama3 rope."""
+    rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
+    original = _sharpened(tiny_llama(rope_parameters=rope))
+    factors = llama3_rope_factors(rope, head_dim=8)
+    assert 1.0 < factors.min() < factors.max() == 8.0  # every frequency is scaled, one of them smoothly
+    _same_attention(tmp_path, original, write_llama_gguf(tmp_path / "llama3.gguf", original,
+                                                         extra={"rope_freqs.weight": factors}))
+
+
+@pytest.mark.parametrize("arch", ["phi3", "starcoder2"])
+def test_phi3_and_starcoder2_gguf_load_with_their_rope(tmp_path, arch):
+    """transformers maps their fused tensors only under the causal LM's prefix: as bare models they were refused
+    as incomplete; StarCoder2's rope.freq_base was not carried over (10,000 for the file's 999,999)."""
+    import transformers
+
+    base = dict(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=64, bos_token_id=0, eos_token_id=0)
+    fields = {"context_length": 64, "embedding_length": 32, "block_count": 2, "feed_forward_length": 48,
+              "attention.head_count": 4}
+    torch.manual_seed(0)
+    if arch == "phi3":
+        original = transformers.Phi3Model(transformers.Phi3Config(**base, rope_theta=100000.0, pad_token_id=0))
+        fields.update({"attention.head_count_kv": 4, "rope.freq_base": 100000.0, "rope.dimension_count": 8,
+                       "attention.layer_norm_rms_epsilon": 1e-5})
+    else:
+        original = transformers.Starcoder2Model(transformers.Starcoder2Config(
+            **base, num_key_value_heads=2, rope_theta=999999.0, norm_epsilon=1e-5))
+        fields.update({"attention.head_count_kv": 2, "rope.freq_base": 999999.0,
+                       "attention.layer_norm_epsilon": 1e-5})
+    original = _sharpened(original)
+    loaded = _same_attention(tmp_path, original, write_plain_gguf(tmp_path / f"{arch}.gguf", original, fields))
+    assert type(loaded) is type(original) and loaded.config.rope_parameters["rope_theta"] == fields["rope.freq_base"]
 
 
 def test_llama_gguf_keeps_grouped_query_heads(tmp_path):

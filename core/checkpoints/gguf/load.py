@@ -50,6 +50,8 @@ BAD_QUANT = ("{name}: tensor {tensor!r} is stored as {qtype}, which the gguf pac
 BAD_SHAPE = "{name}: tensor {tensor!r} has shape {shape}, {why}; the file is corrupt"
 MISALIGNED = ("{name}: tensor {tensor!r} starts at offset {offset:,}, not a multiple of general.alignment {alignment}, "
               "where every tensor of a GGUF file starts; the file is corrupt")
+NOT_PACKED = ("{name}: tensor {tensor!r} starts at offset {offset:,}, but the tensors before it end at {expected:,}, "
+              "where llama.cpp reads it (each tensor's data follows the one before); the file is corrupt")
 PAST_END = ("{name} is truncated: tensor {tensor!r} ends at byte {end:,} but the file has {size:,} bytes; "
             "upload the complete file")
 TOO_BIG = ("{name} would dequantise to {gb:.1f} GB of float32 weights ({n:,} parameters), above the {limit:,}-byte "
@@ -62,6 +64,13 @@ SHAPES_DIFFER = ("{name}: its metadata describes a model whose {param} has shape
 NO_KV_DEFAULT = ("{name} has no llama.attention.head_count_kv key, which this transformers version cannot be made to "
                  "read as llama.cpp does (one key/value head per query head); re-convert the model with a current "
                  "llama.cpp convert_hf_to_gguf.py, which writes the key")
+UNUSED = ("{name} holds {n} tensors that transformers' GGUF loader has no place for in a {model} (e.g. {tensor}), so "
+          "it would drop them and compute another model; AttnScope cannot load this variant from GGUF: upload the "
+          "original safetensors model")
+ROPE_SCALING = ("{name}'s metadata asks for {kind} rope scaling, which transformers' GGUF loader does not carry over "
+                "for {arch} (the positions would be rotated without it); upload the original safetensors model")
+ROPE_FACTORS = ("{name} holds per-frequency rope factors ({tensor}) that fit no rotary embedding of the {model} "
+                "transformers builds; upload the original safetensors model")
 LOAD_FAILED = "transformers could not build a model from {name} ({err}); the GGUF may be from a newer llama.cpp"
 NO_TOKENIZER = "the GGUF file's tokenizer could not be read ({err}); "
 
@@ -69,6 +78,12 @@ NO_TOKENIZER = "the GGUF file's tokenizer could not be read ({err}); "
 _RENAMED = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
             "t5encoder": "t5"}
 _NOT_MODELS = ("general", "tokenizer")
+# Model types whose GGUF names transformers maps only under the language model's prefix (``model.layers.N.mlp.c_fc``,
+# ``qkv_proj``): built as AutoModelForCausalLM, then its base model is kept (as AutoModel, their fused and MLP
+# tensors were "missing" and the file was blamed).
+_LM_PREFIXED = ("phi3", "starcoder2")
+_UNUSED_OK = ("output.weight",)  # the language-model head: AttnScope loads the model without it
+_ROPE_FACTORS = "rope_freqs.weight"  # llama.cpp's Llama 3.1+ rope (``llama3`` in transformers): 1 / frequency factors
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers")  # as GGUF configs name them
 _LOAD_LOCK = threading.Lock()  # one GGUF load at a time: each holds a whole float32 copy while converting
 
@@ -98,10 +113,15 @@ def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeade
         raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_model_bytes,
                                              env=ENV_MAX_MODEL))
     alignment = header.fields.get("general.alignment", DEFAULT_ALIGNMENT)  # a power of two (read_gguf_header)
+    expected = 0
     for tensor, (_, stored) in zip(header.tensors, sizes):
         if tensor.offset % alignment:  # shifted or overlapping data would load as wrong weights
             raise CheckpointError(MISALIGNED.format(name=name, tensor=tensor.name, offset=tensor.offset,
                                                     alignment=alignment))
+        if tensor.offset != expected:  # two tensors on one block of data: wrong weights, or memory the file lacks
+            raise CheckpointError(NOT_PACKED.format(name=name, tensor=tensor.name, offset=tensor.offset,
+                                                    expected=expected))
+        expected += -(-stored // alignment) * alignment
         end = header.data_start + tensor.offset + stored
         if end > header.file_size:
             raise CheckpointError(PAST_END.format(name=name, tensor=tensor.name, end=end, size=header.file_size))
@@ -141,7 +161,7 @@ def _dequantisable(qtype) -> bool:
 
 def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str | None = None):
     """``(model, tokenizer, notes)`` of the GGUF file at ``path``, checked first; ``progress(fraction, message)``."""
-    from transformers import AutoModel
+    from transformers import AutoModel, AutoModelForCausalLM
 
     name = name or path.name
     tell = progress or (lambda fraction, message: None)
@@ -150,15 +170,24 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
     tell(0.02, "reading the GGUF metadata")
     notes: list[str] = []
     with (_LOAD_LOCK, quiet_transformers(), _one_reader(), _dequantisation_progress(tell),
-          _kv_heads_default(header, name)):
-        config = _checked_config(path, name, limits or Limits())
+          _kv_heads_default(header, name), _weights_map() as mapped):
+        config = _checked_config(path, header, name, limits or Limits())
+        auto = AutoModelForCausalLM if config.model_type in _LM_PREFIXED else AutoModel
         try:  # mismatched sizes are let through to be named below, not in a report quiet_transformers hides
-            model, info = AutoModel.from_pretrained(
+            model, info = auto.from_pretrained(
                 path.parent, gguf_file=path.name, config=config, attn_implementation="eager", trust_remote_code=False,
                 local_files_only=True, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
             raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
         _check_loading_info(info, model, name)
+        model = model.base_model  # itself for AutoModel's
+        unused = [t.name for t in header.tensors if t.name not in mapped and t.name not in _UNUSED_OK]
+        if _ROPE_FACTORS in unused:
+            _apply_rope_factors(model, _tensor_values(path, _ROPE_FACTORS), name)
+            unused.remove(_ROPE_FACTORS)
+        if unused:  # llama.cpp reads optional tensors (Llama's attention biases) that transformers' names miss
+            raise CheckpointError(UNUSED.format(name=name, n=len(unused), model=type(model).__name__,
+                                                tensor=unused[0]))
         model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
         tell(0.9, "reading the tokenizer")
         tokenizer = _gguf_tokenizer(path, model, notes)
@@ -176,13 +205,14 @@ def _check_loading_info(info: dict, model, name: str) -> None:
         raise CheckpointError(SHAPES_DIFFER.format(name=name, param=param, want=list(want), got=list(got)))
 
 
-def _checked_config(path: Path, name: str, limits: Limits):
+def _checked_config(path: Path, header: GGUFHeader, name: str, limits: Limits):
     """The transformers config the file's metadata describes, after the model it builds is sized on ``meta``:
     the metadata (layer count, widths) is checked as strictly as the tensors, before anything is allocated."""
     from transformers import AutoConfig, AutoModel
 
     try:
         config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        _carry_rope(config, header, name)
         for key in _LAYER_KEYS:  # before building: a million layers take minutes even on the meta device
             value = getattr(config, key, None)
             if isinstance(value, int) and not 0 < value <= MAX_LAYERS:
@@ -201,6 +231,41 @@ def _checked_config(path: Path, name: str, limits: Limits):
         raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_model_bytes,
                                              env=ENV_MAX_MODEL))
     return config
+
+
+def _carry_rope(config, header: GGUFHeader, name: str) -> None:
+    """Give ``config`` the rope the metadata describes where transformers' GGUF mapping drops it: the frequency
+    base (starcoder2, stablelm: 10,000 instead of the file's 999,999 or 10^6); CheckpointError for a scaling type it
+    cannot carry over (linear, yarn: the positions would be rotated as if unscaled)."""
+    arch = header.fields.get("general.architecture")
+    params = getattr(config, "rope_parameters", None)
+    flat = isinstance(params, dict) and "rope_theta" in params  # Gemma 3's per-layer-type rope is mapped as it is
+    base = header.fields.get(f"{arch}.rope.freq_base")
+    if flat and isinstance(base, (int, float)) and base > 0 and params["rope_theta"] != base:
+        params["rope_theta"] = float(base)
+    kind = header.fields.get(f"{arch}.rope.scaling.type")
+    if isinstance(kind, str) and kind != "none" and (not flat or params.get("rope_type", "default") == "default"):
+        raise CheckpointError(ROPE_SCALING.format(name=name, kind=repr(kind)[:40], arch=arch))
+
+
+def _tensor_values(path: Path, tensor: str) -> torch.Tensor:
+    """One tensor of the file, dequantised to float32 (the reader is the load's shared one)."""
+    import gguf
+
+    found = next(t for t in gguf.GGUFReader(path).tensors if t.name == tensor)
+    return torch.from_numpy(gguf.quants.dequantize(found.data, found.tensor_type).astype("float32")).flatten()
+
+
+def _apply_rope_factors(model, factors: torch.Tensor, name: str) -> None:
+    """Llama 3.1+ rope as llama.cpp computes it: each rotary frequency divided by its factor in ``rope_freqs.weight``
+    (transformers' ``llama3`` rope gives the same frequencies), which transformers' GGUF loader drops."""
+    rotary = [m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)]
+    if not rotary or any(m.inv_freq.shape != factors.shape for m in rotary) or not bool((factors > 0).all()):
+        raise CheckpointError(ROPE_FACTORS.format(name=name, tensor=_ROPE_FACTORS, model=type(model).__name__))
+    for module in rotary:
+        module.inv_freq = module.inv_freq / factors  # (d/2,)
+        if isinstance(getattr(module, "original_inv_freq", None), torch.Tensor):
+            module.original_inv_freq = module.inv_freq.clone()
 
 
 def _gguf_tokenizer(path: Path, model, notes: list[str]):
@@ -238,6 +303,27 @@ def _one_reader():
         yield
     finally:
         gguf.GGUFReader = original
+
+
+@contextmanager
+def _weights_map():
+    """Record which of the file's tensors transformers maps to the model (``get_gguf_hf_weights_map``, whose result
+    its loop uses to skip the others without a word); yields the set of their GGUF names, filled during the load."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    original, mapped = gguf_utils.get_gguf_hf_weights_map, set()
+
+    def recording(hf_model, processor, *args, **kwargs):
+        found = original(hf_model, processor, *args, **kwargs)
+        if not kwargs.get("qual_name") and len(args) < 3:  # the outer call: the children's maps are in it
+            mapped.update(found)
+        return found
+
+    gguf_utils.get_gguf_hf_weights_map = recording
+    try:
+        yield mapped
+    finally:
+        gguf_utils.get_gguf_hf_weights_map = original
 
 
 @contextmanager
