@@ -15,7 +15,7 @@ Recognised, by module shape rather than class name so relatives come along:
   + ``out_lin`` (DistilBERT), ``q/k/v/o`` (T5, whose scores are not scaled:
   ``scale`` 1, and MPNet);
 - one fused projection (``_qkv_rows`` has the layouts): ``query_key_value`` +
-  ``dense`` (GPT-NeoX/Pythia, Bloom, Falcon), ``qkv_proj`` + ``o_proj`` (Phi-3),
+  ``dense`` (GPT-NeoX/Pythia, Bloom, Falcon, Persimmon), ``qkv_proj`` + ``o_proj`` (Phi-3),
   ``Wqkv`` + ``Wo`` (ModernBERT), a linear ``c_attn`` + ``c_proj`` (GPT-BigCode);
 - ``torch.nn.MultiheadAttention`` (``in_proj_weight`` or separate projections).
 Anything else yields nothing (ALBERT, whose layers share one set of weights;
@@ -29,9 +29,11 @@ transformers' ``repeat_kv``). Their rows are repeated here to one per query
 head, so every check runs per query head; ``kv_heads`` keeps the real count.
 
 ``q_source``/``k_source`` name the modules whose outputs are the queries and
-keys (after ``q_norm``/``k_norm`` where a model has them) for
-``qk_norms.record_qk_norms``; rotary embeddings rotate each head's q and k,
-which keeps their norms.
+keys for ``qk_norms.record_qk_norms``: after ``q_norm``/``k_norm`` or
+``q_layernorm``/``k_layernorm`` where a model has them (Qwen3, Persimmon and
+Cohere run them on ``[batch, tokens, heads, d]``; Gemma 3, Exaone4, Apertus and
+Phi on ``[batch, heads, tokens, d]``; OLMo2 on ``[batch, tokens, heads*d]``).
+Rotary embeddings rotate each head's q and k, which keeps their norms.
 """
 
 import math
@@ -39,6 +41,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from ..errors import ExtractionError
 
 CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
 
@@ -50,17 +54,45 @@ UNSCALED_MODEL_TYPES = ("gpt_neo",)
 
 @dataclass(frozen=True, eq=False)  # compared by identity: a tensor field has no single truth value
 class Source:
-    """Output ``columns`` of ``module`` (all when None) hold ``heads`` heads (of queries or keys), head by head."""
+    """Output ``columns`` of ``module`` (all when None) hold ``heads`` heads (of queries or keys), head by head.
+
+    A per-head norm's output (``q_norm``, ``q_layernorm``) is ``[batch, tokens, heads, d]`` or
+    ``[batch, heads, tokens, d]``, depending on whether the model transposes before or after the norm; ``feed``
+    is then the projection the norm reads, which tells the two apart when tokens == heads.
+    """
 
     module: nn.Module
     heads: int
     columns: torch.Tensor | None = None  # (heads*d,) long
+    feed: "Source | None" = None  # the projection output a per-head norm normalises
 
-    def split(self, out: torch.Tensor, d_head: int) -> torch.Tensor:
-        """This source's vectors in ``out``, a module output ``[..., heads*d]`` (or ``[..., heads, d]``: Qwen3's
-        and Gemma 3's per-head norms), as ``[n, heads, d]``, every leading dim flattened into n."""
+    def split(self, out: torch.Tensor, d_head: int, heads_first: bool = False) -> torch.Tensor:
+        """This source's vectors in ``out``, a module output ``[..., heads*d]`` or ``[..., heads, d]`` (or, with
+        ``heads_first``, ``[batch, heads, tokens, d]``), as ``[n, heads, d]``, every leading dim flattened into n."""
         x = out if self.columns is None else out[..., self.columns.to(out.device)]  # (..., heads*d) or (.., heads, d)
+        if heads_first:
+            x = x.transpose(-3, -2)  # (b, heads, s, d) -> (b, s, heads, d)
+        if x.numel() % (self.heads * d_head) or (x.dim() > 1 and x.shape[-1] not in (d_head, self.heads * d_head)):
+            raise ExtractionError(f"{type(self.module).__name__} output of shape {tuple(out.shape)} does not split "
+                                  f"into {self.heads} heads of {d_head}")
         return x.reshape(-1, self.heads, d_head)  # (n, heads, d)
+
+    def heads_first(self, out: torch.Tensor, d_head: int, norm_input=None, fed=None) -> bool | None:
+        """Whether ``out`` is ``[batch, heads, tokens, d]`` rather than ``[batch, tokens, heads, d]`` or flat; None
+        when it cannot be told: tokens == heads, and the norm's input ``norm_input`` is not the ``feed``
+        projection's output ``fed`` viewed per head, transposed or not."""
+        if out.dim() != 4 or out.shape[-1] != d_head or out.shape[1] != self.heads:
+            return False  # (b, s, heads, d) or (b, s, heads*d): the heads are next to d
+        if out.shape[2] != self.heads:
+            return True  # (b, heads, s, d)
+        if self.feed is None or not isinstance(norm_input, torch.Tensor) or not isinstance(fed, torch.Tensor):
+            return None
+        viewed = fed if self.feed.columns is None else fed[..., self.feed.columns.to(fed.device)]  # (b, s, heads*d)
+        viewed = viewed.unflatten(-1, (self.heads, d_head))  # (b, s, heads, d)
+        for first, x in ((False, viewed), (True, viewed.transpose(1, 2))):  # (b, s, heads, d), (b, heads, s, d)
+            if x.shape == norm_input.shape and torch.equal(x, norm_input):
+                return first
+        return None
 
 
 @dataclass
@@ -126,7 +158,9 @@ def _gpt2(module):
         q, k, v = fused.chunk(3, dim=0)
         sources = (Source(module.c_attn, heads, torch.arange(len(q))),
                    Source(module.c_attn, heads, torch.arange(len(q), 2 * len(q))))
-    scale = getattr(module, "scaling", None) if getattr(module, "scale_attn_weights", True) else 1.0
+    scale = _scale(module)  # transformers folds scale_attn_weights and scale_attn_by_inverse_layer_idx into it
+    if scale is None and not getattr(module, "scale_attn_weights", True):
+        scale = 1.0
     return _found(heads, q, k, v, _t(module.c_proj.weight).T, scale, *sources)
 
 
@@ -146,11 +180,7 @@ def _proj(module):
         return None
     heads = _count(module, ("n_heads", "num_heads", "num_attention_heads"))
     kv_heads = _count(module, ("num_key_value_heads", "n_kv_heads")) or heads
-    q_out = module.q_norm if isinstance(getattr(module, "q_norm", None), nn.Module) else q_proj
-    k_out = module.k_norm if isinstance(getattr(module, "k_norm", None), nn.Module) else k_proj
-    sources = (Source(q_out, heads), Source(k_out, kv_heads))
-    if isinstance(getattr(module, "q_layernorm", None), nn.Module):
-        sources = (None, None)  # Phi's per-head norm runs on [batch, heads, tokens, d]: no hook reads it
+    sources = _normed(module, Source(q_proj, heads), Source(k_proj, kv_heads))
     scale = 1.0 if q_name == "q" and hasattr(module, "n_heads") else _scale(module)  # T5 does not scale
     return _found(heads, _t(q_proj.weight), _t(k_proj.weight), _t(v_proj.weight), _t(out.weight), scale,
                   *sources, kv_heads)
@@ -174,8 +204,22 @@ def _fused(module):
         return None
     q, k, v = (_t(fused.weight)[r] for r in rows)  # (H*d, d_in), (kv*d, d_in), (kv*d, d_in)
     kv_heads = len(rows[1]) // d
-    return _found(heads, q, k, v, _t(out.weight), _scale(module), Source(fused, heads, rows[0]),
-                  Source(fused, kv_heads, rows[1]), kv_heads)
+    sources = _normed(module, Source(fused, heads, rows[0]), Source(fused, kv_heads, rows[1]))
+    return _found(heads, q, k, v, _t(out.weight), _scale(module), *sources, kv_heads)
+
+
+# Norms of the queries and keys that run between the projection and the scores: (query norm, key norm) names.
+_QK_NORMS = (("q_norm", "k_norm"), ("q_layernorm", "k_layernorm"))  # Qwen3, Gemma 3, ...; Persimmon, Phi
+
+
+def _normed(module, q_source, k_source):
+    """The query and key sources after ``module``'s q/k norms where it has them: the scores see the norms'
+    outputs (Persimmon's LayerNorm takes away any scale of W_Q, W_K)."""
+    found = []
+    for source, names in zip((q_source, k_source), zip(*_QK_NORMS)):
+        norm = next((getattr(module, n) for n in names if isinstance(getattr(module, n, None), nn.Module)), None)
+        found.append(source if norm is None else Source(norm, source.heads, feed=source))
+    return tuple(found)
 
 
 def _qkv_rows(module, layout, n_rows, heads, d):

@@ -13,9 +13,10 @@ demo-gpt2 14.6–36.1; their Q/K × 8 copies 230.8–10532 (2026-12-03).
 ``record_qk_norms`` hooks the modules that output the queries and keys
 (``LayerWeights.q_source``/``k_source``) while the probes run; rotary
 embeddings rotate q and k and keep their norms, so the projections' outputs
-(or ``q_norm``/``k_norm``'s, where a model normalises them) are the norms the
-scores see. Under grouped-query attention each key/value head's norm is shared
-by its query heads.
+(or ``q_norm``/``k_norm``'s, where a model normalises them, on either side of
+the transpose to ``[batch, heads, tokens, d]``) are the norms the scores see.
+Under grouped-query attention each key/value head's norm is shared by its
+query heads.
 """
 
 from contextlib import contextmanager
@@ -29,8 +30,14 @@ class QKNorms:
     def __init__(self):
         self.q, self.k = {}, {}
 
-    def add(self, store, name, out, source, d_head):
-        norms = source.split(out.detach(), d_head).float().norm(dim=-1).amax(0).cpu()  # (heads,)
+    def add(self, store, name, out, source, d_head, norm_input=None, fed=None):
+        """Take in ``out``, ``source``'s output; a per-head norm's layout is told by its input ``norm_input`` and
+        its feed's output ``fed`` where the sizes cannot (see ``Source.heads_first``): if neither can, it is left
+        out rather than cut into heads that mix rows of several."""
+        heads_first = source.heads_first(out, d_head, norm_input, fed)
+        if heads_first is None:
+            return
+        norms = source.split(out.detach(), d_head, heads_first).float().norm(dim=-1).amax(0).cpu()  # (heads,)
         store[name] = norms if name not in store else torch.maximum(store[name], norms)
 
     def bound(self, lw):
@@ -43,18 +50,28 @@ class QKNorms:
         return bound if lw.softcap is None else bound.clamp(max=lw.softcap)  # a capped score stays below the cap
 
 
+def _output(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
 @contextmanager
 def record_qk_norms(layers):
     """Record the query and key norms of ``layers`` (``LayerWeights``) over every forward run inside the block."""
-    norms, hooks = QKNorms(), []
+    norms, hooks, fed = QKNorms(), [], {}  # fed: id(source) -> its feed's latest output
     try:
         for lw in layers:
             for store, source in ((norms.q, lw.q_source), (norms.k, lw.k_source)):
-                if source is not None:
-                    hook = (lambda module, args, out, store=store, name=lw.name, source=source, d=lw.d_head:
-                            norms.add(store, name, out[0] if isinstance(out, tuple) else out, source, d))
-                    hooks.append(source.module.register_forward_hook(hook))
+                if source is None:
+                    continue
+                if source.feed is not None:
+                    hooks.append(source.feed.module.register_forward_hook(
+                        lambda module, args, out, key=id(source): fed.__setitem__(key, _output(out))))
+                hook = (lambda module, args, out, store=store, name=lw.name, source=source, d=lw.d_head:
+                        norms.add(store, name, _output(out), source, d, args[0] if args else None,
+                                  fed.pop(id(source), None)))  # the norm runs right after: hold none longer
+                hooks.append(source.module.register_forward_hook(hook))
         yield norms
     finally:
         for hook in hooks:
             hook.remove()
+        fed.clear()

@@ -16,7 +16,10 @@ import pytest
 import torch
 import transformers as tf
 
-from core.extraction.head_weights import attention_weights
+from transformers import AttentionInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from core.extraction.head_weights import Source, attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import weight_findings
 
@@ -27,6 +30,9 @@ MODERNBERT = dict(SIZE, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_toke
 ARCHITECTURES = {  # name: (model class, config, score parity with position ids 0)
     "bert": (tf.BertModel, tf.BertConfig(**SIZE), True),
     "gpt2": (tf.GPT2Model, tf.GPT2Config(n_embd=32, n_head=4, n_layer=2, vocab_size=99), True),
+    "gpt2-unscaled-by-layer": (tf.GPT2Model, tf.GPT2Config(n_embd=32, n_head=4, n_layer=2, vocab_size=99,  # 1/(i+1)
+                                                           scale_attn_weights=False,
+                                                           scale_attn_by_inverse_layer_idx=True), True),
     "llama-gqa": (tf.LlamaModel, tf.LlamaConfig(**SIZE, num_key_value_heads=2), True),
     "gpt-neo": (tf.GPTNeoModel, tf.GPTNeoConfig(hidden_size=32, num_heads=4, num_layers=2, vocab_size=99,
                                                 attention_types=[[["global"], 2]]), True),
@@ -39,6 +45,8 @@ ARCHITECTURES = {  # name: (model class, config, score parity with position ids 
     "gpt-bigcode-multi-query": (tf.GPTBigCodeModel, tf.GPTBigCodeConfig(**BIGCODE), True),
     "gpt-bigcode": (tf.GPTBigCodeModel, tf.GPTBigCodeConfig(**BIGCODE, multi_query=False), True),
     "phi": (tf.PhiModel, tf.PhiConfig(**SIZE), True),
+    "phi-qk-layernorm": (tf.PhiModel, tf.PhiConfig(**SIZE, qk_layernorm=True), False),  # scores of normed q, k
+    "persimmon": (tf.PersimmonModel, tf.PersimmonConfig(**SIZE), False),  # fused, then q/k LayerNorm per head
     "phi3-gqa": (tf.Phi3Model, tf.Phi3Config(**SIZE, num_key_value_heads=2, pad_token_id=0), True),
     "distilbert": (tf.DistilBertModel, tf.DistilBertConfig(dim=32, n_heads=4, n_layers=2, hidden_dim=64,
                                                            vocab_size=99), True),
@@ -108,7 +116,8 @@ def layer_io(model, layers):
         out_proj = next(m for m in model.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)
                         and m.weight.dim() == 2 and any(w.shape == lw.w_o.shape and torch.equal(w, lw.w_o)
                                 for w in (m.weight.data, m.weight.data.T)))
-        hooks += [lw.q_source.module.register_forward_pre_hook(
+        projection = (lw.q_source.feed or lw.q_source).module  # before a q/k norm: the projection it reads
+        hooks += [projection.register_forward_pre_hook(
                       lambda m, args, i=lw.layer: inputs.__setitem__(i, args[0][0])),
                   out_proj.register_forward_hook(lambda m, args, out, i=lw.layer: outputs.__setitem__(i, out[0]))]
     return inputs, outputs, hooks
@@ -182,3 +191,66 @@ def test_a_fused_projection_that_does_not_split_into_heads_is_left_out():
     model.layers[1].attention.query_key_value = torch.nn.Linear(32, 95)  # not 3 x 4 heads x 8
     assert [lw.layer for lw in attention_weights(model)] == [0]
     assert {f.code for f in weight_findings(model)} <= {"shared_kv_heads"}  # the other layer is still checked
+
+
+SPIED = {}  # attention module -> (largest ‖q‖ per query head, largest ‖k‖ per key/value head, scaling) it was given
+
+
+def spy_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """SDPA, after noting the queries and keys ``[b, heads, T, d]`` the model scores: after every norm it applies."""
+    q, k = (x.float().norm(dim=-1).amax(dim=(0, 2)) for x in (query, key))  # (H,), (kv,)
+    if module in SPIED:
+        q, k = torch.maximum(q, SPIED[module][0]), torch.maximum(k, SPIED[module][1])
+    SPIED[module] = (q, k, query.shape[-1] ** -0.5 if scaling is None else scaling)
+    kwargs.pop("sliding_window", None)
+    return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+
+
+AttentionInterface.register("attnscope_spy", spy_attention)
+QK_NORMED = {  # q/k normalised per head: on [batch, heads, tokens, d] (Gemma 3, Phi) or [batch, tokens, heads, d]
+    "gemma3": (tf.Gemma3TextModel, tf.Gemma3TextConfig(**SIZE, num_key_value_heads=2, head_dim=8, sliding_window=64)),
+    "phi-qk-layernorm": ARCHITECTURES["phi-qk-layernorm"][:2],
+    "persimmon": ARCHITECTURES["persimmon"][:2],
+    "qwen3": (tf.Qwen3Model, tf.Qwen3Config(**SIZE, num_key_value_heads=2, head_dim=8)),
+}
+
+
+@pytest.mark.parametrize("tokens", [12, 4, 2])  # 4: as many as the query heads; 2: as many as the key/value heads
+@pytest.mark.parametrize("name", QK_NORMED)
+@torch.no_grad()
+def test_recorded_norms_are_those_of_the_queries_and_keys_the_model_scores(name, tokens):
+    """Gemma 3 normalises after the transpose to [batch, heads, tokens, d]: that output was cut as [.., heads, d],
+    each "head" taking rows of every head; Persimmon's were read before its LayerNorm (~30x the real norms)."""
+    model_class, config = QK_NORMED[name]
+    torch.manual_seed(0)
+    model = model_class(copy.deepcopy(config)).eval()
+    model.set_attn_implementation("attnscope_spy")
+    for param_name, param in model.named_parameters():
+        if param.dim() == 2:
+            param.normal_(std=0.3)
+        elif "norm" in param_name and param_name.endswith("weight"):
+            param.uniform_(0.2, 3.0)  # a gain that differs from one dimension to the next
+    layers = attention_weights(model)
+    SPIED.clear()
+    with record_qk_norms(layers) as norms:
+        model(torch.arange(3, 3 + tokens).unsqueeze(0))
+    attention = dict(model.named_modules())
+    for lw in layers:
+        q, k, scaling = SPIED[attention[lw.name]]
+        torch.testing.assert_close(norms.q[lw.name], q)
+        torch.testing.assert_close(norms.k[lw.name], k)
+        assert lw.scale == pytest.approx(scaling)
+        torch.testing.assert_close(norms.bound(lw), scaling * q * k.repeat_interleave(lw.n_heads // len(k)))
+
+
+def test_a_per_head_norm_s_layout_is_told_by_its_input_when_tokens_equal_heads():
+    """[1, 4, 4, 8] with 4 heads: the sizes cannot say which dimension holds the heads; the norm's input can."""
+    projection = torch.nn.Linear(8, 32)
+    fed = torch.randn(1, 4, 32)  # (b, T, H*d)
+    per_head = fed.unflatten(-1, (4, 8))  # (b, T, H, d)
+    source = Source(torch.nn.LayerNorm(8), 4, feed=Source(projection, 4))
+    assert source.heads_first(per_head, 8, per_head, fed) is False
+    assert source.heads_first(per_head.transpose(1, 2), 8, per_head.transpose(1, 2), fed) is True
+    assert source.heads_first(per_head, 8, per_head + 1, fed) is None  # not what the projection gave: not recorded
+    assert Source(torch.nn.LayerNorm(8), 4).heads_first(per_head, 8) is None
+    assert source.heads_first(torch.zeros(1, 4, 7, 8), 8) is True and source.heads_first(fed, 8) is False

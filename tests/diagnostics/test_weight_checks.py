@@ -6,7 +6,8 @@ from torch import nn
 
 import core
 from transformers import (
-    Gemma2Config, Gemma2Model, GemmaConfig, GemmaModel, LlamaConfig, LlamaModel, Qwen3Config, Qwen3Model,
+    Gemma2Config, Gemma2Model, GemmaConfig, GemmaModel, GPT2Config, GPT2Model, LlamaConfig, LlamaModel,
+    PersimmonConfig, PersimmonModel, Qwen3Config, Qwen3Model,
 )
 from core.extraction.head_weights import attention_weights
 from diagnostics.weights.qk_norms import record_qk_norms
@@ -250,6 +251,49 @@ def test_norms_after_a_per_head_norm_are_each_head_s():
     assert out["q"].shape == (12, 4, 8) and out["k"].shape == (12, 2, 8)  # (tokens, heads, d)
     torch.testing.assert_close(norms.q[name], out["q"].norm(dim=-1).amax(0))
     torch.testing.assert_close(norms.k[name], out["k"].norm(dim=-1).amax(0))
+
+
+@torch.no_grad()
+def test_q_and_k_scaled_before_a_layernorm_reach_no_larger_scores():
+    """Persimmon normalises each head's q and k (LayerNorm) after its fused projection: Q/K × 100 leaves the scores
+    as they were. Read before the LayerNorm, the bound was not the scores' (0.07 here) and grew 10⁴-fold with Q/K ×
+    100, to a large_qk_scores warning."""
+    torch.manual_seed(0)
+    config = PersimmonConfig(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                             num_attention_heads=4)
+    model = PersimmonModel(config).eval()
+    ids = torch.randint(3, 99, (1, 24), generator=torch.Generator().manual_seed(0))
+    before = check_weights(model, recorded_norms(model, ids))[1]
+    for layer in model.layers:
+        fused = layer.self_attn.query_key_value
+        fused.weight.view(4, 3, 8, 32)[:, :2] *= 100  # every head's query and key rows (per head: q, k, v)
+        fused.bias.view(4, 3, 8)[:, :2] *= 100
+    norms = recorded_norms(model, ids)
+    after = check_weights(model, norms)[1]
+    for head, stats in before.items():
+        assert stats["max_score"] == pytest.approx(8 ** 0.5, rel=0.02)  # unit-gain LayerNorm: ‖q‖ = ‖k‖ = √d; /√d
+        assert after[head]["max_score"] == pytest.approx(stats["max_score"], rel=1e-2)
+    assert "large_qk_scores" not in {f.code for f in weight_findings(model, norms)}
+
+
+@torch.no_grad()
+def test_gpt2_scaled_by_the_inverse_layer_index_alone():
+    """scale_attn_weights=False with scale_attn_by_inverse_layer_idx: layer i's scores are q·k/(i+1) (transformers'
+    ``scaling``); the scale was taken as 1 in every layer, and layer 1's reachable scores as twice what they are."""
+    torch.manual_seed(0)
+    config = GPT2Config(n_embd=32, n_head=4, n_layer=3, vocab_size=99, scale_attn_weights=False,
+                        scale_attn_by_inverse_layer_idx=True)
+    model = GPT2Model(config).eval()
+    layers = attention_weights(model)
+    assert [lw.scale for lw in layers] == pytest.approx([1.0, 1 / 2, 1 / 3])
+    norms = recorded_norms(model, torch.arange(3, 19).unsqueeze(0))
+    per_head = check_weights(model, norms)[1]
+    for lw in layers:
+        attn = model.h[lw.layer].attn
+        unscaled = norms.q[lw.name] * norms.k[lw.name]  # (H,)
+        assert attn.scaling == pytest.approx(1 / (lw.layer + 1))
+        assert [per_head[("self", lw.layer, h)]["max_score"] for h in range(4)] == \
+            pytest.approx((unscaled / (lw.layer + 1)).tolist(), rel=1e-3)
 
 
 def test_non_finite_weights_are_an_error_wherever_they_are():
