@@ -37,10 +37,17 @@ def display_name(source: str) -> str:
     return parts[-1] if parts else "model"
 
 
+_NAMING_FILES = ("config.json", ".gguf", ".safetensors", ".bin", ".pt", ".pth")  # the file an upload is named by
+
+
 def upload_name(file_names: list[str]) -> str:
-    """An upload is named by its file (or its first file, "+ n more" for several)."""
+    """An upload is named by its file, or for several by its config.json or weights file ("+ n more"; the browser's
+    order put "vocab.txt + 11 more" first)."""
     names = [display_name(n) for n in file_names]
-    return names[0] if len(names) == 1 else f"{names[0]} + {len(names) - 1} more"
+    if len(names) == 1:
+        return names[0]
+    first = next((n for end in _NAMING_FILES for n in names if n.lower().endswith(end)), names[0])
+    return f"{first} + {len(names) - 1} more"
 
 
 def file_stem(model, *parts) -> str:
@@ -56,7 +63,13 @@ def file_stem(model, *parts) -> str:
 
 
 def _safe_word(part) -> str:
-    return _UNSAFE_FILE_CHARS.sub("-", str(part)).strip("-.")
+    """``part`` in letters, digits, ``.`` and ``-``; a hash of it ends a name that had other scripts ("ü漢字.zip" and
+    "日本.zip" were both "zip", so their reports downloaded under one file name)."""
+    part = str(part)
+    word = _UNSAFE_FILE_CHARS.sub("-", part).strip("-.")
+    if part.isascii():
+        return word
+    return "-".join(w for w in (word, hashlib.sha1(part.encode("utf-8", "replace")).hexdigest()[:DIGEST_CHARS]) if w)
 
 
 def _shortened(word: str, width: int) -> str:

@@ -4,7 +4,7 @@ import streamlit as st
 
 from app import errors
 from app.views import report_view
-from app.server import session, sources
+from app.server import cache, session, sources
 from core.cancel import stop_between_layers, stoppable
 from diagnostics.diagnose import diagnose
 
@@ -30,12 +30,24 @@ def run(inputs, name, texts, n_heads) -> None:
             report = diagnose((model, tokenizer), texts, progress=progress)
         report.model["name"] = name  # the upload's file or the folder's name, never the server's temp path
         st.session_state.report = report
-        st.session_state.report_notes = notes
+        st.session_state.report_notes = notes + _keep_maps_within_budget(report)
         st.session_state.report_name = name
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page
         errors.show(err)
     finally:
         bar.empty()
+
+
+def _keep_maps_within_budget(report) -> list[str]:
+    """Keep in the session only the probes' maps that fit ``cache.report_maps_bytes()`` (each open session holds its
+    report), and a note when some are dropped: the labels and findings were measured on every probe."""
+    kept = cache.maps_within(report.samples, cache.report_maps_bytes())
+    if len(kept) == len(report.samples):
+        return []
+    dropped, report.samples = len(report.samples) - len(kept), kept
+    return [f"the attention maps of {dropped} of the {dropped + len(kept)} probes are not kept for the head explorer "
+            f"(at most {cache.report_maps_bytes() / 1e6:,.0f} MB per report); the labels and findings cover every "
+            "probe"]
 
 
 st.title("Diagnose a checkpoint")

@@ -38,6 +38,10 @@ MAX_RESULTS = 4  # attention results kept at once, within result_budget_bytes()
 ENV_MODEL_CACHE = "ATTNSCOPE_MODEL_CACHE_BYTES"
 ENV_RESULT_CACHE = "ATTNSCOPE_RESULT_CACHE_BYTES"
 RESULT_BUDGET_BYTES = 2 * 10**9  # SmolLM2 on 5,000 characters (1,089 tokens) is 1.28 GB; MiniLM at 512 tokens 75 MB
+ENV_REPORT_MAPS = "ATTNSCOPE_REPORT_MAPS_BYTES"
+# The maps a Diagnose report keeps for its head explorer, in one session's state (outside the shared caches): SmolLM2's
+# 7 default probes take 375 MB, MiniLM's 32 MB; 14 MiniLM probes of ~500 tokens took 1.1 GB per open session.
+REPORT_MAPS_BYTES = 512 * 10**6
 
 
 def model_budget_bytes() -> int:
@@ -48,6 +52,22 @@ def model_budget_bytes() -> int:
 def result_budget_bytes() -> int:
     """Bytes of attention weights the result cache may hold: ``$ATTNSCOPE_RESULT_CACHE_BYTES``, else 2 GB."""
     return env_size(ENV_RESULT_CACHE, RESULT_BUDGET_BYTES)
+
+
+def report_maps_bytes() -> int:
+    """Bytes of attention maps one Diagnose report keeps: ``$ATTNSCOPE_REPORT_MAPS_BYTES``, else 512 MB."""
+    return env_size(ENV_REPORT_MAPS, REPORT_MAPS_BYTES)
+
+
+def maps_within(samples: list, budget: int) -> list:
+    """The first ``samples`` (``AttentionResult``s, one per probe) whose maps fit ``budget`` bytes together."""
+    kept, total = [], 0
+    for sample in samples:
+        total += result_bytes(sample)
+        if total > budget:
+            break
+        kept.append(sample)
+    return kept
 
 
 @dataclass

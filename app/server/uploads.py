@@ -97,7 +97,7 @@ def stage(previous: Staged | None, uploaded, limits: Limits | None = None) -> St
     fails (a full disk) is one CheckpointError, its part-copy removed. Either way ``previous`` stays as it was."""
     uploaded = list(uploaded)
     name = uploaded[0].name if len(uploaded) == 1 else f"the {len(uploaded)} uploaded files"
-    check_upload_size(name, sum(file.size for file in uploaded), limits or Limits())
+    check_upload_size(name, sum(file.size for file in uploaded), limits or Limits(), len(uploaded))
     staged = None
     try:
         staged = Staged()

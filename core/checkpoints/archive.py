@@ -49,7 +49,7 @@ MAX_HEADER_RECORD_BYTES = 64 * 1024
 _MAX_DIRECTORY_ENTRY_BYTES = 46 + 4096 + 1024
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
-TOO_BIG = ("{name} is {size:,} bytes, more than the {limit:,}-byte upload limit; "
+TOO_BIG = ("{name} {is_} {size:,} bytes, more than the {limit:,}-byte upload limit; "
            "raise it with {env} or Limits(max_upload_bytes=...)")
 TOO_MANY = "{name} holds more than {limit:,} entries; a model folder has a few dozen files at most (limit: {env})"
 TOO_LARGE_UNPACKED = ("{name} would unpack to more than {limit:,} bytes (a zip bomb, or a model above the limit); "
@@ -99,9 +99,12 @@ class Limits:
         return min(self.max_total_bytes, max(RATIO_FLOOR_BYTES, MAX_RATIO * packed_bytes))
 
 
-def check_upload_size(name: str, size: int, limits: Limits) -> None:
+def check_upload_size(name: str, size: int, limits: Limits, files: int = 1) -> None:
+    """CheckpointError when ``files`` uploaded files (``name``) of ``size`` bytes together pass the upload limit."""
     if size > limits.max_upload_bytes:
-        raise CheckpointError(TOO_BIG.format(name=name, size=size, limit=limits.max_upload_bytes, env=ENV_MAX_UPLOAD))
+        is_ = "is" if files == 1 else "are together"
+        raise CheckpointError(TOO_BIG.format(name=name, is_=is_, size=size, limit=limits.max_upload_bytes,
+                                             env=ENV_MAX_UPLOAD))
 
 
 def is_archive(path: Path) -> bool:
@@ -283,7 +286,7 @@ def write_loose_files(files: list[tuple[str, object]], dest: Path, limits: Limit
     Streamlit's ``UploadedFile``): files are copied in ``CHUNK``s, never read whole into memory.
     """
     sizes = [_data_size(data) for _, data in files]
-    check_upload_size(f"the {len(files)} uploaded files", sum(sizes), limits)
+    check_upload_size(f"the {len(files)} uploaded files", sum(sizes), limits, len(files))
     writer = _Writer("the upload", dest, limits)
     for (raw_name, data), size in zip(files, sizes):
         writer.count_entry()

@@ -159,3 +159,21 @@ def test_json_keeps_six_significant_figures_as_the_csv_does():
     doc = json.loads(exports.json_text(w, tokens, tokens, {}))
     cells = [row.split(",")[1:] for row in exports.csv_text(w, tokens, tokens).strip().splitlines()[1:]]
     assert doc["weights"][0][1:] == [3e-07, 1e-07] and doc["weights"] == [[float(c) for c in row] for row in cells]
+
+
+def test_names_in_other_scripts_keep_their_downloads_apart():
+    """"ü漢字 😀.zip" and "日本.zip" were both "zip": every such model's report downloaded as attnscope-zip.json."""
+    from app.names import file_stem
+
+    stems = {file_stem(name) for name in ("ü漢字 😀.zip", "日本.zip", "zip")}
+    assert len(stems) == 3 and all(s.startswith("zip") and s.isascii() for s in stems), stems
+    assert file_stem("demo-bert", "Layer 2, head 5") == "demo-bert_Layer-2-head-5"  # plain ASCII as before
+
+
+def test_an_upload_of_loose_files_is_named_by_its_config_or_weights():
+    from app.names import upload_name
+
+    assert upload_name(["vocab.txt", "config.json", "model.safetensors"]) == "config.json + 2 more"
+    assert upload_name(["vocab.txt", "model.safetensors"]) == "model.safetensors + 1 more"
+    assert upload_name(["vocab.txt", "notes.md"]) == "vocab.txt + 1 more"
+    assert upload_name(["model.gguf"]) == "model.gguf"

@@ -348,6 +348,33 @@ def test_diagnose_a_sentence_says_first_that_it_is_too_short_to_judge(bert_zip):
     assert all(f.startswith(":blue-badge[") for f in findings), findings  # every finding is info
 
 
+def test_a_report_keeps_only_the_maps_its_budget_allows(bert_zip, monkeypatch):
+    """Each open session holds its report: 14 MiniLM probes of ~500 tokens pinned 1.1 GB per session. Past the
+    budget the later probes' maps are dropped, with a note; the labels and findings still cover every probe."""
+    from app.server.cache import result_bytes
+
+    def diagnosed():
+        at = _app()
+        at.switch_page("app_pages/diagnose.py").run()
+        at.text_area(key="diag_probes").set_value("\n".join(["the cat sat on the red mat"] * 3))
+        at.file_uploader[0].upload("tiny-bert.zip", bert_zip).run()
+        at = at.button(key="diag_run").click().run()
+        assert not at.exception and not _errors(at), _errors(at)
+        return at, at.session_state["report"], [i.value for i in at.info]
+
+    _, whole, infos = diagnosed()
+    assert len(whole.samples) == 3 and not any("not kept" in i for i in infos)
+    one_probe = result_bytes(whole.samples[0])
+    for kept in (2, 0):
+        monkeypatch.setenv("ATTNSCOPE_REPORT_MAPS_BYTES", str(kept * one_probe + one_probe // 2))
+        at, report, infos = diagnosed()
+        assert len(report.samples) == kept and len(report.probes) == 3 and report.heads == whole.heads
+        assert any(f"maps of {3 - kept} of the 3 probes are not kept" in i for i in infos), infos
+        assert kept or any("larger than this server keeps for one report" in i for i in infos), infos
+        at.selectbox(key="diag_head").set_value(1).run()
+        assert not at.exception
+
+
 def test_diagnose_long_probe_is_streamed_and_says_so(bert_zip, monkeypatch):
     monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 20)
     at = _app()

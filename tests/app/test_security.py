@@ -446,7 +446,7 @@ def test_files_over_the_upload_limit_together_are_refused_before_any_is_stored(m
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     previous = uploads.stage(None, [_Upload("first.zip", b"x" * 10)], Limits(max_upload_bytes=10**6))
     parts = [_Upload(f"part{i}.bin", b"x" * 900_000) for i in range(5)]
-    with pytest.raises(CheckpointError, match="^the 5 uploaded files is 4,500,000 bytes, more than the 1,000,000"):
+    with pytest.raises(CheckpointError, match="^the 5 uploaded files are together 4,500,000 bytes, more than the 1,0"):
         uploads.stage(previous, parts, Limits(max_upload_bytes=10**6))
     assert sorted(tmp_path.iterdir()) == [previous.folder] and previous.names == ["first.zip"]
 
