@@ -116,7 +116,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
             samples, parts, notes = [], {"self": [_measured(r) for r in results]}, []
         else:
             samples, notes = _run_probes(model, tokenizer, probes, tell, fit_notes if unfit and texts is None else None,
-                                         unread=len(texts or []))
+                                         unread=len(texts or []), weights_known=bool(layers))
             fit_notes = [n for n in fit_notes if n.code not in {m.code for m in notes}]  # the later note says more
             results = samples
             tell(0.85, "measuring heads")
@@ -164,10 +164,12 @@ def _name(model):
     return readable(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
 
 
-def _run_probes(model, tokenizer, probes, tell, unfit_notes=None, unread=0):
+def _run_probes(model, tokenizer, probes, tell, unfit_notes=None, unread=0, weights_known=True):
     """``(samples, notes)``: one ``AttentionResult`` per probe, then ``VOCABULARY_PROBES`` in-vocabulary ones
     in place of unfit default probes (``unfit_notes``, ``fitting_probes``'s; a note in place of its own if they
-    cannot run); random-id probes without a tokenizer (``unread``: the caller's texts it could not read)."""
+    cannot run); random-id probes without a tokenizer (``unread``: the caller's texts it could not read). Where
+    those cannot run either and no attention layer has a known weight layout (``weights_known``), ExtractionError:
+    an empty report with no error would pass for a clean bill of health."""
     if tokenizer is not None:
         samples = []
         for i, probe in enumerate(probes):
@@ -183,6 +185,10 @@ def _run_probes(model, tokenizer, probes, tell, unfit_notes=None, unread=0):
     try:
         samples = [random_probe(model, seed) for seed in range(RANDOM_PROBES)]
     except core.ExtractionError as err:
+        if not weights_known:
+            raise core.ExtractionError(f"{err}, and none of its layers has an attention weight layout AttnScope "
+                                       "knows: nothing of it can be diagnosed (docs/diagnostics.md lists the layouts)"
+                                       ) from None
         return [], [note("no_tokenizer", detail=f"only the weights were checked ({err}){unused}")]
     return samples, [note("no_tokenizer", detail=f"probed with random token ids; text views are unavailable{unused}")]
 

@@ -416,7 +416,8 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 2:
         raise ExtractionError(f"{type(model).__name__} has no vocab_size, so it cannot be probed with token ids")
-    _refuse_encoder_decoder(model, "a random probe")
+    if getattr(config, "is_encoder_decoder", False):  # text probes read both stacks: it takes a tokenizer
+        raise ExtractionError("encoder-decoder models need a tokenizer to be probed")
     length = _fitted_length(model, None, length)
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (1, length), generator=generator).to(model_device(model))  # (1, T)

@@ -1,9 +1,10 @@
 """The repeated-sequence probe: random ordinary tokens, the same again, wrapped in the tokenizer's specials."""
 
+import pytest
 import torch
 
 from diagnostics.probes import repeated_probe
-from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
+from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, tiny_t5, wordpiece_tokenizer
 
 
 def test_second_copy_repeats_the_first_and_specials_wrap_it():
@@ -60,6 +61,20 @@ def test_a_plain_pytorch_model_is_diagnosed():
     torch.manual_seed(0)
     report = diagnose((EncoderLM().eval(), wordpiece_tokenizer()), ["the quick brown fox jumps over the lazy dog"])
     assert len(report.heads) == 8 and report.model["name"] == "EncoderLM"
+
+
+def test_a_model_whose_attention_cannot_be_read_at_all_is_refused():
+    """No tokenizer, no token ids it can be probed with, no known weight layout: it got an empty report with no
+    finding, as if healthy, and a note saying its weights were checked (they were not)."""
+    from torch import nn
+
+    from core import ExtractionError
+    from diagnostics.diagnose import diagnose
+
+    with pytest.raises(ExtractionError, match="has no vocab_size.*nothing of it can be diagnosed"):
+        diagnose(nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8)))
+    t5 = diagnose(tiny_t5())  # weights it can read: checked, and the report says why no probe ran
+    assert "only the weights were checked (encoder-decoder models need a tokenizer" in t5.finding("no_tokenizer").message
 
 
 def test_a_probe_that_is_not_utf8_is_named():

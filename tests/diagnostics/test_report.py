@@ -5,7 +5,6 @@ import re
 from dataclasses import replace
 
 import pytest
-from torch import nn
 
 from broken_checkpoints import structured_bert
 from diagnostics import PATTERN_TEXTS, ROLE_TEXTS, ROLES, Report, diagnose
@@ -130,13 +129,6 @@ def test_random_ids_fit_a_model_with_few_positions():
     tiny = core.AttnScopeTransformer(core.TransformerConfig(max_positions=3))
     report = diagnose(tiny)
     assert report.samples == [] and "takes 3 tokens" in report.finding("no_tokenizer").message
-
-
-def test_module_without_known_attention_gets_notes_not_a_crash():
-    report = diagnose(nn.Sequential(nn.Linear(2, 2)))
-    assert {f.code for f in report.findings} == {"no_tokenizer", "weights_unavailable"}
-    assert report.heads == [] and not report.has_errors
-    assert "No tokenizer" in report.to_markdown() and report.to_html()
 
 
 def test_bad_sources():
