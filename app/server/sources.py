@@ -46,7 +46,8 @@ def probes_problem(texts) -> str | None:
         return None
     chars = sum(len(t) for t in texts)
     if len(texts) > MAX_PROBES or chars > MAX_PROBE_CHARS:
-        return (f"Not run: {len(texts):,} probe texts with {chars:,} characters in all; this server takes at most "
+        texts_ = f"{len(texts):,} probe text{'s' if len(texts) != 1 else ''}"
+        return (f"Not run: {texts_} with {chars:,} characters in all; this server takes at most "
                 f"{MAX_PROBES} probes and {MAX_PROBE_CHARS:,} characters. Give fewer or shorter probes, or run "
                 "`python -m diagnostics` on your own machine, which has no such limit.")
     return None

@@ -50,6 +50,8 @@ SEVERAL_ARCHIVES = ("the upload holds {count} archives ({names}); upload one arc
                     "folder, at a time")
 NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
               "upload the whole folder written by save_pretrained")
+CONFIG_ALONE = ("config.json alone holds no weights; give the folder that holds it and the weights "
+                "(model.safetensors, pytorch_model.bin or a shard index), or upload them together")
 NOT_JSON = "config.json is not valid JSON ({err}); upload the config.json written by save_pretrained"
 BIG_CONFIG = ("config.json is {size:,} bytes, more than the {limit:,} any model's config takes (they are a few kB); "
               "upload the config.json written by save_pretrained")
@@ -303,8 +305,8 @@ def _read_weights(folder: Path, label: str, limits: Limits) -> dict[str, torch.T
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(WEIGHT_SUFFIXES))
     if size > limits.max_total_bytes:  # a folder read in place was not counted while unpacking
         raise CheckpointError(TOO_MUCH_WEIGHT.format(name=label, size=size, limit=limits.max_total_bytes))
-    if not weights and (folder / CONFIG_NAME).is_file():
-        raise CheckpointError(NO_WEIGHTS.format(name=label))
+    if not weights and (folder / CONFIG_NAME).is_file():  # "config.json has a config.json" said nothing
+        raise CheckpointError(CONFIG_ALONE if label == CONFIG_NAME else NO_WEIGHTS.format(name=label))
     if not weights:
         count = sum(1 for p in folder.iterdir() if p.is_file())
         raise CheckpointError(NO_MODEL.format(name=label, count=count))

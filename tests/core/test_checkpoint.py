@@ -400,3 +400,13 @@ def test_bad_input_message(tmp_path, row, message):
     assert str(caught.value) == message
     assert "\n" not in message
     assert sorted(p.name for p in bad.iterdir()) == before  # nothing written next to the input (no marker)
+
+
+def test_a_config_json_alone_says_so(tmp_path):
+    """A path to a folder's config.json, or an upload of it alone, said "config.json has a config.json"."""
+    folder = hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer())
+    alone = "config.json alone holds no weights; give the folder that holds it and the weights"
+    with pytest.raises(CheckpointError, match=f"^{alone}"):
+        load_checkpoint(folder / "config.json")
+    with pytest.raises(CheckpointError, match=f"^{alone}"):
+        load_checkpoint([("config.json", (folder / "config.json").read_bytes())])
