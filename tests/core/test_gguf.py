@@ -150,6 +150,19 @@ def test_metadata_that_does_not_match_the_tensors_is_named_from_the_header(tmp_p
         "(llama.embedding_length=32, llama.attention.head_count=8, llama.attention.head_count_kv=2); ")
 
 
+def test_what_transformers_says_about_an_upload_never_shows_the_server_s_temp_folder(tmp_path, monkeypatch):
+    """transformers names the file it failed on by its full path: an upload's is the server's private temp folder."""
+    def fails(folder, gguf_file=None, **kwargs):
+        raise OSError(f"It looks like the config file at '{folder}/{gguf_file}' is not a valid JSON file.")
+
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", fails)
+    data = write_llama_gguf(tmp_path / "llama.gguf").read_bytes()
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint([("my model.gguf", data)])
+    message = str(caught.value)
+    assert "config file at 'my model.gguf'" in message and "attnscope-upload" not in message, message
+
+
 def test_tensors_past_the_block_count_or_off_the_alignment_are_refused(tmp_path):
     """block_count 1 over a file of two blocks loaded a 1-layer model, dropping blk.1 without a word; a tensor
     offset 4 bytes off the 32-byte alignment loaded with shifted Q weights."""

@@ -178,7 +178,7 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
                 path.parent, gguf_file=path.name, config=config, attn_implementation="eager", trust_remote_code=False,
                 local_files_only=True, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
-            raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
+            raise CheckpointError(LOAD_FAILED.format(name=name, err=_reason(err, path, name, 120))) from None
         _check_loading_info(info, model, name)
         model = model.base_model  # itself for AutoModel's
         unused = [t.name for t in header.tensors if t.name not in mapped and t.name not in _UNUSED_OK]
@@ -225,7 +225,7 @@ def _checked_config(path: Path, header: GGUFHeader, name: str, limits: Limits):
     except CheckpointError:
         raise
     except Exception as err:  # noqa: BLE001 - invalid metadata values surface as many exception types
-        raise CheckpointError(LOAD_FAILED.format(name=name, err=first_line(err, 120))) from None
+        raise CheckpointError(LOAD_FAILED.format(name=name, err=_reason(err, path, name, 120))) from None
     total = sum(p.numel() for p in skeleton.parameters())
     if total * 4 > limits.max_model_bytes:
         raise CheckpointError(TOO_BIG.format(name=name, gb=total * 4 / 1e9, n=total, limit=limits.max_model_bytes,
@@ -268,6 +268,13 @@ def _apply_rope_factors(model, factors: torch.Tensor, name: str) -> None:
             module.original_inv_freq = module.inv_freq.clone()
 
 
+def _reason(err: Exception, path: Path, name: str, width: int) -> str:
+    """``first_line`` of transformers' message, with ``path`` named as the user knows it: an upload's path is the
+    server's private temp folder (/tmp/attnscope-upload-.../upload/model.gguf)."""
+    text = first_line(err, 10**6).replace(str(path), name).replace(str(path.parent), ".")
+    return text[:len(type(err).__name__) + 2 + width]
+
+
 def _gguf_tokenizer(path: Path, model, notes: list[str]):
     from transformers import AutoTokenizer
 
@@ -279,7 +286,7 @@ def _gguf_tokenizer(path: Path, model, notes: list[str]):
     except Exception as err:  # noqa: BLE001 - a GGUF without tokenizer keys, or one transformers cannot convert
         notes_before = len(notes)
         borrowed = choose_tokenizer(None, vocab, True, notes)
-        notes[notes_before] = NO_TOKENIZER.format(err=first_line(err, 100)) + notes[notes_before]
+        notes[notes_before] = NO_TOKENIZER.format(err=_reason(err, path, path.name, 100)) + notes[notes_before]
         return borrowed
     return tokenizer
 
