@@ -37,7 +37,7 @@ def display_name(source: str) -> str:
     return parts[-1] if parts else "model"
 
 
-_NAMING_FILES = ("config.json", ".gguf", ".safetensors", ".bin", ".pt", ".pth")  # the file an upload is named by
+_WEIGHTS_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth")  # after config.json, what an upload is named by
 
 
 def upload_name(file_names: list[str]) -> str:
@@ -46,7 +46,8 @@ def upload_name(file_names: list[str]) -> str:
     names = [display_name(n) for n in file_names]
     if len(names) == 1:
         return names[0]
-    first = next((n for end in _NAMING_FILES for n in names if n.lower().endswith(end)), names[0])
+    first = next((n for n in names if n.lower() == "config.json"), None)  # not tokenizer_config.json
+    first = first or next((n for end in _WEIGHTS_SUFFIXES for n in names if n.lower().endswith(end)), names[0])
     return f"{first} + {len(names) - 1} more"
 
 

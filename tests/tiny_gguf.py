@@ -99,6 +99,29 @@ def llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
     return np.array(factors, dtype=np.float32)
 
 
+def write_lfm2_gguf(path: Path, model) -> Path:
+    """An LFM2 (a short-convolution layer, then an attention layer), which transformers loads through its newer GGUF
+    path: its convolution weights are stored without their middle dimension, as llama.cpp's converter does."""
+    c = model.config
+    writer = gguf.GGUFWriter(str(path), "lfm2")
+    for key, value in {"context_length": 64, "embedding_length": c.hidden_size, "feed_forward_length": 48,
+                       "block_count": c.num_hidden_layers, "attention.head_count": c.num_attention_heads,
+                       "shortconv.l_cache": c.conv_L_cache}.items():
+        writer.add_uint32(f"lfm2.{key}", value)
+    writer.add_array("lfm2.attention.head_count_kv", [0 if t == "conv" else c.num_key_value_heads
+                                                      for t in c.layer_types])
+    writer.add_float32("lfm2.rope.freq_base", 1000000.0)
+    writer.add_float32("lfm2.attention.layer_norm_rms_epsilon", c.norm_eps)
+    _add_bpe_tokenizer(writer, c.vocab_size)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LFM2, c.num_hidden_layers)
+    for key, tensor in model.state_dict().items():
+        base, suffix = key.rsplit(".", 1)
+        data = tensor.detach().float().numpy().copy()
+        writer.add_tensor(f"{names.get_name(base) or names.get_name('model.' + base)}.{suffix}",
+                          data.squeeze(1) if "conv.conv" in key else data)
+    return _finish(writer, path)
+
+
 def write_plain_gguf(path: Path, model, fields: dict) -> Path:
     """Any architecture whose tensors llama.cpp's converter only renames (Phi-3, StarCoder2): ``fields`` are the
     metadata keys after ``<arch>.`` (floats as float32, ints as uint32)."""

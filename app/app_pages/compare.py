@@ -6,7 +6,7 @@ import streamlit as st
 from app import errors
 from app.plain import for_markdown
 from app.views import compare_plots, picking
-from app.server import session, sources
+from app.server import cache, session, sources
 from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.compare import compare
 from diagnostics.reports.compare_report import pattern_name
@@ -22,6 +22,7 @@ def run(source_a, source_b, texts, n_heads=None) -> None:
     should_stop = session.stop_when_gone()
     progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
     try:
+        budget = cache.report_maps_bytes()  # a bad ATTNSCOPE_REPORT_MAPS_BYTES is told before the work, not after
         loading = [progress_span(progress, 0.0, 0.1, "Loading model A"),
                    progress_span(progress, 0.1, 0.2, "Loading model B")]
         opened = sources.opened_models([source_a[0], source_b[0]], n_heads, loading)
@@ -29,8 +30,9 @@ def run(source_a, source_b, texts, n_heads=None) -> None:
                 stop_between_layers(model_a, should_stop), stop_between_layers(model_b, should_stop):
             report = compare((model_a, tok_a), (model_b, tok_b), texts, progress=progress_span(progress, 0.2, 1.0))
         report.a.model["name"], report.b.model["name"] = source_a[1], source_b[1]
-        st.session_state.comparison = report
-        st.session_state.comparison_notes = [f"A: {n}" for n in notes_a] + [f"B: {n}" for n in notes_b]
+        st.session_state.comparison_notes = ([f"A: {n}" for n in notes_a] + [f"B: {n}" for n in notes_b]
+                                             + cache.keep_maps_within([report.a, report.b], budget))
+        st.session_state.comparison = report  # last: the page draws it with this run's notes
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page
         errors.show(err)
     finally:
@@ -70,10 +72,12 @@ def maps_ui(report, part, layer, head) -> None:
     st.subheader(f"Layer {layer}, head {head}")
     if not report.a.samples:
         st.info("The probes were too long to keep their maps in memory, so they were streamed: distances are exact, "
-                "but no maps were kept to draw.")
+                "but no maps were kept to draw." if report.a.model.get("streamed") else
+                "No maps to draw: they were larger than this server keeps for one page; the distances cover every "
+                "probe.")
         return
     probes = [p["text"] for p in report.a.probes] or [f"random ids {i}" for i in range(len(report.a.samples))]
-    i = st.selectbox("Probe", range(len(probes)), format_func=lambda i: probes[i][:80], key="cmp_probe")
+    i = st.selectbox("Probe", range(len(report.a.samples)), format_func=lambda i: probes[i][:80], key="cmp_probe")
     sa, sb = report.a.samples[i].part(part), report.b.samples[i].part(part)
     map_a, map_b = sa.attentions[layer, head], sb.attentions[layer, head]  # (q, k) each
     cols = st.columns(3)

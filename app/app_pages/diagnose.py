@@ -23,31 +23,20 @@ def run(inputs, name, texts, n_heads) -> None:
     bar = st.progress(0.0, text="Loading the checkpoint…")
     should_stop = session.stop_when_gone()
     try:
+        budget = cache.report_maps_bytes()  # a bad ATTNSCOPE_REPORT_MAPS_BYTES is told before the work, not after
         loading = lambda fraction, message: bar.progress(min(1.0, fraction), text=f"Loading: {message}")  # noqa: E731
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
         opened = sources.opened_models([inputs], n_heads, [stoppable(loading, should_stop)])
         with opened as [(model, tokenizer, notes)], stop_between_layers(model, should_stop):  # may end mid-probe
             report = diagnose((model, tokenizer), texts, progress=progress)
         report.model["name"] = name  # the upload's file or the folder's name, never the server's temp path
-        st.session_state.report = report
-        st.session_state.report_notes = notes + _keep_maps_within_budget(report)
+        st.session_state.report_notes = notes + cache.keep_maps_within([report], budget)
         st.session_state.report_name = name
+        st.session_state.report = report  # last: the page draws it with this run's name and notes
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page
         errors.show(err)
     finally:
         bar.empty()
-
-
-def _keep_maps_within_budget(report) -> list[str]:
-    """Keep in the session only the probes' maps that fit ``cache.report_maps_bytes()`` (each open session holds its
-    report), and a note when some are dropped: the labels and findings were measured on every probe."""
-    kept = cache.maps_within(report.samples, cache.report_maps_bytes())
-    if len(kept) == len(report.samples):
-        return []
-    dropped, report.samples = len(report.samples) - len(kept), kept
-    return [f"the attention maps of {dropped} of the {dropped + len(kept)} probes are not kept for the head explorer "
-            f"(at most {cache.report_maps_bytes() / 1e6:,.0f} MB per report); the labels and findings cover every "
-            "probe"]
 
 
 st.title("Diagnose a checkpoint")

@@ -59,15 +59,22 @@ def report_maps_bytes() -> int:
     return env_size(ENV_REPORT_MAPS, REPORT_MAPS_BYTES)
 
 
-def maps_within(samples: list, budget: int) -> list:
-    """The first ``samples`` (``AttentionResult``s, one per probe) whose maps fit ``budget`` bytes together."""
-    kept, total = [], 0
-    for sample in samples:
-        total += result_bytes(sample)
+def keep_maps_within(reports: list, budget: int) -> list[str]:
+    """Keep in ``reports`` (a Diagnose report, or Compare's two, whose probes are the same) the maps of their first
+    probes that fit ``budget`` bytes together, the same probes in each; a note when some are dropped (each open
+    session holds its reports, outside the shared caches)."""
+    probes, kept, total = min(len(r.samples) for r in reports), 0, 0
+    while kept < probes:
+        total += sum(result_bytes(r.samples[kept]) for r in reports)
         if total > budget:
             break
-        kept.append(sample)
-    return kept
+        kept += 1
+    if kept == probes:
+        return []
+    for report in reports:
+        report.samples = report.samples[:kept]
+    return [f"the attention maps of {probes - kept} of the {probes} probes are not kept for the map views "
+            f"(at most {budget / 1e6:,.0f} MB per page); the labels, findings and distances cover every probe"]
 
 
 @dataclass

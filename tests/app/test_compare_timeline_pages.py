@@ -42,6 +42,24 @@ def test_compare_demo_model_with_itself_draws_the_grid_and_three_maps():
     assert {b.label for b in at.download_button} == {"Comparison (JSON)", "Comparison (Markdown)", "Comparison (HTML)"}
 
 
+def test_compare_keeps_only_the_maps_its_budget_allows(monkeypatch):
+    """Compare held both models' maps of every probe in its session, outside every budget (6 MiniLM probes of ~500
+    tokens: 867 MB): the same probes' maps of both are kept within it, and the distances still cover every one."""
+    monkeypatch.setenv("ATTNSCOPE_REPORT_MAPS_BYTES", "1")
+    at = _page("compare")
+    _built_in(at, "a", "demo-bert")
+    _built_in(at, "b", "demo-bert")
+    at.text_area(key="cmp_probes").set_value("The cat sat on the mat.\nA dog barked at the moon.")
+    at = at.button(key="cmp_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    report = at.session_state["comparison"]
+    assert report.a.samples == [] and report.b.samples == [] and len(report.a.probes) == 2
+    infos = [i.value for i in at.info]
+    assert any("maps of 2 of the 2 probes are not kept" in i for i in infos), infos
+    assert any("larger than this server keeps for one page" in i for i in infos), infos
+    assert at.metric[0].value == "0 / 16"  # the distances were measured on both probes
+
+
 def test_compare_folder_against_upload(bert_folder, bert_zip, monkeypatch):
     monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(bert_folder.parent))
     at = _page("compare")

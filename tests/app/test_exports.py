@@ -174,6 +174,8 @@ def test_an_upload_of_loose_files_is_named_by_its_config_or_weights():
     from app.names import upload_name
 
     assert upload_name(["vocab.txt", "config.json", "model.safetensors"]) == "config.json + 2 more"
+    assert upload_name(["tokenizer_config.json", "generation_config.json", "config.json"]) == "config.json + 2 more"
+    assert upload_name(["tokenizer_config.json", "model.safetensors"]) == "model.safetensors + 1 more"
     assert upload_name(["vocab.txt", "model.safetensors"]) == "model.safetensors + 1 more"
     assert upload_name(["vocab.txt", "notes.md"]) == "vocab.txt + 1 more"
     assert upload_name(["model.gguf"]) == "model.gguf"

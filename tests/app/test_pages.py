@@ -375,6 +375,16 @@ def test_a_report_keeps_only_the_maps_its_budget_allows(bert_zip, monkeypatch):
         assert not at.exception
 
 
+def test_a_bad_maps_budget_is_told_before_the_diagnosis_and_keeps_no_report(bert_zip, monkeypatch):
+    """It was read after the report was stored: the page drew the new report under the previous run's name."""
+    at = _diagnose(_app(), "first.zip", bert_zip)
+    monkeypatch.setenv("ATTNSCOPE_REPORT_MAPS_BYTES", "half a gig")
+    at.file_uploader[0].upload("second.zip", bert_zip).run()
+    at = at.button(key="diag_run").click().run()
+    assert not at.exception and any("'half a gig' is not a size" in e for e in _errors(at)), _errors(at)
+    assert "report" not in at.session_state and not any(s.value.startswith("Report: ") for s in at.subheader)
+
+
 def test_diagnose_long_probe_is_streamed_and_says_so(bert_zip, monkeypatch):
     monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 20)
     at = _app()

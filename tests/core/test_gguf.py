@@ -19,7 +19,9 @@ from diagnostics import cli
 from hostile_gguf import STRING_TYPE, U8_TYPE, metadata_arrays
 from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_gpt2
-from tiny_gguf import llama3_rope_factors, tiny_llama, write_gpt2_gguf, write_llama_gguf, write_plain_gguf
+from tiny_gguf import (
+    llama3_rope_factors, tiny_llama, write_gpt2_gguf, write_lfm2_gguf, write_llama_gguf, write_plain_gguf,
+)
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 WRITERS = {"llama": (write_llama_gguf, tiny_llama), "gpt2": (write_gpt2_gguf, lambda: tiny_gpt2(max_positions=1024))}
@@ -106,6 +108,21 @@ def test_phi3_and_starcoder2_gguf_load_with_their_rope(tmp_path, arch):
     original = _sharpened(original)
     loaded = _same_attention(tmp_path, original, write_plain_gguf(tmp_path / f"{arch}.gguf", original, fields))
     assert type(loaded) is type(original) and loaded.config.rope_parameters["rope_theta"] == fields["rope.freq_base"]
+
+
+def test_an_architecture_transformers_reads_through_its_newer_gguf_path_loads(tmp_path):
+    """LFM2 is converted by transformers' integrations.gguf, which builds no tensor map to check against: the check
+    for tensors without a place in the model had refused every one of its tensors."""
+    import transformers
+
+    config = transformers.Lfm2Config(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                     layer_types=["conv", "full_attention"], block_auto_adjust_ff_dim=False,
+                                     conv_L_cache=3, rope_theta=1000000.0, bos_token_id=0, eos_token_id=0,
+                                     pad_token_id=0)
+    torch.manual_seed(0)
+    original = _sharpened(transformers.Lfm2Model(config))
+    _same_attention(tmp_path, original, write_lfm2_gguf(tmp_path / "lfm2.gguf", original))
 
 
 def test_llama_gguf_keeps_grouped_query_heads(tmp_path):

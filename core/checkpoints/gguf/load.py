@@ -185,7 +185,8 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
         if _ROPE_FACTORS in unused:
             _apply_rope_factors(model, _tensor_values(path, _ROPE_FACTORS), name)
             unused.remove(_ROPE_FACTORS)
-        if unused:  # llama.cpp reads optional tensors (Llama's attention biases) that transformers' names miss
+        if mapped and unused:  # llama.cpp reads optional tensors (Llama's attention biases) that transformers'
+            # names miss; transformers' newer GGUF path (LFM2, Qwen3.5) builds no such map, and is not checked here
             raise CheckpointError(UNUSED.format(name=name, n=len(unused), model=type(model).__name__,
                                                 tensor=unused[0]))
         model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
