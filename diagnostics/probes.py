@@ -281,8 +281,8 @@ def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES, limit=None):
 
     ``texts`` as ``user_texts`` gives them (None: ``defaults``, the model's ``default_probes``); ``limit``: the
     model's position limit (coverage is of the tokens it reads). Default probes below ``MIN_COVERAGE`` are dropped
-    (``diagnose`` adds in-vocabulary probes in their place; ``unfit_defaults_note`` if they cannot run); the caller's own
-    texts are kept, and the findings they give are capped at "warning".
+    (``diagnose`` adds in-vocabulary probes in their place; ``unfit_defaults_note`` if they cannot run); the
+    caller's own texts are kept, and the findings they give are capped at "warning".
     """
     if tokenizer is None:
         return [], False, []
