@@ -90,3 +90,14 @@ def test_names_never_show_server_paths():
     assert upload_name(["config.json", "model.safetensors"]) == "config.json + 1 more"
     stem = file_stem("sentence-transformers/all-MiniLM-L6-v2", "Layer 0, head 1")
     assert stem == "sentence-transformers-all-MiniLM-L6-v2_Layer-0-head-1" and "/" not in stem
+
+
+def test_the_distance_grid_labels_its_cells_in_three_digits_and_every_cell_can_be_picked():
+    """float32 labels printed as 0.29899999499320984; the cells are picked through markers (no heatmap selection)."""
+    from app.views.compare_plots import distance_grid_figure
+
+    figure = distance_grid_figure([[0.0, 0.299], [0.473, 0.1]])
+    heat, cells = figure.data
+    assert heat.texttemplate == "%{z:.3f}" and str(heat.z.dtype) == "float64"
+    assert [list(c) for c in cells.customdata] == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    assert "JS distance 0.299" in cells.hovertext[1]

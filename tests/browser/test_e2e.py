@@ -188,6 +188,9 @@ def test_compare_two_known_models_on_a_running_server(page):
     assert "0 / 16" in page.locator('[data-testid="stMetricValue"]').first.inner_text()
     page.locator('.st-key-cmp_grid_box [data-testid="stPlotlyChart"]').wait_for()
     shot(page, "compare_report")
+    # a click on the grid opens that head's maps: Streamlit selects no heatmap cell, and they stayed on L0 H0
+    cells = page.locator(".st-key-cmp_grid_box .scatterlayer .point")  # one per head, layer by layer
+    click_point(page, cells.nth(4 + 3), page.get_by_role("heading", name="Layer 1, head 3"))
     no_errors(page)
 
 
