@@ -7,10 +7,10 @@ import streamlit as st
 
 from app import errors
 from app.plain import for_markdown
-from app.server import session
+from app.server import session, uploads
 from app.views import compare_plots
 from core.cancel import stoppable
-from core.errors import AttnScopeError
+from core.errors import AttnScopeError, InputError
 from diagnostics import timeline as tl
 
 KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
@@ -21,9 +21,11 @@ def inputs_ui():
     """``(kind, value)`` of what to load, or None."""
     kind = st.radio("Source", KINDS, key="tl_kind", horizontal=True)
     if kind == KINDS[0]:
-        files = st.file_uploader("Monitor logs (.jsonl written by diagnostics.monitor.AttentionMonitor)",
-                                 type=["jsonl"], accept_multiple_files=True, key="tl_upload")
-        return (kind, [(f.name, f.getvalue()) for f in files]) if files else None
+        round_key = st.session_state.setdefault("tl_upload_round", 0)
+        files = st.file_uploader("Monitor logs (.jsonl written by diagnostics.monitor.AttentionMonitor); read when "
+                                 "you press Load, then dropped from the uploader", type=["jsonl"],
+                                 accept_multiple_files=True, key=f"tl_upload_{round_key}")
+        return (kind, files) if files else None
     if kind == KINDS[1]:
         text = st.text_area("One .jsonl path per line", key="tl_paths", placeholder="/runs/baseline/attention.jsonl")
         paths = [line.strip() for line in text.splitlines() if line.strip()]
@@ -37,7 +39,11 @@ def load(kind, value) -> tuple[dict, list[str]]:
     still load (one empty log among three showed none, and did not say which); checkpoints are diagnosed one by
     one under a progress bar."""
     if kind == KINDS[0]:
-        return _each(zip(_distinct([name for name, _ in value]), [data for _, data in value]), tl.parse_log)
+        try:
+            return _each(zip(_distinct([f.name for f in value]), value), _parse_upload)
+        finally:  # Streamlit held every file in memory for the session, refused ones too (2 x 300 MB: +0.6 GB)
+            uploads.release(value)
+            st.session_state.tl_upload_round += 1
     if kind == KINDS[1]:
         paths = list(dict.fromkeys(value))  # a path listed twice is one run
         return _each([(_short(path, paths), path) for path in paths], tl.read_log)
@@ -48,6 +54,13 @@ def load(kind, value) -> tuple[dict, list[str]]:
         return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}, []
     finally:
         bar.empty()
+
+
+def _parse_upload(file) -> "tl.Timeline":
+    """A log as uploaded, refused by its size before a byte of it is copied."""
+    if file.size > tl.MAX_LOG_BYTES:
+        raise InputError(f"the log is over {tl.MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
+    return tl.parse_log(file.getvalue())
 
 
 def _each(named, read) -> tuple[dict, list[str]]:

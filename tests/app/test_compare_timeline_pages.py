@@ -119,7 +119,7 @@ def test_compare_different_vocabularies_is_one_error():
 def _timeline_of(uploads) -> AppTest:
     """The Timeline page after loading ``uploads`` (``(file name, bytes)`` pairs), checked free of errors."""
     at = _page("timeline")
-    uploader = at.file_uploader(key="tl_upload")
+    uploader = at.file_uploader(key="tl_upload_0")
     for name, data in uploads:
         uploader.upload(name, data)
     at = uploader.run().button(key="tl_run").click().run()
@@ -148,6 +148,25 @@ def _bart_log(tmp_path, tokenizer) -> bytes:
     for step in (0, 10):
         monitor.on_step(tiny_bart(), step)
     return log.read_bytes()
+
+
+def test_timeline_refuses_a_log_over_the_cap_by_its_size_and_drops_the_uploads(monkeypatch):
+    """Streamlit held every uploaded log in memory for the session, the refused ones too (2 x 300 MB: +0.6 GB), and
+    the page copied each on every rerun; a log over the cap is now refused by its size, and Load empties the
+    uploader."""
+    from diagnostics import timeline
+
+    monkeypatch.setattr(timeline, "MAX_LOG_BYTES", 1000)
+    healthy = (LOGS / "healthy.jsonl").read_bytes()
+    small = healthy.splitlines()[0][:900] + b"\n"
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload_0")
+    uploader.upload("big.jsonl", healthy).upload("small.jsonl", small)
+    at = uploader.run().button(key="tl_run").click().run()
+    assert not at.exception
+    assert [e.value for e in at.error][0].startswith("big.jsonl: the log is over 0 MB"), _errors(at)
+    assert at.session_state["tl_upload_round"] == 1  # the next run draws a fresh, empty uploader
+    assert not at.run().exception and at.file_uploader(key="tl_upload_1")
 
 
 def test_timeline_shows_two_committed_logs_side_by_side():
@@ -243,7 +262,7 @@ def test_timeline_one_unreadable_log_is_named_and_the_others_still_show(monkeypa
     whose grid was damaged was refused only when drawn, unnamed, and the runs after it were not drawn."""
     healthy = (LOGS / "healthy.jsonl").read_bytes()
     at = _page("timeline")
-    uploader = at.file_uploader(key="tl_upload")
+    uploader = at.file_uploader(key="tl_upload_0")
     damaged = json.loads(healthy.splitlines()[0])  # parses, but its heads fill 9 of 512 × 1024 cells
     damaged["model"]["parts"]["self"] = {"layers": 512, "heads": 1024}
     damaged["heads"].append(dict(damaged["heads"][0], layer=511, head=1023))
