@@ -189,6 +189,18 @@ def _check_limits(model_a, model_b) -> None:
         shown = [f"{n:,} tokens" if n else "no limit" for n in limits]
         raise InputError(f"the models take inputs of different lengths (A: {shown[0]}, B: {shown[1]}); compare needs "
                          "the same input limit")
+    shapes = [_config_shape(m) for m in (model_a, model_b)]
+    if None not in shapes and shapes[0] != shapes[1]:  # from the configs: both diagnoses ran before this was told
+        shown = [f"{layers} layers × {heads} heads" for layers, heads in shapes]
+        raise InputError(f"the models have different shapes (A: {shown[0]}, B: {shown[1]}); compare needs the same "
+                         "layers and heads")
+
+
+def _config_shape(model) -> tuple[int, int] | None:
+    """``(layers, heads)`` as the model's config gives them (transformers maps n_layer, encoder_layers, ...)."""
+    config = getattr(model, "config", None)
+    shape = tuple(getattr(config, key, None) for key in ("num_hidden_layers", "num_attention_heads"))
+    return shape if all(isinstance(n, int) for n in shape) else None
 
 
 def _vocab_size(model):

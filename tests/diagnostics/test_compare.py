@@ -177,6 +177,18 @@ def test_models_of_different_input_limits_are_refused_before_either_runs(monkeyp
     assert not ran
 
 
+def test_models_of_different_shapes_are_refused_before_either_runs(monkeypatch):
+    """Both diagnoses ran (minutes on large models) before 'different shapes' was told."""
+    from transformers import BertConfig, BertModel
+
+    ran = []
+    monkeypatch.setattr(importlib.import_module("diagnostics.compare"), "diagnose", lambda *a, **k: ran.append(1))
+    small = BertModel(BertConfig(**{**tiny_bert().config.to_dict(), "num_hidden_layers": 1}))
+    with pytest.raises(InputError, match=r"^the models have different shapes \(A: 2 layers × 4 heads, B: 1 layers"):
+        compare((tiny_bert(), wordpiece_tokenizer()), (small, wordpiece_tokenizer()), ["the quick brown fox"])
+    assert not ran
+
+
 def test_texts_may_be_any_iterable():
     """A generator fed A's diagnosis and left B the default probes ('the models read a probe differently')."""
     model, tokenizer = tiny_bert(), wordpiece_tokenizer()
