@@ -74,7 +74,8 @@ def test_a_model_whose_attention_cannot_be_read_at_all_is_refused():
     with pytest.raises(ExtractionError, match="has no vocab_size.*nothing of it can be diagnosed"):
         diagnose(nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8)))
     t5 = diagnose(tiny_t5())  # weights it can read: checked, and the report says why no probe ran
-    assert "only the weights were checked (encoder-decoder models need a tokenizer" in t5.finding("no_tokenizer").message
+    note = t5.finding("no_tokenizer").message
+    assert "only the weights were checked (encoder-decoder models need a tokenizer" in note
 
 
 def test_a_probe_that_is_not_utf8_is_named():
