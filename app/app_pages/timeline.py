@@ -39,11 +39,7 @@ def load(kind, value) -> tuple[dict, list[str]]:
     still load (one empty log among three showed none, and did not say which); checkpoints are diagnosed one by
     one under a progress bar."""
     if kind == KINDS[0]:
-        try:
-            return _each(zip(_distinct([f.name for f in value]), value), _parse_upload)
-        finally:  # Streamlit held every file in memory for the session, refused ones too (2 x 300 MB: +0.6 GB)
-            uploads.release(value)
-            st.session_state.tl_upload_round += 1
+        return _each(zip(_distinct([f.name for f in value]), value), _parse_upload)
     if kind == KINDS[1]:
         paths = list(dict.fromkeys(value))  # a path listed twice is one run
         return _each([(_short(path, paths), path) for path in paths], tl.read_log)
@@ -141,7 +137,11 @@ if st.button("Load", type="primary", key="tl_run"):
         try:
             st.session_state.timelines, st.session_state.tl_problems = load(*source)
         except Exception as err:  # noqa: BLE001  every error becomes a message on the page
-            errors.show(err)
+            st.session_state.tl_problems = [errors.message(err)]
+        if source[0] == KINDS[0]:  # Streamlit held every uploaded log for the session, refused ones too (2 x 300 MB:
+            uploads.release(source[1])  # +0.6 GB): drop them, and draw the uploader empty at once
+            st.session_state.tl_upload_round += 1
+            st.rerun()
 for problem in st.session_state.get("tl_problems", []):  # the logs that could not be read, while the rest show
     errors.shown(problem)
 timelines = st.session_state.get("timelines")

@@ -33,7 +33,8 @@ def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure
                       y1=selected[0] + 0.5, line=dict(color="#1f77b4", width=3))
     fig.update_xaxes(title="head", dtick=1)
     fig.update_yaxes(title="layer", dtick=1, autorange="reversed")
-    fig.update_layout(height=32 * n_layers + 140, margin=dict(l=10, r=10, t=30, b=10))
+    # the markers are smaller than the cells of a wide grid: the nearest one answers anywhere (hover and click)
+    fig.update_layout(height=32 * n_layers + 140, margin=dict(l=10, r=10, t=30, b=10), hoverdistance=-1)
     return fig
 
 
