@@ -138,6 +138,12 @@ def _shared_kv_note(layers, part):
                  kv_groups=groups)]
 
 
+def _normalised(lw) -> bool:
+    """Whether the layer normalises its queries and keys after W_Q and W_K (q_norm, q_layernorm: Qwen3, Gemma 3,
+    Persimmon): their weights' scale then reaches no score (Persimmon with Q/K x 100 got a qk_scale_large error)."""
+    return any(source is not None and source.feed is not None for source in (lw.q_source, lw.k_source))
+
+
 def _part_findings(layers, stats, part):
     total = sum(lw.n_heads for lw in layers)
     flagged = {"qk_scale_small": [], "qk_scale_large": [], "large_qk_scores": [], "dead_heads": []}
@@ -145,11 +151,10 @@ def _part_findings(layers, stats, part):
     pairs = []
     for lw, s in zip(layers, stats):
         strongest = s["ov_norm"].max()
-        rules = {
-            "qk_scale_small": (s["qk_scale"] < QK_SCALE_SMALL, s["qk_scale"]),
-            "qk_scale_large": (s["qk_scale"] > QK_SCALE_LARGE, s["qk_scale"]),
-            "dead_heads": ((s["ov_norm"] < DEAD_RATIO * strongest) | (s["ov_norm"] < 1e-8), s["ov_norm"]),
-        }
+        rules = {"dead_heads": ((s["ov_norm"] < DEAD_RATIO * strongest) | (s["ov_norm"] < 1e-8), s["ov_norm"])}
+        if not _normalised(lw):  # a q/k norm sets the scores' scale, whatever W_Q and W_K's (max_score reads it)
+            rules["qk_scale_small"] = (s["qk_scale"] < QK_SCALE_SMALL, s["qk_scale"])
+            rules["qk_scale_large"] = (s["qk_scale"] > QK_SCALE_LARGE, s["qk_scale"])
         if "max_score" in s:
             rules["large_qk_scores"] = (s["max_score"] > SCORE_LIMIT, s["max_score"])
         for code, (mask, vals) in rules.items():
