@@ -26,13 +26,19 @@ def _built_in(at: AppTest, side: str, name: str) -> None:
     at.selectbox(key=f"cmp_{side}_known").set_value(name).run()
 
 
-def test_compare_demo_model_with_itself_draws_the_grid_and_three_maps():
+def _demo_bert_with_itself(probes: str) -> AppTest:
+    """The Compare page after comparing demo-bert with itself on ``probes`` (one per line), checked free of errors."""
     at = _page("compare")
     _built_in(at, "a", "demo-bert")
     _built_in(at, "b", "demo-bert")
-    at.text_area(key="cmp_probes").set_value("The cat sat on the mat.")
+    at.text_area(key="cmp_probes").set_value(probes)
     at = at.button(key="cmp_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
+    return at
+
+
+def test_compare_demo_model_with_itself_draws_the_grid_and_three_maps():
+    at = _demo_bert_with_itself("The cat sat on the mat.")
     assert at.metric[0].value == "0 / 16"  # heads changed
     assert len(at.get("plotly_chart")) == 4  # distance grid + A, B, B − A
     at.selectbox(key="cmp_probe").set_value(0)
@@ -46,12 +52,7 @@ def test_compare_keeps_only_the_maps_its_budget_allows(monkeypatch):
     """Compare held both models' maps of every probe in its session, outside every budget (6 MiniLM probes of ~500
     tokens: 867 MB): the same probes' maps of both are kept within it, and the distances still cover every one."""
     monkeypatch.setenv("ATTNSCOPE_REPORT_MAPS_BYTES", "1")
-    at = _page("compare")
-    _built_in(at, "a", "demo-bert")
-    _built_in(at, "b", "demo-bert")
-    at.text_area(key="cmp_probes").set_value("The cat sat on the mat.\nA dog barked at the moon.")
-    at = at.button(key="cmp_run").click().run()
-    assert not at.exception and not _errors(at), _errors(at)
+    at = _demo_bert_with_itself("The cat sat on the mat.\nA dog barked at the moon.")
     report = at.session_state["comparison"]
     assert report.a.samples == [] and report.b.samples == [] and len(report.a.probes) == 2
     infos = [i.value for i in at.info]

@@ -181,12 +181,13 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
             raise CheckpointError(LOAD_FAILED.format(name=name, err=_reason(err, path, name, 120))) from None
         _check_loading_info(info, model, name)
         model = model.base_model  # itself for AutoModel's
-        unused = [t.name for t in header.tensors if t.name not in mapped and t.name not in _UNUSED_OK]
-        if _ROPE_FACTORS in unused:
+        if any(t.name == _ROPE_FACTORS for t in header.tensors):  # neither of transformers' GGUF paths reads them
             _apply_rope_factors(model, _tensor_values(path, _ROPE_FACTORS), name)
-            unused.remove(_ROPE_FACTORS)
-        if mapped and unused:  # llama.cpp reads optional tensors (Llama's attention biases) that transformers'
-            # names miss; transformers' newer GGUF path (LFM2, Qwen3.5) builds no such map, and is not checked here
+        # llama.cpp reads optional tensors (Llama's attention biases) that transformers' names miss; its newer GGUF
+        # path (LFM2, Qwen3.5) builds no such map (``mapped`` stays empty), and is not checked here
+        used = mapped | {*_UNUSED_OK, _ROPE_FACTORS}
+        unused = [t.name for t in header.tensors if t.name not in used]
+        if mapped and unused:
             raise CheckpointError(UNUSED.format(name=name, n=len(unused), model=type(model).__name__,
                                                 tensor=unused[0]))
         model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
