@@ -1,6 +1,7 @@
 """``AttentionMonitor``: the diagnosis of fixed probes, every few training steps, as one JSON line each.
 
-``on_step(model, step)`` is framework-free: call it from any training loop.
+``on_step(model, step)`` is framework-free: call it from any training loop; a measurement that fails there is
+logged as an error and skipped, so that it never ends a run (``check(model)`` before training raises instead).
 Every ``every`` steps it diagnoses the probes (``diagnose`` with streamed
 statistics: per-head metrics, patterns, roles when the diagnosis gives them,
 findings, no attention maps held) under ``torch.no_grad``, puts every module
@@ -31,11 +32,11 @@ from pathlib import Path
 
 import torch
 
-from core.errors import InputError
+from core.errors import AttnScopeError, InputError, first_line
 from core.extraction.streaming import can_stream
 from diagnostics.diagnose import diagnose
 from diagnostics.findings import INPUT_NOTES
-from diagnostics.probes import as_probes
+from diagnostics.probes import as_probes, user_texts
 from diagnostics.reports.exports import strict_json, unwritable
 from diagnostics.texts import MONITOR_TEXTS
 
@@ -72,6 +73,10 @@ class AttentionMonitor:
         for name, value, least in (("every", every, 1), ("uniform_after", uniform_after, 0)):
             if type(value) is not int or value < least:
                 raise InputError(f"{name} must be a whole number of steps, at least {least}; got {value!r}")
+        if tokenizer is not None and not callable(tokenizer):  # a name ("gpt2") failed at the first measurement
+            raise InputError(f"tokenizer must be the model's tokenizer object (AutoTokenizer.from_pretrained(...)) "
+                             f"or None, not {type(tokenizer).__name__} {repr(tokenizer)[:40]}")
+        probes = user_texts(probes)  # a generator, read once here, had left the measurements the default probes
         _check_probes(probes)
         self.tokenizer, self.probes, self.every = tokenizer, probes, every
         self.log_path = None if log_path is None else Path(log_path)
@@ -96,12 +101,31 @@ class AttentionMonitor:
         step = int(step)  # numpy's too
         if step % self.every:
             return None
-        record = self.measure(model, step)
-        if is_main_process():  # every process measures; one writes and warns
+        try:
+            record = self.measure(model, step)
+            self.publish(record)
+        except Exception as error:  # noqa: BLE001  a measurement that fails (disk full, ...) must not end the run
+            where = f"; {self.log_path} has no line for it" if self.log_path else ""
+            log.error(MONITOR_TEXTS["measure_failed"].format(step=step, error=_why(error), where=where))
+            log.debug("the failed measurement", exc_info=True)
+            return None
+        return record
+
+    def check(self, model, step: int = 0) -> dict:
+        """Measure ``model`` once before training (the Trainer callback does at ``on_train_begin``): a model or
+        tokenizer the monitor cannot read (no attention, another model's tokenizer) stops the run with one
+        InputError before its first step, not as a logged error at every measurement. Returns the record."""
+        try:
+            return self.measure(model, step)
+        except Exception as error:  # noqa: BLE001  any cause, told in one line
+            raise InputError(f"the attention monitor cannot measure this model: {_why(error)}") from error
+
+    def publish(self, record: dict) -> None:
+        """Write, chart and warn about ``record`` (on the main process only: every process measures)."""
+        if is_main_process():
             self._write(record)
             self._scalars(record)
             self._warn(record)
-        return record
 
     def measure(self, model, step: int) -> dict:
         """The record of ``model`` at ``step``, without gradients, every module's mode restored."""
@@ -120,7 +144,8 @@ class AttentionMonitor:
         return record_of(report, step, seconds)
 
     def callback(self):
-        """This monitor as a ``transformers.TrainerCallback`` (measures at ``state.global_step``)."""
+        """This monitor as a ``transformers.TrainerCallback`` (``check`` at the start, logged as step 0 in a new
+        run; then ``on_step`` at ``state.global_step``)."""
         from diagnostics.trainer_callback import AttentionMonitorCallback
         return AttentionMonitorCallback(self)
 
@@ -188,6 +213,11 @@ def _check_probes(probes):
         if not isinstance(probe.text, str) or not probe.text.strip() or (
                 probe.text_pair is not None and (not isinstance(probe.text_pair, str) or not probe.text_pair.strip())):
             raise InputError(f"every monitor probe must be non-empty text (or a pair of texts); got {probe.text!r}")
+
+
+def _why(error: Exception) -> str:
+    """An AttnScope error's own message, or any other's type and first line."""
+    return str(error) if isinstance(error, AttnScopeError) else first_line(error)
 
 
 def _fresh_line(log) -> bytes:

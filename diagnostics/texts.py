@@ -339,6 +339,8 @@ MONITOR_TEXTS = {
     "still_uniform": ("attention monitor, step {step}: {count} heads are still near uniform ({message}) – check "
                       "the Q/K initialisation (std ≈ 1/√d_k), that gradients reach the Q/K weights, or add a "
                       "learnable temperature"),
+    "measure_failed": "attention monitor, step {step}: the measurement failed and was skipped ({error}){where}; "
+                      "training goes on",
     "no_tensorboard": "attention monitor: tensorboard is not installed, so no TensorBoard scalars are written "
                       "(pip install tensorboard to get them)",
 }

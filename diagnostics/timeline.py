@@ -72,7 +72,7 @@ class Timeline:
 
     def _part(self, part):
         """``part``, or the first part of the log (None when it measured no heads)."""
-        return part or next(iter(self.parts), None)
+        return part if part is not None else next(iter(self.parts), None)  # a part may be named ""
 
     def pattern_changes(self) -> list[dict]:
         """Every head whose pattern or roles differ from the previous step: step, part, layer, head, before, after."""

@@ -39,10 +39,10 @@ def load(kind, value) -> tuple[dict, list[str]]:
     still load (one empty log among three showed none, and did not say which); checkpoints are diagnosed one by
     one under a progress bar."""
     if kind == KINDS[0]:
-        return _each(zip(_distinct([f.name for f in value]), value), _parse_upload)
+        return _each(zip(_distinct([f.name for f in value]), value), _parse_upload, lambda f: f.size)
     if kind == KINDS[1]:
         paths = list(dict.fromkeys(value))  # a path listed twice is one run
-        return _each([(_short(path, paths), path) for path in paths], tl.read_log)
+        return _each([(_short(path, paths), path) for path in paths], tl.read_log, lambda p: Path(p).stat().st_size)
     bar = st.progress(0.0, text="Loading checkpoints…")
     try:  # stops between checkpoints and probes once the browser session has ended
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message),
@@ -59,14 +59,23 @@ def _parse_upload(file) -> "tl.Timeline":
     return tl.parse_log(file.getvalue())
 
 
-def _each(named, read) -> tuple[dict, list[str]]:
-    """``read`` each ``(name, item)``: ``({name: Timeline}, ["name: why"])``."""
-    runs, problems = {}, []
+def _each(named, read, size) -> tuple[dict, list[str]]:
+    """``read`` each ``(name, item)``: ``({name: Timeline}, ["name: why"])``. The logs kept together are at most
+    ``tl.MAX_LOG_BYTES`` by ``size`` (the session holds their records, ~4.6 × the file: 3 logs of 64 MB took 0.9 GB,
+    and nothing bounded how many)."""
+    runs, problems, kept = {}, [], 0
     for name, item in named:
         try:
-            runs[name] = read(item)
+            timeline = read(item)
         except AttnScopeError as err:
             problems.append(f"{name}: {err}")
+            continue
+        if kept + size(item) > tl.MAX_LOG_BYTES:
+            problems.append(f"{name}: not loaded: with the logs above it, over {tl.MAX_LOG_BYTES // 2**20} MB of logs "
+                            "in all; load fewer at a time")
+            continue
+        kept += size(item)
+        runs[name] = timeline
     return runs, problems
 
 

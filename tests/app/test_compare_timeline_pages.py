@@ -170,6 +170,35 @@ def test_timeline_refuses_a_log_over_the_cap_by_its_size_and_drops_the_uploads(m
     assert [u.key for u in at.get("file_uploader")] == ["tl_upload_1"] and at.session_state["timelines"] == {}
 
 
+def test_timeline_keeps_at_most_the_cap_of_logs_in_all(monkeypatch, tmp_path):
+    """Each log was capped, but not how many: the session held ~4.6 × their size (3 × 64 MB: 0.9 GB) until it
+    ended. Uploads and paths alike keep the logs that fit, in order, and name the others."""
+    import shutil
+
+    from diagnostics import timeline
+
+    healthy = (LOGS / "healthy.jsonl").read_bytes()
+    monkeypatch.setattr(timeline, "MAX_LOG_BYTES", 2 * len(healthy) + 10)
+    small = b"\n".join(healthy.splitlines()[:2]) + b"\n"
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload_0")
+    for name, data in (("a.jsonl", healthy), ("b.jsonl", healthy), ("c.jsonl", healthy), ("d.jsonl", small)):
+        uploader.upload(name, data)
+    at = uploader.run().button(key="tl_run").click().run()
+    assert not at.exception and [h.value for h in at.subheader] == ["a.jsonl", "b.jsonl"]
+    assert _errors(at) == ["c.jsonl: not loaded: with the logs above it, over 0 MB of logs in all; load fewer at a "
+                           "time", "d.jsonl: not loaded: with the logs above it, over 0 MB of logs in all; load "
+                           "fewer at a time"]
+    for name in ("a", "b", "c"):
+        shutil.copy(LOGS / "healthy.jsonl", tmp_path / f"{name}.jsonl")
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Monitor log paths").run()
+    at.text_area(key="tl_paths").set_value("\n".join(f"{tmp_path}/{name}.jsonl" for name in "abc"))
+    at = at.button(key="tl_run").click().run()
+    assert [h.value for h in at.subheader] == ["a.jsonl", "b.jsonl"] and len(_errors(at)) == 1
+
+
 def test_timeline_shows_two_committed_logs_side_by_side():
     at = _timeline_of([(name, (LOGS / name).read_bytes()) for name in ("healthy.jsonl", "qk_x10.jsonl")])
     assert len(at.get("plotly_chart")) == 4  # per run: the heads × steps heatmap and the layer's lines

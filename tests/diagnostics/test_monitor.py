@@ -215,8 +215,70 @@ def test_trainer_callback_writes_three_lines_on_three_steps(tmp_path):
     Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
             callbacks=[monitor.callback()]).train()
     records = lines(tmp_path / "attention.jsonl")
-    assert [r["step"] for r in records] == [1, 2, 3]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]  # 0: the untrained model, measured at on_train_begin
     assert model.training  # the Trainer's mode, as found
+
+
+def _trainer(tmp_path, tokenizer, monitor, steps=3, vocab_size=300):
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=64))
+    ids = [i % vocab_size for i in bpe_tokenizer()("The quick brown fox jumps over the lazy dog.")["input_ids"]]
+    data = [{"input_ids": torch.tensor(ids), "labels": torch.tensor(ids)} for _ in range(6)]
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=2,
+                             use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+                             disable_tqdm=True)
+    return Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                   callbacks=[monitor.callback()])
+
+
+@pytest.mark.slow
+def test_a_model_the_monitor_cannot_read_stops_the_run_before_its_first_step(tmp_path):
+    """Another model's tokenizer (ids past the vocabulary) failed at the first due step (every=200: 200 steps of
+    compute), ending the run with the checkpoint due at that step unsaved."""
+    monitor = AttentionMonitor(probes=PROBES, every=2, log_path=tmp_path / "attention.jsonl")
+    trainer = _trainer(tmp_path, bpe_tokenizer(), monitor, vocab_size=100)  # the tokenizer's ids reach 299
+    with pytest.raises(InputError, match="the attention monitor cannot measure this model: .*vocabulary"):
+        trainer.train()
+    assert trainer.state.global_step == 0 and not (tmp_path / "attention.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_measurement_that_fails_mid_run_is_logged_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    """A full disk at one measurement raised OSError out of Trainer.train(): the run ended there."""
+    monitor = AttentionMonitor(probes=PROBES, every=1, log_path=tmp_path / "attention.jsonl")
+    real_write = monitor._write
+
+    def write(record):
+        if record["step"] == 2:
+            raise OSError(28, "No space left on device")
+        real_write(record)
+
+    monkeypatch.setattr(monitor, "_write", write)
+    trainer = _trainer(tmp_path, bpe_tokenizer(), monitor)
+    with caplog.at_level(logging.ERROR, logger="attnscope.monitor"):
+        trainer.train()
+    assert trainer.state.global_step == 3
+    assert [r["step"] for r in lines(tmp_path / "attention.jsonl")] == [0, 1, 3]
+    assert [r.getMessage() for r in caplog.records] == [
+        "attention monitor, step 2: the measurement failed and was skipped (OSError: [Errno 28] No space left on "
+        f"device); {tmp_path / 'attention.jsonl'} has no line for it; training goes on"]
+
+
+def test_a_tokenizer_that_is_not_one_is_refused_when_the_monitor_is_made():
+    """tokenizer="gpt2" was accepted and failed at the first measurement ('str' object is not callable)."""
+    with pytest.raises(InputError, match="tokenizer must be the model's tokenizer object .* not str 'gpt2'"):
+        AttentionMonitor(tokenizer="gpt2", probes=PROBES)
+
+
+def test_probes_given_as_a_generator_are_measured_at_every_step():
+    """The argument check used a generator up, and every measurement then ran the default probes."""
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=(text for text in PROBES[:1]), every=1)
+    for step in (0, 1):
+        assert monitor.on_step(tiny_gpt2(), step)["findings"] == AttentionMonitor(
+            tokenizer=bpe_tokenizer(), probes=PROBES[:1], every=1).on_step(tiny_gpt2(), step)["findings"]
+    assert monitor.probes == PROBES[:1]
 
 
 def test_a_diverged_model_s_log_line_is_strict_json(tmp_path):

@@ -243,3 +243,16 @@ def test_a_log_of_many_parts_is_read_in_one_pass():
     start = time.perf_counter()
     assert len(parse_log(json.dumps(record)).parts) == 8000
     assert time.perf_counter() - start < 1.0  # 0.03 s here
+
+
+def test_a_part_named_with_the_empty_string_is_that_part(log_text):
+    """``metric(part="")`` fell back to the first part: the page drew the "self" heads under the "" label."""
+    records = [json.loads(line) for line in log_text.splitlines()]
+    for record in records:
+        record["model"]["parts"][""] = record["model"]["parts"]["self"]
+        record["heads"] += [dict(h, part="", metrics=dict(h["metrics"], entropy=0.125)) for h in record["heads"]]
+    timeline = parse_log("\n".join(json.dumps(r) for r in records))
+    assert timeline.parts == ["self", ""]
+    assert np.all(timeline.metric("entropy", "") == 0.125)
+    assert not np.any(timeline.metric("entropy", "self") == 0.125)
+    assert timeline.shape("") == timeline.shape("self")
