@@ -15,7 +15,9 @@ import threading
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from ..errors import ExtractionError
 from .hf_extract import stack_layers
@@ -118,12 +120,29 @@ def capture_mha_weights(model: nn.Module):
                 handle.remove()
 
 
+class _FusedAttentionCalls(TorchFunctionMode):
+    """Counts this thread's ``F.scaled_dot_product_attention`` calls (a mode is per thread). Hooked
+    ``nn.MultiheadAttention`` makes none: asked for its weights, it computes them itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func is F.scaled_dot_product_attention
+        return func(*args, **(kwargs or {}))
+
+
 def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, bool]:
     """Run ``model(*inputs, **kwargs)``; return ``(attentions (L, H, q, k), causal)`` of batch item 0."""
-    with capture_mha_weights(model) as captured, torch.no_grad():
+    with capture_mha_weights(model) as captured, torch.no_grad(), _FusedAttentionCalls() as fused:
         model(*inputs, **kwargs)
     if not captured:
         raise ExtractionError(f"{type(model).__name__} ran without calling any of its attention layers")
+    if fused.count:  # its maps would have covered some layers only, and been diagnosed as a smaller model
+        raise ExtractionError(f"{type(model).__name__} also computes attention with F.scaled_dot_product_attention "
+                              f"({fused.count} call(s) besides its {len(captured)} nn.MultiheadAttention call(s)), "
+                              "whose weights no hook can read; build those layers from nn.MultiheadAttention too")
     shapes = {tuple(w.shape[1:]) for w, _ in captured}
     if len(shapes) > 1:
         raise ExtractionError(f"attention layers disagree on [heads, q, k]: {sorted(shapes)}")

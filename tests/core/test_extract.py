@@ -496,6 +496,43 @@ def test_module_without_attention_is_clear_error():
         extract_attention(nn.Linear(3, 3), tiny.wordpiece_tokenizer(), TEXT)
 
 
+def test_a_module_mixing_multihead_attention_with_fused_attention_is_refused_not_cut_short():
+    """Two blocks on F.scaled_dot_product_attention and one nn.MultiheadAttention gave maps of 1 layer, with no
+    warning, diagnosed as a 1-layer model."""
+    import torch.nn.functional as F
+
+    class FusedBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(32, 96)
+
+        def forward(self, x):  # (B, T, 32)
+            q, k, v = self.qkv(x).view(*x.shape[:2], 3, 4, 8).permute(2, 0, 3, 1, 4)  # each (B, 4, T, 8)
+            return x + F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)  # (B, T, 32)
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.fused = nn.Embedding(200, 32), nn.Sequential(FusedBlock(), FusedBlock())
+            self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, ids):
+            x = self.fused(self.embed(ids))
+            return self.mha(x, x, x, need_weights=False)[0]
+
+    torch.manual_seed(0)
+    with pytest.raises(ExtractionError, match=r"Mixed also computes attention with F.scaled_dot_product_attention "
+                                              r"\(2 call\(s\) besides its 1 nn.MultiheadAttention"):
+        extract_attention(Mixed().eval(), tiny.wordpiece_tokenizer(), TEXT)
+    model = Mixed().eval()
+    model.fused = nn.Identity()  # its attention all in nn.MultiheadAttention: read, and PyTorch's own weights
+    result = extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
+    ids = torch.tensor([result.token_ids])
+    x = model.embed(ids)
+    expected = model.mha(x, x, x, average_attn_weights=False)[1]  # (1, 4, q, k)
+    torch.testing.assert_close(result.attentions[0], expected[0])
+
+
 def test_blank_target_falls_back_to_the_text_like_a_blank_pair():
     model, tok = tiny.tiny_bart(), tiny.wordpiece_tokenizer()
     blank = extract_attention(model, tok, TEXT, target="   ")
