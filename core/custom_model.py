@@ -44,12 +44,14 @@ class TransformerConfig:
                 raise InputError(f"{name} must be a whole number of at least 1, not {value!r}")
         if self.d_model % self.n_heads:
             raise InputError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if not isinstance(self.causal, bool):  # bool("false") is True: an encoder built causal
+            raise InputError(f"causal must be true or false, not {self.causal!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout <= 1:
+            raise InputError(f"dropout must be a number from 0 to 1, not {self.dropout!r}")
 
     @classmethod
     def from_dict(cls, data: dict) -> "TransformerConfig":
         known = {f.name for f in fields(cls)}
-        if not isinstance(data.get("causal", False), bool):  # bool("false") is True: an encoder built causal
-            raise InputError(f"causal must be true or false, not {data['causal']!r}")
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
@@ -131,7 +133,11 @@ def load_custom_model(folder: str | Path, config: dict | None = None) -> AttnSco
     """Load a model written by ``save_custom_model`` (safetensors only: no pickle)."""
     folder = Path(folder)
     if config is None:
-        config = json.loads((folder / CONFIG_NAME).read_text())
+        try:
+            config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as err:  # missing, not JSON, not UTF-8, nested past the stack
+            raise ModelLoadError(f"cannot read {folder / CONFIG_NAME} ({first_line(err)}); save the model with "
+                                 "save_custom_model") from None
     try:
         model = AttnScopeTransformer(TransformerConfig.from_dict(config))
     except Exception as err:  # noqa: BLE001 - a wrong type or value in any field

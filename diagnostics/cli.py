@@ -21,9 +21,10 @@ import os
 import sys
 from pathlib import Path
 
+from core.checkpoints.paths import readable
 from core.errors import AttnScopeError, InputError
 from diagnostics.probes import MIN_JUDGED_TOKENS
-from diagnostics.reports.exports import readable, unwritable
+from diagnostics.reports.exports import unwritable
 from diagnostics.reports.markdown_report import visible_controls
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3

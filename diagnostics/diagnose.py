@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 import core
+from core.checkpoints.paths import readable
 from core.checkpoints.registry import canonical_name
 from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
@@ -42,7 +43,6 @@ from diagnostics.probes import (
     probe_variety, repeated_probe, unfit_defaults_note, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
-from diagnostics.reports.exports import readable
 from diagnostics.reports.report import HeadReport, Report
 from diagnostics.measure.row_stats import OFFSETS
 from diagnostics.streaming import stream_statistics

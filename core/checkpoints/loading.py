@@ -26,6 +26,7 @@ from .build import check_config_sizes
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
+from .paths import is_utf8, readable, utf8_path
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
@@ -64,6 +65,13 @@ def load_model(
         return model.to(pick_device(device)).eval(), tokenizer
     if path.startswith("~"):
         path = str(expand_user(path))
+    if not is_utf8(path) and Path(path).exists():  # a Latin-1 name: the Rust readers open it through a UTF-8 link
+        with utf8_path(Path(path)) as openable:
+            model, tokenizer = load_model(openable, device, trust_remote_code, device_map, max_memory, n_heads,
+                                          progress)
+        if getattr(model.config, "name_or_path", None) == str(openable):  # named as given, not by the private link
+            model.config.name_or_path = readable(path)
+        return model, tokenizer
     if is_checkpoint_path(Path(path)):  # the local user is trusted: any path they can read (docs/checkpoints.md)
         anywhere = [Path(path).resolve().anchor]
         loaded = load_checkpoint(path, n_heads=n_heads, device=device, allowed_roots=anywhere, progress=progress)
@@ -122,7 +130,8 @@ def _tokenizer_or_none(path: str, offline: bool = True):
     from config.json's model_type alone (BERT: its 5 special tokens), which turned every probe into [CLS] [SEP]:
     a tokenizer of special tokens only is none. Tokenizer files that do not load are a note, as for an upload."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
+        with quiet_transformers():  # AttnScope's own config.json was "a model of type 'attnscope' … not supported"
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
     except Exception as err:  # noqa: BLE001  a custom model may ship without tokenizer files
         if any((Path(path) / name).is_file() for name in TOKENIZER_FILES):  # there, but broken: say so
             log.warning(UNREADABLE.format(err=first_line(err, 120)) + "the model is used without a tokenizer")

@@ -22,6 +22,7 @@ from safetensors.torch import load_file as load_safetensors_file
 from ..errors import CheckpointError
 from ..errors import first_line as _first_line
 from .archive import zip_directory
+from .paths import utf8_path
 
 SAFETENSORS_SUFFIX = ".safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
@@ -84,7 +85,8 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         head = prefix + file.read(min(length, _MAX_HEADER, max(size - 8, 0)))
     _check_safetensors_header(path.name, head, size)
     try:
-        state = load_safetensors_file(str(path))
+        with utf8_path(path) as openable:  # the Rust parser refuses a path that is not UTF-8
+            state = load_safetensors_file(str(openable))
     except Exception as err:  # the Rust parser rejects anything malformed with SafetensorError
         raise CheckpointError(NOT_SAFETENSORS.format(name=path.name, why=_first_line(err))) from None
     return _require_tensors(path.name, state)

@@ -22,17 +22,6 @@ def _finite(value):
     return value
 
 
-def readable(text) -> str:
-    """``text`` that encodes as UTF-8: the bytes of a file name that is not UTF-8 (Latin-1 ``b\\xe9.pt``, kept by
-    Python as lone surrogates) as U+FFFD. As they were, a report naming it could not be written (``--out``) or
-    was not UTF-8 (stdout)."""
-    try:
-        raw = str(text).encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a surrogate that no undecodable byte gives
-        raw = str(text).encode("utf-8", "replace")
-    return raw.decode("utf-8", "replace")
-
-
 def unwritable(path: Path, make_folders: bool = False) -> str | None:
     """Why a file cannot be written at ``path`` (a folder, a missing folder, a file in the way, no permission), or
     None; with ``make_folders`` the missing folders are the writer's to make (the nearest existing one is checked)."""

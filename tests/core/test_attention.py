@@ -122,10 +122,12 @@ def test_a_mask_that_is_not_bool_is_one_clear_error(mask):
 
 
 @pytest.mark.parametrize("changes", [{"n_heads": 0}, {"n_heads": -1}, {"n_layers": 0}, {"vocab_size": 2.5},
-                                     {"d_model": 30}, {"d_ff": True}])
+                                     {"d_model": 30}, {"d_ff": True}, {"causal": "false"}, {"dropout": 2.0},
+                                     {"dropout": float("nan")}, {"dropout": "0.1"}])
 def test_sizes_that_cannot_build_a_model_are_one_input_error(changes):
     """n_heads=0 was a ZeroDivisionError, n_heads=-1 a model whose extraction failed on 'invalid shape dimension -8',
-    n_layers=0 one whose extraction blamed the attention implementation."""
+    n_layers=0 one whose extraction blamed the attention implementation; causal="false" built a causal model (only
+    a config.json was checked), dropout=2.0 failed in torch when the model was built."""
     from core import TransformerConfig
 
     with pytest.raises(InputError, match="must be"):

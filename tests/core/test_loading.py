@@ -2,6 +2,7 @@
 
 import json
 import logging
+import logging.handlers
 import time
 from dataclasses import replace
 
@@ -70,13 +71,30 @@ def test_a_custom_config_whose_causal_is_not_a_bool_is_refused(tmp_path):
         load_model(str(tmp_path))
 
 
+def test_a_custom_folder_without_a_readable_config_is_one_error(tmp_path):
+    """load_custom_model raised FileNotFoundError and JSONDecodeError as they were."""
+    from core import load_custom_model
+
+    with pytest.raises(ModelLoadError, match="cannot read .*config.json .*FileNotFoundError"):
+        load_custom_model(tmp_path / "nowhere")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="cannot read .*config.json .*JSONDecodeError"):
+        load_custom_model(tmp_path)
+
+
 def test_custom_folder_round_trip(tmp_path):
     torch.manual_seed(0)
     model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-encoder"], vocab_size=200)).eval()
     save_custom_model(model, tmp_path)
     tiny.wordpiece_tokenizer().save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "attnscope"
-    loaded, tok = load_model(tmp_path, device="cpu")
+    heard = logging.handlers.BufferingHandler(100)
+    logging.getLogger("transformers").addHandler(heard)  # its own handler writes to stderr; it does not propagate
+    try:
+        loaded, tok = load_model(tmp_path, device="cpu")
+    finally:
+        logging.getLogger("transformers").removeHandler(heard)
+    assert not [r.getMessage() for r in heard.buffer]  # was: "a model of type `attnscope` … not supported"
     assert isinstance(loaded, AttnScopeTransformer) and tok is not None
     assert torch.equal(extract_attention(loaded, tok, TEXT).attentions, extract_attention(model, tok, TEXT).attentions)
 
@@ -178,3 +196,27 @@ def test_broken_custom_folder_is_a_clear_error(tmp_path, damage):
         config.write_text(json.dumps({**json.loads(config.read_text()), "n_heads": "four"}))
     with pytest.raises(ModelLoadError):
         load_model(tmp_path, device="cpu")
+
+
+def test_checkpoints_named_in_latin1_load_and_are_named_with_a_replacement_character(tmp_path):
+    """b'b\\xe9.safetensors' and a model folder b'f\\xe9' (a Latin-1 shell's names) were refused: the Rust readers
+    (safetensors, tokenizers) take UTF-8 paths, and the file was called "not a safetensors file"."""
+    from safetensors.torch import save_file
+
+    def latin1(name: bytes):
+        return tmp_path / name.decode("utf-8", "surrogateescape")
+
+    model, tok = tiny.tiny_bert(), tiny.wordpiece_tokenizer()
+    expected = extract_attention(model, tok, TEXT).attentions
+    model.save_pretrained(tmp_path / "f")
+    tok.save_pretrained(tmp_path / "f")  # the tokenizers library cannot write there either
+    folder = (tmp_path / "f").rename(latin1(b"f\xe9"))
+    save_file(model.state_dict(), tmp_path / "b.safetensors")
+    (tmp_path / "b.safetensors").rename(latin1(b"b\xe9.safetensors"))
+    loaded, loaded_tok = load_model(str(folder), device="cpu")  # the command line's path: any folder
+    assert loaded_tok is not None and loaded.config.name_or_path == f"{tmp_path}/f\ufffd"
+    assert torch.equal(extract_attention(loaded, loaded_tok, TEXT).attentions, expected)
+    loaded, _ = load_model(str(latin1(b"b\xe9.safetensors")), n_heads=4, device="cpu")
+    assert torch.equal(extract_attention(loaded, tok, TEXT).attentions, expected)
+    checkpoint = load_checkpoint(folder, allowed_roots=[tmp_path])  # the app's path: read in place
+    assert torch.equal(extract_attention(checkpoint.model, checkpoint.tokenizer, TEXT).attentions, expected)

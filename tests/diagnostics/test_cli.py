@@ -356,6 +356,20 @@ def test_ctrl_c_is_one_line_and_130(monkeypatch, capsys):
     assert cli.main(["demo-bert", "--quiet"]) == 130 and capsys.readouterr().err == "error: interrupted\n"
 
 
+def test_ctrl_c_while_the_packages_import_is_one_line_and_130(tmp_path):
+    """torch and transformers take seconds to import, before main() runs: Ctrl-C then printed a 53-line traceback.
+    A torch that raises KeyboardInterrupt as it imports stands in for the keypress; a program importing diagnostics
+    still gets the KeyboardInterrupt."""
+    (tmp_path / "torch.py").write_text("raise KeyboardInterrupt\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(cli.__file__).parents[1])])}
+    run = subprocess.run([sys.executable, "-m", "diagnostics", "demo-bert"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert (run.returncode, run.stderr) == (130, "error: interrupted\n")
+    run = subprocess.run([sys.executable, "-c", "import diagnostics"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == -2 and run.stderr.rstrip().endswith("KeyboardInterrupt")  # killed by SIGINT, as before
+
+
 @pytest.mark.parametrize("heads", ["0", "-4", "2.5"])
 def test_heads_must_be_a_positive_whole_number(heads, capsys, diagnosed):
     """`--heads -4` was said not to divide d_model; `--heads 0` on a folder was 'ignored' with a note."""

@@ -1,0 +1,39 @@
+"""File names that are not UTF-8 (a Latin-1 ``b\\xe9.safetensors``, kept by Python as lone surrogates).
+
+Python opens them, but the Rust readers (safetensors, tokenizers) take paths as UTF-8 text and refuse them
+("Path … is not valid UTF-8"), and a report naming one cannot be written as UTF-8. ``readable`` is the name with
+those bytes as U+FFFD; ``utf8_path`` a path to the same file or folder that the Rust readers open.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def readable(text) -> str:
+    """``text`` that encodes as UTF-8: the undecodable bytes of a file name as U+FFFD."""
+    try:
+        raw = str(text).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that no undecodable byte gives
+        raw = str(text).encode("utf-8", "replace")
+    return raw.decode("utf-8", "replace")
+
+
+def is_utf8(path) -> bool:
+    return readable(path) == str(path)
+
+
+@contextmanager
+def utf8_path(path: Path):
+    """``path`` when it is UTF-8; else a link to it named ``readable(path.name)``, in a private folder removed on
+    exit (what is read through it stays readable: a link, not a copy)."""
+    if is_utf8(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="attnscope-name-") as folder:
+        link = Path(folder) / readable(path.name)
+        link.symlink_to(os.path.abspath(path))
+        yield link
