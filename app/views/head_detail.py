@@ -169,13 +169,19 @@ def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:
                    help="Mass on the best diagonal offset (+1 = next token)")
     sink = m.get("sink_token") or (keys[m["sink_key"]] if m.get("sink_key", len(keys)) < len(keys) else "?")
     cols[3].metric("Sink score", f"{m['sink_score']:.2f}",
-                   help=f"Share drawn by the strongest key, “{for_markdown(sink)}”")
+                   help=f"What the strongest key, “{for_markdown(sink)}”, draws beyond an even spread over the keys "
+                        "each query sees (0 = no key stands out; the sink role's score is its share itself)")
     cols[4].metric("Mean distance", f"{m['mean_distance']:.1f}", help="Expected |query − key| in tokens")
 
 
-def head_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int) -> None:
-    page = derived.head_view(result_id, layer, head, result)
+def head_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int,
+                 model: str) -> None:
+    page = derived.head_view(result_id, layer, head, result)  # self-contained: its script and data inline
     st.iframe(page, height=frame_height(result.tokens, result.keys))
+    part = [] if result.kind == "self" else [result.kind]
+    st.download_button("Save this view (standalone HTML)", page, mime="text/html", key=f"{prefix}hv_export",
+                       file_name=f"{file_stem(model, *part, 'head-view', f'layer-{layer}', f'head-{head}')}.html",
+                       on_click="ignore")
 
 
 def export_info(view: MapView, layer: int, head: int, metrics: dict, pattern) -> dict:

@@ -87,7 +87,7 @@ def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, hea
     shown = st.segmented_control("More views", EXTRA_VIEWS, default="None" if long else EXTRA_VIEWS[0],
                                  key="inspect_extra_view_long" if long else "inspect_extra_view")
     if shown == "Head view":
-        head_detail.head_view_ui("inspect_", result_id, result, layer, head)
+        head_detail.head_view_ui("inspect_", result_id, result, layer, head, model)
     elif shown == "BertViz model view":
         bertviz_ui.model_view_ui("inspect_", result_id, result, layer, head, model)
     elif shown == "BertViz neuron view":
