@@ -10,6 +10,7 @@ from torch import nn
 
 from ..errors import InputError
 from .tokens import is_byte_level
+from .text_config import text_config
 
 # A tokenizer without a real limit reports a huge sentinel as model_max_length.
 _NO_LIMIT = 1_000_000
@@ -36,7 +37,7 @@ TRUNCATED = "truncated to the model's limit"
 def max_positions(model, tokenizer=None) -> int | None:
     """Longest input ``model`` accepts (None: the tokenizer's limit only), or None when it has no fixed limit
     (e.g. T5)."""
-    config = getattr(model, "config", None)
+    config = text_config(model)
     limits = []
     for name in ("max_position_embeddings", "n_positions", "max_positions"):
         value = getattr(config, name, None)

@@ -23,6 +23,7 @@ from ..errors import AttnScopeError, ExtractionError, InputError, first_line
 from .hf_extract import extract_hf, is_causal_config, stack_layers
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
+from .text_config import text_config
 from .tokens import display_tokens
 
 
@@ -169,7 +170,7 @@ def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
 def whole_maps_bytes(model, lengths) -> int:
     """float32 bytes of the whole maps of inputs of ``lengths`` tokens (0 when the config does not say the model's
     size): layers × heads × T² × 4 each, three parts (encoder, decoder, cross) for an encoder-decoder."""
-    config = getattr(model, "config", None)
+    config = text_config(model)
     layers, heads = (next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
                      for names in (("num_hidden_layers", "n_layers"), ("num_attention_heads", "n_heads")))
     if layers is None or heads is None:  # Hugging Face's names, then AttnScope's

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from ..errors import ExtractionError
+from .text_config import text_model
 
 CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
 
@@ -294,7 +295,8 @@ def attention_weights(model):
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     unscaled = getattr(config, "model_type", None) in UNSCALED_MODEL_TYPES
     layers, counts, claimed = [], {}, set()
-    for name, module in model.named_modules():
+    prefix, text = text_model(model)  # a vision-language model's vision tower had taken layers 0, 1, ...
+    for name, module in text.named_modules(prefix=prefix):
         if any(name.startswith(c + ".") for c in claimed):
             continue  # BERT's attention.self would be read twice
         found = next((r for r in (reader(module) for reader in _READERS) if r is not None), None)

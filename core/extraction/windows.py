@@ -14,11 +14,13 @@ position p sees keys ``p - W < j <= p`` (the window holds W keys, its own includ
 
 from __future__ import annotations
 
+from .text_config import text_config
+
 
 def attention_windows(model) -> list[int | None] | None:
     """The window of every self-attention layer of ``model`` (None: a global layer), or None when it has none
     or its config cannot say (a config that sets them per layer raises when asked for one: read as global)."""
-    config = getattr(model, "config", None)
+    config = text_config(model)
     try:
         if config is None or getattr(config, "is_encoder_decoder", False):
             return None

@@ -1,8 +1,6 @@
 """Models whose transformers code needs care: the maps are the attention the model computes, and models
 AttnScope cannot read get one ExtractionError line."""
 
-from contextlib import nullcontext
-
 import pytest
 import torch
 import transformers as tf
@@ -42,8 +40,16 @@ def test_falcon_weights_are_those_of_its_own_forward(layout):
 
 
 def test_a_causal_model_whose_weights_reach_later_tokens_is_refused(monkeypatch):
-    """The guard behind the Falcon fix: weights that do not match the model's mask are not shown as its maps."""
-    monkeypatch.setattr(hf_extract, "eager_attention", lambda model: nullcontext())
+    """The guard behind the Falcon fix: weights that do not match the model's mask are not shown as its maps.
+    (Falcon under SDPA gave such weights until transformers 5.25, which returns none there; uniform rows over
+    every key stand in for them.)"""
+    stack = hf_extract.stack_layers
+
+    def every_key(attentions, what, model):
+        maps = stack(attentions, what, model)  # (L, H, q, k)
+        return torch.full_like(maps, 1 / maps.shape[-1])
+
+    monkeypatch.setattr(hf_extract, "stack_layers", every_key)
     with pytest.raises(ExtractionError, match="^FalconModel is a causal model but its attention weights reach later"):
         extract_attention(_falcon(), tiny.bpe_tokenizer(), TEXT)
 

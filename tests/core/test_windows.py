@@ -98,3 +98,32 @@ def test_a_window_the_maps_overstep_is_dropped():
     """A config read wrongly must not hide weight the model gave: the layer is then read as global."""
     with mock.patch.object(hf_extract, "attention_windows", lambda model: [4, None]):
         assert extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), TEXT).windows is None
+
+
+def test_a_vision_language_model_is_read_as_its_language_model():
+    """Gemma 3 as published for 4B-27B keeps its text settings under text_config: its local layers were measured
+    as global, its maps escaped the size budget (0 bytes), and its vision tower's layers took the language layers'
+    numbers in the weight checks (L0 showed the vision tower's qk_scale, L2 the language model's first layer)."""
+    from core.extraction.extract import whole_maps_bytes
+    from core.extraction.head_weights import attention_weights
+
+    text = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=16,
+                layer_types=["sliding_attention", "sliding_attention", "full_attention"], pad_token_id=0)
+    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    torch.manual_seed(0)
+    both = tf.Gemma3Model(tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                          image_token_index=310, boi_token_index=311, eoi_token_index=312)).eval()
+    alone = tf.Gemma3TextModel(tf.Gemma3TextConfig(**text)).eval()
+    alone.load_state_dict(both.language_model.state_dict())
+    assert attention_windows(both) == attention_windows(alone) == [16, 16, None]
+    assert whole_maps_bytes(both, [100]) == whole_maps_bytes(alone, [100]) == 4 * 3 * 4 * 100 * 100
+    weights = attention_weights(both)
+    assert [(w.name, w.layer, w.n_heads) for w in weights] == [
+        (f"language_model.layers.{i}.self_attn", i, 4) for i in range(3)]
+    assert all(torch.equal(w.w_q, v.w_q) for w, v in zip(weights, attention_weights(alone)))
+    probe = "The quick brown fox jumps over the lazy dog. " * 6
+    result = extract_attention(both, tiny.bpe_tokenizer(), probe)
+    assert result.windows == [16, 16, None]
+    assert torch.equal(result.attentions, extract_attention(alone, tiny.bpe_tokenizer(), probe).attentions)

@@ -1,0 +1,31 @@
+"""The config of a model's text layers.
+
+A vision-language model (Gemma 3 4B-27B, Llava, …) keeps its language model's settings (layers, heads, positions,
+vocabulary, sliding windows) under ``config.text_config``; read at its top level they were missing, so its local
+layers were measured as global and its maps escaped the size budget. The maps are its language model's.
+"""
+
+from transformers import PretrainedConfig
+
+
+def text_config(model):
+    """``model.config``'s text part (``get_text_config()``), or ``model.config`` itself: for most models, for an
+    encoder-decoder (whose encoder and decoder are parts of their own) and for a config that is not transformers'."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, PretrainedConfig) or getattr(config, "is_encoder_decoder", False):
+        return config
+    try:
+        inner = config.get_text_config()
+    except ValueError:  # several text configs: none is the text part
+        return config
+    return config if inner is None else inner
+
+
+def text_model(model):
+    """``(name, module)`` of a vision-language model's language model, the module that holds its text config (its
+    vision tower's attention layers are no layers of its maps); ``("", model)`` for any other model."""
+    inner = text_config(model)
+    if inner is getattr(model, "config", None):
+        return "", model
+    return next(((name, module) for name, module in model.named_modules() if getattr(module, "config", None) is inner),
+                ("", model))
