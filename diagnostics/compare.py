@@ -32,6 +32,7 @@ from core.cancel import progress_span
 from core.errors import InputError
 from core.extraction.encode import encode, max_positions
 from core.extraction.streaming import can_stream
+from core.extraction.text_config import text_config
 from diagnostics.diagnose import _resolve, diagnose
 from diagnostics.findings import severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
@@ -198,13 +199,13 @@ def _check_limits(model_a, model_b) -> None:
 
 def _config_shape(model) -> tuple[int, int] | None:
     """``(layers, heads)`` as the model's config gives them (transformers maps n_layer, encoder_layers, ...)."""
-    config = getattr(model, "config", None)
+    config = text_config(model)
     shape = tuple(getattr(config, key, None) for key in ("num_hidden_layers", "num_attention_heads"))
     return shape if all(isinstance(n, int) for n in shape) else None
 
 
 def _vocab_size(model):
-    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    size = getattr(text_config(model), "vocab_size", None)
     return size if isinstance(size, int) else None
 
 

@@ -25,6 +25,7 @@ from core.errors import InputError
 from core.extraction.streaming import CHUNK_FLOATS, stream_attention, streaming_kernels
 from diagnostics.measure.redundancy import PairedJS
 from core.extraction.extract import eval_mode, model_is_causal
+from core.extraction.text_config import text_config
 
 HANDOFF_TIMEOUT_S = 600  # a side that waits this long for the other is stuck, not slow
 _DONE = object()
@@ -123,7 +124,7 @@ def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_id
 
 def _chunk_rows(model, n_tokens):
     """The rows per chunk both models use: what ``stream_attention`` would pick for ``model``."""
-    config = getattr(model, "config", None)
+    config = text_config(model)
     heads = next((getattr(config, n) for n in ("n_heads", "num_attention_heads", "n_head")
                   if isinstance(getattr(config, n, None), int)), 1)
     return max(1, CHUNK_FLOATS // (heads * n_tokens))

@@ -105,3 +105,21 @@ def tiny_t5() -> T5Model:
     config = T5Config(vocab_size=200, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=4,
                       pad_token_id=0, eos_token_id=3, decoder_start_token_id=0)
     return _seeded(lambda: T5Model(config))
+
+
+def tiny_gemma3_pair():
+    """``(vision-language Gemma3Model, Gemma3TextModel)`` with the same language weights: Gemma 3 4B-27B keep their
+    text settings (layers, heads, vocabulary, sliding windows) under ``config.text_config``."""
+    import transformers as tf
+
+    text = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=16,
+                layer_types=["sliding_attention", "sliding_attention", "full_attention"], pad_token_id=0)
+    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    both = _seeded(lambda: tf.Gemma3Model(tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                                          image_token_index=310, boi_token_index=311,
+                                                          eoi_token_index=312)))
+    alone = tf.Gemma3TextModel(tf.Gemma3TextConfig(**text)).eval()
+    alone.load_state_dict(both.language_model.state_dict())
+    return both, alone

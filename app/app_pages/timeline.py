@@ -10,6 +10,7 @@ from app.plain import for_markdown
 from app.server import session, uploads
 from app.views import compare_plots
 from core.cancel import stoppable
+from core.checkpoints.checkpoint import expand_user
 from core.errors import AttnScopeError, InputError
 from diagnostics import timeline as tl
 
@@ -42,7 +43,7 @@ def load(kind, value) -> tuple[dict, list[str]]:
         return _each(zip(_distinct([f.name for f in value]), value), _parse_upload, lambda f: f.size)
     if kind == KINDS[1]:
         paths = list(dict.fromkeys(value))  # a path listed twice is one run
-        return _each([(_short(path, paths), path) for path in paths], tl.read_log, lambda p: Path(p).stat().st_size)
+        return _each([(_short(path, paths), path) for path in paths], tl.read_log, _file_size)
     bar = st.progress(0.0, text="Loading checkpoints…")
     try:  # stops between checkpoints and probes once the browser session has ended
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message),
@@ -50,6 +51,14 @@ def load(kind, value) -> tuple[dict, list[str]]:
         return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}, []
     finally:
         bar.empty()
+
+
+def _file_size(path) -> int:
+    """Bytes of the log ``read_log`` read (``~`` expanded as it does: the path as typed raised FileNotFoundError)."""
+    try:
+        return expand_user(Path(path)).stat().st_size
+    except OSError:  # gone since it was read: it holds nothing now
+        return 0
 
 
 def _parse_upload(file) -> "tl.Timeline":

@@ -121,16 +121,26 @@ def capture_mha_weights(model: nn.Module):
 
 
 class _FusedAttentionCalls(TorchFunctionMode):
-    """Counts this thread's ``F.scaled_dot_product_attention`` calls (a mode is per thread). Hooked
-    ``nn.MultiheadAttention`` makes none: asked for its weights, it computes them itself."""
+    """Counts this thread's ``F.scaled_dot_product_attention`` calls of as many queries as keys, as a layer of
+    self-attention makes (a mode is per thread; attention pooling, one learned query over the tokens, is none).
+    Hooked ``nn.MultiheadAttention`` makes none: asked for its weights, it computes them itself."""
 
     def __init__(self):
         super().__init__()
         self.count = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += func is F.scaled_dot_product_attention
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            self.count += _as_many_queries_as_keys(kwargs.get("query", args[0] if args else None),
+                                                   kwargs.get("key", args[1] if len(args) > 1 else None))
+        return func(*args, **kwargs)
+
+
+def _as_many_queries_as_keys(query, key) -> bool:
+    """``query (..., L, E)`` and ``key (..., S, E)`` with L == S."""
+    tensors = isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and min(query.dim(), key.dim()) >= 2
+    return tensors and query.shape[-2] == key.shape[-2]
 
 
 def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, bool]:

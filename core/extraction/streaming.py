@@ -356,7 +356,7 @@ def _keep_pairs(model, keep) -> set:
 
 
 def _n_heads(model) -> int:
-    config = model.config
+    config = text_config(model)
     for name in ("n_heads", "num_attention_heads", "n_head", "encoder_attention_heads"):
         if isinstance(getattr(config, name, None), int):
             return getattr(config, name)

@@ -199,6 +199,22 @@ def test_timeline_keeps_at_most_the_cap_of_logs_in_all(monkeypatch, tmp_path):
     assert [h.value for h in at.subheader] == ["a.jsonl", "b.jsonl"] and len(_errors(at)) == 1
 
 
+def test_timeline_reads_a_log_path_under_the_home_folder(monkeypatch, tmp_path):
+    """~/a.jsonl was read, then its size taken from the path as typed: FileNotFoundError, and no run shown."""
+    import shutil
+
+    for name in ("a", "b"):
+        shutil.copy(LOGS / "healthy.jsonl", tmp_path / f"{name}.jsonl")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Monitor log paths").run()
+    at.text_area(key="tl_paths").set_value(f"~/a.jsonl\n{tmp_path}/b.jsonl")
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert [h.value for h in at.subheader] == ["a.jsonl", "b.jsonl"]
+
+
 def test_timeline_shows_two_committed_logs_side_by_side():
     at = _timeline_of([(name, (LOGS / name).read_bytes()) for name in ("healthy.jsonl", "qk_x10.jsonl")])
     assert len(at.get("plotly_chart")) == 4  # per run: the heads × steps heatmap and the layer's lines

@@ -532,6 +532,17 @@ def test_a_module_mixing_multihead_attention_with_fused_attention_is_refused_not
     expected = model.mha(x, x, x, average_attn_weights=False)[1]  # (1, 4, q, k)
     torch.testing.assert_close(result.attentions[0], expected[0])
 
+    class Pooled(Mixed):  # one learned query over the tokens (attention pooling) is no layer of self-attention
+        def forward(self, ids):
+            x = super().forward(ids)  # (1, T, 32)
+            return F.scaled_dot_product_attention(torch.ones(1, 1, 32), x, x)  # (1, 1, 32)
+
+    pooled = Pooled().eval()
+    pooled.fused = nn.Identity()
+    pooled.load_state_dict(model.state_dict())
+    torch.testing.assert_close(extract_attention(pooled, tiny.wordpiece_tokenizer(), TEXT).attentions,
+                               result.attentions)
+
 
 def test_blank_target_falls_back_to_the_text_like_a_blank_pair():
     model, tok = tiny.tiny_bart(), tiny.wordpiece_tokenizer()

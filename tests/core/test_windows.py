@@ -107,16 +107,7 @@ def test_a_vision_language_model_is_read_as_its_language_model():
     from core.extraction.extract import whole_maps_bytes
     from core.extraction.head_weights import attention_weights
 
-    text = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=16,
-                layer_types=["sliding_attention", "sliding_attention", "full_attention"], pad_token_id=0)
-    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2, image_size=28,
-                  patch_size=14)
-    torch.manual_seed(0)
-    both = tf.Gemma3Model(tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
-                                          image_token_index=310, boi_token_index=311, eoi_token_index=312)).eval()
-    alone = tf.Gemma3TextModel(tf.Gemma3TextConfig(**text)).eval()
-    alone.load_state_dict(both.language_model.state_dict())
+    both, alone = tiny.tiny_gemma3_pair()
     assert attention_windows(both) == attention_windows(alone) == [16, 16, None]
     assert whole_maps_bytes(both, [100]) == whole_maps_bytes(alone, [100]) == 4 * 3 * 4 * 100 * 100
     weights = attention_weights(both)
