@@ -17,7 +17,7 @@ least a warning, however few they are of the whole: that layer is broken.
 Benign or early-warning codes (sinks, positional heads, large reachable
 scores) never go above "warning"; positional heads only warn when they are the
 majority, and sinks never do: trained models routinely have many (Clark et al.
-2019; Gu et al. 2024), healthy SmolLM2-135M 30% of its heads on the default
+2019; Gu et al. 2024), healthy SmolLM2-135M 25% of its heads on the default
 probes and 60% on a Spanish, German or Russian paragraph. Copies (redundant heads, near-identical weights) covering
 half the heads are an error: the model has far fewer heads than it pays for.
 

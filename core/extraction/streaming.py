@@ -44,7 +44,7 @@ from .text_config import text_config
 
 STREAM_IMPLEMENTATION = "attnscope_stream"
 # Attention weights per chunk (heads × rows × keys): 8 M floats = 32 MB, about
-# 168 rows of a 12-head layer at 4096 tokens. Fewer rows make the two matmuls
+# 170 rows of a 12-head layer at 4096 tokens. Fewer rows make the two matmuls
 # slow (at 42 rows Q·Kᵀ and weights·V take 1.6× as long); the stream and its
 # metrics keep about five buffers this size (``core.extraction.scratch``), ~200 MB in all.
 CHUNK_FLOATS = 1 << 23
