@@ -146,7 +146,8 @@ def _no_maps_text(report) -> str:
     if report.model.get("streamed"):
         return ("No attention maps to show: the probes were too long to keep their maps in memory, so they were "
                 "streamed and only their statistics kept.")
-    if report.probes:  # probes ran on text, whole maps: the page kept none (app.server.cache.report_maps_bytes)
+    if report.probes or report.heads:  # probes ran (on text, or on random ids without a tokenizer), whole maps: the
+        # page kept none (app.server.cache.report_maps_bytes)
         return ("No attention maps to show: they were larger than this server keeps for one report; the labels "
                 "and findings above cover every probe.")
     return "No attention maps to show: the model had no tokenizer, so only its weights were checked."

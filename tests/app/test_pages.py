@@ -436,6 +436,25 @@ def test_diagnose_an_encoder_decoder_without_tokenizer_shows_its_weight_findings
     assert len(at.download_button) == 3 and not _charts(at)
 
 
+def test_a_model_without_tokenizer_whose_maps_are_not_kept_is_not_called_weights_only(tmp_path, monkeypatch):
+    """Its heads were labelled on random token ids, but with their maps over the page's budget the explorer said
+    "the model had no tokenizer, so only its weights were checked"."""
+    from tiny import tiny_bert
+
+    tiny_bert().save_pretrained(tmp_path)
+    monkeypatch.setenv("ATTNSCOPE_REPORT_MAPS_BYTES", "1")
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.file_uploader[0].set_value([(p.name, p.read_bytes(), "application/octet-stream")
+                                   for p in sorted(tmp_path.iterdir())]).run()
+    at.button(key="diag_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    infos = [i.value for i in at.info]
+    assert at.session_state["report"].heads and not at.session_state["report"].samples
+    assert any("larger than this server keeps for one report" in i for i in infos), infos
+    assert not any("only its weights were checked" in i for i in infos), infos
+
+
 def test_diagnose_heads_with_nan_attention_have_no_pattern(tmp_path):
     """They were counted as sparse and shown as 'Sparse (focused) — confidence nan% … Nothing to do'."""
     from diagnostics.texts import PATTERN_TEXTS
