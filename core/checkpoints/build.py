@@ -11,11 +11,13 @@ upload itself, so no pickle or Python file of it can reach the library.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import CONFIG_MAPPING, AutoConfig, AutoModel
+import transformers
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, PreTrainedModel
 
 from .archive import ENV_MAX_MODEL, Limits
 from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state
@@ -251,7 +253,8 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         _check_numel(sum(p.numel() for p in skeleton.parameters()), limits)
         _check_buffers(skeleton, limits)
         _check_shapes(skeleton, state, model_type)
-        _check_present(skeleton, state)
+        unsaved = _never_saved(hf_config, skeleton)
+        _check_present(skeleton, state, unsaved)
         _check_written(state, limits, skeleton)
         try:
             save_file(_unshared(state), str(clean / "model.safetensors"))
@@ -264,7 +267,7 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
                 local_files_only=True, use_safetensors=True, output_loading_info=True)
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
-    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(_OPTIONAL))
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(_OPTIONAL) and not unsaved(k))
     if missing:
         total = len(model.state_dict())
         raise CheckpointError(MISSING.format(n=len(missing), total=total, key=missing[0]))
@@ -292,19 +295,33 @@ def _check_covered(need: int, given: int) -> None:
         raise CheckpointError(SHORT.format(given=given, need=need))
 
 
-def _check_present(skeleton, state) -> None:
+def _never_saved(hf_config, skeleton):
+    """Whether one of ``skeleton``'s tensor names is one the class that saved the checkpoint leaves out on purpose
+    (``_keys_to_ignore_on_save`` of the config's ``architectures``: Marian's sinusoidal position tables, computed
+    when the model is built; a fine-tuned opus-mt folder was refused as missing them)."""
+    patterns = []
+    for name in getattr(hf_config, "architectures", None) or ():
+        found = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
+        if isinstance(found, type) and issubclass(found, PreTrainedModel):
+            patterns += [re.compile(p) for p in getattr(found, "_keys_to_ignore_on_save", None) or ()]
+    prefix = f"{skeleton.base_model_prefix}."
+    return lambda key: any(p.search(key) or p.search(prefix + key) for p in patterns)
+
+
+def _check_present(skeleton, state, unsaved=lambda key: False) -> None:
     """CheckpointError, before the model is built for real, when the weights cannot fill its parameters.
 
-    Refused only when they hold fewer numbers than it has parameters (``_OPTIONAL`` ones aside), so weights that
-    transformers renames on loading (LayerNorm ``gamma``/``beta``) are never refused here; the message names
-    the tensors missing by name when there are some, as the check after loading does."""
-    need = sum(p.numel() for name, p in skeleton.named_parameters() if not name.startswith(_OPTIONAL))
+    Refused only when they hold fewer numbers than it has parameters (``_OPTIONAL`` and ``unsaved`` ones aside), so
+    weights that transformers renames on loading (LayerNorm ``gamma``/``beta``) are never refused here; the message
+    names the tensors missing by name when there are some, as the check after loading does."""
+    need = sum(p.numel() for name, p in skeleton.named_parameters()
+               if not name.startswith(_OPTIONAL) and not unsaved(name))
     given = _numel(state)
     if given >= need:
         return
     prefix = f"{skeleton.base_model_prefix}."
     names = set(state) | {k.removeprefix(prefix) for k in state}
-    expected = [k for k in skeleton.state_dict() if not k.startswith(_OPTIONAL)]
+    expected = [k for k in skeleton.state_dict() if not k.startswith(_OPTIONAL) and not unsaved(k)]
     missing = sorted(k for k in expected if k not in names)
     if missing:
         raise CheckpointError(MISSING.format(n=len(missing), total=len(skeleton.state_dict()), key=missing[0]))

@@ -410,3 +410,30 @@ def test_a_config_json_alone_says_so(tmp_path):
         load_checkpoint(folder / "config.json")
     with pytest.raises(CheckpointError, match=f"^{alone}"):
         load_checkpoint([("config.json", (folder / "config.json").read_bytes())])
+
+
+def test_a_marian_checkpoint_saved_without_its_position_tables_loads(tmp_path):
+    """MarianMTModel.save_pretrained leaves out its sinusoidal position tables (_keys_to_ignore_on_save: computed
+    when the model is built): the app's loader refused a fine-tuned opus-mt folder as "missing" them."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.MarianConfig(vocab_size=200, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                             decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37,
+                             max_position_embeddings=64, pad_token_id=0, eos_token_id=3, decoder_start_token_id=0)
+    saved, folder = tf.MarianMTModel(config).eval(), tmp_path / "opus-mt"
+    saved.save_pretrained(folder)
+    assert not any("embed_positions" in key for key in safe_open_keys(folder / "model.safetensors"))
+    tokenizer = wordpiece_tokenizer()
+    loaded = load_checkpoint(folder, allowed_roots=[tmp_path])
+    expected = extract_attention(saved.model, tokenizer, TEXT, target=TEXT)
+    got = extract_attention(loaded.model, tokenizer, TEXT, target=TEXT)
+    for part in ("encoder", "decoder", "cross"):
+        assert torch.equal(getattr(got, part).attentions, getattr(expected, part).attentions)
+
+
+def safe_open_keys(path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as weights:
+        return list(weights.keys())
