@@ -185,6 +185,11 @@ def shared_tokenizer(tok_a, tok_b, model_a, model_b):
 def _check_limits(model_a, model_b) -> None:
     """InputError, before either model runs, when they read different lengths: the whole maps of a long probe
     would differ in shape (refused only after both diagnoses), while the streamed path cut both to the shorter."""
+    pairs = [bool(getattr(text_config(m), "is_encoder_decoder", False)) for m in (model_a, model_b)]
+    if pairs[0] != pairs[1]:  # it was told after both diagnoses, as "one model is causal and the other is not"
+        which, other = ("A", "B") if pairs[0] else ("B", "A")
+        raise InputError(f"{which} is an encoder-decoder and {other} is not (its heads are one stack, not encoder, "
+                         "decoder and cross parts); compare needs two models of the same kind")
     limits = [max_positions(m) for m in (model_a, model_b)]
     if limits[0] != limits[1]:
         shown = [f"{n:,} tokens" if n else "no limit" for n in limits]

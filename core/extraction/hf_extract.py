@@ -11,6 +11,7 @@ a causal model.
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 
 import torch
@@ -95,6 +96,11 @@ def _alibi_once(model):
 
 def stack_layers(attentions, what: str, model) -> torch.Tensor:
     """Tuple of per-layer ``(1, H, q, k)`` tensors -> ``(L, H, q, k)`` float32 on CPU."""
+    if attentions and not all(a is None or isinstance(a, torch.Tensor) for a in attentions):
+        raise ExtractionError(f"{type(model).__name__} returns its {what} attention as "
+                              f"{type(next(a for a in attentions if not isinstance(a, torch.Tensor))).__name__} "
+                              "(local and global weights apart), not one map per layer; AttnScope reads models "
+                              "that return one [heads, q, k] map per layer")
     if not attentions or any(a is None for a in attentions):
         impl = getattr(getattr(model, "config", None), "_attn_implementation", "unknown")
         why = ("though it ran eager attention: a model without attention layers (a state-space or recurrent model) "
@@ -122,12 +128,8 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
     attentions = stack_layers(getattr(out, "attentions", None), "self", model)  # (L, H, T, T)
     _check_weights(attentions, model)
     causal = is_causal_config(model.config)
-    # the largest weight on a later token, copying one layer at a time (it copied the whole stack, twice); NaN stays
-    later = float(torch.stack([layer.triu(1).amax() for layer in attentions]).amax()) if causal else 0.0
-    if later > 1e-6:
-        raise ExtractionError(
-            f"{type(model).__name__} is a causal model but its attention weights reach later tokens (up to "
-            f"{later:.3f}): its attention implementation {implementation!r} does not mask them when it returns weights")
+    if causal:
+        _refuse_later_tokens(attentions, model, implementation)
     ids = enc.input_ids[0].tolist()
     return AttentionResult(
         tokens=display_tokens(tokenizer, ids), attentions=attentions, causal=causal,
@@ -166,6 +168,17 @@ def _check_weights(attentions, model) -> None:
                               "recurrent or state-space layers")
 
 
+def _refuse_later_tokens(attentions, model, implementation) -> None:
+    """ExtractionError when a causal model's (or decoder's) weights reach later tokens: they are not the maps it
+    computes (Falcon under SDPA until transformers 5.25; FSMT's decoder with its cache on builds no causal mask)."""
+    # the largest weight on a later token, copying one layer at a time (it copied the whole stack, twice); NaN stays
+    later = float(torch.stack([layer.triu(1).amax() for layer in attentions]).amax())
+    if later > 1e-6:
+        raise ExtractionError(
+            f"{type(model).__name__} is a causal model but its attention weights reach later tokens (up to "
+            f"{later:.3f}): its attention implementation {implementation!r} does not mask them when it returns weights")
+
+
 def _run(model, **inputs):
     """The model's forward with weights asked for; its own exceptions (a model that takes no token ids, such as
     a vision or speech encoder) as one ExtractionError line."""
@@ -195,7 +208,9 @@ def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list
 
 def _encoder_decoder(model, tokenizer, enc, target, limit, device) -> AttentionResult:
     dec_ids, target_warnings = _decoder_ids(model, tokenizer, target, limit)
-    out = _run(model, input_ids=enc.input_ids.to(device), decoder_input_ids=torch.tensor([dec_ids], device=device))
+    no_cache = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    out = _run(model, input_ids=enc.input_ids.to(device), decoder_input_ids=torch.tensor([dec_ids], device=device),
+               **no_cache)  # teacher-forced, as in training: FSMT masks later target tokens only without its cache
     enc_ids = enc.input_ids[0].tolist()
     enc_tokens, dec_tokens = display_tokens(tokenizer, enc_ids), display_tokens(tokenizer, dec_ids)
     dec_special = special_flags(tokenizer, dec_ids)
@@ -208,6 +223,7 @@ def _encoder_decoder(model, tokenizer, enc, target, limit, device) -> AttentionR
         dec_tokens, stack_layers(out.decoder_attentions, "decoder", model), True, dec_special, dec_pad,
         token_ids=dec_ids, kind="decoder",
     )
+    _refuse_later_tokens(decoder.attentions, model, getattr(model.config, "_attn_implementation", None))
     cross = AttentionResult(
         dec_tokens, stack_layers(out.cross_attentions, "cross", model), False, dec_special, dec_pad,
         token_ids=dec_ids, key_tokens=enc_tokens, key_special=enc.special, key_padding=enc_pad, kind="cross",

@@ -85,3 +85,26 @@ def test_models_that_are_not_text_attention_are_one_line(build, message):
     with pytest.raises(ExtractionError, match=message) as caught:
         extract_attention(build().eval(), tiny.wordpiece_tokenizer(300), TEXT)
     assert "\n" not in str(caught.value)
+
+
+def test_an_fsmt_decoder_is_read_with_its_causal_mask():
+    """FSMT builds its decoder's causal mask only with use_cache=False: run with the default cache, its decoder
+    maps reached later target tokens (0.126) and were shown and labelled as causal maps."""
+    config = tf.FSMTConfig(src_vocab_size=300, tgt_vocab_size=300, d_model=32, encoder_layers=2, decoder_layers=2,
+                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=37,
+                           decoder_ffn_dim=37, max_position_embeddings=64, langs=["en", "de"], pad_token_id=1,
+                           eos_token_id=2, decoder_start_token_id=2)
+    torch.manual_seed(0)
+    result = extract_attention(tf.FSMTModel(config).eval(), tiny.bpe_tokenizer(), TEXT, target=TEXT)
+    assert result.decoder.causal and result.decoder.attentions.triu(1).max() == 0
+    torch.testing.assert_close(result.decoder.attentions.sum(-1), torch.ones(result.decoder.attentions.shape[:-1]))
+
+
+def test_a_model_returning_its_attention_as_a_dict_per_layer_is_one_line():
+    """PegasusX returns local and global weights apart, as a dict per encoder layer: a raw AttributeError."""
+    config = tf.PegasusXConfig(vocab_size=300, d_model=32, encoder_layers=2, decoder_layers=2,
+                               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=37,
+                               decoder_ffn_dim=37, max_position_embeddings=64, pad_token_id=0, eos_token_id=3,
+                               decoder_start_token_id=0, block_size=4, num_global_tokens=2)
+    with pytest.raises(ExtractionError, match="^PegasusXModel returns its encoder attention as dict"):
+        extract_attention(tf.PegasusXModel(config).eval(), tiny.bpe_tokenizer(), TEXT)

@@ -189,6 +189,19 @@ def test_models_of_different_shapes_are_refused_before_either_runs(monkeypatch):
     assert not ran
 
 
+def test_an_encoder_decoder_against_a_model_of_one_stack_is_refused_before_either_runs(monkeypatch):
+    """BART against GPT-2 or BERT was refused only after both diagnoses, as "one model is causal and the other is
+    not" (a report calls an encoder-decoder not causal; its decoder is) or as "different shapes"."""
+    from tiny import tiny_bart
+
+    ran = []
+    monkeypatch.setattr(importlib.import_module("diagnostics.compare"), "diagnose", lambda *a, **k: ran.append(1))
+    for a, b, which in ((tiny_bart(), tiny_bert(), "A"), (tiny_bert(), tiny_bart(), "B")):
+        with pytest.raises(InputError, match=f"^{which} is an encoder-decoder and {'AB'[which == 'A']} is not"):
+            compare((a, wordpiece_tokenizer()), (b, wordpiece_tokenizer()), ["the quick brown fox"])
+    assert not ran
+
+
 def test_texts_may_be_any_iterable():
     """A generator fed A's diagnosis and left B the default probes ('the models read a probe differently')."""
     model, tokenizer = tiny_bert(), wordpiece_tokenizer()
