@@ -419,16 +419,21 @@ def test_diagnose_loose_files_and_custom_model(bert_folder, tmp_path):
     assert len(_charts(at)) >= 1  # the pattern map; maps of random-id probes when there is no tokenizer
 
 
+def _diagnose_files(folder) -> AppTest:
+    """The Diagnose page after uploading every file of ``folder`` as loose files."""
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at.file_uploader[0].set_value([(p.name, p.read_bytes(), "application/octet-stream")
+                                   for p in sorted(folder.iterdir())]).run()
+    return at.button(key="diag_run").click().run()
+
+
 def test_diagnose_an_encoder_decoder_without_tokenizer_shows_its_weight_findings(tmp_path):
     """Nothing was probed, so the report has no heads: the page failed with IndexError (parts[0] of [])."""
     from tiny import tiny_bart
 
     tiny_bart().save_pretrained(tmp_path)
-    at = _app()
-    at.switch_page("app_pages/diagnose.py").run()
-    at.file_uploader[0].set_value([(p.name, p.read_bytes(), "application/octet-stream")
-                                   for p in sorted(tmp_path.iterdir())]).run()
-    at.button(key="diag_run").click().run()
+    at = _diagnose_files(tmp_path)
     assert not at.exception and not _errors(at), _errors(at)
     assert ["Findings", "Head explorer"] == _headings(at)[1:]
     assert any("No tokenizer" in m.value for m in at.markdown)
@@ -443,11 +448,7 @@ def test_a_model_without_tokenizer_whose_maps_are_not_kept_is_not_called_weights
 
     tiny_bert().save_pretrained(tmp_path)
     monkeypatch.setenv("ATTNSCOPE_REPORT_MAPS_BYTES", "1")
-    at = _app()
-    at.switch_page("app_pages/diagnose.py").run()
-    at.file_uploader[0].set_value([(p.name, p.read_bytes(), "application/octet-stream")
-                                   for p in sorted(tmp_path.iterdir())]).run()
-    at.button(key="diag_run").click().run()
+    at = _diagnose_files(tmp_path)
     assert not at.exception and not _errors(at), _errors(at)
     infos = [i.value for i in at.info]
     assert at.session_state["report"].heads and not at.session_state["report"].samples
