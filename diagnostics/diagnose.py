@@ -94,8 +94,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     n_heads: heads per layer, for a bare state dict whose weights do not say it.
     stream: stream the probes (``diagnostics.streaming``) instead of extracting whole maps; None (default)
     streams when a probe is longer than ``STREAM_ABOVE_TOKENS`` tokens (of those the model accepts) and the
-    model can be streamed; True on a model that cannot be (an encoder-decoder, attention computed in the model's
-    own code) is an InputError. Probes cut to the model's limit get a ``probe_truncated`` note.
+    model can be streamed; True on a model with a tokenizer that cannot be (an encoder-decoder, attention computed
+    in the model's own code) is an InputError. Probes cut to the model's limit get a ``probe_truncated`` note.
     """
     start = time.perf_counter()
     tell = progress or (lambda fraction, message: None)

@@ -61,8 +61,14 @@ _CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json o
 # config built 180,006 tensors on the meta device, 46 s)
 _LAYER_LISTS = ("depths", "block_sizes", "block_repeats", "attn_layers", "layer_types", "attention_layers")
 _MAX_DEPTH = 4  # nested sub-configs (encoder/decoder, text_config) looked into
-_OPTIONAL = ("pooler.",)  # AutoModel adds BERT's pooler; masked-LM checkpoints do not carry it
+_OPTIONAL = ("pooler.",)
+# Numbers of the tensors a model computes when it is built instead of reading them (Marian's sinusoidal position
+# tables, ``_never_saved``): transformers computes them in Python, 16 M numbers in 20 s and +0.5 GB, so an upload may
+# leave out at most as many as it holds, and at most this many (opus-mt-big's: 2 × 1,024 × 1,024)
+MAX_COMPUTED = 2**22  # AutoModel adds BERT's pooler; masked-LM checkpoints do not carry it
 
+COMPUTED = ("config.json asks for {n:,} numbers of position tables the weights leave out, computed when the model is "
+            "built; at most {limit:,} are: give the weights saved with this config.json, or fewer positions")
 NOT_MODEL_CONFIG = ("config.json is not a model config ({why}); a model folder's config.json names its architecture, "
                     "e.g. \"model_type\": \"bert\" — upload the one written by save_pretrained")
 UNSUPPORTED = ("config.json names model_type {model_type!r}, which transformers does not know; AttnScope loads "
@@ -298,11 +304,13 @@ def _check_covered(need: int, given: int) -> None:
 def _never_saved(hf_config, skeleton):
     """Whether one of ``skeleton``'s tensor names is one the class that saved the checkpoint leaves out on purpose
     (``_keys_to_ignore_on_save`` of the config's ``architectures``: Marian's sinusoidal position tables, computed
-    when the model is built; a fine-tuned opus-mt folder was refused as missing them)."""
+    when the model is built; a fine-tuned opus-mt folder was refused as missing them). Only classes of the config's
+    own model type count: BART's learned position tables share Marian's names, and a BART upload without them that
+    named MarianMTModel was built with random ones."""
     patterns = []
     for name in getattr(hf_config, "architectures", None) or ():
         found = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
-        if isinstance(found, type) and issubclass(found, PreTrainedModel):
+        if isinstance(found, type) and issubclass(found, PreTrainedModel) and found.config_class is type(hf_config):
             patterns += [re.compile(p) for p in getattr(found, "_keys_to_ignore_on_save", None) or ()]
     prefix = f"{skeleton.base_model_prefix}."
     return lambda key: any(p.search(key) or p.search(prefix + key) for p in patterns)
@@ -314,13 +322,16 @@ def _check_present(skeleton, state, unsaved=lambda key: False) -> None:
     Refused only when they hold fewer numbers than it has parameters (``_OPTIONAL`` and ``unsaved`` ones aside), so
     weights that transformers renames on loading (LayerNorm ``gamma``/``beta``) are never refused here; the message
     names the tensors missing by name when there are some, as the check after loading does."""
-    need = sum(p.numel() for name, p in skeleton.named_parameters()
-               if not name.startswith(_OPTIONAL) and not unsaved(name))
-    given = _numel(state)
-    if given >= need:
-        return
     prefix = f"{skeleton.base_model_prefix}."
     names = set(state) | {k.removeprefix(prefix) for k in state}
+    need = sum(p.numel() for name, p in skeleton.named_parameters()
+               if not name.startswith(_OPTIONAL) and not unsaved(name))
+    computed = sum(p.numel() for name, p in skeleton.named_parameters() if unsaved(name) and name not in names)
+    given = _numel(state)
+    if computed > min(given, MAX_COMPUTED):  # tables computed in Python at build time: 16 M numbers took 20 s
+        raise CheckpointError(COMPUTED.format(n=computed, limit=min(given, MAX_COMPUTED)))
+    if given >= need:
+        return
     expected = [k for k in skeleton.state_dict() if not k.startswith(_OPTIONAL) and not unsaved(k)]
     missing = sorted(k for k in expected if k not in names)
     if missing:

@@ -121,26 +121,24 @@ def capture_mha_weights(model: nn.Module):
 
 
 class _FusedAttentionCalls(TorchFunctionMode):
-    """Counts this thread's ``F.scaled_dot_product_attention`` calls of as many queries as keys, as a layer of
-    self-attention makes (a mode is per thread; attention pooling, one learned query over the tokens, is none).
-    Hooked ``nn.MultiheadAttention`` makes none: asked for its weights, it computes them itself."""
+    """The query lengths of this thread's ``F.scaled_dot_product_attention`` calls (a mode is per thread). Hooked
+    ``nn.MultiheadAttention`` makes none: asked for its weights, it computes them itself."""
 
     def __init__(self):
         super().__init__()
-        self.count = 0
+        self.query_lengths = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
-            self.count += _as_many_queries_as_keys(kwargs.get("query", args[0] if args else None),
-                                                   kwargs.get("key", args[1] if len(args) > 1 else None))
+        query = kwargs.get("query", args[0] if args else None)
+        if func is F.scaled_dot_product_attention and isinstance(query, torch.Tensor) and query.dim() >= 2:
+            self.query_lengths.append(query.shape[-2])
         return func(*args, **kwargs)
 
-
-def _as_many_queries_as_keys(query, key) -> bool:
-    """``query (..., L, E)`` and ``key (..., S, E)`` with L == S."""
-    tensors = isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and min(query.dim(), key.dim()) >= 2
-    return tensors and query.shape[-2] == key.shape[-2]
+    def layers(self, tokens: int) -> int:
+        """Calls of one query per token, as a layer of the stack makes (keys may be more: a learned sink key, a
+        prefix); attention pooling, a few learned queries over the tokens, is none."""
+        return sum(length == tokens for length in self.query_lengths)
 
 
 def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, bool]:
@@ -149,9 +147,10 @@ def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, b
         model(*inputs, **kwargs)
     if not captured:
         raise ExtractionError(f"{type(model).__name__} ran without calling any of its attention layers")
-    if fused.count:  # its maps would have covered some layers only, and been diagnosed as a smaller model
+    layers = fused.layers(tokens=captured[0][0].shape[-2])  # (B, H, q, k): one query per token
+    if layers:  # its maps would have covered some layers only, and been diagnosed as a smaller model
         raise ExtractionError(f"{type(model).__name__} also computes attention with F.scaled_dot_product_attention "
-                              f"({fused.count} call(s) besides its {len(captured)} nn.MultiheadAttention call(s)), "
+                              f"({layers} call(s) besides its {len(captured)} nn.MultiheadAttention call(s)), "
                               "whose weights no hook can read; build those layers from nn.MultiheadAttention too")
     shapes = {tuple(w.shape[1:]) for w, _ in captured}
     if len(shapes) > 1:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import BertModel, RobertaConfig, RobertaModel
 
 import core
@@ -430,6 +430,43 @@ def test_a_marian_checkpoint_saved_without_its_position_tables_loads(tmp_path):
     got = extract_attention(loaded.model, tokenizer, TEXT, target=TEXT)
     for part in ("encoder", "decoder", "cross"):
         assert torch.equal(getattr(got, part).attentions, getattr(expected, part).attentions)
+
+
+def _without_positions(model, folder, **config_changes):
+    """``model`` saved to ``folder`` without its position tables, its config.json changed by ``config_changes``."""
+    model.save_pretrained(folder)
+    state = {k: v for k, v in load_file(folder / "model.safetensors").items() if "embed_positions" not in k}
+    save_file(state, folder / "model.safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **config_changes}))
+    return folder
+
+
+def test_only_a_marian_config_may_leave_out_marian_s_position_tables(tmp_path):
+    """A BART upload without its learned position tables, naming MarianMTModel in "architectures" (whose unsaved
+    tables share BART's names), was built with random position tables and shown as the checkpoint."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    bart = tf.BartModel(tf.BartConfig(vocab_size=200, d_model=32, encoder_layers=1, decoder_layers=1,
+                                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=37,
+                                      decoder_ffn_dim=37, max_position_embeddings=64))
+    folder = _without_positions(bart, tmp_path / "bart", architectures=["MarianMTModel"])
+    with pytest.raises(CheckpointError, match="tensors are missing from the weights .*embed_positions"):
+        load_checkpoint(folder, allowed_roots=[tmp_path])
+
+
+def test_position_tables_computed_at_build_time_are_bounded_by_the_upload(tmp_path):
+    """A 20 kB Marian upload asking for 500,000 positions (tables left out, computed in Python when the model is
+    built) took 20 s and +0.5 GB; 100,000 positions of width 512, 112 s and +2.8 GB."""
+    import transformers as tf
+
+    config = tf.MarianConfig(vocab_size=200, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                             decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16,
+                             max_position_embeddings=64, pad_token_id=0, eos_token_id=3, decoder_start_token_id=0)
+    folder = _without_positions(tf.MarianMTModel(config), tmp_path / "marian", max_position_embeddings=500_000)
+    with pytest.raises(CheckpointError, match="asks for 16,000,000 numbers of position tables the weights leave out"):
+        load_checkpoint(folder, allowed_roots=[tmp_path])
 
 
 def safe_open_keys(path):

@@ -502,18 +502,20 @@ def test_a_module_mixing_multihead_attention_with_fused_attention_is_refused_not
     import torch.nn.functional as F
 
     class FusedBlock(nn.Module):
-        def __init__(self):
+        def __init__(self, sink_key=False):
             super().__init__()
-            self.qkv = nn.Linear(32, 96)
+            self.qkv, self.sink_key = nn.Linear(32, 96), sink_key
 
         def forward(self, x):  # (B, T, 32)
             q, k, v = self.qkv(x).view(*x.shape[:2], 3, 4, 8).permute(2, 0, 3, 1, 4)  # each (B, 4, T, 8)
+            if self.sink_key:  # one more key and value, as a learned sink: keys T + 1
+                k, v = (torch.cat([torch.zeros_like(t[..., :1, :]), t], -2) for t in (k, v))  # (B, 4, T + 1, 8)
             return x + F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)  # (B, T, 32)
 
     class Mixed(nn.Module):
-        def __init__(self):
+        def __init__(self, sink_key=False):
             super().__init__()
-            self.embed, self.fused = nn.Embedding(200, 32), nn.Sequential(FusedBlock(), FusedBlock())
+            self.embed, self.fused = nn.Embedding(200, 32), nn.Sequential(FusedBlock(sink_key), FusedBlock(sink_key))
             self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
 
         def forward(self, ids):
@@ -521,9 +523,10 @@ def test_a_module_mixing_multihead_attention_with_fused_attention_is_refused_not
             return self.mha(x, x, x, need_weights=False)[0]
 
     torch.manual_seed(0)
-    with pytest.raises(ExtractionError, match=r"Mixed also computes attention with F.scaled_dot_product_attention "
-                                              r"\(2 call\(s\) besides its 1 nn.MultiheadAttention"):
-        extract_attention(Mixed().eval(), tiny.wordpiece_tokenizer(), TEXT)
+    for sink_key in (False, True):  # a layer of T queries over more keys (a sink key, a prefix) is one too
+        with pytest.raises(ExtractionError, match=r"Mixed also computes attention with F.scaled_dot_product_attention "
+                                                  r"\(2 call\(s\) besides its 1 nn.MultiheadAttention"):
+            extract_attention(Mixed(sink_key).eval(), tiny.wordpiece_tokenizer(), TEXT)
     model = Mixed().eval()
     model.fused = nn.Identity()  # its attention all in nn.MultiheadAttention: read, and PyTorch's own weights
     result = extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)

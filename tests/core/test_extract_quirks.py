@@ -100,6 +100,20 @@ def test_an_fsmt_decoder_is_read_with_its_causal_mask():
     torch.testing.assert_close(result.decoder.attentions.sum(-1), torch.ones(result.decoder.attentions.shape[:-1]))
 
 
+def test_a_decoder_part_whose_weights_reach_later_tokens_is_refused(monkeypatch):
+    """The guard behind the FSMT fix, for an encoder-decoder's decoder (uniform rows over every target token
+    stand in for FSMT's decoder run with its cache on)."""
+    stack = hf_extract.stack_layers
+
+    def every_key_in_the_decoder(attentions, what, model):
+        maps = stack(attentions, what, model)  # (L, H, q, k)
+        return torch.full_like(maps, 1 / maps.shape[-1]) if what == "decoder" else maps
+
+    monkeypatch.setattr(hf_extract, "stack_layers", every_key_in_the_decoder)
+    with pytest.raises(ExtractionError, match="^BartModel is a causal model but its attention weights reach later"):
+        extract_attention(tiny.tiny_bart(), tiny.wordpiece_tokenizer(), TEXT, target=TEXT)
+
+
 def test_a_model_returning_its_attention_as_a_dict_per_layer_is_one_line():
     """PegasusX returns local and global weights apart, as a dict per encoder layer: a raw AttributeError."""
     config = tf.PegasusXConfig(vocab_size=300, d_model=32, encoder_layers=2, decoder_layers=2,
