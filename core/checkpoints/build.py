@@ -61,11 +61,11 @@ _CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json o
 # config built 180,006 tensors on the meta device, 46 s)
 _LAYER_LISTS = ("depths", "block_sizes", "block_repeats", "attn_layers", "layer_types", "attention_layers")
 _MAX_DEPTH = 4  # nested sub-configs (encoder/decoder, text_config) looked into
-_OPTIONAL = ("pooler.",)
+_OPTIONAL = ("pooler.",)  # AutoModel adds BERT's pooler; masked-LM checkpoints do not carry it
 # Numbers of the tensors a model computes when it is built instead of reading them (Marian's sinusoidal position
 # tables, ``_never_saved``): transformers computes them in Python, 16 M numbers in 20 s and +0.5 GB, so an upload may
 # leave out at most as many as it holds, and at most this many (opus-mt-big's: 2 × 1,024 × 1,024)
-MAX_COMPUTED = 2**22  # AutoModel adds BERT's pooler; masked-LM checkpoints do not carry it
+MAX_COMPUTED = 2**22
 
 COMPUTED = ("config.json asks for {n:,} numbers of position tables the weights leave out, computed when the model is "
             "built; at most {limit:,} are: give the weights saved with this config.json, or fewer positions")
