@@ -32,7 +32,7 @@ from core.cancel import progress_span
 from core.errors import InputError
 from core.extraction.encode import encode, max_positions
 from core.extraction.streaming import can_stream
-from core.extraction.text_config import text_config
+from core.extraction.text_config import text_config, vocab_size
 from diagnostics.diagnose import _resolve, diagnose
 from diagnostics.findings import severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
@@ -164,7 +164,7 @@ def compare(a, b, texts=None, device=None, progress=None, n_heads=None) -> Compa
 
 def shared_tokenizer(tok_a, tok_b, model_a, model_b):
     """The tokenizer both models read (A's), after checking they share one vocabulary."""
-    size_a, size_b = _vocab_size(model_a), _vocab_size(model_b)
+    size_a, size_b = vocab_size(model_a), vocab_size(model_b)
     if size_a is not None and size_b is not None and size_a != size_b:
         raise InputError(f"the models have different vocabularies: A has {size_a} token embeddings, B has {size_b}; "
                          "compare needs two checkpoints of one model family")
@@ -209,11 +209,6 @@ def _config_shape(model) -> tuple[int, int] | None:
     return shape if all(isinstance(n, int) for n in shape) else None
 
 
-def _vocab_size(model):
-    size = getattr(text_config(model), "vocab_size", None)
-    return size if isinstance(size, int) else None
-
-
 def _check_shapes(report_a, report_b):
     if not report_a.heads or not report_b.heads:
         raise InputError("no head could be measured (a model without its tokenizer that cannot read random token "
@@ -254,7 +249,7 @@ def _streamed_distances(model_a, model_b, tokenizer, texts):
     distances = []
     for probe in as_probes(texts):
         enc = encode(tokenizer, probe.text, probe.text_pair, limit,
-                     vocab_size=_vocab_size(model_a))
+                     vocab_size=vocab_size(model_a))
         distances.append(stream_paired_js(model_a, model_b, enc.input_ids, token_type_ids=enc.token_type_ids))  # (L, H)
     return torch.stack(distances).mean(0)
 

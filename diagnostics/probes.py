@@ -51,7 +51,7 @@ from core.extraction.hf_extract import eager_attention, map_windows, stack_layer
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal
-from core.extraction.text_config import text_config
+from core.extraction.text_config import text_config, vocab_size
 from core.extraction.tokens import display_tokens, is_byte_level
 from core.result import AttentionResult
 from diagnostics.findings import note
@@ -413,8 +413,7 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
     (not encoder-decoders), AttnScope models and ``nn.MultiheadAttention``
     modules that take token ids.
     """
-    config = text_config(model)  # a vision-language model's vocabulary is its language model's
-    vocab = getattr(config, "vocab_size", None)
+    config, vocab = text_config(model), vocab_size(model)  # a vision-language model's: its language model's
     if not isinstance(vocab, int) or vocab < 2:
         raise ExtractionError(f"{type(model).__name__} has no vocab_size, so it cannot be probed with token ids")
     if getattr(config, "is_encoder_decoder", False):  # text probes read both stacks: it takes a tokenizer
@@ -496,7 +495,7 @@ def _ordinary_ids(model, tokenizer) -> torch.Tensor:
     """The ids of the tokenizer's ordinary tokens that the model's vocabulary holds: not its special tokens, nor
     added tokens marked special that it does not list among them (Llama 3's 256 <|reserved_special_token_N|>,
     never trained; SmolLM2's <file_sep>, <jupyter_code>, ...)."""
-    vocab = min(len(tokenizer), getattr(text_config(model), "vocab_size", None) or len(tokenizer))
+    vocab = min(len(tokenizer), vocab_size(model) or len(tokenizer))
     added = getattr(tokenizer, "added_tokens_decoder", {})
     special = set(tokenizer.all_special_ids) | {i for i, token in added.items() if token.special}
     return torch.tensor([i for i in range(vocab) if i not in special])  # (V',)

@@ -20,7 +20,7 @@ from core.errors import ExtractionError
 from core.extraction.extract import model_is_causal
 from core.extraction.scratch import Scratch
 from core.extraction.streaming import stream_attention
-from core.extraction.text_config import text_config
+from core.extraction.text_config import vocab_size
 from core.extraction.tokens import display_tokens
 from core.extraction.windows import attention_windows
 from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator, stack_metrics
@@ -71,8 +71,7 @@ def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None,
     """
     if tokenizer is None:
         raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
-    vocab_size = getattr(text_config(model), "vocab_size", None)
-    enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), vocab_size=vocab_size)
+    enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), vocab_size=vocab_size(model))
     result = stream_token_statistics(model, enc.input_ids, special=enc.special, keep=keep, chunk_rows=chunk_rows,
                                      redundancy=redundancy, token_type_ids=enc.token_type_ids)
     result.tokens = display_tokens(tokenizer, result.token_ids)

@@ -25,7 +25,7 @@ from .encode import encode, max_positions, segment_inputs, special_flags
 from ..errors import AttnScopeError, ExtractionError, first_line
 from ..result import AttentionResult
 from .tokens import display_tokens
-from .text_config import text_config
+from .text_config import vocab_size
 from .windows import attention_windows, in_window
 
 
@@ -117,7 +117,7 @@ def stack_layers(attentions, what: str, model) -> torch.Tensor:
 
 def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> AttentionResult:
     limit = max_positions(model, tokenizer)
-    enc = encode(tokenizer, text, text_pair, limit, getattr(text_config(model), "vocab_size", None))
+    enc = encode(tokenizer, text, text_pair, limit, vocab_size(model))
     device = model_device(model)
     with eager_attention(model), torch.no_grad():
         if getattr(model.config, "is_encoder_decoder", False):
@@ -194,7 +194,7 @@ def _run(model, **inputs):
 def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list[int], list[str]]:
     """Teacher-forced decoder input: the start token followed by the target shifted right; and the target's
     warnings (its truncation)."""
-    encoded = encode(tokenizer, target, limit=limit, vocab_size=getattr(text_config(model), "vocab_size", None))
+    encoded = encode(tokenizer, target, limit=limit, vocab_size=vocab_size(model))
     labels = encoded.input_ids[0].tolist()
     config = model.config
     start = getattr(config, "decoder_start_token_id", None)

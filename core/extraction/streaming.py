@@ -40,7 +40,7 @@ from ..errors import ExtractionError, InputError
 from .encode import check_vocab, max_positions, segment_inputs
 from .extract import eval_mode
 from .scratch import Scratch, buffer
-from .text_config import text_config
+from .text_config import text_config, vocab_size
 
 STREAM_IMPLEMENTATION = "attnscope_stream"
 # Attention weights per chunk (heads × rows × keys): 8 M floats = 32 MB, about
@@ -246,7 +246,7 @@ def _check_ids(model, input_ids) -> None:
     if limit is not None and input_ids.shape[1] > limit:
         raise InputError(f"input_ids holds {input_ids.shape[1]} tokens, more than the model's {limit} positions; "
                          "cut it to that many (or stream a text, which is cut with a warning)")
-    check_vocab(input_ids, getattr(text_config(model), "vocab_size", None))
+    check_vocab(input_ids, vocab_size(model))
 
 
 @contextmanager

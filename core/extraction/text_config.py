@@ -5,6 +5,8 @@ vocabulary, sliding windows) under ``config.text_config``; read at its top level
 layers were measured as global and its maps escaped the size budget. The maps are its language model's.
 """
 
+from __future__ import annotations
+
 from transformers import PretrainedConfig
 
 
@@ -19,6 +21,12 @@ def text_config(model):
     except ValueError:  # several text configs: none is the text part
         return config
     return config if inner is None else inner
+
+
+def vocab_size(model) -> int | None:
+    """The model's vocabulary size as its (text) config gives it, or None when it gives none."""
+    size = getattr(text_config(model), "vocab_size", None)
+    return size if isinstance(size, int) else None
 
 
 def text_model(model):

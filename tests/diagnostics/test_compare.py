@@ -261,6 +261,7 @@ def test_a_vision_language_model_is_compared_and_probed_as_its_language_model():
     """Its config's top level has no layers, heads or vocabulary (they are under text_config): Compare skipped its
     shape and vocabulary checks and streamed chunks 4 × too large (heads read as 1), and without a tokenizer its
     random-id probe was refused, leaving a report of 0 heads."""
+    from core.extraction.text_config import vocab_size
     from diagnostics import diagnose
     from diagnostics.paired_stream import _chunk_rows
     from tiny import tiny_gemma3_pair
@@ -268,7 +269,7 @@ def test_a_vision_language_model_is_compared_and_probed_as_its_language_model():
     compare_module = importlib.import_module("diagnostics.compare")
     both, alone = tiny_gemma3_pair()
     assert compare_module._config_shape(both) == compare_module._config_shape(alone) == (3, 4)
-    assert compare_module._vocab_size(both) == compare_module._vocab_size(alone) == 320
+    assert vocab_size(both) == vocab_size(alone) == 320  # what Compare's vocabulary check reads
     assert _chunk_rows(both, 1000) == _chunk_rows(alone, 1000)
     heads = [(h.layer, h.head, h.pattern) for h in diagnose(both).heads]
     assert len(heads) == 12 and heads == [(h.layer, h.head, h.pattern) for h in diagnose(alone).heads]
