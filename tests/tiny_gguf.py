@@ -123,9 +123,10 @@ def write_lfm2_gguf(path: Path, model) -> Path:
 
 
 def write_plain_gguf(path: Path, model, fields: dict) -> Path:
-    """Any architecture whose tensors llama.cpp's converter only renames (Phi-3, StarCoder2): ``fields`` are the
-    metadata keys after ``<arch>.`` (floats as float32, ints as uint32)."""
-    arch = {"phi3": gguf.MODEL_ARCH.PHI3, "starcoder2": gguf.MODEL_ARCH.STARCODER2}[model.config.model_type]
+    """Any architecture whose tensors llama.cpp's converter only renames (Phi-3, StarCoder2, Qwen3): ``fields`` are
+    the metadata keys after ``<arch>.`` (floats as float32, ints as uint32)."""
+    arch = {"phi3": gguf.MODEL_ARCH.PHI3, "starcoder2": gguf.MODEL_ARCH.STARCODER2,
+            "qwen3": gguf.MODEL_ARCH.QWEN3}[model.config.model_type]
     writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
     writer.add_name(f"tiny-{model.config.model_type}")
     for key, value in fields.items():

@@ -110,6 +110,24 @@ def test_phi3_and_starcoder2_gguf_load_with_their_rope(tmp_path, arch):
     assert type(loaded) is type(original) and loaded.config.rope_parameters["rope_theta"] == fields["rope.freq_base"]
 
 
+def test_qwen3_gguf_keeps_the_head_size_its_metadata_gives(tmp_path):
+    """transformers' GGUF mapping drops Qwen3's attention.key_length, so its config kept the default head size
+    (128) and a file with heads of 16 was refused as not matching its own metadata."""
+    import transformers
+
+    config = transformers.Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                      bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    original = _sharpened(transformers.Qwen3Model(config))
+    fields = {"context_length": 64, "embedding_length": 32, "block_count": 2, "feed_forward_length": 48,
+              "attention.head_count": 4, "attention.head_count_kv": 2, "attention.key_length": 16,
+              "attention.value_length": 16, "rope.freq_base": 1000000.0, "attention.layer_norm_rms_epsilon": 1e-6}
+    loaded = _same_attention(tmp_path, original, write_plain_gguf(tmp_path / "qwen3.gguf", original, fields))
+    assert loaded.config.head_dim == 16
+
+
 def test_an_architecture_transformers_reads_through_its_newer_gguf_path_loads(tmp_path):
     """LFM2 is converted by transformers' integrations.gguf, which builds no tensor map to check against: the check
     for tensors without a place in the model had refused every one of its tensors."""

@@ -215,6 +215,7 @@ def _checked_config(path: Path, header: GGUFHeader, name: str, limits: Limits):
     try:
         config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
         _carry_rope(config, header, name)
+        _carry_head_dim(config, header)
         for key in _LAYER_KEYS:  # before building: a million layers take minutes even on the meta device
             value = getattr(config, key, None)
             if isinstance(value, int) and not 0 < value <= MAX_LAYERS:
@@ -248,6 +249,19 @@ def _carry_rope(config, header: GGUFHeader, name: str) -> None:
     kind = header.fields.get(f"{arch}.rope.scaling.type")
     if isinstance(kind, str) and kind != "none" and (not flat or params.get("rope_type", "default") == "default"):
         raise CheckpointError(ROPE_SCALING.format(name=name, kind=repr(kind)[:40], arch=arch))
+
+
+def _carry_head_dim(config, header: GGUFHeader) -> None:
+    """Give ``config`` the head size the metadata gives (``attention.key_length``) where transformers' GGUF mapping
+    drops it (Qwen3, Qwen2): the config's default (128) was used instead, and every such file whose heads are of
+    another size was refused as not matching its own metadata. llama.cpp reads the key as the size of each query
+    and key head; a file whose value heads differ in size keeps transformers' reading."""
+    arch = header.fields.get("general.architecture")
+    key, value = (header.fields.get(f"{arch}.attention.{kind}_length") for kind in ("key", "value"))
+    if not isinstance(getattr(config, "head_dim", None), int) or not isinstance(key, int) or isinstance(key, bool):
+        return
+    if key > 0 and value in (None, key):
+        config.head_dim = key
 
 
 def _tensor_values(path: Path, tensor: str) -> torch.Tensor:
