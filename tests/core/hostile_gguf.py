@@ -156,6 +156,17 @@ def gguf_rope_scaling(d: Path) -> Path:
     return write_llama_gguf(d / "linear_rope.gguf", rope_scaling=4.0)
 
 
+def gguf_not_utf8(d: Path) -> Path:
+    """A tiny Llama whose token "he" is the bytes ff fe (GGUF strings are UTF-8): the gguf package fails on it, and
+    transformers said the file was "not a valid JSON file"."""
+    path = write_llama_gguf(d / "not_utf8.gguf")
+    data = bytearray(path.read_bytes())
+    token = data.index(struct.pack("<Q", 2) + b"he") + 8
+    data[token:token + 2] = b"\xff\xfe"
+    path.write_bytes(bytes(data))
+    return path
+
+
 GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [
     gguf_absurd_layers, gguf_without_tensors, gguf_array_amplification, gguf_metadata_mismatch, gguf_uneven_kv_heads,
-    gguf_aliased_tensors, gguf_unused_tensors, gguf_rope_scaling]})
+    gguf_aliased_tensors, gguf_unused_tensors, gguf_rope_scaling, gguf_not_utf8]})

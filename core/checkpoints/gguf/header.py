@@ -46,6 +46,7 @@ NOT_GGUF = "{name} is not a GGUF file ({why}); upload the .gguf written by llama
 CUT = ("{name} is truncated or corrupt: {what} at byte {at:,} runs past the end of the file ({size:,} bytes); "
        "upload the complete file")
 COUNT = "{name} declares {n:,} {what}, more than the {limit:,} any model file has; the header is corrupt"
+NOT_UTF8 = "{name}: {what} at byte {at:,} is not UTF-8 text, as every GGUF string is; the file is corrupt"
 MANY_ITEMS = ("{name}: the metadata array {key!r} brings the {group} to {n:,} items, more than the {limit:,} "
               "a real model file holds (each costs time and memory to parse); the header is corrupt or hostile")
 
@@ -109,8 +110,12 @@ class _Cursor:
         length = self.u64(what)
         self.need(length, what)
         raw = bytes(self.buffer[self.pos:self.pos + length])
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:  # the gguf package and transformers then fail with "not a valid JSON file"
+            raise CheckpointError(NOT_UTF8.format(name=self.name, what=what, at=self.pos)) from None
         self.pos += length
-        return raw.decode("utf-8", errors="replace")
+        return text
 
 
 def read_gguf_header(path: Path, name: str | None = None) -> GGUFHeader:
@@ -152,7 +157,7 @@ def _value(cur: _Cursor, type_id: int, key: str, depth: int, budget: _ItemBudget
     if type_id in _SCALARS:
         return cur.scalar(*_SCALARS[type_id], what=f"the value of {key!r}")
     if type_id == STRING:
-        return cur.string(f"the value of {key!r}")
+        return cur.string(f"an item of {key!r}" if depth else f"the value of {key!r}")
     if type_id == ARRAY and depth < MAX_ARRAY_DEPTH:
         item_type, count = cur.u32(f"the item type of {key!r}"), cur.u64(f"the length of {key!r}")
         smallest = _SCALARS[item_type][1] if item_type in _SCALARS else 8  # a string or array is >= 8 bytes
