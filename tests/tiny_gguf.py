@@ -99,9 +99,10 @@ def llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
     return np.array(factors, dtype=np.float32)
 
 
-def write_lfm2_gguf(path: Path, model) -> Path:
+def write_lfm2_gguf(path: Path, model, extra: dict | None = None) -> Path:
     """An LFM2 (a short-convolution layer, then an attention layer), which transformers loads through its newer GGUF
-    path: its convolution weights are stored without their middle dimension, as llama.cpp's converter does."""
+    path: its convolution weights are stored without their middle dimension, as llama.cpp's converter does.
+    ``extra``: more tensors, by GGUF name."""
     c = model.config
     writer = gguf.GGUFWriter(str(path), "lfm2")
     for key, value in {"context_length": 64, "embedding_length": c.hidden_size, "feed_forward_length": 48,
@@ -119,6 +120,8 @@ def write_lfm2_gguf(path: Path, model) -> Path:
         data = tensor.detach().float().numpy().copy()
         writer.add_tensor(f"{names.get_name(base) or names.get_name('model.' + base)}.{suffix}",
                           data.squeeze(1) if "conv.conv" in key else data)
+    for name, data in (extra or {}).items():
+        writer.add_tensor(name, data)
     return _finish(writer, path)
 
 

@@ -8,6 +8,7 @@ import io
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -141,6 +142,11 @@ def test_an_architecture_transformers_reads_through_its_newer_gguf_path_loads(tm
     torch.manual_seed(0)
     original = _sharpened(transformers.Lfm2Model(config))
     _same_attention(tmp_path, original, write_lfm2_gguf(tmp_path / "lfm2.gguf", original))
+    # a tensor that path renames but has no place for (an attention bias llama.cpp would read) was dropped
+    biased = write_lfm2_gguf(tmp_path / "lfm2_bias.gguf", original, extra={"blk.1.attn_q.bias": np.ones(32, "f4")})
+    with pytest.raises(CheckpointError, match=r"holds 1 tensors .* no place for in a Lfm2Model "
+                                              r"\(e\.g\. model\.layers\.1\.self_attn\.q_proj\.bias\)"):
+        core.load_model(biased)
 
 
 def test_llama_gguf_keeps_grouped_query_heads(tmp_path):

@@ -180,11 +180,13 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
             raise CheckpointError(LOAD_FAILED.format(name=name, err=_reason(err, path, name, 120))) from None
         _check_loading_info(info, model, name)
+        _refuse_unexpected(info, model, name)
         model = model.base_model  # itself for AutoModel's
         if any(t.name == _ROPE_FACTORS for t in header.tensors):  # neither of transformers' GGUF paths reads them
             _apply_rope_factors(model, _tensor_values(path, _ROPE_FACTORS), name)
         # llama.cpp reads optional tensors (Llama's attention biases) that transformers' names miss; its newer GGUF
-        # path (LFM2, Qwen3.5) builds no such map (``mapped`` stays empty), and is not checked here
+        # path (LFM2, Qwen3.5) builds no such map (``mapped`` stays empty): its renamed leftovers are the loading
+        # report's unexpected keys (above)
         used = mapped | {*_UNUSED_OK, _ROPE_FACTORS}
         unused = [t.name for t in header.tensors if t.name not in used]
         if mapped and unused:
@@ -205,6 +207,15 @@ def _check_loading_info(info: dict, model, name: str) -> None:
     if info.get("mismatched_keys"):
         param, got, want = sorted(info["mismatched_keys"])[0]
         raise CheckpointError(SHAPES_DIFFER.format(name=name, param=param, want=list(want), got=list(got)))
+
+
+def _refuse_unexpected(info: dict, model, name: str) -> None:
+    """CheckpointError for a tensor transformers renamed but has no place for (its newer GGUF path, LFM2 and
+    Qwen3.5, loads by renaming and reports the rest as unexpected, then drops them); the LM head is not loaded."""
+    unexpected = sorted(key for key in info.get("unexpected_keys") or () if key.split(".")[0] != "lm_head")
+    if unexpected:
+        raise CheckpointError(UNUSED.format(name=name, n=len(unexpected), model=type(model).__name__,
+                                            tensor=unexpected[0]))
 
 
 def _checked_config(path: Path, header: GGUFHeader, name: str, limits: Limits):
