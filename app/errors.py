@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 
 import streamlit as st
 
@@ -11,12 +12,15 @@ import core
 from app.plain import for_markdown
 
 log = logging.getLogger("attnscope.app")
+# core's limits tell a library or CLI user how to raise them; on a page, only whoever runs the server can
+_RAISE_LIMIT = re.compile(r"raise (?:it|the limit) with (ATTNSCOPE_[A-Z_]+)(?: or Limits\(\w+=\.\.\.\))?")
+FOR_THE_PAGE = r"whoever runs this AttnScope server can raise the limit (\1)"
 
 
 def message(err: Exception) -> str:
     """AttnScope's own errors carry an actionable message; anything else gets a one-line summary."""
     if isinstance(err, core.AttnScopeError):
-        return str(err)
+        return _RAISE_LIMIT.sub(FOR_THE_PAGE, str(err))
     text = err.strerror if isinstance(err, OSError) and err.strerror else str(err)  # no server path on the page
     first = (text.strip().splitlines() or [""])[0][:300]
     log.exception("unexpected error in the app")

@@ -86,7 +86,7 @@ def upload_ui(prefix: str):
         try:
             s[staged_key] = uploads.stage(s.get(staged_key), files, limits)
         except core.AttnScopeError as err:  # too big together, a full disk: the upload before stays
-            s[f"{prefix}_upload_error"] = str(err)
+            s[f"{prefix}_upload_error"] = errors.message(err)
         uploads.release(files)
         s[round_key] += 1  # a fresh, empty uploader: Streamlit's copy of the files is dropped
         st.rerun()

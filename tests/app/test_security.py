@@ -459,6 +459,33 @@ def test_files_over_the_upload_limit_together_are_refused_before_any_is_stored(m
     assert previous.folder.exists() and previous.names == ["first.zip"]
 
 
+def test_a_limit_on_a_page_is_the_server_s_to_raise_not_the_user_s(monkeypatch, tmp_path):
+    """core tells a library or CLI user to raise a limit with an environment variable or ``Limits(...)``; a web
+    user of a shared server can do neither, and was told to."""
+    from app import errors
+    from app.server import uploads
+    from core import CheckpointError, Limits
+    from core.checkpoints import archive, build, checkpoint
+    from core.checkpoints.gguf import load as gguf_load
+
+    class Any(dict):
+        def __missing__(self, key):
+            return archive.ENV_MAX_MODEL if key == "env" else 1
+
+    templates = [archive.TOO_BIG, archive.TOO_LARGE_UNPACKED, build.TOO_BIG, build.BIG_BUFFERS, build.HEAVY,
+                 checkpoint.TOO_MUCH_WEIGHT, gguf_load.TOO_BIG]
+    for template in templates:
+        shown = errors.message(CheckpointError(template.format_map(Any())))
+        assert "Limits(" not in shown and "raise it with" not in shown and "raise the limit with" not in shown
+        assert re.search(r"whoever runs this AttnScope server can raise the limit \(ATTNSCOPE_MAX_\w+_BYTES\)",
+                         shown), shown
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with pytest.raises(CheckpointError) as refused:
+        uploads.stage(None, [_Upload("big.zip", b"x" * 20)], Limits(max_upload_bytes=10))
+    assert errors.message(refused.value) == ("big.zip is 20 bytes, more than the 10-byte upload limit; whoever runs "
+                                             "this AttnScope server can raise the limit (ATTNSCOPE_MAX_UPLOAD_BYTES)")
+
+
 def test_a_model_is_not_loaded_under_a_stamp_its_files_no_longer_have(bert_folder, monkeypatch, tmp_path):
     """The neuron view asked for the model of an old result after it had left the cache: the folder's new weights
     were loaded and kept under the old stamp, and the page said the model 'adds a rotation'."""
