@@ -7,7 +7,10 @@ is the share of a probe's tokens that are real vocabulary: not the unknown
 token, not a SentencePiece byte-fallback token ``<0x..>``, and not a byte-level
 BPE token that is only part of a character (it decodes alone to U+FFFD). A
 byte-level BPE vocabulary (GPT-2, SmolLM2) spells any text, so it misses only
-characters it holds as raw bytes. Below ``MIN_COVERAGE`` a default probe is
+characters it holds as raw bytes. A tokenizer without an unknown token may drop
+what it cannot spell instead (a BPE model with no ``unk_token``): where the
+tokenizer gives offsets, the share of the text's visible characters that no
+token covers caps the coverage too. Below ``MIN_COVERAGE`` a default probe is
 replaced by ``vocabulary_probe``s: random ordinary tokens of the model's own
 vocabulary.
 
@@ -246,14 +249,37 @@ def probe_coverage(tokenizer, probe: Probe, limit: int | None = None) -> float:
     left out. The unknown token counts as missed unless the tokenizer is byte-level, where it is a control token
     that no text gives (GPT-2's unk = eos = <|endoftext|>)."""
     cut = {"truncation": True, "max_length": limit} if limit else {}
-    batch = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True, verbose=False, **cut)
+    offsets = {"return_offsets_mapping": True} if getattr(tokenizer, "is_fast", False) else {}
+    batch = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True, verbose=False, **cut, **offsets)
     ids = [i for i, added in zip(batch["input_ids"], batch["special_tokens_mask"]) if not added]
     if not ids:
         return 1.0
     unknown = None if is_byte_level(tokenizer) else tokenizer.unk_token_id
     missed = sum(i == unknown or bool(_BYTE_FALLBACK.fullmatch(t or "")) or "\ufffd" in tokenizer.decode([i])
                  for i, t in zip(ids, tokenizer.convert_ids_to_tokens(ids)))
-    return 1 - missed / len(ids)
+    cut_short = bool(limit) and len(batch["input_ids"]) >= limit
+    spelt = _characters_spelt(tokenizer, batch, probe, unknown, cut_short) if offsets else 1.0
+    return min(1 - missed / len(ids), spelt)
+
+
+def _characters_spelt(tokenizer, batch, probe: Probe, unknown, cut_short: bool) -> float:
+    """Share of the visible (not whitespace) characters of the text the model reads that its tokens spell (those
+    an unknown token stands for count as spelt: the token share counts them): a tokenizer with no unknown token
+    drops what it cannot spell, and no token says so. Read from decoding each sentence's tokens (their offsets are
+    wrong where characters were dropped); a text cut short is counted up to its last token's offset."""
+    def shown(text: str) -> int:
+        return sum(not char.isspace() for char in text)
+
+    visible = spelt = 0
+    marks = zip(batch["input_ids"], batch.sequence_ids(), batch["special_tokens_mask"], batch["offset_mapping"])
+    tokens = [(i, sequence, span) for i, sequence, added, span in marks if sequence is not None and not added]
+    for sequence, text in enumerate((probe.text, probe.text_pair or "")):
+        own = [(i, span) for i, seq, span in tokens if seq == sequence]
+        read = text[:max((end for _, (_, end) in own), default=0)] if cut_short else text
+        visible += shown(read)
+        spelt += shown(tokenizer.decode([i for i, _ in own if i != unknown], skip_special_tokens=True))
+        spelt += sum(shown(text[start:end]) for i, (start, end) in own if i == unknown)  # counted as missed above
+    return min(spelt / visible, 1.0) if visible else 1.0
 
 
 def probe_tokens(tokenizer, probe: Probe) -> int:

@@ -63,6 +63,25 @@ def test_coverage_counts_unknown_tokens():
     assert min(probe_coverage(wordpiece_tokenizer(), p) for p in DEFAULT_PROBES) >= MIN_COVERAGE
 
 
+def test_coverage_counts_characters_a_tokenizer_without_an_unknown_token_drops():
+    """A BPE model with no unk_token drops every character it cannot spell, and no token says so: coverage of the
+    default probes was 1.0 while the model read one character in three of them."""
+    from tokenizers import trainers
+
+    backend = Tokenizer(models.BPE())  # no unk_token
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.train_from_iterator(["the cat sat on the mat"] * 50, trainers.BpeTrainer(vocab_size=60))
+    dropping = PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=512)
+    assert probe_coverage(dropping, Probe("the cat sat on the mat")) == 1.0
+    assert probe_coverage(dropping, Probe("the cat", "sat on the mat")) == 1.0  # each sentence of a pair
+    assert probe_coverage(dropping, Probe("the dog")) == 4 / 6  # "d", "g" dropped; "o" spelt
+    assert probe_coverage(dropping, Probe("the cat", "the dog")) == 10 / 12
+    assert max(probe_coverage(dropping, p) for p in DEFAULT_PROBES) < MIN_COVERAGE
+    assert probe_coverage(dropping, Probe("the cat dog"), limit=2) == 1.0  # what the model does not read is not counted
+    probes, unfit, _ = fitting_probes(dropping, None)
+    assert unfit and not probes
+
+
 def test_default_probes_stay_within_the_length_minilm_was_trained_on():
     """all-MiniLM-L6-v2 saw at most 128 tokens in training; past that its previous-token head drifts
     (L0H2: 0.99 of its mass on the previous token at 128 tokens, 0.78 at 256; probes.PROBE_MAX_TOKENS)."""
