@@ -20,7 +20,7 @@ from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from .encode import check_text, encode, max_positions
 from ..errors import AttnScopeError, ExtractionError, InputError, first_line
-from .hf_extract import extract_hf, is_causal_config, stack_layers
+from .hf_extract import extract_hf, is_causal_model, stack_layers
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
 from .text_config import text_config
@@ -93,7 +93,7 @@ def model_is_causal(model) -> bool:
         return bool(config.causal)
     if config is None or getattr(config, "is_encoder_decoder", False):
         return False
-    return is_causal_config(config)
+    return is_causal_model(model)
 
 
 def _model_name(model) -> str:

@@ -25,7 +25,7 @@ from .encode import encode, max_positions, segment_inputs, special_flags
 from ..errors import AttnScopeError, ExtractionError, first_line
 from ..result import AttentionResult
 from .tokens import display_tokens
-from .text_config import vocab_size
+from .text_config import text_config, text_model, vocab_size
 from .windows import attention_windows, in_window
 
 
@@ -45,6 +45,18 @@ def is_causal_config(config) -> bool:
         return True
     causal_lm = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in _BIDIRECTIONAL
     return causal_lm and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def is_causal_model(model) -> bool:
+    """``is_causal_config`` of the model's text config: a vision-language model's language model (Llava's Llama) is
+    read as its own config says; one of a type no list names (Qwen2-VL's ``qwen2_vl_text``) is causal when every
+    attention layer of its language model says it is (``is_causal``, which transformers' eager attention reads)."""
+    config, text = model.config, text_config(model)
+    if text is config or is_causal_config(text):
+        return is_causal_config(text)
+    flags = [module.is_causal for _, module in text_model(model)[1].named_modules()
+             if isinstance(getattr(module, "is_causal", None), bool)]
+    return bool(flags) and all(flags) and getattr(text, "use_bidirectional_attention", False) is not True
 
 
 @contextmanager
@@ -127,7 +139,7 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
         implementation = getattr(model.config, "_attn_implementation", None)  # as run, before it is switched back
     attentions = stack_layers(getattr(out, "attentions", None), "self", model)  # (L, H, T, T)
     _check_weights(attentions, model)
-    causal = is_causal_config(model.config)
+    causal = is_causal_model(model)
     if causal:
         _refuse_later_tokens(attentions, model, implementation)
     ids = enc.input_ids[0].tolist()

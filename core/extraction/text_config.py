@@ -20,7 +20,9 @@ def text_config(model):
         inner = config.get_text_config()
     except ValueError:  # several text configs: none is the text part
         return config
-    return config if inner is None else inner
+    # transformers keeps unknown keys of a config.json as attributes, and returns one named like a text config
+    # ("decoder": 1 in a BERT upload) as it is: read as the text part, it had switched off the maps' size budget
+    return inner if isinstance(inner, PretrainedConfig) else config
 
 
 def vocab_size(model) -> int | None:
