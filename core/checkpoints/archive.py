@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import CheckpointError
+from .paths import MAX_NAME_BYTES
 
 CHUNK = 1 << 20
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
@@ -40,8 +41,6 @@ EXTRA_FILES_BYTES = 256 * 10**6
 # compress; a zip bomb reaches ~1000x. (python scripts/compression_ratios.py)
 MAX_RATIO = 20
 RATIO_FLOOR_BYTES = 64 * 10**6
-# Longest file or folder name (one path part) ext4, APFS and NTFS accept, in UTF-8 bytes.
-MAX_NAME_BYTES = 255
 # tarfile reads a GNU long-name or PAX header record whole, before its member exists to be counted; a real one
 # holds a path and a few key=value lines, while a lying one can declare gigabytes that decompress from kilobytes.
 MAX_HEADER_RECORD_BYTES = 64 * 1024

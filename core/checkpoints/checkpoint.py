@@ -28,7 +28,7 @@ from .archive import Limits, check_upload_size, extract_archive, is_archive, wri
 from .build import build_custom, build_hf, check_model_config
 from .gguf import is_gguf, load_gguf
 from .layout import IGNORED_DIRS, NO_MODEL, model_root
-from .paths import readable
+from .paths import readable_name
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE
 from ..device import pick_device
@@ -184,8 +184,8 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
 
 def _stage_file(path: Path, name: str, work: Path, limits: Limits) -> tuple[Path, str, list[str]]:
     """Stage the checked file ``path`` under ``name``: a Hub cache blob (blobs/<sha256>) has no suffix of its own;
-    a name that is not UTF-8 as ``readable(name)``, which the Rust readers open and messages show."""
-    upload, name = work / "upload", readable(name)
+    a name that is not UTF-8 as ``readable_name(name)``, which the Rust readers open and messages show."""
+    upload, name = work / "upload", readable_name(name)
     check_upload_size(name, path.stat().st_size, limits)
     if is_archive(Path(name)):
         (work / name).symlink_to(path)  # the link's target is the resolved path checked against the roots

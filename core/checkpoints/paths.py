@@ -12,6 +12,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+MAX_NAME_BYTES = 255  # the longest file or folder name (one path part) ext4, APFS and NTFS accept, in UTF-8 bytes
+
 
 def readable(text) -> str:
     """``text`` that encodes as UTF-8: the undecodable bytes of a file name as U+FFFD."""
@@ -22,18 +24,31 @@ def readable(text) -> str:
     return raw.decode("utf-8", "replace")
 
 
+def readable_name(name) -> str:
+    """``readable(name)`` short enough to name a file (``MAX_NAME_BYTES``): U+FFFD takes 3 bytes where the byte it
+    stands for took one, so a long name's middle gives way to "…" (its suffixes kept: .tar.gz, .safetensors)."""
+    text = readable(name)
+    if len(text.encode()) <= MAX_NAME_BYTES:
+        return text
+    suffix = "".join(Path(text).suffixes[-2:])[-32:]
+    stem = text[:len(text) - len(suffix)]
+    while len(f"{stem}…{suffix}".encode()) > MAX_NAME_BYTES:
+        stem = stem[:-1]
+    return f"{stem}…{suffix}"
+
+
 def is_utf8(path) -> bool:
     return readable(path) == str(path)
 
 
 @contextmanager
 def utf8_path(path: Path):
-    """``path`` when it is UTF-8; else a link to it named ``readable(path.name)``, in a private folder removed on
-    exit (what is read through it stays readable: a link, not a copy)."""
+    """``path`` when it is UTF-8; else a link to it named ``readable_name(path.name)``, in a private folder removed
+    on exit (what is read through it stays readable: a link, not a copy)."""
     if is_utf8(path):
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="attnscope-name-") as folder:
-        link = Path(folder) / readable(path.name)
+        link = Path(folder) / readable_name(path.name)
         link.symlink_to(os.path.abspath(path))
         yield link

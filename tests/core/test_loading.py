@@ -220,3 +220,11 @@ def test_checkpoints_named_in_latin1_load_and_are_named_with_a_replacement_chara
     assert torch.equal(extract_attention(loaded, tok, TEXT).attentions, expected)
     checkpoint = load_checkpoint(folder, allowed_roots=[tmp_path])  # the app's path: read in place
     assert torch.equal(extract_attention(checkpoint.model, checkpoint.tokenizer, TEXT).attentions, expected)
+    # 100 such bytes are 100 bytes on disk and 300 as U+FFFD, past a file name's 255: an OSError ("File name too
+    # long") in the app and the command line alike
+    long_name = (tmp_path / "b.safetensors")
+    save_file(model.state_dict(), long_name)
+    long_name = long_name.rename(latin1(b"\xe9" * 100 + b".safetensors"))
+    for load in (lambda path: load_model(path, n_heads=4, device="cpu")[0],
+                 lambda path: load_checkpoint(path, n_heads=4, allowed_roots=[tmp_path]).model):
+        assert torch.equal(extract_attention(load(str(long_name)), tok, TEXT).attentions, expected)
