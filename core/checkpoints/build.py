@@ -69,6 +69,9 @@ MAX_COMPUTED = 2**22
 
 COMPUTED = ("config.json asks for {n:,} numbers of position tables the weights leave out, computed when the model is "
             "built; at most {limit:,} are: give the weights saved with this config.json, or fewer positions")
+QUANTIZED = ("config.json asks for quantized weights (quantization_config, quant_method {method}); AttnScope builds a "
+             "checkpoint from plain float weights only, as a quantizer runs code of its own (and may fetch kernels) — "
+             "upload the model saved after dequantizing it (model.dequantize(), then save_pretrained)")
 NOT_MODEL_CONFIG = ("config.json is not a model config ({why}); a model folder's config.json names its architecture, "
                     "e.g. \"model_type\": \"bert\" — upload the one written by save_pretrained")
 UNSUPPORTED = ("config.json names model_type {model_type!r}, which transformers does not know; AttnScope loads "
@@ -109,6 +112,10 @@ def check_model_config(config, limits: Limits | None = None) -> str:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise CheckpointError(NOT_MODEL_CONFIG.format(why='it has no "model_type"'))
+    if config.get("quantization_config") is not None:  # a quantizer's code, kernels fetched from the Hub (mxfp4)
+        method = config["quantization_config"]
+        method = method.get("quant_method") if isinstance(method, dict) else method
+        raise CheckpointError(QUANTIZED.format(method=json.dumps(method)[:40]))
     check_config_sizes(config)
     if limits is not None:
         _check_numel(min_parameters(config), limits, at_least=True)

@@ -325,6 +325,12 @@ def config_uneven_kv_heads(d: Path) -> Path:
     return _folder_zip(d / "uneven_kv.zip", config, _weights())
 
 
+def config_quantized(d: Path) -> Path:
+    """A BERT whose config.json asks for mxfp4 quantization: where Triton is installed, transformers fetched kernels
+    from the Hub to load it, whatever the model type."""
+    return _folder_zip(d / "mxfp4.zip", _bert_config(quantization_config={"quant_method": "mxfp4"}), _weights())
+
+
 def bare_vector_embeddings(d: Path) -> Path:
     """A bare BERT state dict whose word embeddings are a vector: the architecture is read from their shape."""
     state = _state(tiny_bert())
@@ -342,7 +348,7 @@ BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,
     t5_decoder_layers, nested_zero_heads, config_too_big, pickle_expanded_view, pickle_sparse_tensor,
     pickle_meta_tensor, pickle_many_views, safetensors_many_tensors, config_depth_list, config_uneven_kv_heads,
-    bare_vector_embeddings,
+    bare_vector_embeddings, config_quantized,
 ]}
 BAD_INPUTS.update(GGUF_BAD_INPUTS)  # the gguf-* rows
 
