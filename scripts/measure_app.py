@@ -6,6 +6,7 @@ each view is measured as the bytes the browser receives (figure JSON, iframe
 HTML). Run: ``python scripts/measure_app.py``; docs/app.md holds the numbers.
 """
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -76,4 +77,5 @@ def main():
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

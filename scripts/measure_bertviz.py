@@ -3,6 +3,7 @@
     python scripts/measure_bertviz.py
 """
 
+import argparse
 import sys
 from importlib.metadata import distribution
 from pathlib import Path
@@ -32,4 +33,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

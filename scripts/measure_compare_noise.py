@@ -8,6 +8,7 @@ MiniLM (all-MiniLM-L6-v2, from its PyPI wheel) against copies of itself:
     python scripts/measure_compare_noise.py smollm2    # SmolLM2: layer 10's Q/K x1.5, two probes, a few minutes
 """
 
+import argparse
 import copy
 import statistics
 import sys
@@ -72,7 +73,9 @@ def describe(name, report):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["smollm2"]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", nargs="?", choices=["minilm", "smollm2"], default="minilm")
+    if parser.parse_args().model == "smollm2":
         smollm2()
         sys.exit(0)
     model, tokenizer = minilm()

@@ -16,6 +16,7 @@ Run: ``python scripts/measure_models.py`` (needs /usr/bin/chromium and the two m
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import resource
@@ -98,6 +99,7 @@ def cli_numbers() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     print(f"start: load {load()}, {os.cpu_count()} CPUs, torch threads default")
     cli_numbers()
     app_numbers()

@@ -7,6 +7,7 @@ this measures the server's share alone (a full script rerun, so an upper bound
 on the fragment rerun a switch triggers in the browser).
 """
 
+import argparse
 import copy
 import os
 import sys
@@ -65,4 +66,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -7,6 +7,7 @@ one line and removes the zip. Building it takes ~20 s (deflating 3.9 GB); the re
 is unpacked.
 """
 
+import argparse
 import os
 import sys
 import tempfile
@@ -17,18 +18,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import core  # noqa: E402
 
-folder = Path(tempfile.mkdtemp(dir=os.getcwd()))
-bomb = folder / "bomb.zip"
-try:
-    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z, z.open("model.safetensors", "w", force_zip64=True) as f:
-        chunk = bytes(1 << 24)
-        for _ in range(3_900_000_000 // len(chunk)):
-            f.write(chunk)
-    start = time.perf_counter()
+
+def main() -> None:
+    folder = Path(tempfile.mkdtemp(dir=os.getcwd()))
+    bomb = folder / "bomb.zip"
     try:
-        core.load_untrusted(str(bomb))
-    except core.CheckpointError as err:
-        print(f"{bomb.stat().st_size / 1e6:.1f} MB zip refused in {time.perf_counter() - start:.2f} s: {err}")
-finally:
-    bomb.unlink(missing_ok=True)
-    folder.rmdir()
+        with (zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z,
+              z.open("model.safetensors", "w", force_zip64=True) as f):
+            chunk = bytes(1 << 24)
+            for _ in range(3_900_000_000 // len(chunk)):
+                f.write(chunk)
+        start = time.perf_counter()
+        try:
+            core.load_untrusted(str(bomb))
+        except core.CheckpointError as err:
+            print(f"{bomb.stat().st_size / 1e6:.1f} MB zip refused in {time.perf_counter() - start:.2f} s: {err}")
+    finally:
+        bomb.unlink(missing_ok=True)
+        folder.rmdir()
+
+
+if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    main()
