@@ -72,6 +72,8 @@ COMPUTED = ("config.json asks for {n:,} numbers of position tables the weights l
 QUANTIZED = ("config.json asks for quantized weights (quantization_config, quant_method {method}); AttnScope builds a "
              "checkpoint from plain float weights only, as a quantizer runs code of its own (and may fetch kernels) — "
              "upload the model saved after dequantizing it (model.dequantize(), then save_pretrained)")
+NOT_TEXT = ("config.json describes a {model}, which reads no token ids (no token embeddings: a speech or vision "
+            "model); AttnScope reads text transformers — upload a text model's checkpoint")
 NOT_MODEL_CONFIG = ("config.json is not a model config ({why}); a model folder's config.json names its architecture, "
                     "e.g. \"model_type\": \"bert\" — upload the one written by save_pretrained")
 UNSUPPORTED = ("config.json names model_type {model_type!r}, which transformers does not know; AttnScope loads "
@@ -265,6 +267,7 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
         _check_numel(sum(p.numel() for p in skeleton.parameters()), limits)
         _check_buffers(skeleton, limits)
+        token_vocabulary(skeleton)  # a speech or vision model is refused before its weights are read
         _check_shapes(skeleton, state, model_type)
         unsaved = _never_saved(hf_config, skeleton)
         _check_present(skeleton, state, unsaved)
@@ -285,6 +288,17 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         total = len(model.state_dict())
         raise CheckpointError(MISSING.format(n=len(missing), total=total, key=missing[0]))
     return model.eval()
+
+
+def token_vocabulary(model) -> int:
+    """How many token ids ``model`` embeds; CheckpointError for a model that reads no tokens (speech, vision)."""
+    try:
+        embeddings = model.get_input_embeddings()
+    except (NotImplementedError, AttributeError):  # Wav2Vec2 has none to give
+        embeddings = None
+    if not isinstance(embeddings, torch.nn.Embedding):
+        raise CheckpointError(NOT_TEXT.format(model=type(model).__name__))
+    return embeddings.num_embeddings
 
 
 def _check_shapes(skeleton, state, model_type: str) -> None:
@@ -309,27 +323,46 @@ def _check_covered(need: int, given: int) -> None:
 
 
 def _never_saved(hf_config, skeleton):
-    """Whether one of ``skeleton``'s tensor names is one the class that saved the checkpoint leaves out on purpose
-    (``_keys_to_ignore_on_save`` of the config's ``architectures``: Marian's sinusoidal position tables, computed
-    when the model is built; a fine-tuned opus-mt folder was refused as missing them). Only classes of the config's
-    own model type count: BART's learned position tables share Marian's names, and a BART upload without them that
-    named MarianMTModel was built with random ones."""
-    patterns, names = [], getattr(hf_config, "architectures", None)
-    for name in names if isinstance(names, (list, tuple)) else ():  # an upload may give 5, true or one name
-        found = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
-        if isinstance(found, type) and issubclass(found, PreTrainedModel) and found.config_class is type(hf_config):
-            patterns += [re.compile(p) for p in getattr(found, "_keys_to_ignore_on_save", None) or ()]
+    """Whether one of ``skeleton``'s tensor names is one a class of the config's model type leaves out on purpose
+    (``_keys_to_ignore_on_save``: Marian's sinusoidal position tables, computed when the model is built; a
+    fine-tuned opus-mt folder was refused as missing them). The classes are those transformers' Auto mappings give
+    the model type, not the ones the upload's ``architectures`` names: BART's learned position tables share
+    Marian's names, and a BART upload without them that named MarianMTModel was built with random ones; a Marian
+    upload that named none had its tables counted as weights to hold, and a junk tensor of as many numbers got
+    16 M of them computed in Python (38 s) before the check after loading refused it."""
+    ignored = [getattr(cls, "_keys_to_ignore_on_save", None) or () for cls in _model_classes(hf_config)]
+    patterns = [re.compile(p) for keys in ignored for p in keys]
     prefix = f"{skeleton.base_model_prefix}."
     return lambda key: any(p.search(key) or p.search(prefix + key) for p in patterns)
+
+
+def _model_classes(hf_config) -> list[type]:
+    """transformers' model classes for ``hf_config``'s type, from the Auto mappings (model, causal LM, seq2seq, ...)."""
+    from transformers.models.auto import modeling_auto
+
+    names = []
+    for mapping, types in vars(modeling_auto).items():
+        if mapping.endswith("_MAPPING_NAMES") and isinstance(types, dict):
+            found = types.get(getattr(hf_config, "model_type", None), ())
+            names += found if isinstance(found, (list, tuple)) else [found]
+    return [cls for cls in map(_transformers_class, dict.fromkeys(names))
+            if cls is not None and cls.config_class is type(hf_config)]
+
+
+def _transformers_class(name) -> type | None:
+    try:  # a class whose optional dependencies are missing raises on import
+        cls = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
+    except Exception:  # noqa: BLE001
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, PreTrainedModel) else None
 
 
 def _check_present(skeleton, state, unsaved=lambda key: False) -> None:
     """CheckpointError, before the model is built for real, when the weights cannot fill its parameters.
 
-    Refused when they hold fewer numbers than it has parameters (``_OPTIONAL`` and ``unsaved`` ones aside), or when
-    the tensors missing by name hold more than ``MAX_COMPUTED`` numbers, so weights that transformers renames on
-    loading (LayerNorm ``gamma``/``beta``, a few numbers) are not refused here; the message names the tensors missing
-    by name, as the check after loading does."""
+    Refused only when they hold fewer numbers than it has parameters (``_OPTIONAL`` and ``unsaved`` ones aside), so
+    weights that transformers renames on loading (LayerNorm ``gamma``/``beta``) are never refused here; the message
+    names the tensors missing by name when there are some, as the check after loading does."""
     prefix = f"{skeleton.base_model_prefix}."
     names = set(state) | {k.removeprefix(prefix) for k in state}
     need = sum(p.numel() for name, p in skeleton.named_parameters()
@@ -338,16 +371,12 @@ def _check_present(skeleton, state, unsaved=lambda key: False) -> None:
     given = _numel(state)
     if computed > min(given, MAX_COMPUTED):  # tables computed in Python at build time: 16 M numbers took 20 s
         raise CheckpointError(COMPUTED.format(n=computed, limit=min(given, MAX_COMPUTED)))
-    saved = skeleton.state_dict()  # persistent tensors; tied ones under each of their names
-    tensors = {k: t for k, t in [*skeleton.named_buffers(), *skeleton.named_parameters()] if k in saved}  # once
-    expected = [k for k in tensors if not k.startswith(_OPTIONAL) and not unsaved(k)]
+    if given >= need:
+        return
+    expected = [k for k in skeleton.state_dict() if not k.startswith(_OPTIONAL) and not unsaved(k)]
     missing = sorted(k for k in expected if k not in names)
-    # weights renamed on loading (LayerNorm gamma/beta) are missing by name, and are few; more than MAX_COMPUTED
-    # numbers missing are missing (a Marian upload without its tables, padded with a junk tensor to pass the count
-    # below, had them computed in Python, 16 M numbers in 38 s, before the check after loading refused it)
-    absent = sum(tensors[k].numel() for k in missing)
-    if missing and (given < need or absent > MAX_COMPUTED):
-        raise CheckpointError(MISSING.format(n=len(missing), total=len(saved), key=missing[0]))
+    if missing:
+        raise CheckpointError(MISSING.format(n=len(missing), total=len(skeleton.state_dict()), key=missing[0]))
     _check_covered(need, given)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from .archive import Limits, check_upload_size, extract_archive, is_archive, write_loose_files
-from .build import build_custom, build_hf, check_model_config
+from .build import build_custom, build_hf, check_model_config, token_vocabulary
 from .gguf import is_gguf, load_gguf
 from .layout import IGNORED_DIRS, NO_MODEL, model_root
 from .paths import readable_name
@@ -273,7 +273,7 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
         if "auto_map" in config:
             notes.append(REMOTE_CODE_IGNORED.format(model_type=model_type))
         model = build_hf(config, state, clean, limits)
-        vocab = model.get_input_embeddings().num_embeddings
+        vocab = token_vocabulary(model)
         causal = model_type in ("gpt2",) or bool(getattr(model.config, "is_decoder", False))
     tokenizer_dir = clean if copy_tokenizer_files(folder, clean) else None
     tokenizer = choose_tokenizer(tokenizer_dir, vocab, causal, notes)

@@ -331,6 +331,13 @@ def config_quantized(d: Path) -> Path:
     return _folder_zip(d / "mxfp4.zip", _bert_config(quantization_config={"quant_method": "mxfp4"}), _weights())
 
 
+def config_not_text(d: Path) -> Path:
+    """A ViT (patch embeddings, no token ids): an AttributeError; a Wav2Vec2, a NotImplementedError."""
+    config = {"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "intermediate_size": 37, "image_size": 28, "patch_size": 14}
+    return _folder_zip(d / "vit.zip", config, _weights())
+
+
 def bare_vector_embeddings(d: Path) -> Path:
     """A bare BERT state dict whose word embeddings are a vector: the architecture is read from their shape."""
     state = _state(tiny_bert())
@@ -348,7 +355,7 @@ BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,
     t5_decoder_layers, nested_zero_heads, config_too_big, pickle_expanded_view, pickle_sparse_tensor,
     pickle_meta_tensor, pickle_many_views, safetensors_many_tensors, config_depth_list, config_uneven_kv_heads,
-    bare_vector_embeddings, config_quantized,
+    bare_vector_embeddings, config_quantized, config_not_text,
 ]}
 BAD_INPUTS.update(GGUF_BAD_INPUTS)  # the gguf-* rows
 

@@ -469,10 +469,10 @@ def test_position_tables_computed_at_build_time_are_bounded_by_the_upload(tmp_pa
         load_checkpoint(folder, allowed_roots=[tmp_path])
 
 
-def test_tables_left_out_cannot_be_paid_for_by_a_junk_tensor(tmp_path):
-    """Without "architectures", the tables count as weights the upload must hold; a junk uint8 tensor of as many
-    numbers passed that count, and the 16 M numbers were computed in Python (38 s) before the check after loading
-    refused the upload as missing them. Nor may "architectures" be anything but a list of names."""
+def test_tables_left_out_are_those_of_the_config_s_model_type_whatever_architectures_says(tmp_path):
+    """Without "architectures", the tables counted as weights the upload must hold: a junk uint8 tensor of as many
+    numbers passed that count, and the 16 M numbers were computed in Python (22-38 s) before the check after loading
+    refused it. "architectures": 5 or true was a TypeError. The model type's own classes say what is left out."""
     import time
 
     import transformers as tf
@@ -480,18 +480,20 @@ def test_tables_left_out_cannot_be_paid_for_by_a_junk_tensor(tmp_path):
     config = tf.MarianConfig(vocab_size=200, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
                              decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16,
                              max_position_embeddings=64, pad_token_id=0, eos_token_id=3, decoder_start_token_id=0)
-    folder = _without_positions(tf.MarianMTModel(config), tmp_path / "marian", max_position_embeddings=500_000,
-                                architectures=None)
+    torch.manual_seed(0)
+    saved = tf.MarianMTModel(config).eval()
+    folder = _without_positions(saved, tmp_path / "marian", max_position_embeddings=500_000, architectures=None)
     state = load_file(folder / "model.safetensors")
     save_file({**state, "junk": torch.zeros(2 * 500_000 * 16, dtype=torch.uint8)}, folder / "model.safetensors")
     start = time.perf_counter()
-    with pytest.raises(CheckpointError, match="2 of the model's 47 tensors are missing .*embed_positions"):
+    with pytest.raises(CheckpointError, match="asks for 16,000,000 numbers of position tables the weights leave out"):
         load_checkpoint(folder, allowed_roots=[tmp_path])
     assert time.perf_counter() - start < 5
-    for odd in (5, True, "MarianMTModel"):  # 5 and True were a TypeError; a name alone is no list of classes
-        _without_positions(tf.MarianMTModel(config), folder, architectures=odd)
-        with pytest.raises(CheckpointError, match="missing .*embed_positions"):
-            load_checkpoint(folder, allowed_roots=[tmp_path])
+    expected = extract_attention(saved.model, wordpiece_tokenizer(), TEXT).attentions
+    for architectures in (None, 5, True, "MarianMTModel", ["BertModel"]):
+        _without_positions(saved, folder, architectures=architectures)
+        loaded = load_checkpoint(folder, allowed_roots=[tmp_path])
+        assert torch.equal(extract_attention(loaded.model, wordpiece_tokenizer(), TEXT).attentions, expected)
 
 
 def safe_open_keys(path):
