@@ -496,6 +496,31 @@ def test_tables_left_out_are_those_of_the_config_s_model_type_whatever_architect
         assert torch.equal(extract_attention(loaded.model, wordpiece_tokenizer(), TEXT).attentions, expected)
 
 
+def test_wide_checkpoints_whose_names_transformers_converts_on_loading_load(tmp_path):
+    """A Llava saved by save_pretrained (language_model.model.* on disk, language_model.* in the model) and a T5
+    holding its embeddings under encoder/decoder names (tied to shared.weight) have millions of numbers "missing"
+    by name; a refusal by missing names (a first fix of the junk-padding attack) refused them."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    text = dict(model_type="llama", vocab_size=40_000, hidden_size=128, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=4, num_key_value_heads=2)
+    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14, projection_dim=32)
+    llava = tf.LlavaForConditionalGeneration(tf.LlavaConfig(text_config=text, vision_config=vision,
+                                                            image_token_index=39_999)).eval()
+    llava.save_pretrained(tmp_path / "llava")
+    t5 = tf.T5Model(tf.T5Config(vocab_size=40_000, d_model=128, d_kv=16, d_ff=16, num_layers=1, num_heads=2)).eval()
+    t5.save_pretrained(tmp_path / "t5")
+    state = load_file(tmp_path / "t5" / "model.safetensors")
+    shared = state.pop("shared.weight")
+    state.update({"encoder.embed_tokens.weight": shared, "decoder.embed_tokens.weight": shared.clone()})
+    save_file(state, tmp_path / "t5" / "model.safetensors")
+    for saved, folder in ((llava.model, "llava"), (t5, "t5")):
+        loaded = load_checkpoint(tmp_path / folder, allowed_roots=[tmp_path]).model
+        assert torch.equal(loaded.get_input_embeddings().weight, saved.get_input_embeddings().weight)
+
+
 def safe_open_keys(path):
     from safetensors import safe_open
 
