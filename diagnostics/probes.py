@@ -263,23 +263,33 @@ def probe_coverage(tokenizer, probe: Probe, limit: int | None = None) -> float:
 
 
 def _characters_spelt(tokenizer, batch, probe: Probe, unknown, cut_short: bool) -> float:
-    """Share of the visible (not whitespace) characters of the text the model reads that its tokens spell (those
-    an unknown token stands for count as spelt: the token share counts them): a tokenizer with no unknown token
-    drops what it cannot spell, and no token says so. Read from decoding each sentence's tokens (their offsets are
-    wrong where characters were dropped); a text cut short is counted up to its last token's offset."""
-    def shown(text: str) -> int:
-        return sum(not char.isspace() for char in text)
+    """Share of the characters the tokenizer could spell in the part of ``probe`` the model reads that its tokens
+    do spell (those an unknown token stands for count as spelt: the token share counts them). A tokenizer with no
+    unknown token drops what it cannot spell, and no token says so. What it could spell is the text as its
+    normalizer leaves it (accents stripped, invisible marks dropped), in the pieces its pre-tokenizer keeps (split
+    delimiters dropped), whitespace aside; what it spelt, its tokens decoded. A text cut short is counted between
+    its tokens' offsets (either side may be cut; the offsets are wrong by a little where characters were dropped)."""
+    backend = tokenizer.backend_tokenizer
 
-    visible = spelt = 0
+    def visible(text: str) -> int:
+        text = backend.normalizer.normalize_str(text) if backend.normalizer else text
+        spans = [span for _, span in backend.pre_tokenizer.pre_tokenize_str(text)] if backend.pre_tokenizer else [
+            (0, len(text))]
+        return sum(not char.isspace() for start, end in spans for char in text[start:end])
+
+    could = spelt = 0
     marks = zip(batch["input_ids"], batch.sequence_ids(), batch["special_tokens_mask"], batch["offset_mapping"])
     tokens = [(i, sequence, span) for i, sequence, added, span in marks if sequence is not None and not added]
     for sequence, text in enumerate((probe.text, probe.text_pair or "")):
         own = [(i, span) for i, seq, span in tokens if seq == sequence]
-        read = text[:max((end for _, (_, end) in own), default=0)] if cut_short else text
-        visible += shown(read)
-        spelt += shown(tokenizer.decode([i for i, _ in own if i != unknown], skip_special_tokens=True))
-        spelt += sum(shown(text[start:end]) for i, (start, end) in own if i == unknown)  # counted as missed above
-    return min(spelt / visible, 1.0) if visible else 1.0
+        if not own:
+            continue
+        start, end = (min(s for _, (s, _) in own), max(e for _, (_, e) in own)) if cut_short else (0, len(text))
+        could += visible(text[start:end])
+        decoded = tokenizer.decode([i for i, _ in own if i != unknown], skip_special_tokens=True)
+        spelt += sum(not char.isspace() for char in decoded)
+        spelt += sum(visible(text[s:e]) for i, (s, e) in own if i == unknown)
+    return min(spelt / could, 1.0) if could else 1.0
 
 
 def probe_tokens(tokenizer, probe: Probe) -> int:
