@@ -79,7 +79,7 @@ def write_llama_gguf(path: Path, model: LlamaModel | None = None, *, head_count:
         writer.add_tensor(name, data)
     for name, data in (extra or {}).items():
         writer.add_tensor(name, data)
-    return _finish(writer, path)
+    return finish_gguf(writer, path)
 
 
 def llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
@@ -122,7 +122,7 @@ def write_lfm2_gguf(path: Path, model, extra: dict | None = None) -> Path:
                           data.squeeze(1) if "conv.conv" in key else data)
     for name, data in (extra or {}).items():
         writer.add_tensor(name, data)
-    return _finish(writer, path)
+    return finish_gguf(writer, path)
 
 
 def write_plain_gguf(path: Path, model, fields: dict) -> Path:
@@ -139,7 +139,7 @@ def write_plain_gguf(path: Path, model, fields: dict) -> Path:
     writer.add_pad_token_id(0)  # Phi-3's config would default it to 32,000, past the tiny vocabulary
     for name, data in _gguf_names(model, arch, "model.").items():
         writer.add_tensor(name, data)
-    return _finish(writer, path)
+    return finish_gguf(writer, path)
 
 
 def write_gpt2_gguf(path: Path, model=None) -> Path:
@@ -150,7 +150,7 @@ def write_gpt2_gguf(path: Path, model=None) -> Path:
     _add_bpe_tokenizer(writer, c.vocab_size)
     for name, data in _gguf_names(model, gguf.MODEL_ARCH.GPT2, "transformer.").items():
         writer.add_tensor(name, data.T.copy() if name.endswith(GPT2_TRANSPOSED) else data)
-    return _finish(writer, path)
+    return finish_gguf(writer, path)
 
 
 def _start(path: Path, arch: str, layers: int, context: int, hidden: int, feed_forward: int, heads: int):
@@ -178,7 +178,7 @@ def _add_bpe_tokenizer(writer, vocab_size: int) -> None:
     writer.add_eos_token_id(0)
 
 
-def _finish(writer, path: Path) -> Path:
+def finish_gguf(writer, path: Path) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -21,7 +21,7 @@ from hostile_gguf import STRING_TYPE, U8_TYPE, metadata_arrays
 from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_gpt2
 from tiny_gguf import (
-    llama3_rope_factors, tiny_llama, write_gpt2_gguf, write_lfm2_gguf, write_llama_gguf, write_plain_gguf,
+    finish_gguf, llama3_rope_factors, tiny_llama, write_gpt2_gguf, write_lfm2_gguf, write_llama_gguf, write_plain_gguf,
 )
 
 TEXT = "The quick brown fox jumps over the lazy dog."
@@ -127,6 +127,26 @@ def test_qwen3_gguf_keeps_the_head_size_its_metadata_gives(tmp_path):
               "attention.value_length": 16, "rope.freq_base": 1000000.0, "attention.layer_norm_rms_epsilon": 1e-6}
     loaded = _same_attention(tmp_path, original, write_plain_gguf(tmp_path / "qwen3.gguf", original, fields))
     assert loaded.config.head_dim == 16
+
+
+def test_a_head_size_transformers_maps_itself_is_left_to_it(tmp_path):
+    """Gemma 4's attention.key_length is its global layers' head size, which transformers maps itself; reading the
+    config's head_dim to replace it raised (a per-layer attribute), and every Gemma 4 file failed to load."""
+    import gguf
+
+    from core.checkpoints.gguf.load import _checked_config
+
+    path = tmp_path / "gemma4.gguf"
+    writer = gguf.GGUFWriter(str(path), "gemma4")
+    for key, value in {"block_count": 2, "context_length": 128, "embedding_length": 64, "feed_forward_length": 96,
+                       "attention.head_count": 4, "attention.head_count_kv": 1, "attention.sliding_window": 16,
+                       "attention.key_length": 32, "attention.value_length": 32,  # the global layers' head size
+                       "attention.key_length_swa": 16, "attention.value_length_swa": 16}.items():
+        writer.add_uint32(f"gemma4.{key}", value)
+    writer.add_float32("gemma4.attention.layer_norm_rms_epsilon", 1e-6)
+    finish_gguf(writer, path)  # the header alone: the config is all this reads
+    config = _checked_config(path, read_gguf_header(path), path.name, Limits())
+    assert config.model_type == "gemma4_text"
 
 
 def test_an_architecture_transformers_reads_through_its_newer_gguf_path_loads(tmp_path):

@@ -267,11 +267,18 @@ def _carry_head_dim(config, header: GGUFHeader) -> None:
     drops it (Qwen3, Qwen2): the config's default (128) was used instead, and every such file whose heads are of
     another size was refused as not matching its own metadata. llama.cpp reads the key as the size of each query
     and key head; a file whose value heads differ in size keeps transformers' reading."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
     arch = header.fields.get("general.architecture")
+    if "attention.key_length" in GGUF_CONFIG_MAPPING.get(config.model_type, {"attention.key_length": None}):
+        return  # mapped by transformers itself (Gemma 4 reads it as its global layers' head size)
     key, value = (header.fields.get(f"{arch}.attention.{kind}_length") for kind in ("key", "value"))
-    if not isinstance(getattr(config, "head_dim", None), int) or not isinstance(key, int) or isinstance(key, bool):
+    try:
+        head_dim = getattr(config, "head_dim", None)
+    except Exception:  # noqa: BLE001 - a per-layer attribute raises when read whole
         return
-    if key > 0 and value in (None, key):
+    if isinstance(head_dim, int) and isinstance(key, int) and not isinstance(key, bool) and key > 0 and value in (
+            None, key):
         config.head_dim = key
 
 
