@@ -35,11 +35,18 @@ _BIDIRECTIONAL = {"xlnet"}
 _CAUSAL = {"clip_text_model"}
 
 
+def reads_both_ways(config) -> bool:
+    """A decoder's architecture set to attend both ways: ``use_bidirectional_attention`` True (Gemma 3,
+    EmbeddingGemma) or "all" (Gemma 4, DiffusionGemma; "vision" reads only image tokens both ways)."""
+    value = getattr(config, "use_bidirectional_attention", None)
+    return value is True or value == "all"
+
+
 def is_causal_config(config) -> bool:
     """True for decoder-only language models (GPT-2, Llama), BERT used as decoder and CLIP's text encoder; not for
-    a decoder's architecture read both ways (``use_bidirectional_attention``: EmbeddingGemma)."""
+    a decoder's architecture read both ways (``reads_both_ways``: EmbeddingGemma, Gemma 4 with "all")."""
     model_type = getattr(config, "model_type", "")
-    if getattr(config, "use_bidirectional_attention", False) is True:
+    if reads_both_ways(config):
         return False
     if getattr(config, "is_decoder", False) or model_type in _CAUSAL:
         return True
@@ -56,7 +63,7 @@ def is_causal_model(model) -> bool:
         return is_causal_config(text)
     flags = [module.is_causal for _, module in text_model(model)[1].named_modules()
              if isinstance(getattr(module, "is_causal", None), bool)]
-    return bool(flags) and all(flags) and getattr(text, "use_bidirectional_attention", False) is not True
+    return bool(flags) and all(flags) and not reads_both_ways(text)
 
 
 @contextmanager

@@ -69,6 +69,18 @@ def test_embedding_gemma_is_read_both_ways():
     assert not result.causal and result.attentions.triu(1).amax() > 0
 
 
+def test_gemma4_set_to_attend_both_ways_is_read_both_ways():
+    """Gemma 4 says so with use_bidirectional_attention="all", not True: it was called causal, then refused because
+    its maps reach later tokens. Its local layers mask |p - j| <= the window it stores (Gemma 3's, < it)."""
+    torch.manual_seed(0)
+    config = tf.Gemma4TextConfig(vocab_size=400, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=8,
+                                 use_bidirectional_attention="all", layer_types=["sliding_attention", "full_attention"])
+    result = extract_attention(tf.AutoModel.from_config(config).eval(), tiny.bpe_tokenizer(), TEXT * 2)
+    assert not result.causal and result.attentions.triu(1).amax() > 0  # (L, H, T, T)
+    assert result.windows == [5, None]
+
+
 class _Config:
     """A config of a hybrid model (convolution layers listed among its layer types) or one that raises when asked for
     a per-layer value, as transformers' heterogeneous configs do (NeoMME)."""
