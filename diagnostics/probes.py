@@ -264,11 +264,12 @@ def probe_coverage(tokenizer, probe: Probe, limit: int | None = None) -> float:
 
 def _characters_spelt(tokenizer, batch, probe: Probe, unknown, cut_short: bool) -> float:
     """Share of the characters the tokenizer could spell in the part of ``probe`` the model reads that its tokens
-    do spell (those an unknown token stands for count as spelt: the token share counts them). A tokenizer with no
-    unknown token drops what it cannot spell, and no token says so. What it could spell is the text as its
-    normalizer leaves it (accents stripped, invisible marks dropped), in the pieces its pre-tokenizer keeps (split
-    delimiters dropped), whitespace aside; what it spelt, its tokens decoded. A text cut short is counted between
-    its tokens' offsets (either side may be cut; the offsets are wrong by a little where characters were dropped)."""
+    do spell (those under an unknown token, or a special one the text names, count as spelt: the token share counts
+    the first). A tokenizer with no unknown token drops what it cannot spell, and no token says so. Both sides are
+    counted on the text as the normalizer leaves it (accents stripped, invisible marks dropped, Gemma's spaces as
+    "▁"), in the pieces its pre-tokenizer keeps (split delimiters dropped), whitespace aside: the text read, against
+    its tokens decoded. A text cut short is counted between its tokens' offsets (either side may be cut; they are
+    wrong by a little where characters were dropped)."""
     backend = tokenizer.backend_tokenizer
 
     def visible(text: str) -> int:
@@ -279,16 +280,16 @@ def _characters_spelt(tokenizer, batch, probe: Probe, unknown, cut_short: bool) 
 
     could = spelt = 0
     marks = zip(batch["input_ids"], batch.sequence_ids(), batch["special_tokens_mask"], batch["offset_mapping"])
-    tokens = [(i, sequence, span) for i, sequence, added, span in marks if sequence is not None and not added]
+    tokens = [(i, sequence, added, span) for i, sequence, added, span in marks if sequence is not None]
     for sequence, text in enumerate((probe.text, probe.text_pair or "")):
-        own = [(i, span) for i, seq, span in tokens if seq == sequence]
+        own = [(i, added, span) for i, seq, added, span in tokens if seq == sequence]
         if not own:
             continue
-        start, end = (min(s for _, (s, _) in own), max(e for _, (_, e) in own)) if cut_short else (0, len(text))
-        could += visible(text[start:end])
-        decoded = tokenizer.decode([i for i, _ in own if i != unknown], skip_special_tokens=True)
-        spelt += sum(not char.isspace() for char in decoded)
-        spelt += sum(visible(text[s:e]) for i, (s, e) in own if i == unknown)
+        ends = [end for _, _, (_, end) in own if end]  # a special token the tokenizer adds has no span
+        start = min(s for _, _, (s, e) in own if e) if cut_short and ends else 0
+        could += visible(text[start:max(ends)] if cut_short and ends else text)
+        spelt += visible(tokenizer.decode([i for i, added, _ in own if i != unknown and not added]))
+        spelt += sum(visible(text[s:e]) for i, added, (s, e) in own if i == unknown or added)
     return min(spelt / could, 1.0) if could else 1.0
 
 

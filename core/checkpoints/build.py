@@ -72,8 +72,9 @@ COMPUTED = ("config.json asks for {n:,} numbers of position tables the weights l
 QUANTIZED = ("config.json asks for quantized weights (quantization_config, quant_method {method}); AttnScope builds a "
              "checkpoint from plain float weights only, as a quantizer runs code of its own (and may fetch kernels) — "
              "upload the model saved after dequantizing it (model.dequantize(), then save_pretrained)")
-NOT_TEXT = ("config.json describes a {model}, which reads no token ids (no token embeddings: a speech or vision "
-            "model); AttnScope reads text transformers — upload a text model's checkpoint")
+NOT_TEXT = ("config.json describes {model}, which has no table of token embeddings (a speech, vision or multimodal "
+            "model, or one that reads characters); AttnScope reads text transformers that embed token ids — upload "
+            "such a model's checkpoint")
 NOT_MODEL_CONFIG = ("config.json is not a model config ({why}); a model folder's config.json names its architecture, "
                     "e.g. \"model_type\": \"bert\" — upload the one written by save_pretrained")
 UNSUPPORTED = ("config.json names model_type {model_type!r}, which transformers does not know; AttnScope loads "
@@ -283,11 +284,27 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
                 local_files_only=True, use_safetensors=True, output_loading_info=True)
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
-    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(_OPTIONAL) and not unsaved(k))
+    missing = [k for k in info.get("missing_keys", ()) if not k.startswith(_OPTIONAL) and not unsaved(k)]
+    missing = sorted({*missing, *_hidden_missing(model, state, unsaved)})
     if missing:
         total = len(model.state_dict())
         raise CheckpointError(MISSING.format(n=len(missing), total=total, key=missing[0]))
     return model.eval()
+
+
+def _hidden_missing(model, state, unsaved) -> list[str]:
+    """The model's tensors that its class tells transformers not to report missing (``_keys_to_ignore_on_load_missing``)
+    and that the weights do not hold by name: SeamlessM4T ignores whole text encoders and decoders, and an upload
+    without them, padded with a junk tensor to pass the count, was built with random ones and no word."""
+    patterns = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_load_missing", None) or ()]  # children's too
+    if not patterns:
+        return []
+    prefix = f"{model.base_model_prefix}."
+    names = set(state) | {k.removeprefix(prefix) for k in state}
+    saved = model.state_dict()
+    once = [k for k, _ in [*model.named_parameters(), *model.named_buffers()] if k in saved]  # tied ones once
+    return [k for k in once if any(p.search(k) for p in patterns)
+            and k not in names and not k.startswith(_OPTIONAL) and not unsaved(k)]
 
 
 def token_vocabulary(model) -> int:

@@ -521,6 +521,36 @@ def test_wide_checkpoints_whose_names_transformers_converts_on_loading_load(tmp_
         assert torch.equal(loaded.get_input_embeddings().weight, saved.get_input_embeddings().weight)
 
 
+def test_parts_a_class_excuses_from_loading_must_still_be_in_the_upload(tmp_path):
+    """SeamlessM4T tells transformers not to report its text encoder and decoder missing
+    (_keys_to_ignore_on_load_missing): an upload without them, a junk tensor paying for their numbers, was built with
+    random ones and shown as the checkpoint."""
+    import transformers as tf
+
+    small = dict(vocab_size=100, t2u_vocab_size=50, hidden_size=32, encoder_layers=1, decoder_layers=1,
+                 encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37,
+                 speech_encoder_layers=1, speech_encoder_attention_heads=2, speech_encoder_intermediate_size=37,
+                 t2u_encoder_layers=1, t2u_decoder_layers=1, t2u_encoder_attention_heads=2,
+                 t2u_decoder_attention_heads=2, t2u_encoder_ffn_dim=37, t2u_decoder_ffn_dim=37,
+                 t2u_max_position_embeddings=64, max_position_embeddings=64, unit_hifi_gan_vocab_size=20,
+                 unit_embed_dim=16, upsample_initial_channel=16, lang_embed_dim=4, spkr_embed_dim=4,
+                 vocoder_num_langs=2, vocoder_num_spkrs=2, variance_predictor_kernel_size=3, upsample_rates=[2, 2],
+                 upsample_kernel_sizes=[4, 4], resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1, 3]],
+                 feature_projection_input_dim=16, adaptor_kernel_size=2, adaptor_stride=2, num_adapter_layers=1)
+    torch.manual_seed(0)
+    saved = tf.SeamlessM4TModel(tf.SeamlessM4TConfig(**small)).eval()
+    saved.save_pretrained(tmp_path / "full")
+    key = "text_encoder.layers.0.self_attn.q_proj.weight"
+    loaded = load_checkpoint(tmp_path / "full", allowed_roots=[tmp_path]).model
+    assert torch.equal(dict(loaded.named_parameters())[key], dict(saved.named_parameters())[key])
+    state = load_file(tmp_path / "full" / "model.safetensors")
+    gone = [k for k in state if k.startswith(("text_encoder.", "text_decoder.")) and "embed_tokens" not in k]
+    junk = torch.zeros(sum(state[k].numel() for k in gone), dtype=torch.uint8)
+    save_file({**{k: v for k, v in state.items() if k not in gone}, "junk": junk}, tmp_path / "full" / "model.safetensors")
+    with pytest.raises(CheckpointError, match=f"{len(gone)} of the model's .* tensors are missing"):
+        load_checkpoint(tmp_path / "full", allowed_roots=[tmp_path])
+
+
 def safe_open_keys(path):
     from safetensors import safe_open
 

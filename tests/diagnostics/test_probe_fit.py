@@ -101,6 +101,24 @@ def test_characters_a_tokenizer_means_to_leave_out_are_not_counted_as_dropped():
     left.truncation_side = "left"
     long_text = " ".join([text] * 3)
     assert probe_coverage(left, Probe(long_text), limit=64) >= probe_coverage(words, Probe(text)) - 0.05
+    assert probe_coverage(words, Probe("the cat is [MASK] and the dog is [MASK]")) == probe_coverage(
+        words, Probe("the cat is and the dog is"))  # special tokens the text names are spelt
+
+
+def test_a_normalizer_that_makes_spaces_visible_is_counted_on_both_sides():
+    """Gemma's tokenizer writes each space as "▁" before the model reads it (normalizer Replace(" ", "▁")) and
+    decodes it back to a space: every space had counted as a character not spelt, and each default probe (0.80)
+    was replaced by random tokens."""
+    from tokenizers import decoders, normalizers, trainers
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    backend.normalizer = normalizers.Replace(" ", "\u2581")
+    backend.train_from_iterator([p.text for p in DEFAULT_PROBES], trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<pad>", "<unk>"]))
+    backend.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    gemma_like = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>")
+    assert gemma_like.decode(gemma_like(DEFAULT_PROBES[0].text)["input_ids"]) == DEFAULT_PROBES[0].text
+    assert [probe_coverage(gemma_like, Probe(p.text)) for p in DEFAULT_PROBES] == [1.0] * len(DEFAULT_PROBES)
 
 
 def test_default_probes_stay_within_the_length_minilm_was_trained_on():
