@@ -8,7 +8,6 @@ returns an ``AttentionResult`` with ``attentions`` shaped ``[layers, heads, q, k
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import contextmanager
 
@@ -162,9 +161,17 @@ def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | Non
 
 def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
     """``(bytes, tokens)`` when the whole maps of inputs of ``lengths`` tokens would take over ``budget`` bytes:
-    what they would take, and the length every input cut to would fit; None when they fit."""
+    what they would take, and the longest length the inputs may be cut to and fit (the shorter ones kept whole:
+    scaling every input alike had named a length at which they still did not fit); None when they fit."""
     needed = whole_maps_bytes(model, lengths)
-    return None if needed <= budget else (needed, math.isqrt(budget * max(lengths) ** 2 // needed))
+    if needed <= budget:
+        return None
+    low, high = 0, max(lengths)  # fits(low), not fits(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if whole_maps_bytes(model, [min(n, middle) for n in lengths]) <= budget else (
+            low, middle)
+    return needed, low
 
 
 def whole_maps_bytes(model, lengths) -> int:

@@ -571,3 +571,17 @@ def test_a_model_without_its_weights_or_a_second_text_that_is_no_text_is_one_lin
         extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), TEXT, text_pair=5)
     with pytest.raises(InputError, match="^target must be text"):
         extract_attention(tiny.tiny_bart(), tiny.wordpiece_tokenizer(), TEXT, target=5)
+
+
+def test_the_length_a_refusal_names_fits():
+    """Probes of 1,400 and 600 tokens over the budget were told they "would fit cut to 1,296 tokens at most": every
+    probe had been scaled alike, while cutting the long one to 1,296 leaves the short one whole, still over."""
+    from core.extraction.extract import maps_over_budget, whole_maps_bytes
+
+    model, lengths = tiny.tiny_gpt2(), [1400, 600]
+    budget = whole_maps_bytes(model, lengths) * 9 // 10
+    needed, fits = maps_over_budget(model, lengths, budget)
+    assert needed == whole_maps_bytes(model, lengths)
+    assert whole_maps_bytes(model, [min(n, fits) for n in lengths]) <= budget
+    assert whole_maps_bytes(model, [min(n, fits + 1) for n in lengths]) > budget
+    assert maps_over_budget(model, [fits], budget) is None  # one probe: the length itself
