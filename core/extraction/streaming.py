@@ -39,7 +39,7 @@ from ..device import model_device
 from ..errors import ExtractionError, InputError
 from .encode import check_vocab, max_positions, segment_inputs
 from .extract import eval_mode
-from .scratch import Scratch, buffer
+from .scratch import Scratch, buffer, release_freed_memory
 from .text_config import text_config, vocab_size
 
 STREAM_IMPLEMENTATION = "attnscope_stream"
@@ -131,6 +131,7 @@ class _Stream:
         if kept is not None:
             kept = kept.cpu()
             self.kept.update({(layer, h): kept[i] for i, h in enumerate(heads)})
+        release_freed_memory()
         return out.unsqueeze(0).to(value.dtype)  # (1, H, q, dv)
 
 

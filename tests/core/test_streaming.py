@@ -289,3 +289,16 @@ def test_token_ids_the_model_cannot_read_are_one_line(ids, message):
     """The token-id entry point raised torch's own IndexError and RuntimeError."""
     with pytest.raises(InputError, match=message):
         stream_attention(tiny.tiny_gpt2(), ids, lambda layer, heads, keys: None)
+
+
+def test_each_streamed_layer_hands_freed_memory_back(monkeypatch):
+    """glibc kept the freed chunk-sized temporaries: SmolLM2's streamed statistics peaked +0.81 GiB above the model
+    at 4,096 tokens, +0.34 with the memory freed after each layer handed back (``malloc_trim``)."""
+    from core.extraction import scratch, streaming
+
+    calls = []
+    monkeypatch.setattr(streaming, "release_freed_memory", lambda: calls.append(1))
+    model = tiny.tiny_gpt2()
+    stream_statistics(model, tiny.bpe_tokenizer(), "The quick brown fox jumps over the lazy dog.")
+    assert len(calls) == model.config.n_layer
+    scratch.release_freed_memory()  # callable here, whatever the C library
