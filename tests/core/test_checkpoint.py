@@ -546,7 +546,8 @@ def test_parts_a_class_excuses_from_loading_must_still_be_in_the_upload(tmp_path
     state = load_file(tmp_path / "full" / "model.safetensors")
     gone = [k for k in state if k.startswith(("text_encoder.", "text_decoder.")) and "embed_tokens" not in k]
     junk = torch.zeros(sum(state[k].numel() for k in gone), dtype=torch.uint8)
-    save_file({**{k: v for k, v in state.items() if k not in gone}, "junk": junk}, tmp_path / "full" / "model.safetensors")
+    kept = {k: v for k, v in state.items() if k not in gone}
+    save_file({**kept, "junk": junk}, tmp_path / "full" / "model.safetensors")
     with pytest.raises(CheckpointError, match=f"{len(gone)} of the model's .* tensors are missing"):
         load_checkpoint(tmp_path / "full", allowed_roots=[tmp_path])
 
