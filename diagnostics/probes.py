@@ -8,9 +8,9 @@ token, not a SentencePiece byte-fallback token ``<0x..>``, and not a byte-level
 BPE token that is only part of a character (it decodes alone to U+FFFD). A
 byte-level BPE vocabulary (GPT-2, SmolLM2) spells any text, so it misses only
 characters it holds as raw bytes. A tokenizer without an unknown token may drop
-what it cannot spell instead (a BPE model with no ``unk_token``): where the
-tokenizer gives offsets, the share of the text's visible characters that no
-token covers caps the coverage too. Below ``MIN_COVERAGE`` a default probe is
+what it cannot spell instead (a BPE model with no ``unk_token``): for a fast
+tokenizer, the share of the characters it could spell that its tokens decode to
+caps the coverage too (``_characters_spelt``). Below ``MIN_COVERAGE`` a default probe is
 replaced by ``vocabulary_probe``s: random ordinary tokens of the model's own
 vocabulary.
 
@@ -285,9 +285,9 @@ def _characters_spelt(tokenizer, batch, probe: Probe, unknown, cut_short: bool) 
         own = [(i, added, span) for i, seq, added, span in tokens if seq == sequence]
         if not own:
             continue
-        ends = [end for _, _, (_, end) in own if end]  # a special token the tokenizer adds has no span
-        start = min(s for _, _, (s, e) in own if e) if cut_short and ends else 0
-        could += visible(text[start:max(ends)] if cut_short and ends else text)
+        spans = [span for _, _, span in own if span[1]]  # a special token the tokenizer adds has none
+        read = text[min(s for s, _ in spans):max(e for _, e in spans)] if cut_short and spans else text
+        could += visible(read)
         spelt += visible(tokenizer.decode([i for i, added, _ in own if i != unknown and not added]))
         spelt += sum(visible(text[s:e]) for i, added, (s, e) in own if i == unknown or added)
     return min(spelt / could, 1.0) if could else 1.0

@@ -299,8 +299,7 @@ def _hidden_missing(model, state, unsaved) -> list[str]:
     patterns = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_load_missing", None) or ()]  # children's too
     if not patterns:
         return []
-    prefix = f"{model.base_model_prefix}."
-    names = set(state) | {k.removeprefix(prefix) for k in state}
+    names = _held_names(model, state)
     saved = model.state_dict()
     once = [k for k, _ in [*model.named_parameters(), *model.named_buffers()] if k in saved]  # tied ones once
     return [k for k in once if any(p.search(k) for p in patterns)
@@ -380,8 +379,7 @@ def _check_present(skeleton, state, unsaved=lambda key: False) -> None:
     Refused only when they hold fewer numbers than it has parameters (``_OPTIONAL`` and ``unsaved`` ones aside), so
     weights that transformers renames on loading (LayerNorm ``gamma``/``beta``) are never refused here; the message
     names the tensors missing by name when there are some, as the check after loading does."""
-    prefix = f"{skeleton.base_model_prefix}."
-    names = set(state) | {k.removeprefix(prefix) for k in state}
+    names = _held_names(skeleton, state)
     need = sum(p.numel() for name, p in skeleton.named_parameters()
                if not name.startswith(_OPTIONAL) and not unsaved(name))
     computed = sum(p.numel() for name, p in skeleton.named_parameters() if unsaved(name) and name not in names)
@@ -395,6 +393,12 @@ def _check_present(skeleton, state, unsaved=lambda key: False) -> None:
     if missing:
         raise CheckpointError(MISSING.format(n=len(missing), total=len(skeleton.state_dict()), key=missing[0]))
     _check_covered(need, given)
+
+
+def _held_names(model, state) -> set[str]:
+    """The tensor names the weights hold, each also without the base model's prefix (a task model's ``bert.``)."""
+    prefix = f"{model.base_model_prefix}."
+    return set(state) | {k.removeprefix(prefix) for k in state}
 
 
 def _model_name(key: str, names, skeleton) -> str:

@@ -58,9 +58,11 @@ def is_causal_model(model) -> bool:
     """``is_causal_config`` of the model's text config: a vision-language model's language model (Llava's Llama) is
     read as its own config says; one of a type no list names (Qwen2-VL's ``qwen2_vl_text``) is causal when every
     attention layer of its language model says it is (``is_causal``, which transformers' eager attention reads)."""
-    config, text = model.config, text_config(model)
-    if text is config or is_causal_config(text):
-        return is_causal_config(text)
+    text = text_config(model)
+    if is_causal_config(text):
+        return True
+    if text is model.config:
+        return False
     flags = [module.is_causal for _, module in text_model(model)[1].named_modules()
              if isinstance(getattr(module, "is_causal", None), bool)]
     return bool(flags) and all(flags) and not reads_both_ways(text)

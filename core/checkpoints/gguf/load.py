@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from ..archive import ENV_MAX_MODEL, Limits
-from ..build import MAX_LAYERS, uneven_head_groups
+from ..build import MAX_LAYERS, token_vocabulary, uneven_head_groups
 from .header import DEFAULT_ALIGNMENT, GGUFHeader, read_gguf_header
 from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
@@ -180,7 +180,6 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
             raise CheckpointError(LOAD_FAILED.format(name=name, err=_reason(err, path, name, 120))) from None
         _check_loading_info(info, model, name)
-        _refuse_unexpected(info, model, name)
         model = model.base_model  # itself for AutoModel's
         if any(t.name == _ROPE_FACTORS for t in header.tensors):  # neither of transformers' GGUF paths reads them
             _apply_rope_factors(model, _tensor_values(path, _ROPE_FACTORS), name)
@@ -200,18 +199,15 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
 
 
 def _check_loading_info(info: dict, model, name: str) -> None:
-    """CheckpointError for a model tensor the file lacks or holds in another shape (both would be random weights)."""
+    """CheckpointError for a model tensor the file lacks or holds in another shape (both would be random weights),
+    and for a tensor of the file transformers renamed but has no place for (its newer GGUF path, LFM2 and Qwen3.5,
+    loads by renaming and reports the rest as unexpected, then drops them); the LM head is not loaded."""
     if info.get("missing_keys"):
         missing = sorted(info["missing_keys"])
         raise CheckpointError(MISSING.format(name=name, n=len(missing), total=len(model.state_dict()), key=missing[0]))
     if info.get("mismatched_keys"):
         param, got, want = sorted(info["mismatched_keys"])[0]
         raise CheckpointError(SHAPES_DIFFER.format(name=name, param=param, want=list(want), got=list(got)))
-
-
-def _refuse_unexpected(info: dict, model, name: str) -> None:
-    """CheckpointError for a tensor transformers renamed but has no place for (its newer GGUF path, LFM2 and
-    Qwen3.5, loads by renaming and reports the rest as unexpected, then drops them); the LM head is not loaded."""
     unexpected = sorted(key for key in info.get("unexpected_keys") or () if key.split(".")[0] != "lm_head")
     if unexpected:
         raise CheckpointError(UNUSED.format(name=name, n=len(unexpected), model=type(model).__name__,
@@ -312,7 +308,7 @@ def _reason(err: Exception, path: Path, name: str, width: int) -> str:
 def _gguf_tokenizer(path: Path, model, notes: list[str]):
     from transformers import AutoTokenizer
 
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = token_vocabulary(model)
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True,
