@@ -229,7 +229,7 @@ def _check_whole_maps(model, lengths):
     else:
         why = f"{name} computes attention in its own code, which AttnScope cannot stream"
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
-                     f"take {needed / 1024**3:.1f} GB, over the {round(WHOLE_MAPS_MAX_BYTES / 1024**3, 1):g} GB limit; "
+                     f"take {needed / 1024**3:.1f} GiB, over the {round(WHOLE_MAPS_MAX_BYTES / 1024**3, 1):g} GiB limit; "
                      f"give shorter or fewer probes (these would fit cut to {fits:,} tokens at most)")
 
 

@@ -64,8 +64,8 @@ SHAPES_DIFFER = ("{name}: its metadata describes a model whose {param} has shape
 NO_KV_DEFAULT = ("{name} has no llama.attention.head_count_kv key, which this transformers version cannot be made to "
                  "read as llama.cpp does (one key/value head per query head); re-convert the model with a current "
                  "llama.cpp convert_hf_to_gguf.py, which writes the key")
-UNUSED = ("{name} holds {n} tensors that transformers' GGUF loader has no place for in a {model} (e.g. {tensor}), so "
-          "it would drop them and compute another model; AttnScope cannot load this variant from GGUF: upload the "
+UNUSED = ("{name} holds {n} that transformers' GGUF loader has no place for in a {model} (e.g. {tensor}), which "
+          "it would drop, computing another model; AttnScope cannot load this variant from GGUF: upload the "
           "original safetensors model")
 ROPE_SCALING = ("{name}'s metadata asks for {kind} rope scaling, which transformers' GGUF loader does not carry over "
                 "for {arch} (the positions would be rotated without it); upload the original safetensors model")
@@ -189,7 +189,7 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
         used = mapped | {*_UNUSED_OK, _ROPE_FACTORS}
         unused = [t.name for t in header.tensors if t.name not in used]
         if mapped and unused:
-            raise CheckpointError(UNUSED.format(name=name, n=len(unused), model=type(model).__name__,
+            raise CheckpointError(UNUSED.format(name=name, n=_tensors(len(unused)), model=type(model).__name__,
                                                 tensor=unused[0]))
         model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
         tell(0.9, "reading the tokenizer")
@@ -210,8 +210,13 @@ def _check_loading_info(info: dict, model, name: str) -> None:
         raise CheckpointError(SHAPES_DIFFER.format(name=name, param=param, want=list(want), got=list(got)))
     unexpected = sorted(key for key in info.get("unexpected_keys") or () if key.split(".")[0] != "lm_head")
     if unexpected:
-        raise CheckpointError(UNUSED.format(name=name, n=len(unexpected), model=type(model).__name__,
+        raise CheckpointError(UNUSED.format(name=name, n=_tensors(len(unexpected)), model=type(model).__name__,
                                             tensor=unexpected[0]))
+
+
+def _tensors(n: int) -> str:
+    """``n`` tensors, in words: "1 tensor", "3 tensors"."""
+    return f"{n:,} tensor" + ("" if n == 1 else "s")
 
 
 def _checked_config(path: Path, header: GGUFHeader, name: str, limits: Limits):
