@@ -278,7 +278,7 @@ class _progress:
         if not quiet and sys.stderr.isatty():
             try:
                 from tqdm import tqdm
-                self.bar = tqdm(total=100, file=sys.stderr, leave=False, bar_format="{l_bar}{bar}| {desc}")
+                self.bar = tqdm(total=100, file=sys.stderr, leave=False, bar_format="{l_bar}{bar}|")
             except ImportError:
                 pass
 

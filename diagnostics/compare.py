@@ -152,7 +152,8 @@ def compare(a, b, texts=None, device=None, progress=None, n_heads=None) -> Compa
         distances = {part: torch.zeros(s["layers"], s["heads"]) for part, s in report_a.model["parts"].items()}
     elif streamed:
         probes = [(p["text"], p["text_pair"]) for p in report_a.probes]  # what A read: its defaults if texts is None
-        distances = {"self": _streamed_distances(model_a, model_b, tokenizer, probes)}
+        distances = {"self": _streamed_distances(model_a, model_b, tokenizer, probes,
+                                                 progress_span(tell, 0.8, 1.0, "measuring distances"))}
     else:
         distances = _map_distances(report_a.samples, report_b.samples)
     heads = [head_change(ha, hb, float(distances[ha.part][ha.layer, ha.head]))
@@ -243,11 +244,12 @@ def _map_distances(samples_a, samples_b):
     return {part: torch.stack(ds).mean(0) for part, ds in per_part.items()}
 
 
-def _streamed_distances(model_a, model_b, tokenizer, texts):
-    """``[L, H]`` mean over probes of the lockstep-streamed distance."""
+def _streamed_distances(model_a, model_b, tokenizer, texts, tell):
+    """``[L, H]`` mean over probes of the lockstep-streamed distance; ``tell(fraction, message)`` as each starts."""
     limit = max_positions(model_a, tokenizer)  # model_b's too (_check_limits)
-    distances = []
-    for probe in as_probes(texts):
+    distances, probes = [], as_probes(texts)
+    for i, probe in enumerate(probes):
+        tell(i / len(probes), f"probe {i + 1}/{len(probes)}")
         enc = encode(tokenizer, probe.text, probe.text_pair, limit,
                      vocab_size=vocab_size(model_a))
         distances.append(stream_paired_js(model_a, model_b, enc.input_ids, token_type_ids=enc.token_type_ids))  # (L, H)

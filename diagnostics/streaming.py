@@ -17,7 +17,7 @@ import torch
 
 from core.extraction.encode import encode, max_positions
 from core.errors import ExtractionError
-from core.extraction.extract import model_is_causal
+from core.extraction.extract import config_size, model_is_causal
 from core.extraction.scratch import Scratch
 from core.extraction.streaming import stream_attention
 from core.extraction.text_config import vocab_size
@@ -58,7 +58,7 @@ class StreamResult:
 
 
 def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None, keep=(),
-                      chunk_rows: int | None = None, redundancy: bool = False) -> StreamResult:
+                      chunk_rows: int | None = None, redundancy: bool = False, progress=None) -> StreamResult:
     """Metrics and labels of every head of ``model`` on ``text``, layer by layer in query chunks.
 
     Takes what ``core.extract_attention`` takes and gives what ``head_metrics``
@@ -66,14 +66,14 @@ def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None,
     head)`` pairs (or whole layers) whose full maps are also returned.
     ``redundancy=True`` also gives ``redundancy.js_distance``'s pairwise
     distances (heads²/2 passes over at most ``redundancy.JS_ROWS`` rows of each
-    map). Encoder-decoder models:
-    the encoder is streamed.
+    map). ``progress(fraction, message)``, when given, is called as each layer
+    starts ("layer 3/30"). Encoder-decoder models: the encoder is streamed.
     """
     if tokenizer is None:
         raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
     enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), vocab_size=vocab_size(model))
     result = stream_token_statistics(model, enc.input_ids, special=enc.special, keep=keep, chunk_rows=chunk_rows,
-                                     redundancy=redundancy, token_type_ids=enc.token_type_ids)
+                                     redundancy=redundancy, token_type_ids=enc.token_type_ids, progress=progress)
     result.tokens = display_tokens(tokenizer, result.token_ids)
     result.warnings = list(enc.warnings)
     return result
@@ -81,7 +81,7 @@ def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None,
 
 def stream_token_statistics(model, input_ids, attention_mask=None, special=None, keep=(),
                             chunk_rows: int | None = None, redundancy: bool = False,
-                            token_type_ids=None) -> StreamResult:
+                            token_type_ids=None, progress=None) -> StreamResult:
     """``stream_statistics`` on token ids ``(1, T)``; ``attention_mask`` (1, T) marks padding with 0;
     ``token_type_ids`` (1, T) are a pair's segment ids."""
     start = time.perf_counter()
@@ -90,8 +90,11 @@ def stream_token_statistics(model, input_ids, attention_mask=None, special=None,
     scratch = Scratch()  # one set of chunk-sized temporaries for every layer
 
     windows = attention_windows(model) or []
+    n_layers = config_size(model, "num_hidden_layers", "n_layers")  # attention and other layers (hybrids)
 
     def consumer(layer, n_heads, n_keys):
+        if progress is not None:
+            progress(min(layer / n_layers, 1.0) if n_layers else 0.0, f"layer {layer + 1}/{n_layers or '?'}")
         window = windows[layer] if layer < len(windows) else None  # a local layer's (Mistral, Gemma 2)
         metrics = MetricAccumulator(n_keys, causal, special=special, padding=padding, scratch=scratch, window=window)
         return _Layer(metrics, PairwiseJS(n_keys, causal, padding, scratch=scratch) if redundancy else None)

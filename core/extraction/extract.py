@@ -174,13 +174,19 @@ def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
     return needed, low
 
 
+def config_size(model, *names: str) -> int | None:
+    """The first of ``names`` (Hugging Face's, then AttnScope's) that ``model``'s text config holds as a whole
+    number, e.g. ``config_size(model, "num_hidden_layers", "n_layers")``; None when it holds none."""
+    config = text_config(model)
+    return next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
+
+
 def whole_maps_bytes(model, lengths) -> int:
     """float32 bytes of the whole maps of inputs of ``lengths`` tokens (0 when the config does not say the model's
     size): layers × heads × T² × 4 each, three parts (encoder, decoder, cross) for an encoder-decoder."""
-    config = text_config(model)
-    layers, heads = (next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
-                     for names in (("num_hidden_layers", "n_layers"), ("num_attention_heads", "n_heads")))
-    if layers is None or heads is None:  # Hugging Face's names, then AttnScope's
+    layers = config_size(model, "num_hidden_layers", "n_layers")
+    heads = config_size(model, "num_attention_heads", "n_heads")
+    if layers is None or heads is None:
         return 0
-    parts = 3 if getattr(config, "is_encoder_decoder", False) else 1  # encoder, decoder and cross maps (about)
+    parts = 3 if getattr(text_config(model), "is_encoder_decoder", False) else 1  # encoder, decoder, cross (about)
     return 4 * parts * layers * heads * sum(n * n for n in lengths)

@@ -420,3 +420,18 @@ def test_python_m_diagnostics_on_an_ascii_stdout_and_a_closed_pipe(bert_dir):
     closed.stdout.close()
     assert closed.wait(timeout=120) == 141 and closed.stderr.read() == b""
     closed.stderr.close()
+
+
+def test_the_progress_bar_shows_its_step_once(monkeypatch):
+    """Its format put the step before the percentage and again after the bar: "probe 1/7:  40%|####| probe 1/7"."""
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stderr = Terminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    with cli._progress(quiet=False) as tell:
+        tell(0.4, "probe 1/7")
+    drawn = stderr.getvalue().split("\r")
+    assert any("40%" in line for line in drawn)
+    assert all(line.count("probe 1/7") <= 1 for line in drawn)

@@ -273,3 +273,15 @@ def test_a_vision_language_model_is_compared_and_probed_as_its_language_model():
     assert _chunk_rows(both, 1000) == _chunk_rows(alone, 1000)
     heads = [(h.layer, h.head, h.pattern) for h in diagnose(both).heads]
     assert len(heads) == 12 and heads == [(h.layer, h.head, h.pattern) for h in diagnose(alone).heads]
+
+
+def test_streamed_distances_move_the_progress_bar_probe_by_probe(monkeypatch):
+    """After both diagnoses the lockstep streams ran with the bar at "measuring distances" until the end."""
+    model, tokenizer = tiny_gpt2(), bpe_tokenizer()
+    monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
+    calls = []
+    report = compare((model, tokenizer), (qk_scaled(model, 3.0), tokenizer), ["the cat sat", "a dog barked"],
+                     progress=lambda fraction, message: calls.append((fraction, message)))
+    assert report.streamed
+    assert [(f, m) for f, m in calls if m.startswith("measuring distances:")] == [
+        (0.8, "measuring distances: probe 1/2"), (0.9, "measuring distances: probe 2/2")]

@@ -146,3 +146,17 @@ def test_the_whole_maps_refusal_counts_in_the_unit_it_names():
     lengths = [9000]  # Bloom, 2 layers of 4 heads: 2.4 GiB (2.6 GB) of float32 maps
     with pytest.raises(core.InputError, match=r"would take 2\.4 GiB, over the 2 GiB limit"):
         diagnose_module._check_whole_maps(tiny_bloom(), lengths)
+
+
+def test_a_streamed_probe_moves_the_progress_bar_layer_by_layer(sources, monkeypatch):
+    """A streamed probe told the bar only as it began: at 8,192 tokens the CLI's bar stood still for 100 s."""
+    monkeypatch.setattr(diagnose_module, "STREAM_ABOVE_TOKENS", 4)
+    calls = []
+    report = diagnose(sources["gpt2"], [TEXTS[0], "a dog barked at the cat"],
+                      progress=lambda fraction, message: calls.append((fraction, message)))
+    assert report.model["streamed"] is True
+    layers = [(f, m) for f, m in calls if ": layer" in m]
+    assert [m for _, m in layers] == [f"probe {p}/2 (streamed): layer {n}/2" for p in (1, 2) for n in (1, 2)]
+    assert [round(f, 3) for f, _ in layers] == [0.05, 0.25, 0.45, 0.65]  # each probe's 0.4, split by its layers
+    fractions = [f for f, _ in calls]
+    assert fractions == sorted(fractions)
