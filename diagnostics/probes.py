@@ -50,7 +50,7 @@ from transformers import PreTrainedModel
 from core.custom_model import AttnScopeTransformer
 from core.device import model_device
 from core.errors import ExtractionError, InputError
-from core.extraction.hf_extract import eager_attention, map_windows, stack_layers
+from core.extraction.hf_extract import eager_attention, map_windows, stack_layers, taken
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal
@@ -488,11 +488,11 @@ def _run(model, ids):
     if isinstance(model, PreTrainedModel):
         with eager_attention(model), torch.no_grad():
             out = model(input_ids=ids, output_attentions=True, return_dict=True)
-        return stack_layers(out.attentions, "self", model), model_is_causal(model)
+        return stack_layers(taken(out, "attentions"), "self", model), model_is_causal(model)
     if isinstance(model, AttnScopeTransformer):
         with torch.no_grad():
             out = model(ids, output_attentions=True)
-        return torch.stack([a[0].float().cpu() for a in out["attentions"]]), model_is_causal(model)
+        return stack_layers(taken(out, "attentions"), "self", model), model_is_causal(model)
     if attention_modules(model):
         return run_with_hooks(model, ids)
     raise ExtractionError(f"{type(model).__name__} cannot be probed: AttnScope cannot read its attention")

@@ -19,7 +19,7 @@ from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from .encode import check_text, encode, max_positions
 from ..errors import AttnScopeError, ExtractionError, InputError, first_line
-from .hf_extract import extract_hf, is_causal_model, stack_layers
+from .hf_extract import extract_hf, is_causal_model, stack_layers, taken
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
 from .text_config import text_config
@@ -112,7 +112,7 @@ def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> 
     enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), model.config.vocab_size)
     with torch.no_grad():
         out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
-    attentions = stack_layers(out["attentions"], "self", model)  # (L, H, T, T)
+    attentions = stack_layers(taken(out, "attentions"), "self", model)  # (L, H, T, T)
     return _result(tokenizer, enc, attentions, model_is_causal(model))
 
 
