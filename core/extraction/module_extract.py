@@ -155,5 +155,6 @@ def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, b
     shapes = {tuple(w.shape[1:]) for w, _ in captured}
     if len(shapes) > 1:
         raise ExtractionError(f"attention layers disagree on [heads, q, k]: {sorted(shapes)}")
-    attentions = stack_layers([w for w, _ in captured], "self", model)  # (L, H, q, k)
-    return attentions, all(causal for _, causal in captured)
+    maps, causal = [w for w, _ in captured], all(causal for _, causal in captured)
+    captured.clear()  # the list alone holds the maps, which stack_layers lets go of as it copies them
+    return stack_layers(maps, "self", model), causal  # (L, H, q, k)
