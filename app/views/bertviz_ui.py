@@ -66,7 +66,7 @@ def _neuron_page(result_id: str, model_key: tuple, layer: int, head: int, title:
         queries, keys, scale = query_key_vectors(loaded.model, _result.token_ids, layer, head,  # (t, d) each
                                                  _result.token_type_ids)
     window = _result.windows[layer] if _result.windows else None  # a local layer's (GPT-Neo)
-    if not reproduces(queries, keys, _result.attentions[layer, head], _result.causal, scale, window):
+    if not reproduces(queries, keys, _result.attentions[layer, head], _result.causal, scale, window, _result.dtype):
         return None
     return neuron_view_page(_result.attentions[layer, head], queries, keys, list(_result.tokens),
                             list(_result.keys), _result.causal, title, inline)

@@ -36,9 +36,16 @@ MAX_VOCAB = 1 << 22  # vocabulary, position and bucket counts
 # and +0.6 GB from an 80 kB upload (ImageNet-21k has 21,843 classes)
 MAX_LABELS = 1 << 16
 MAX_DEPTH_FACTOR = 16  # EfficientNet-B7 multiplies its stages' layers by 3.1
-# The dtypes a model is loaded in: its config's when half or single precision, else float32, the 4 bytes a parameter
-# that the model limit counts ("dtype": "float64" built twice the limit)
-LOAD_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# The dtypes a model is loaded in: its config's when bfloat16 or float32, else float32, the 4 bytes a parameter that
+# the model limit counts ("dtype": "float64" built twice the limit). Not float16: AttnScope reads the maps of eager
+# attention, whose float16 scores overflow past 65,504 to inf and NaN (MiniLM with Q/K x 24: 61 of 72 heads NaN,
+# "non_finite_attention", where float32 shows saturated heads); bfloat16 has float32's range.
+LOAD_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def load_dtype(config) -> torch.dtype:
+    """The dtype a model of transformers ``config`` is loaded in (``LOAD_DTYPES``)."""
+    return config.dtype if getattr(config, "dtype", None) in LOAD_DTYPES else torch.float32
 _CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json or any nested sub-config
     **dict.fromkeys(("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
                      "num_decoder_layers", "num_encoder_layers", "num_hidden_groups", "inner_group_num"),
@@ -97,6 +104,8 @@ HEAVY = ("the weights' tensors take {mb:,.1f} MB (views of the same stored numbe
          "upload the model's own state dict, or raise the limit with {env}")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; upload the config.json saved with these weights")
+NOT_REAL = ("{key} holds {got} numbers where the {model_type} model has real-valued weights: a quantized model's "
+            "integer codes are not its weights; upload its floating-point weights (dequantize it first)")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
            "(e.g. {key}); upload the weights saved with this config.json")
 SHORT = ("the weights do not match config.json: the model it describes has {need:,} parameters, more than the weights "
@@ -217,6 +226,9 @@ def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -
         _check_numel(need, limits)
         _check_covered(need, _numel(state, skip=("lm_head.weight",)))
         model = AttnScopeTransformer(cfg)
+        expected = model.state_dict()
+        for key in sorted(state.keys() & expected.keys()):
+            _check_real(key, state[key], expected[key], "attnscope")
     except CheckpointError:
         raise
     except Exception as err:  # noqa: BLE001 - a wrong type in any field
@@ -278,9 +290,8 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         except Exception as err:  # noqa: BLE001 - a tensor safetensors cannot store (checked for in state_dict)
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
         try:
-            dtype = hf_config.dtype if hf_config.dtype in LOAD_DTYPES else torch.float32
             model, info = AutoModel.from_pretrained(
-                clean, config=hf_config, dtype=dtype, attn_implementation="eager", trust_remote_code=False,
+                clean, config=hf_config, dtype=load_dtype(hf_config), attn_implementation="eager", trust_remote_code=False,
                 local_files_only=True, use_safetensors=True, output_loading_info=True)
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
@@ -318,12 +329,25 @@ def token_vocabulary(model) -> int:
 
 
 def _check_shapes(skeleton, state, model_type: str) -> None:
-    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    """CheckpointError for a tensor the model holds in another shape, or as real numbers where the weights hold
+    integers (``_check_real``)."""
+    expected = skeleton.state_dict()
     for key, tensor in sorted(state.items()):
-        name = _model_name(key, expected, skeleton)
-        if name in expected and tuple(tensor.shape) != expected[name]:
-            got, want = list(tensor.shape), list(expected[name])
-            raise CheckpointError(SHAPE.format(key=key, got=got, want=want, model_type=model_type))
+        want = expected.get(_model_name(key, expected, skeleton))
+        if want is None:
+            continue
+        if tuple(tensor.shape) != tuple(want.shape):
+            raise CheckpointError(SHAPE.format(key=key, got=list(tensor.shape), want=list(want.shape),
+                                               model_type=model_type))
+        _check_real(key, tensor, want, model_type)
+
+
+def _check_real(key: str, tensor: torch.Tensor, want: torch.Tensor, model_type: str) -> None:
+    """CheckpointError for a tensor of integers or booleans where the model has real numbers (``want``): a quantized
+    model's int8 codes had been cast to weights of up to ±127 without a word."""
+    if want.is_floating_point() and not tensor.is_floating_point():
+        raise CheckpointError(NOT_REAL.format(key=key, got=str(tensor.dtype).removeprefix("torch."),
+                                              model_type=model_type))
 
 
 def _numel(state: dict[str, torch.Tensor], skip=()) -> int:

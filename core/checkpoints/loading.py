@@ -22,7 +22,7 @@ from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
-from .build import check_config_sizes
+from .build import check_config_sizes, load_dtype
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
@@ -182,7 +182,7 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
         with quiet_transformers():
             model = AutoModel.from_pretrained(
                 path, config=config, trust_remote_code=trust_remote_code, attn_implementation="eager",
-                local_files_only=offline, **extra,
+                local_files_only=offline, dtype=load_dtype(config), **extra,
             )
     except Exception as err:
         raise ModelLoadError(f"could not load the weights of {path!r}: {first_line(err)}") from None

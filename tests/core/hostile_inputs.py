@@ -346,6 +346,24 @@ def bare_vector_embeddings(d: Path) -> Path:
     return d / "vector.safetensors"
 
 
+def int8_codes_state() -> dict:
+    """A BERT state dict quantized as bitsandbytes saves it: int8 codes in its Q and K ``weight``s, their scales
+    beside them (``SCB``)."""
+    state = _state(tiny_bert())
+    for key in [k for k in state if k.endswith(("query.weight", "key.weight"))]:
+        scale = state[key].abs().amax(1)  # (rows,)
+        state[key] = (state[key] / scale[:, None] * 127).round().to(torch.int8)
+        state[key.removesuffix("weight") + "SCB"] = scale
+    return state
+
+
+def pickle_int8_codes(d: Path) -> Path:
+    """A BERT folder whose weights are int8 codes (``int8_codes_state``): the codes were cast to weights of up to
+    ±127 and the scales dropped, without a word."""
+    return _zip(d / "int8.zip", {"model/config.json": json.dumps(_bert_config()),
+                                 "model/pytorch_model.bin": _saved(int8_codes_state())})
+
+
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open, truncated_pickle,
     pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, config_huge_number,
@@ -355,7 +373,7 @@ BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,
     t5_decoder_layers, nested_zero_heads, config_too_big, pickle_expanded_view, pickle_sparse_tensor,
     pickle_meta_tensor, pickle_many_views, safetensors_many_tensors, config_depth_list, config_uneven_kv_heads,
-    bare_vector_embeddings, config_quantized, config_not_text,
+    bare_vector_embeddings, config_quantized, config_not_text, pickle_int8_codes,
 ]}
 BAD_INPUTS.update(GGUF_BAD_INPUTS)  # the gguf-* rows
 

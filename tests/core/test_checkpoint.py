@@ -557,3 +557,20 @@ def safe_open_keys(path):
 
     with safe_open(str(path), framework="pt") as weights:
         return list(weights.keys())
+
+
+def test_integer_codes_are_refused_as_weights_on_every_path(tmp_path):
+    """int8 codes of a quantized model had been cast to weights of up to ±127 on every upload path."""
+    from hostile_inputs import int8_codes_state
+
+    bare = tmp_path / "int8.bin"
+    torch.save(int8_codes_state(), bare)
+    with pytest.raises(CheckpointError, match=r"key\.weight holds int8 numbers where the bert model has real-valued"):
+        load(bare, n_heads=4)
+    folder = core.save_custom_model(core.AttnScopeTransformer(core.TINY_PRESETS["attnscope-nano-encoder"]),
+                                    tmp_path / "custom")
+    state = load_file(folder / "model.safetensors")
+    key = next(k for k in sorted(state) if state[k].dim() == 2)
+    save_file({**state, key: state[key].bool()}, folder / "model.safetensors")
+    with pytest.raises(CheckpointError, match=rf"^{key} holds bool numbers where the attnscope model has real"):
+        load(folder)
