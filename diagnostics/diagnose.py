@@ -229,8 +229,9 @@ def _check_whole_maps(model, lengths):
         why = "whole maps were asked for (stream=False)"
     else:
         why = f"{name} computes attention in its own code, which AttnScope cannot stream"
+    limit = round(WHOLE_MAPS_MAX_BYTES / 1024**3, 1)
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
-                     f"take {needed / 1024**3:.1f} GiB, over the {round(WHOLE_MAPS_MAX_BYTES / 1024**3, 1):g} GiB limit; "
+                     f"take {needed / 1024**3:.1f} GiB, over the {limit:g} GiB limit; "
                      f"give shorter or fewer probes (these would fit cut to {fits:,} tokens at most)")
 
 

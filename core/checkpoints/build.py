@@ -291,8 +291,8 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
         try:
             model, info = AutoModel.from_pretrained(
-                clean, config=hf_config, dtype=load_dtype(hf_config), attn_implementation="eager", trust_remote_code=False,
-                local_files_only=True, use_safetensors=True, output_loading_info=True)
+                clean, config=hf_config, dtype=load_dtype(hf_config), attn_implementation="eager",
+                trust_remote_code=False, local_files_only=True, use_safetensors=True, output_loading_info=True)
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
     missing = [k for k in info.get("missing_keys", ()) if not k.startswith(_OPTIONAL) and not unsaved(k)]
