@@ -357,8 +357,10 @@ def _average(per_text):
 
 def _head_report(part, layer, head, avg, patterns, sink_token, roles, role_votes):
     metrics = _head_metrics(avg, layer, head, sink_token)
-    if not finite_head(metrics):  # NaN or infinite maps (the non_finite_attention finding): no label, no roles
-        metrics.update(agreement=None, votes={}, role_votes={})
+    if not finite_head(metrics):  # NaN or infinite maps (the non_finite_attention finding): no label, no roles,
+        # and no offset or sink token (where argmax and the most common sink land on NaN rows, not measurements)
+        metrics.update(agreement=None, votes={}, role_votes={}, best_offset=None, rest_best_offset=None,
+                       sink_token=None)
         return HeadReport(part, layer, head, None, None, None, metrics)
     votes = Counter(p.label for p in patterns)
     top = max(votes.values())

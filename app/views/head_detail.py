@@ -165,7 +165,8 @@ def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:
     cols[0].metric("Entropy (0–1)", f"{m['entropy']:.2f}",
                    help="Mean row entropy / log(keys): 1 = uniform, 0 = one-hot")
     cols[1].metric("Confidence", f"{m['confidence']:.2f}", help="Mean of each row's largest weight")
-    cols[2].metric(f"Offset {m['best_offset']:+d} mass", f"{m['best_offset_mass']:.2f}",
+    offset = m.get("best_offset")  # None: a head of NaN or infinite weights has none
+    cols[2].metric("Best offset mass" if offset is None else f"Offset {offset:+d} mass", f"{m['best_offset_mass']:.2f}",
                    help="Mass on the best diagonal offset (+1 = next token)")
     sink = m.get("sink_token") or (keys[m["sink_key"]] if m.get("sink_key", len(keys)) < len(keys) else "?")
     cols[3].metric("Sink score", f"{m['sink_score']:.2f}",

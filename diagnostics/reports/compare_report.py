@@ -6,8 +6,8 @@ and roles before → after, entropy and sink deltas). Model names, roles and
 messages are escaped: they come from files and uploads.
 """
 
-from html import escape
 
+from diagnostics.reports.html_report import plain
 from diagnostics.reports.markdown_report import md
 from diagnostics.texts import FINDING_TEXTS, SEVERITY_TITLES
 
@@ -69,7 +69,7 @@ def _findings_markdown(title, findings):
 
 def render_html(report):
     a, b = report.a.model, report.b.model
-    title = f"AttnScope comparison: {escape(str(a['name']))} → {escape(str(b['name']))}"
+    title = f"AttnScope comparison: {plain(str(a['name']))} → {plain(str(b['name']))}"
     body = [f"<h1>{title}</h1>",
             f"<p>{len(report.changed)} of {len(report.heads)} heads changed "
             f"(JS distance ≥ {report.thresholds['changed_js']}, or a new pattern or role at distance ≥ "
@@ -79,10 +79,10 @@ def render_html(report):
     for part in dict.fromkeys(h.part for h in report.heads):
         body.append(_grid_html(report, part))
     rows = "".join(
-        f"<tr><td>{escape(_head_name(h))}</td><td>{_number(h.js_distance)}</td>"
-        f"<td>{escape(', '.join(h.reasons))}</td>"
-        f"<td>{escape(pattern_name(h.before))} → {escape(pattern_name(h.after))}</td>"
-        f"<td>{escape(_roles(h.before))} → {escape(_roles(h.after))}</td>"
+        f"<tr><td>{plain(_head_name(h))}</td><td>{_number(h.js_distance)}</td>"
+        f"<td>{plain(', '.join(h.reasons))}</td>"
+        f"<td>{plain(pattern_name(h.before))} → {plain(pattern_name(h.after))}</td>"
+        f"<td>{plain(_roles(h.before))} → {plain(_roles(h.after))}</td>"
         f"<td>{_number(h.entropy_delta, '+.3f')}</td><td>{_number(h.sink_delta, '+.3f')}</td></tr>"
         for h in report.changed)
     body.append("<h2>Changed heads</h2>" + (
@@ -93,9 +93,9 @@ def render_html(report):
 
 
 def _findings_html(title, findings):
-    items = "".join(f"<li><strong>{SEVERITY_TITLES[f.severity]}</strong>: {escape(FINDING_TEXTS[f.code].title)} "
-                    f"(<code>{escape(f.code)}</code>): {escape(f.message)}</li>" for f in findings)
-    return [f"<h2>{escape(title)} ({len(findings)})</h2>", f"<ul>{items}</ul>" if items else "<p>None.</p>"]
+    items = "".join(f"<li><strong>{SEVERITY_TITLES[f.severity]}</strong>: {plain(FINDING_TEXTS[f.code].title)} "
+                    f"(<code>{plain(f.code)}</code>): {plain(f.message)}</li>" for f in findings)
+    return [f"<h2>{plain(title)} ({len(findings)})</h2>", f"<ul>{items}</ul>" if items else "<p>None.</p>"]
 
 
 def _grid_html(report, part):
@@ -107,7 +107,7 @@ def _grid_html(report, part):
         cells = "".join(f"<td style='background:rgba(192,57,43,{a:.2f})'>{_number(v)}</td>"
                         for a, v in zip(shade, values))
         rows.append(f"<tr><th>L{layer}</th>{cells}</tr>")
-    title = "JS distance per head" + ("" if part == "self" else f": {escape(part)}")
+    title = "JS distance per head" + ("" if part == "self" else f": {plain(part)}")
     return f"<h2>{title}</h2><table class='grid'>{head_row}{''.join(rows)}</table>"
 
 

@@ -8,6 +8,7 @@ the first probe text, drawn as inline SVG so the file opens offline.
 
 from html import escape
 
+from diagnostics.reports.markdown_report import visible_controls
 from diagnostics.texts import (
     BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
@@ -30,9 +31,15 @@ table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .5rem;border:
 """
 
 
+def plain(value) -> str:
+    """``value`` as HTML text: markup escaped and control characters written out (ESC as ``\\x1b``): a folder named
+    with terminal escapes drove the terminal an HTML report was printed to, and C0 controls are no valid HTML."""
+    return escape(visible_controls(str(value)))
+
+
 def render_html(report):
     m = report.model
-    body = [f"<h1>AttnScope diagnosis: {escape(str(m['name']))}</h1>", _summary(report)]
+    body = [f"<h1>AttnScope diagnosis: {plain(str(m['name']))}</h1>", _summary(report)]
     counts = ", ".join(f"{report.count(s)} {s}" for s in ("error", "warning", "info"))
     body.append(f"<h2>Findings ({counts})</h2>")
     if not report.findings:
@@ -42,7 +49,7 @@ def render_html(report):
         body.append(_grid(report, part))
     body.append(_legend())
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>AttnScope diagnosis: {escape(str(m['name']))}</title><style>{CSS}</style></head>"
+            f"<title>AttnScope diagnosis: {plain(str(m['name']))}</title><style>{CSS}</style></head>"
             f"<body>{''.join(body)}</body></html>")
 
 
@@ -53,7 +60,7 @@ def _summary(report):
             ("parameters", f"{m['parameters']:,}"), ("causal", "yes" if m["causal"] else "no"),
             ("device", m["device"]), ("probes", report.probed_with),
             ("time", f"{m['elapsed_s']:.1f} s")]
-    return "<table>" + "".join(f"<tr><th>{k}</th><td>{escape(str(v))}</td></tr>" for k, v in rows) + "</table>"
+    return "<table>" + "".join(f"<tr><th>{k}</th><td>{plain(str(v))}</td></tr>" for k, v in rows) + "</table>"
 
 
 def _finding(report, f):
@@ -61,9 +68,9 @@ def _finding(report, f):
     text = FINDING_TEXTS[f.code]
     maps = _finding_maps(report, f)
     return (f"<div class='finding' style='border-color:{color}'><h3><span class='badge' style='background:{color}'>"
-            f"{SEVERITY_TITLES[f.severity]}</span>{escape(text.title)} <code>{f.code}</code></h3>"
-            f"<p>{escape(f.message)}</p><p><em>What it means:</em> {escape(text.meaning)}</p>"
-            f"<p><em>What to do:</em> {escape(f.suggestion)}</p>{maps}</div>")
+            f"{SEVERITY_TITLES[f.severity]}</span>{plain(text.title)} <code>{f.code}</code></h3>"
+            f"<p>{plain(f.message)}</p><p><em>What it means:</em> {plain(text.meaning)}</p>"
+            f"<p><em>What to do:</em> {plain(f.suggestion)}</p>{maps}</div>")
 
 
 def _finding_maps(report, f):
@@ -115,11 +122,11 @@ def _grid(report, part):
             head = report.head(layer, h, part)
             offset = f" {head.offset:+d}" if head.offset is not None else ""
             color = PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else "#777"
-            short = f"<br><small>{escape(role_label(head.roles, short=True))}</small>" if head.roles else ""
+            short = f"<br><small>{plain(role_label(head.roles, short=True))}</small>" if head.roles else ""
             cells.append(f"<td style='background:{color}' title='{_tip(head)}'>{label or 'no label'}{offset}{short}"
                          "</td>")
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
-    return f"<h2>{escape(title)}</h2><table class='grid'>{head_row}{''.join(rows)}</table>{_borderline(report, part)}"
+    return f"<h2>{plain(title)}</h2><table class='grid'>{head_row}{''.join(rows)}</table>{_borderline(report, part)}"
 
 
 def _tip(head):
@@ -128,7 +135,7 @@ def _tip(head):
         return "no label: NaN or infinite attention"
     roles = ", ".join(f"{r.role} {r.score:.2f}" for r in head.roles)
     votes = f"; borderline: {vote_label(head.metrics)}" if head.borderline else ""
-    return escape(f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
+    return plain(f"confidence {head.confidence:.2f}, entropy {head.metrics['entropy']:.2f}"
                   + (f"; roles: {roles}" if roles else "") + votes)
 
 
@@ -136,15 +143,15 @@ def _borderline(report, part):
     heads = report.borderline_heads(part)
     if not heads:
         return ""
-    items = "".join(f"<li>L{h.layer}H{h.head}: {escape(vote_label(h.metrics))}</li>" for h in heads)
-    return f"<p><strong>Borderline heads ({len(heads)}).</strong> {escape(BORDERLINE_TEXT)}</p><ul>{items}</ul>"
+    items = "".join(f"<li>L{h.layer}H{h.head}: {plain(vote_label(h.metrics))}</li>" for h in heads)
+    return f"<p><strong>Borderline heads ({len(heads)}).</strong> {plain(BORDERLINE_TEXT)}</p><ul>{items}</ul>"
 
 
 def _legend():
-    spans = "".join(f"<span style='background:{t.color}'>{escape(t.title)}</span>" for t in PATTERN_TEXTS.values())
-    rows = "".join(f"<tr><th>{escape(t.title)}</th><td>{escape(t.looks_like)}</td><td>{escape(t.reading)}</td>"
-                   f"<td>{escape(t.action)}</td></tr>" for t in PATTERN_TEXTS.values())
-    roles = "".join(f"<tr><th>{escape(t.title)} ({escape(t.short)})</th><td>{escape(t.meaning)}</td></tr>"
+    spans = "".join(f"<span style='background:{t.color}'>{plain(t.title)}</span>" for t in PATTERN_TEXTS.values())
+    rows = "".join(f"<tr><th>{plain(t.title)}</th><td>{plain(t.looks_like)}</td><td>{plain(t.reading)}</td>"
+                   f"<td>{plain(t.action)}</td></tr>" for t in PATTERN_TEXTS.values())
+    roles = "".join(f"<tr><th>{plain(t.title)} ({plain(t.short)})</th><td>{plain(t.meaning)}</td></tr>"
                     for t in ROLE_TEXTS.values())
     return (f"<h2>Patterns</h2><p class='legend'>{spans}</p><table><tr><th>pattern</th><th>looks like</th>"
             f"<th>usual reading</th><th>what to do</th></tr>{rows}</table>"

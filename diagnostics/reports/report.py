@@ -63,9 +63,11 @@ class Report(Exports):
 
     @property
     def probed_with(self) -> str:
-        """What the model was probed with, for the summaries: probe texts, random token ids, or nothing."""
+        """What the model was probed with, for the summaries: probe texts (and whether they were streamed, which
+        keeps no maps: the HTML report then has no heatmaps), random token ids, or nothing."""
         if self.probes:
-            return str(len(self.probes))
+            return f"{len(self.probes)}, streamed (long: no attention maps kept)" if self.model.get("streamed") else (
+                str(len(self.probes)))
         return "random token ids" if self.heads else "none (weights only)"
 
     def pattern_grid(self, part=None):

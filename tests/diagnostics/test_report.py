@@ -180,6 +180,8 @@ def test_heads_with_nan_attention_get_no_pattern_and_no_advice():
     head = report.head(0, 0)
     assert head.confidence is None and head.offset is None and head.roles == [] and not head.borderline
     assert head.metrics["votes"] == {} and head.metrics["agreement"] is None
+    # where argmax and the most common sink fall on NaN rows: "best_offset: -3", a sink token, as if measured
+    assert head.metrics["best_offset"] is head.metrics["rest_best_offset"] is head.metrics["sink_token"] is None
     assert report.pattern_grid()[0][0] is None and report.head(0, 1).pattern in PATTERNS
     data = json.loads(report.to_json())
     assert sum(data["summary"]["patterns"]["self"].values()) == len(report.heads) - len(nan_heads)
@@ -240,3 +242,28 @@ def test_compare_markdown_escapes_ampersands_and_controls_in_names(report):
     a = replace(report, model={**report.model, "name": "a&amp;\x1b]0;title\x07"})
     markdown = CompareReport(a, report, heads=[], appeared=[], disappeared=[], streamed=False).to_markdown()
     assert markdown.startswith(r"# AttnScope comparison: a&amp;amp;\\x1b\]0;title\\x07 → ")
+
+
+def test_the_markdown_and_html_reports_say_the_probes_were_streamed(monkeypatch):
+    """Only the JSON said so: the HTML report of a streamed diagnosis had no heatmaps and no word why."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
+    report = diagnose((tiny_gpt2(), wordpiece_tokenizer()), ["the quick brown fox jumps over the lazy dog"])
+    assert report.model["streamed"] is True
+    assert "| probes | 1, streamed (long: no attention maps kept) |" in report.to_markdown()
+    assert "<th>probes</th><td>1, streamed (long: no attention maps kept)</td>" in report.to_html()
+
+
+def test_the_html_reports_write_control_characters_out():
+    """A model named with terminal escapes (a folder name) reached the HTML's title and heading raw: printed to a
+    terminal, ESC ] 0 ; … BEL set its title. Markdown and JSON wrote them out already."""
+    from diagnostics.compare import compare
+
+    report = diagnose((tiny_gpt2(), wordpiece_tokenizer()), ["the quick brown fox"])
+    report.model["name"] = "evil\x1b]0;pwned\x07\x1b[31m"
+    html = report.to_html()
+    assert "\x1b" not in html and "\x07" not in html and "evil\\x1b]0;pwned\\x07\\x1b[31m" in html
+    both = compare((tiny_gpt2(), wordpiece_tokenizer()), (tiny_gpt2(), wordpiece_tokenizer()), ["the quick brown fox"])
+    both.a.model["name"] = report.model["name"]
+    assert "\x1b" not in both.to_html()
