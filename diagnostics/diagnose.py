@@ -183,7 +183,9 @@ def _run_probes(model, tokenizer, probes, tell, unfit_notes=None, unread=0, weig
             except core.ExtractionError as err:
                 return samples, [unfit_defaults_note(unfit_notes, err)]
         return samples, []
-    unused = f"; the {unread} probe texts given were not used: reading them needs the tokenizer" if unread else ""
+    texts = "the probe text given was not used: reading it" if unread == 1 else (
+        f"the {unread} probe texts given were not used: reading them")
+    unused = f"; {texts} needs the tokenizer" if unread else ""
     try:
         samples = [random_probe(model, seed) for seed in range(RANDOM_PROBES)]
     except core.ExtractionError as err:

@@ -8,7 +8,7 @@ the first probe text, drawn as inline SVG so the file opens offline.
 
 from html import escape
 
-from diagnostics.reports.markdown_report import visible_controls
+from diagnostics.reports.markdown_report import severity_counts, visible_controls
 from diagnostics.texts import (
     BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
@@ -40,7 +40,7 @@ def plain(value) -> str:
 def render_html(report):
     m = report.model
     body = [f"<h1>AttnScope diagnosis: {plain(str(m['name']))}</h1>", _summary(report)]
-    counts = ", ".join(f"{report.count(s)} {s}" for s in ("error", "warning", "info"))
+    counts = severity_counts(report)
     body.append(f"<h2>Findings ({counts})</h2>")
     if not report.findings:
         body.append("<p>No findings: every head looks ordinary on the probe texts.</p>")

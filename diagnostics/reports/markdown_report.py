@@ -29,6 +29,12 @@ def md(text) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
+def severity_counts(report) -> str:
+    """``"0 errors, 1 warning, 2 info"``: the report's findings counted by severity."""
+    counts = ((report.count(s), s) for s in ("error", "warning", "info"))
+    return ", ".join(f"{n} {s}" + ("s" if n != 1 and s != "info" else "") for n, s in counts)
+
+
 def render_markdown(report):
     m = report.model
     lines = [f"# AttnScope diagnosis: {md(m['name'])}", ""]
@@ -42,7 +48,7 @@ def render_markdown(report):
         f"| probes | {report.probed_with} |",
         f"| time | {m['elapsed_s']:.1f} s |", "",
     ]
-    counts = ", ".join(f"{report.count(s)} {s}" for s in ("error", "warning", "info"))
+    counts = severity_counts(report)
     lines += [f"## Findings ({counts})", ""]
     if not report.findings:
         lines += ["No findings: every head looks ordinary on the probe texts.", ""]

@@ -60,6 +60,8 @@ def test_broken_tokenizer_files_are_a_note_and_the_texts_not_read_are_named(tmp_
     report = diagnose((model, None), ["the cat sat on the mat", "the dog ran"])
     assert report.finding("no_tokenizer").message.endswith(
         "; the 2 probe texts given were not used: reading them needs the tokenizer.")
+    assert diagnose((model, None), ["the dog ran"]).finding("no_tokenizer").message.endswith(
+        "; the probe text given was not used: reading it needs the tokenizer.")  # was "the 1 probe texts"
 
 
 def test_a_custom_config_whose_causal_is_not_a_bool_is_refused(tmp_path):

@@ -267,3 +267,28 @@ def test_the_html_reports_write_control_characters_out():
     both = compare((tiny_gpt2(), wordpiece_tokenizer()), (tiny_gpt2(), wordpiece_tokenizer()), ["the quick brown fox"])
     both.a.model["name"] = report.model["name"]
     assert "\x1b" not in both.to_html()
+
+
+def test_findings_are_counted_in_words():
+    """The headings said "0 error, 1 warning"; the refusal of special-token-only text "(1 special tokens)"."""
+    from types import SimpleNamespace
+
+    from diagnostics.reports.markdown_report import severity_counts
+
+    counts = {"error": 0, "warning": 1, "info": 2}
+    assert severity_counts(SimpleNamespace(count=counts.get)) == "0 errors, 1 warning, 2 info"
+    with pytest.raises(core.InputError, match=r"\(1 special token\); type a sentence"):
+        core.extract_attention(tiny_bert_model(), wordpiece_with_cls_only(), "\u200b")  # BERT drops the U+200B
+
+
+def wordpiece_with_cls_only():
+    """The tiny WordPiece tokenizer adding one special token, [CLS], before every text (no [SEP])."""
+    import copy
+
+    from tokenizers.processors import TemplateProcessing
+
+    tokenizer = copy.deepcopy(wordpiece_tokenizer())
+    cls = tokenizer.cls_token
+    tokenizer._tokenizer.post_processor = TemplateProcessing(single=f"{cls} $A", special_tokens=[
+        (cls, tokenizer.cls_token_id)])
+    return tokenizer
