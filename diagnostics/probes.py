@@ -407,7 +407,8 @@ def check_probes(tokenizer, probes) -> None:
         batch = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True, verbose=False)
         special = special_marks(tokenizer, batch["input_ids"], batch["special_tokens_mask"])
         if all(special):
-            own = f" besides the tokenizer's own ({len(special)} special token{'s' * (len(special) != 1)})" if special else ""
+            count = f"{len(special)} special token{'s' * (len(special) != 1)}"
+            own = f" besides the tokenizer's own ({count})" if special else ""
             raise InputError(f"{where}: its text gives no tokens{own}; give it some words, or leave it out")
         if len(special) < 2:  # a 1 x 1 map is a single weight of 1: no pattern, no finding (Inspect refuses it too)
             raise InputError(f"{where}: the model reads it as one token, and a one-token map has nothing to measure; "

@@ -12,10 +12,12 @@ import io
 import numpy as np
 import torch
 
+from app.views.plots import LOG_FLOOR
 from core.extraction.tokens import visible
 from diagnostics.reports.exports import strict_json
 
 LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th one
+MIN_HEIGHT_IN = 4.0  # room for the key labels, the axis title and the title above a map of a few queries
 
 
 def numbered(tokens: list[str], positions=None) -> list[str]:
@@ -35,21 +37,33 @@ def _mpl_text(text: str) -> str:
     return visible(text).replace("$", r"\$")
 
 
-def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: str):
+def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: str, positions=None,
+            log_scale: bool = False):
+    """The map as the page draws it: colours from 0 (or ``LOG_FLOOR``, log scale) to its largest weight, tokens
+    numbered by their positions in the input (hidden special tokens leave gaps)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    from matplotlib.colors import LogNorm, Normalize
     from matplotlib.figure import Figure
 
     q, k = weights.shape
     side = min(14.0, 3.0 + 0.18 * max(q, k))
-    fig = Figure(figsize=(side * k / max(q, k) + 1.5, side * q / max(q, k) + 1.0))
+    height = max(MIN_HEIGHT_IN, side * q / max(q, k) + 1.0)  # a 3 × 400 cross map cut off its labels and title
+    fig = Figure(figsize=(side * k / max(q, k) + 1.5, height))
     ax = fig.add_subplot()
-    image = ax.imshow(weights.numpy(), cmap="viridis", interpolation="nearest", aspect="auto")
-    fig.colorbar(image, ax=ax, fraction=0.04)
-    for axis, tokens, ticks in ((ax.xaxis, keys, ax.set_xticks), (ax.yaxis, queries, ax.set_yticks)):
+    top = float(np.nan_to_num(weights.numpy()).max(initial=0.0)) or 1.0
+    scale = LogNorm(LOG_FLOOR, max(top, LOG_FLOOR * 10)) if log_scale else Normalize(0.0, top)  # as on the page
+    shown = weights.clamp(min=LOG_FLOOR) if log_scale else weights
+    image = ax.imshow(shown.numpy(), cmap="viridis", interpolation="nearest", aspect="auto", norm=scale)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04)
+    if log_scale:
+        bar.set_label(f"weight (log; below {LOG_FLOOR:g} drawn as {LOG_FLOOR:g})", fontsize=7)
+    q_at, k_at = _positions(positions, queries, keys)
+    for tokens, at, ticks in ((keys, k_at, ax.set_xticks), (queries, q_at, ax.set_yticks)):
         step = max(1, len(tokens) // LABELLED_TOKENS)
-        ticks(range(0, len(tokens), step), [_mpl_text(tokens[i]) for i in range(0, len(tokens), step)], fontsize=7)
+        labels = numbered([_mpl_text(t) for t in tokens], at)
+        ticks(range(0, len(tokens), step), labels[::step], fontsize=7)
     ax.tick_params(axis="x", labelrotation=90)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -58,10 +72,11 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
     return fig
 
 
-def image_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], title: str, fmt: str) -> bytes:
-    """The heatmap as ``fmt`` ("png" or "svg") bytes."""
+def image_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], title: str, fmt: str, positions=None,
+                log_scale: bool = False) -> bytes:
+    """The heatmap as ``fmt`` ("png" or "svg") bytes; ``positions`` as ``csv_text``'s, ``log_scale`` as the page's."""
     buf = io.BytesIO()
-    _figure(weights, queries, keys, title).savefig(buf, format=fmt, dpi=150)
+    _figure(weights, queries, keys, title, positions, log_scale).savefig(buf, format=fmt, dpi=150)
     return buf.getvalue()
 
 

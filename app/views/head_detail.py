@@ -123,6 +123,9 @@ def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
         if bq * bk > 1:
             st.caption(f"{q1 - q0} × {k1 - k0} tokens: each cell shows the largest weight of a {bq}×{bk} block. "
                        "Narrow the zoom window for full detail; the exports hold every weight.")
+        elif tuple(weights.shape) != tuple(view.weights.shape):  # the exports are not what is shown
+            st.caption(f"Zoomed to {q1 - q0} × {k1 - k0} of {len(view.queries)} × {len(view.keys)} tokens; "
+                       "the exports hold the whole map.")
     figure = plots.heatmap_figure(weights, view.queries[q0:q1], view.keys[k0:k1], log_scale, view.title,
                                   (view.query_positions[q0:q1], view.key_positions[k0:k1]))
     st.plotly_chart(figure, key=f"{prefix}heatmap")
@@ -200,12 +203,13 @@ def export_info(view: MapView, layer: int, head: int, metrics: dict, pattern) ->
     return info
 
 
-def exports_ui(prefix: str, view: MapView, info: dict) -> None:
-    """Download buttons named after the view; each file is made only when its button is clicked."""
+def exports_ui(prefix: str, view: MapView, info: dict, log_scale: bool = False) -> None:
+    """Download buttons named after the view; each file is made only when its button is clicked. The images use
+    the page's colour scale (``log_scale``)."""
     w, q, k, name = view.weights, view.queries, view.keys, view.file_stem
     at = (view.query_positions, view.key_positions)  # positions in the input: hidden tokens leave gaps
-    files = [("PNG", "png", "image/png", lambda: exports.image_bytes(w, q, k, view.title, "png")),
-             ("SVG", "svg", "image/svg+xml", lambda: exports.image_bytes(w, q, k, view.title, "svg")),
+    files = [("PNG", "png", "image/png", lambda: exports.image_bytes(w, q, k, view.title, "png", at, log_scale)),
+             ("SVG", "svg", "image/svg+xml", lambda: exports.image_bytes(w, q, k, view.title, "svg", at, log_scale)),
              ("CSV", "csv", "text/csv", lambda: exports.csv_text(w, q, k, at)),
              ("NPZ", "npz", "application/octet-stream", lambda: exports.npz_bytes(w, q, k, at)),
              ("JSON", "json", "application/json", lambda: exports.json_text(w, q, k, info, at))]

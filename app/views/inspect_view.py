@@ -73,7 +73,8 @@ def explorer_ui(result_id: str, result: core.AttentionResult, model: str, model_
         elif view.mode == "head":
             head_detail.pattern_ui(pattern)
             head_detail.metrics_ui(metrics, list(result.keys), per_row=2)
-    head_detail.exports_ui("inspect_", view, head_detail.export_info(view, layer, head, metrics, pattern))
+    head_detail.exports_ui("inspect_", view, head_detail.export_info(view, layer, head, metrics, pattern),
+                           options["log_scale"])
     extra_views_ui(result_id, result, layer, head, model, model_key)
 
 

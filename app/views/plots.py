@@ -162,7 +162,8 @@ def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], l
     if log_scale:
         ticks = np.arange(np.log10(LOG_FLOOR), 0.5)
         trace = go.Heatmap(z=np.log10(np.maximum(z, LOG_FLOOR)).astype(np.float32), customdata=z, zmin=ticks[0], zmax=0,
-                           colorbar=dict(tickvals=ticks, ticktext=[f"{10 ** t:g}" for t in ticks]),
+                           colorbar=dict(tickvals=ticks, ticktext=[f"≤ {10 ** t:g}" if t == ticks[0] else f"{10 ** t:g}"
+                                                                   for t in ticks]),  # the floor holds all below
                            hovertemplate=HOVER.format(weight="customdata"), **heat)
     else:
         trace = go.Heatmap(z=z, zmin=0, hovertemplate=HOVER.format(weight="z"), **heat)

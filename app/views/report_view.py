@@ -140,6 +140,10 @@ def head_ui(report, part: str, heads) -> None:
         head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))
         st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
     head_detail.heatmap_ui("diag_", view, options["log_scale"])
+    info = head_detail.export_info(view, layer, head, heads[layer][head].metrics, heads[layer][head])
+    if view.mode == "head":
+        info["metrics_over_all_probe_texts"] = True  # the map is one probe's
+    head_detail.exports_ui("diag_", view, info, options["log_scale"])
 
 
 def _no_maps_text(report) -> str:

@@ -39,6 +39,9 @@ def eval_mode(model: nn.Module):
             module.training = training
 
 
+TARGET_UNUSED = "the target text was not used"
+
+
 def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
                       target: str | None = None) -> AttentionResult:
     """Per-layer, per-head attention of ``model`` on ``text``.
@@ -68,6 +71,9 @@ def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
                 f"{type(model).__name__} is not a Hugging Face model, an AttnScope model, or a module "
                 "containing torch.nn.MultiheadAttention; AttnScope cannot read its attention"
             )
+    if target is not None and target.strip() and result.encoder is None:  # read by encoder-decoders only
+        result.warnings.append(f"{TARGET_UNUSED}: {type(model).__name__} is not an encoder-decoder, so only the text "
+                               "was read")
     result.model_name = _model_name(model)
     result.device = str(model_device(model))
     result.dtype = str(next(model.parameters()).dtype).replace("torch.", "")

@@ -179,3 +179,32 @@ def test_an_upload_of_loose_files_is_named_by_its_config_or_weights():
     assert upload_name(["vocab.txt", "model.safetensors"]) == "model.safetensors + 1 more"
     assert upload_name(["vocab.txt", "notes.md"]) == "vocab.txt + 1 more"
     assert upload_name(["model.gguf"]) == "model.gguf"
+
+
+def _drawn(weights, queries, keys, positions=None, log_scale=False):
+    """The exported figure's image (its colour scale) and its axes' tick labels."""
+    fig = exports._figure(weights, queries, keys, "title", positions, log_scale)
+    ax = fig.axes[0]
+    return ax.images[0], [t.get_text() for t in ax.get_xticklabels()], fig
+
+
+def test_images_use_the_page_s_colour_scale_and_numbered_tokens():
+    """The PNG's colours ran from the smallest weight (a near-uniform head of weights 0.0151-0.0163 spanned the
+    whole palette, while the page starts at 0), ignored the log scale, and its tokens were not numbered."""
+    flat = torch.full((4, 4), 0.25) + torch.tensor([0.0, 0.001, 0.0, -0.001])  # (4, 4)
+    image, ticks, _ = _drawn(flat, TOKENS, TOKENS)
+    assert image.norm.vmin == 0 and image.norm.vmax == float(flat.max())
+    assert ticks == ["0 [CLS]", "1 the", "2 the", "3 [SEP]"]
+    image, ticks, _ = _drawn(_weights()[1:3, 1:3], TOKENS[1:3], TOKENS[1:3], ([1, 2], [1, 2]), log_scale=True)
+    assert type(image.norm).__name__ == "LogNorm" and image.norm.vmin == 1e-4 and ticks == ["1 the", "2 the"]
+
+
+def test_a_wide_map_s_image_keeps_room_for_its_labels():
+    """A 3 × 400 cross map drew a figure too short for its key labels and title ("Tight layout not applied")."""
+    import warnings
+
+    weights = torch.softmax(torch.randn(3, 400), -1)  # (q, k)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, _, fig = _drawn(weights, ["a", "b", "c"], [f"k{i}" for i in range(400)])
+    assert fig.get_figheight() >= exports.MIN_HEIGHT_IN

@@ -140,6 +140,8 @@ def test_inspect_switch_head_and_options(bert_folder):
         assert f"{mode}" in at.info[0].value.lower() or "mean" in at.info[0].value.lower()
     at.checkbox(key="inspect_log_scale").check().run()
     assert not at.exception and len(_charts(at)) == 2
+    heatmap = next(d for c in _charts(at) for d in json.loads(c.proto.spec)["data"] if d["type"] == "heatmap")
+    assert heatmap["colorbar"]["ticktext"][0] == "≤ 0.0001"  # the floor holds every smaller weight (it said 0.0001)
 
 
 def test_the_bertviz_model_view_starts_afresh_for_a_new_result_and_layer(bert_folder):
@@ -317,7 +319,9 @@ def test_diagnose_upload_zip_gives_a_report(bert_zip):
     assert not at.exception and not _errors(at), _errors(at)
     assert at.subheader[0].value and any(s.value == "Findings" for s in at.subheader)
     assert len(_charts(at)) == 2  # pattern map + head heatmap
-    assert {b.label for b in at.download_button} == {"Report (JSON)", "Report (Markdown)", "Report (HTML)"}
+    # the head explorer's map had none of the exports docs/app.md promises on both pages
+    assert {b.label for b in at.download_button} == {"Report (JSON)", "Report (Markdown)", "Report (HTML)",
+                                                     "PNG", "SVG", "CSV", "NPZ", "JSON"}
     at.selectbox(key="diag_head").set_value(2).run()
     assert not at.exception
 
@@ -571,6 +575,9 @@ def test_long_map_is_pooled_with_a_zoom_slider():
     assert at.slider(key="t_window").value == (0, 300)
     assert any("300 × 300 tokens: each cell shows the largest weight of a 3×3 block" in c.value for c in at.caption)
     at.slider(key="t_window").set_value((150, 200)).run()
+    # at full detail the pooling note went, and nothing said the exports were still the whole map
+    assert any("Zoomed to 50 × 50 of 300 × 300 tokens; the exports hold the whole map" in c.value
+               for c in at.caption)
     labels = at.get("plotly_chart")[0].proto.spec
     assert '"150 t150"' in labels and '"199 t199"' in labels and '"0 t150"' not in labels  # positions, not 0..49
     at.slider(key="t_window").set_value((300, 300)).run()
@@ -631,4 +638,5 @@ def test_a_long_cross_map_zooms_queries_and_keys_apart():
     assert any("10 × 300 tokens" in c.value and "1×3 block" in c.value for c in at.caption)
     at.slider(key="t_key_window").set_value((100, 200)).run()
     spec = at.get("plotly_chart")[0].proto.spec
-    assert '"100 e100"' in spec and '"199 e199"' in spec and not at.caption  # ... until the key window narrows them
+    assert '"100 e100"' in spec and '"199 e199"' in spec  # ... until the key window narrows them
+    assert [c.value for c in at.caption] == ["Zoomed to 10 × 100 of 300 × 300 tokens; the exports hold the whole map."]

@@ -121,6 +121,16 @@ def test_pair_on_a_decoder_only_model_says_how_it_was_joined():
     assert not any(PAIR_JOINED in w for w in bert.warnings)  # [SEP] marks the boundary
 
 
+def test_a_target_only_an_encoder_decoder_reads_is_said_to_be_unused():
+    """A target text given with BERT was dropped without a word (a second sentence on GPT-2 gets one)."""
+    bert = extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), "the fox", target="the dog")
+    assert bert.warnings == ["the target text was not used: BertModel is not an encoder-decoder, so only the text "
+                             "was read"]
+    assert not extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), "the fox", target=" ").warnings
+    bart = extract_attention(tiny.tiny_bart(), tiny.wordpiece_tokenizer(), "the fox", target="the dog")
+    assert not bart.warnings and bart.decoder is not None
+
+
 @pytest.mark.parametrize(("raw", "shown"), [("Ġcat", "▁cat"), ("▁cat", "▁cat"), ("cat", "cat"), ("##at", "##at"),
                                             ("Ġ", "␣"), ("Ċ", "⏎"), ("", "∅"), ("<a href=x>", "<a href=x>"),
                                             ("a\x1bb", "a\\x1bb"), ("\x00", "\\x00"), ("\x7f", "\\x7f"),
