@@ -52,6 +52,39 @@ def layer_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks or [model]
 
 
+def layer_stack(model: nn.Module) -> nn.ModuleList | None:
+    """The model's stack of layers: the longest ``nn.ModuleList`` held in no other (a hybrid's convolution and
+    attention layers alike; ALBERT's one shared group), or None."""
+    stacks, nested = [], set()
+    for module in model.modules():  # parents before children
+        if isinstance(module, nn.ModuleList) and id(module) not in nested:
+            stacks.append(module)
+            nested.update(id(m) for m in module.modules() if m is not module)
+    return max(stacks, key=len, default=None)
+
+
+@contextmanager
+def layer_progress(model: nn.Module, progress, n_layers: int | None = None):
+    """While inside, ``progress(fraction, "layer 3/30")`` as each block of the model's layer stack starts: the
+    layers the forward runs, of ``n_layers`` (default: the stack's length; ALBERT runs its one group 12 times)."""
+    stack = layer_stack(model) if progress is not None else None
+    if stack is None:
+        yield
+        return
+    total, started = n_layers or len(stack), [0]
+
+    def tell(module, args):
+        started[0] = min(started[0] + 1, total)
+        progress((started[0] - 1) / total, f"layer {started[0]}/{total}")
+
+    handles = [block.register_forward_pre_hook(tell) for block in stack]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @contextmanager
 def stop_between_layers(model: nn.Module, should_stop):
     """While inside, each layer of ``model`` first checks ``should_stop`` and raises ``Cancelled`` if true."""

@@ -17,6 +17,7 @@ import torch
 
 from core.extraction.encode import encode, max_positions
 from core.errors import ExtractionError
+from core.cancel import layer_progress
 from core.extraction.extract import config_size, model_is_causal
 from core.extraction.scratch import Scratch
 from core.extraction.streaming import stream_attention
@@ -90,17 +91,15 @@ def stream_token_statistics(model, input_ids, attention_mask=None, special=None,
     scratch = Scratch()  # one set of chunk-sized temporaries for every layer
 
     windows = attention_windows(model) or []
-    n_layers = config_size(model, "num_hidden_layers", "n_layers")  # attention and other layers (hybrids)
 
     def consumer(layer, n_heads, n_keys):
-        if progress is not None:
-            progress(min(layer / n_layers, 1.0) if n_layers else 0.0, f"layer {layer + 1}/{n_layers or '?'}")
         window = windows[layer] if layer < len(windows) else None  # a local layer's (Mistral, Gemma 2)
         metrics = MetricAccumulator(n_keys, causal, special=special, padding=padding, scratch=scratch, window=window)
         return _Layer(metrics, PairwiseJS(n_keys, causal, padding, scratch=scratch) if redundancy else None)
 
-    streamed = stream_attention(model, input_ids, consumer, attention_mask=attention_mask, keep=keep,
-                                chunk_rows=chunk_rows, token_type_ids=token_type_ids)
+    with layer_progress(model, progress, config_size(model, "num_hidden_layers", "n_layers")):
+        streamed = stream_attention(model, input_ids, consumer, attention_mask=attention_mask, keep=keep,
+                                    chunk_rows=chunk_rows, token_type_ids=token_type_ids)
     finishing = time.perf_counter()
     metrics = stack_metrics([layer.metrics.finalize() for layer in streamed.consumers])
     distances = torch.stack([layer.js.finalize() for layer in streamed.consumers]) if redundancy else None

@@ -150,7 +150,8 @@ def stack_layers(attentions, what: str, model) -> torch.Tensor:
         raise ExtractionError(f"{type(model).__name__}'s layers return attention maps of different shapes "
                               f"({', '.join('×'.join(map(str, s)) for s in shapes[:3])}): a model that pools or "
                               "downsamples its tokens between layers; AttnScope reads models that keep every token")
-    stacked = torch.empty((len(attentions), *attentions[0].shape[1:]))  # (L, H, q, k) float32 on CPU
+    shape = (len(attentions), *attentions[0].shape[1:])  # (L, H, q, k)
+    stacked = torch.empty(shape, dtype=torch.float32, device="cpu")  # whatever torch's default dtype and device
     for layer in range(len(attentions)):
         stacked[layer] = attentions[layer][0]  # (H, q, k), from its device and dtype
         if isinstance(attentions, list):

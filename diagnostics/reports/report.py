@@ -66,7 +66,7 @@ class Report(Exports):
         """What the model was probed with, for the summaries: probe texts (and whether they were streamed, which
         keeps no maps: the HTML report then has no heatmaps), random token ids, or nothing."""
         if self.probes:
-            return f"{len(self.probes)}, streamed (long: no attention maps kept)" if self.model.get("streamed") else (
+            return f"{len(self.probes)}, streamed (no attention maps kept)" if self.model.get("streamed") else (
                 str(len(self.probes)))
         return "random token ids" if self.heads else "none (weights only)"
 

@@ -630,3 +630,15 @@ def test_extraction_holds_the_maps_about_once():
     done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.split()[-1]) < 1.5  # before: 2.0
+
+
+def test_maps_are_float32_on_the_cpu_whatever_torch_s_defaults():
+    """stack_layers' empty result took torch's default dtype: float64 maps (twice the memory) under a float64
+    default."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        result = extract_attention(tiny.tiny_gpt2().float(), tiny.bpe_tokenizer(), "the quick brown fox")
+    finally:
+        torch.set_default_dtype(previous)
+    assert result.attentions.dtype == torch.float32 and result.attentions.device.type == "cpu"

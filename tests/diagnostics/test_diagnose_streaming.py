@@ -160,3 +160,24 @@ def test_a_streamed_probe_moves_the_progress_bar_layer_by_layer(sources, monkeyp
     assert [round(f, 3) for f, _ in layers] == [0.05, 0.25, 0.45, 0.65]  # each probe's 0.4, split by its layers
     fractions = [f for f, _ in calls]
     assert fractions == sorted(fractions)
+
+
+def test_a_streamed_probe_counts_the_layers_the_forward_runs():
+    """Attention calls over the config's layers: a hybrid told "layer 2/4" at its last attention layer (its
+    convolution layers uncounted), an ALBERT of 2 inner layers "layer 4/2"."""
+    from transformers import AlbertConfig, AlbertModel, Lfm2Config, Lfm2Model
+
+    from diagnostics.streaming import stream_statistics
+
+    torch.manual_seed(0)
+    hybrid = Lfm2Model(Lfm2Config(
+        vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, layer_types=["conv", "full_attention"] * 2,
+        block_auto_adjust_ff_dim=False, conv_L_cache=3, bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval()
+    albert = AlbertModel(AlbertConfig(vocab_size=200, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                                      num_attention_heads=4, intermediate_size=37, inner_group_num=2,
+                                      max_position_embeddings=64)).eval()
+    for model, tokenizer, n in ((hybrid, bpe_tokenizer(), 4), (albert, wordpiece_tokenizer(), 3)):
+        calls = []
+        stream_statistics(model, tokenizer, "the cat sat on the mat", progress=lambda f, m: calls.append((f, m)))
+        assert calls == [(i / n, f"layer {i + 1}/{n}") for i in range(n)], type(model).__name__

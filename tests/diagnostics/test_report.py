@@ -251,8 +251,8 @@ def test_the_markdown_and_html_reports_say_the_probes_were_streamed(monkeypatch)
     monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
     report = diagnose((tiny_gpt2(), wordpiece_tokenizer()), ["the quick brown fox jumps over the lazy dog"])
     assert report.model["streamed"] is True
-    assert "| probes | 1, streamed (long: no attention maps kept) |" in report.to_markdown()
-    assert "<th>probes</th><td>1, streamed (long: no attention maps kept)</td>" in report.to_html()
+    assert "| probes | 1, streamed (no attention maps kept) |" in report.to_markdown()
+    assert "<th>probes</th><td>1, streamed (no attention maps kept)</td>" in report.to_html()
 
 
 def test_the_html_reports_write_control_characters_out():
