@@ -52,32 +52,37 @@ def layer_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks or [model]
 
 
-def layer_stack(model: nn.Module) -> nn.ModuleList | None:
-    """The model's stack of layers: the longest ``nn.ModuleList`` held in no other (a hybrid's convolution and
-    attention layers alike; ALBERT's one shared group), or None."""
+def layer_stacks(model: nn.Module) -> list[nn.ModuleList]:
+    """The model's stacks of layers: each ``nn.ModuleList`` held in no other (a VLM's vision tower and its language
+    model; a hybrid's convolution and attention layers are one stack, ALBERT's one shared group another)."""
     stacks, nested = [], set()
     for module in model.modules():  # parents before children
         if isinstance(module, nn.ModuleList) and id(module) not in nested:
             stacks.append(module)
             nested.update(id(m) for m in module.modules() if m is not module)
-    return max(stacks, key=len, default=None)
+    return stacks
 
 
 @contextmanager
 def layer_progress(model: nn.Module, progress, n_layers: int | None = None):
-    """While inside, ``progress(fraction, "layer 3/30")`` as each block of the model's layer stack starts: the
-    layers the forward runs, of ``n_layers`` (default: the stack's length; ALBERT runs its one group 12 times)."""
-    stack = layer_stack(model) if progress is not None else None
-    if stack is None:
-        yield
-        return
-    total, started = n_layers or len(stack), [0]
+    """While inside, ``progress(fraction, "layer 3/30")`` as each block of the first layer stack the forward runs
+    starts (a VLM's language model on text, not its longer vision tower), of at least ``n_layers`` (ALBERT runs
+    its one group 12 times). Stacks of ``n_layers`` blocks are preferred, where there are some (not a list of
+    projections that runs before the layers)."""
+    stacks = layer_stacks(model) if progress is not None else []
+    stacks = [s for s in stacks if len(s) == n_layers] or stacks
+    running, started = [None], [0]  # the stack that ran first, and how many of its blocks started
 
-    def tell(module, args):
-        started[0] = min(started[0] + 1, total)
-        progress((started[0] - 1) / total, f"layer {started[0]}/{total}")
+    def tell(stack, module, args):
+        if running[0] is None:
+            running[0] = stack
+        if stack is running[0]:
+            total = max(len(stack), n_layers or 0)
+            started[0] = min(started[0] + 1, total)
+            progress((started[0] - 1) / total, f"layer {started[0]}/{total}")
 
-    handles = [block.register_forward_pre_hook(tell) for block in stack]
+    handles = [block.register_forward_pre_hook(lambda module, args, stack=stack: tell(stack, module, args))
+               for stack in stacks for block in stack]
     try:
         yield
     finally:

@@ -17,7 +17,7 @@ from core.extraction.tokens import visible
 from diagnostics.reports.exports import strict_json
 
 LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th one
-MIN_HEIGHT_IN = 4.0  # room for the key labels, the axis title and the title above a map of a few queries
+MIN_SIDE_IN = 4.0  # room for the labels, axis titles, title and colour bar of a map of a few queries or keys
 
 
 def numbered(tokens: list[str], positions=None) -> list[str]:
@@ -49,11 +49,12 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
 
     q, k = weights.shape
     side = min(14.0, 3.0 + 0.18 * max(q, k))
-    height = max(MIN_HEIGHT_IN, side * q / max(q, k) + 1.0)  # a 3 × 400 cross map cut off its labels and title
-    fig = Figure(figsize=(side * k / max(q, k) + 1.5, height))
+    height = max(MIN_SIDE_IN, side * q / max(q, k) + 1.0)  # a 3 × 400 cross map cut off its labels and title
+    width = max(MIN_SIDE_IN, side * k / max(q, k) + 1.5)  # and a 400 × 3 one its title and colour bar
+    fig = Figure(figsize=(width, height))
     ax = fig.add_subplot()
     top = float(np.nan_to_num(weights.numpy()).max(initial=0.0)) or 1.0
-    scale = LogNorm(LOG_FLOOR, max(top, LOG_FLOOR * 10)) if log_scale else Normalize(0.0, top)  # as on the page
+    scale = LogNorm(LOG_FLOOR, 1.0) if log_scale else Normalize(0.0, top)  # as on the page
     shown = weights.clamp(min=LOG_FLOOR) if log_scale else weights
     image = ax.imshow(shown.numpy(), cmap="viridis", interpolation="nearest", aspect="auto", norm=scale)
     bar = fig.colorbar(image, ax=ax, fraction=0.04)

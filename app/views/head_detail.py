@@ -49,6 +49,7 @@ class MapView:
     key_positions: list[int] | None = None
     lengths: tuple[int, int] | None = None  # (queries, keys) of the whole input
     hidden: list[str] = field(default_factory=list)  # special tokens hidden from the map, its rows renormalised
+    probe: str = ""  # which of a diagnosis's texts the map is of ("probe 2"), in its title and export names
 
     def __post_init__(self):
         self.query_positions = self.query_positions or list(range(len(self.queries)))
@@ -57,11 +58,12 @@ class MapView:
 
     @property
     def title(self) -> str:
-        return f"{self.model}: {self.heading}" + (HIDDEN_TITLE if self.hidden else "")
+        probe = f" ({self.probe})" if self.probe else ""
+        return f"{self.model}: {self.heading}{probe}" + (HIDDEN_TITLE if self.hidden else "")
 
     @property
     def file_stem(self) -> str:
-        return file_stem(self.model, self.heading, HIDDEN_STEM if self.hidden else "")
+        return file_stem(self.model, self.heading, self.probe, HIDDEN_STEM if self.hidden else "")
 
 
 PARTS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross-attention"}

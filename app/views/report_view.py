@@ -132,6 +132,7 @@ def head_ui(report, part: str, heads) -> None:
     options = head_detail.options_ui("diag_", result)
     model = report.model.get("name", "model")
     view = head_detail.build_view(report_key(report, part, sample), result, layer, head, options, model)
+    view.probe = f"probe {sample + 1}"  # its exports are not another probe's, nor Inspect's of the same head
     st.subheader(view.heading)
     if view.mode == "head":
         head_detail.pattern_ui(heads[layer][head])
@@ -141,8 +142,9 @@ def head_ui(report, part: str, heads) -> None:
         st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
     head_detail.heatmap_ui("diag_", view, options["log_scale"])
     info = head_detail.export_info(view, layer, head, heads[layer][head].metrics, heads[layer][head])
+    info["probe"] = {"index": sample, "text": texts[sample]}  # the map is this probe's
     if view.mode == "head":
-        info["metrics_over_all_probe_texts"] = True  # the map is one probe's
+        info["metrics_over_all_probe_texts"] = True
     head_detail.exports_ui("diag_", view, info, options["log_scale"])
 
 

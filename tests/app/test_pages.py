@@ -326,6 +326,25 @@ def test_diagnose_upload_zip_gives_a_report(bert_zip):
     assert not at.exception
 
 
+def test_diagnose_map_exports_are_named_after_their_probe(bert_zip, monkeypatch):
+    """Every probe's map downloaded as "tiny-bert.zip_Layer-0-head-0.png", the name Inspect gives the same head."""
+    from streamlit.delta_generator import DeltaGenerator
+
+    names, button = [], DeltaGenerator.download_button
+
+    def recorded(self, label, data, file_name=None, *args, **kwargs):
+        names.append(file_name)
+        return button(self, label, data, file_name, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaGenerator, "download_button", recorded)
+    at = _diagnose(_app(), "tiny-bert.zip", bert_zip)
+    assert "tiny-bert.zip_Layer-0-head-0_probe-1.png" in names
+    names.clear()
+    at.selectbox(key="diag_sample").set_value(1).run()
+    assert not at.exception and "tiny-bert.zip_Layer-0-head-0_probe-2.png" in names
+    assert '"text":"tiny-bert.zip: Layer 0, head 0 (probe 2)"' in _charts(at)[-1].proto.spec  # the map's title
+
+
 def test_diagnose_says_when_the_probes_disagree_on_a_head(bert_zip):
     at = _diagnose(_app(), "tiny-bert.zip", bert_zip)
     report = at.session_state["report"]

@@ -164,8 +164,9 @@ def test_a_streamed_probe_moves_the_progress_bar_layer_by_layer(sources, monkeyp
 
 def test_a_streamed_probe_counts_the_layers_the_forward_runs():
     """Attention calls over the config's layers: a hybrid told "layer 2/4" at its last attention layer (its
-    convolution layers uncounted), an ALBERT of 2 inner layers "layer 4/2"."""
-    from transformers import AlbertConfig, AlbertModel, Lfm2Config, Lfm2Model
+    convolution layers uncounted), an ALBERT of 2 inner layers "layer 4/2"; then the longest layer list, which in
+    a VLM is its vision tower, silent on text."""
+    from transformers import AlbertConfig, AlbertModel, Lfm2Config, Lfm2Model, PaliGemmaConfig, PaliGemmaModel
 
     from diagnostics.streaming import stream_statistics
 
@@ -177,7 +178,14 @@ def test_a_streamed_probe_counts_the_layers_the_forward_runs():
     albert = AlbertModel(AlbertConfig(vocab_size=200, embedding_size=16, hidden_size=32, num_hidden_layers=3,
                                       num_attention_heads=4, intermediate_size=37, inner_group_num=2,
                                       max_position_embeddings=64)).eval()
-    for model, tokenizer, n in ((hybrid, bpe_tokenizer(), 4), (albert, wordpiece_tokenizer(), 3)):
+    vlm = PaliGemmaModel(PaliGemmaConfig(
+        text_config=dict(model_type="gemma", vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=1, head_dim=16),
+        vision_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=3, num_attention_heads=2,
+                           image_size=28, patch_size=14, projection_dim=64),
+        image_token_index=310, vocab_size=320, projection_dim=64)).eval()
+    for model, tokenizer, n in ((hybrid, bpe_tokenizer(), 4), (albert, wordpiece_tokenizer(), 3),
+                                (vlm, bpe_tokenizer(), 2)):
         calls = []
         stream_statistics(model, tokenizer, "the cat sat on the mat", progress=lambda f, m: calls.append((f, m)))
         assert calls == [(i / n, f"layer {i + 1}/{n}") for i in range(n)], type(model).__name__
