@@ -534,8 +534,7 @@ def _ordinary_ids(model, tokenizer) -> torch.Tensor:
     added tokens marked special that it does not list among them (Llama 3's 256 <|reserved_special_token_N|>,
     never trained; SmolLM2's <file_sep>, <jupyter_code>, ...)."""
     vocab = min(len(tokenizer), vocab_size(model) or len(tokenizer))
-    added = getattr(tokenizer, "added_tokens_decoder", {})
-    special = set(tokenizer.all_special_ids) | {i for i, token in added.items() if token.special}
+    special = typed_specials(tokenizer) | set(tokenizer.all_special_ids)  # the unknown token too
     return torch.tensor([i for i in range(vocab) if i not in special])  # (V',)
 
 

@@ -143,15 +143,11 @@ def special_marks(tokenizer, token_ids: list[int], added: list[int]) -> list[boo
 
 
 def typed_specials(tokenizer) -> set[int]:
-    """The control tokens a text can spell: the special tokens but the unknown token, which stands for words
-    ([UNK]); a byte-level tokenizer spells every text without it, so there its unknown token is a control token
-    (GPT-2's and SmolLM2's <|endoftext|>). Elsewhere it stands for words even where it is also the end token
-    (unk = eos = <|endoftext|> on a word-level vocabulary): every word the vocabulary misses becomes it."""
-    special = set(tokenizer.all_special_ids)
+    """The control tokens a text can spell: the special tokens and the added tokens marked special (SmolLM2's
+    <file_sep>, <jupyter_code>, which its decode drops), but the unknown token, which stands for words ([UNK]); a
+    byte-level tokenizer spells every text without it, so there its unknown token is a control token (GPT-2's and
+    SmolLM2's <|endoftext|>). Elsewhere it stands for words even where it is also the end token (unk = eos =
+    <|endoftext|> on a word-level vocabulary): every word the vocabulary misses becomes it."""
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    special = set(tokenizer.all_special_ids) | {i for i, token in added.items() if token.special}
     return special if is_byte_level(tokenizer) else special - {tokenizer.unk_token_id}
-
-
-def special_flags(tokenizer, token_ids: list[int]) -> list[bool]:
-    """Special-token flags for ids that already carry their special tokens."""
-    mask = tokenizer.get_special_tokens_mask(token_ids, already_has_special_tokens=True)
-    return [bool(m) for m in mask]

@@ -22,7 +22,7 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from ..device import model_device
-from .encode import encode, max_positions, segment_inputs, special_flags
+from .encode import encode, max_positions, segment_inputs
 from ..errors import AttnScopeError, ExtractionError, first_line
 from ..result import AttentionResult
 from .tokens import display_tokens
@@ -235,9 +235,9 @@ def _run(model, **inputs):
                               "reads text transformers: encoders, decoders and encoder-decoders") from None
 
 
-def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list[int], list[str]]:
-    """Teacher-forced decoder input: the start token followed by the target shifted right; and the target's
-    warnings (its truncation)."""
+def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list[int], list[bool], list[str]]:
+    """Teacher-forced decoder input: the start token followed by the target shifted right; its special marks (as
+    the encoder's: a typed [UNK] stands for words); and the target's warnings (its truncation)."""
     encoded = encode(tokenizer, target, limit=limit, vocab_size=vocab_size(model))
     labels = encoded.input_ids[0].tolist()
     config = model.config
@@ -247,17 +247,17 @@ def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list
         start = getattr(config, "bos_token_id", None) if start is None else start
     if start is None:
         raise ExtractionError(f"{type(model).__name__} has no decoder_start_token_id; cannot build decoder input")
-    return [start] + labels[:-1], [f"target: {w}" for w in encoded.warnings]
+    special = [start in set(tokenizer.all_special_ids)] + encoded.special[:-1]
+    return [start] + labels[:-1], special, [f"target: {w}" for w in encoded.warnings]
 
 
 def _encoder_decoder(model, tokenizer, enc, target, limit, device) -> AttentionResult:
-    dec_ids, target_warnings = _decoder_ids(model, tokenizer, target, limit)
+    dec_ids, dec_special, target_warnings = _decoder_ids(model, tokenizer, target, limit)
     no_cache = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
     out = _run(model, input_ids=enc.input_ids.to(device), decoder_input_ids=torch.tensor([dec_ids], device=device),
                **no_cache)  # teacher-forced, as in training: FSMT masks later target tokens only without its cache
     enc_ids = enc.input_ids[0].tolist()
     enc_tokens, dec_tokens = display_tokens(tokenizer, enc_ids), display_tokens(tokenizer, dec_ids)
-    dec_special = special_flags(tokenizer, dec_ids)
     enc_pad, dec_pad = [False] * len(enc_ids), [False] * len(dec_ids)
     encoder = AttentionResult(
         enc_tokens, stack_layers(taken(out, "encoder_attentions"), "encoder", model), False, enc.special, enc_pad,

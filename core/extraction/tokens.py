@@ -4,8 +4,11 @@ Byte-level BPE (GPT-2, RoBERTa) marks a leading space with ``Ġ`` and a newline
 with ``Ċ``; SentencePiece (T5, Llama) marks a leading space with ``▁``. Both
 leading-space markers are shown as ``WORD_START`` ("▁cat"), so a word split in
 pieces reads "▁c at", not "c at": without it the reader cannot see where words
-begin. Newlines and tabs become ``⏎`` and ``⇥``, other control characters an escape
-(``\\x1b``, drawn by every font): raw, they vanish on screen and make an SVG export ill-formed XML. WordPiece
+begin. Newlines and tabs become ``⏎`` and ``⇥`` (SentencePiece's byte-fallback ``<0x0A>`` and ``<0x09>`` too), a
+token of spaces one ``␣`` each, other control characters an escape (``\\x1b``, drawn by every font): raw, they
+vanish on screen and make an SVG export ill-formed XML; so do invisible format characters and spaces other than
+U+0020 (``\\u200b``, ``\\u00a0``; a right-to-left override turned the rest of a label around). ``Ġ``, ``Ċ`` and
+``ĉ`` are marks of byte-level tokenizers only: elsewhere they are Maltese and Esperanto letters. WordPiece
 (BERT) marks the other side, a continuation, with ``##``, which is kept as it is.
 
 A byte-level piece is spelled in GPT-2's byte alphabet ("café" is ``c af Ã©``, "東" is ``æĿ ±``): its bytes
@@ -15,24 +18,33 @@ byte-fallback pieces are spelled (``<0xE6><0x9D>``).
 
 from __future__ import annotations
 
+import json
+import re
+import unicodedata
 from functools import lru_cache
 
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 WORD_START = "▁"  # SentencePiece's own marker: the one readers of tokenizer output already know
-_REPLACEMENTS = {"Ġ": WORD_START, "▁": WORD_START, "Ċ": "⏎", "ĉ": "⇥", "\n": "⏎", "\t": "⇥"}
+_REPLACEMENTS = {"▁": WORD_START, "\n": "⏎", "\t": "⇥"}
+_FALLBACK_BYTE = re.compile(r"<0x([0-7][0-9A-F])>")  # SentencePiece's byte-fallback piece of one ASCII character
+_JOINERS = {"\u200c", "\u200d"}  # zero-width (non-)joiners: parts of Persian words and emoji, not hidden text
 
 
 def prettify_token(token: str) -> str:
-    """Return a readable form of one raw tokenizer piece (never an empty string)."""
+    """Return a readable form of one raw tokenizer piece (never an empty string), of a tokenizer that is not
+    byte-level (``byte_level_token`` reads those)."""
     if not token:
         return "∅"
+    fallback = _FALLBACK_BYTE.fullmatch(token)
+    if fallback and chr(int(fallback.group(1), 16)).isspace():  # a newline: ⏎, not <0x0A>
+        token = chr(int(fallback.group(1), 16))
     return _spaces_shown("".join(_REPLACEMENTS.get(ch) or _visible(ch) for ch in token))
 
 
 def _spaces_shown(text: str) -> str:
-    """``text``, or one ``␣`` per character when it is word-start marks only (a token of spaces)."""
-    return text if text.strip(WORD_START) else "␣" * len(text)
+    """``text``, or one ``␣`` per character when it is word-start marks or spaces only (a token of spaces)."""
+    return text if text.strip(WORD_START + " ") else "␣" * len(text)
 
 
 def visible(text: str) -> str:
@@ -42,7 +54,11 @@ def visible(text: str) -> str:
 
 def _visible(ch: str) -> str:
     code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x20 or 0x7F <= code < 0xA0 else ch  # ASCII: every font draws it
+    if code < 0x20 or 0x7F <= code < 0xA0:
+        return f"\\x{code:02x}"  # ASCII: every font draws it
+    if ch != " " and ch not in _JOINERS and unicodedata.category(ch) in ("Zs", "Zl", "Zp", "Cf"):
+        return f"\\u{code:04x}"  # invisible, or a space that looks like a plain one
+    return ch
 
 
 def display_tokens(tokenizer, token_ids: list[int]) -> list[str]:
@@ -74,9 +90,15 @@ def _shown_byte(ch: str) -> str:
 
 
 def is_byte_level(tokenizer) -> bool:
-    """Whether ``tokenizer`` spells its pieces in the byte alphabet (GPT-2, RoBERTa, Llama 3, SmolLM2)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    return type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
+    """Whether ``tokenizer`` spells its pieces in the byte alphabet (GPT-2, RoBERTa, Llama 3, SmolLM2): its
+    decoder is ByteLevel, alone or in a Sequence; a slow tokenizer has a byte encoder."""
+    if hasattr(tokenizer, "byte_encoder"):  # GPT2Tokenizer, RobertaTokenizer (not fast)
+        return True
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    if type(decoder).__name__ == "Sequence":
+        steps = json.loads(decoder.__getstate__()).get("decoders") or []
+        return any(isinstance(step, dict) and step.get("type") == "ByteLevel" for step in steps)
+    return type(decoder).__name__ == "ByteLevel"
 
 
 @lru_cache(maxsize=1)

@@ -131,11 +131,24 @@ def test_a_target_only_an_encoder_decoder_reads_is_said_to_be_unused():
     assert not bart.warnings and bart.decoder is not None
 
 
-@pytest.mark.parametrize(("raw", "shown"), [("Ġcat", "▁cat"), ("▁cat", "▁cat"), ("cat", "cat"), ("##at", "##at"),
-                                            ("Ġ", "␣"), ("Ċ", "⏎"), ("", "∅"), ("<a href=x>", "<a href=x>"),
+@pytest.mark.parametrize(("raw", "shown"), [("▁cat", "▁cat"), ("cat", "cat"), ("##at", "##at"), ("▁", "␣"),
+                                            ("\n", "⏎"), ("", "∅"), ("<a href=x>", "<a href=x>"),
                                             ("a\x1bb", "a\\x1bb"), ("\x00", "\\x00"), ("\x7f", "\\x7f"),
                                             ("\x85", "\\x85")])
 def test_prettify_token_marks_word_starts(raw, shown):
+    assert prettify_token(raw) == shown
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("Ġgantija", "Ġgantija"), ("Ċirkewwa", "Ċirkewwa"), ("ĉiam", "ĉiam"), ("Ġ", "Ġ"),  # Maltese, Esperanto letters
+    ("<0x0A>", "⏎"), ("<0x09>", "⇥"), ("<0x20>", "␣"), ("<0xE2>", "<0xE2>"), ("<0x41>", "<0x41>"),  # byte fallback
+    ("    ", "␣␣␣␣"), (" ", "␣"), ("\u200b", "\\u200b"), ("\ufeff", "\\ufeff"), ("\u3000", "\\u3000"),
+    ("\xa0", "\\u00a0"), ("\u202eabc", "\\u202eabc"), ("a\u200db", "a\u200db"), ("می\u200cخواهم", "می\u200cخواهم"),
+])
+def test_tokens_of_tokenizers_that_are_not_byte_level_show_what_they_are(raw, shown):
+    """Ġ, Ċ, ĉ were shown as a word start, a newline and a tab on every tokenizer (Maltese "Ġgantija" as
+    "▁gantija", "Ġ" as a space); <0x0A> stayed as typed; spaces and invisible characters showed blank, and a
+    right-to-left override turned a label around."""
     assert prettify_token(raw) == shown
 
 
@@ -163,6 +176,33 @@ def test_added_tokens_of_a_byte_level_tokenizer_show_as_typed():
     tok.add_tokens(["café", "Größe"])
     ids = tok.convert_tokens_to_ids(["café", "Größe"])
     assert display_tokens(tok, ids) == ["café", "Größe"]
+
+
+def test_a_byte_level_decoder_inside_a_sequence_is_read_as_byte_level():
+    """Only a ByteLevel decoder alone was recognised: in a Sequence, "it’s a café" showed as "âĢĻ", "cafÃ©"."""
+    from tokenizers import decoders
+
+    tok = copy.deepcopy(tiny.bpe_tokenizer())
+    tok.backend_tokenizer.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Fuse()])
+    shown = display_tokens(tok, tok("the café")["input_ids"])  # é is two pieces of this tiny vocabulary
+    assert "".join(shown) == "the␣caf<0xC3><0xA9>"  # not "theĠcafÃ©"
+
+
+def test_typed_control_tokens_are_special_and_a_typed_unknown_token_is_a_word_on_both_sides():
+    """SmolLM2's <file_sep>, an added token marked special (its decode drops it), was a word when typed; an
+    encoder-decoder's decoder flagged a typed [UNK] special, its encoder not."""
+    from tokenizers import AddedToken
+
+    tok = copy.deepcopy(tiny.bpe_tokenizer())
+    tok.add_tokens([AddedToken("<file_sep>", special=True)])
+    model = tiny.tiny_gpt2()
+    model.resize_token_embeddings(len(tok))
+    result = extract_attention(model, tok, "the fox <file_sep> the dog")
+    assert [t for t, s in zip(result.tokens, result.special) if s] == ["<file_sep>"]
+    bart = extract_attention(tiny.tiny_bart(), tiny.wordpiece_tokenizer(), "the [UNK] fox", target="the [UNK] fox")
+    flagged = [[t for t, s in zip(r.tokens, r.special) if s] for r in (bart.encoder, bart.decoder)]
+    assert "[UNK]" in bart.encoder.tokens and "[UNK]" in bart.decoder.tokens
+    assert "[UNK]" not in flagged[0] and "[UNK]" not in flagged[1]
 
 
 def test_a_byte_level_tokenizer_s_unknown_token_typed_is_a_control_token():
