@@ -39,7 +39,7 @@ def _mpl_text(text: str) -> str:
 
 def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: str, positions=None,
             log_scale: bool = False):
-    """The map as the page draws it: colours from 0 (or ``LOG_FLOOR``, log scale) to its largest weight, tokens
+    """The map as the page draws it: colours from 0 to its largest weight (log scale: ``LOG_FLOOR`` to 1), tokens
     numbered by their positions in the input (hidden special tokens leave gaps)."""
     import matplotlib
 

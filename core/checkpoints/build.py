@@ -46,6 +46,8 @@ LOAD_DTYPES = (torch.bfloat16, torch.float32)
 def load_dtype(config) -> torch.dtype:
     """The dtype a model of transformers ``config`` is loaded in (``LOAD_DTYPES``)."""
     return config.dtype if getattr(config, "dtype", None) in LOAD_DTYPES else torch.float32
+
+
 _CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json or any nested sub-config
     **dict.fromkeys(("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
                      "num_decoder_layers", "num_encoder_layers", "num_hidden_groups", "inner_group_num"),
