@@ -28,7 +28,11 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 WORD_START = "▁"  # SentencePiece's own marker: the one readers of tokenizer output already know
 _REPLACEMENTS = {"▁": WORD_START, "\n": "⏎", "\t": "⇥"}
 _FALLBACK_BYTE = re.compile(r"<0x([0-7][0-9A-F])>")  # SentencePiece's byte-fallback piece of one ASCII character
-_JOINERS = {"\u200c", "\u200d"}  # zero-width (non-)joiners: parts of Persian words and emoji, not hidden text
+# Invisible format characters: zero-width space, marks and bidi controls (a right-to-left override turns the rest of
+# a label around), word joiners, the byte-order mark. Not the zero-width (non-)joiners, parts of Persian words and
+# emoji, nor the format characters that draw (Arabic number signs, an emoji flag's tag characters).
+_INVISIBLE = {0x00AD, 0x061C, 0x180E, 0xFEFF, *range(0x200B, 0x200C), *range(0x200E, 0x2010),
+              *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x2066, 0x2070), *range(0xFFF9, 0xFFFC)}
 
 
 def prettify_token(token: str) -> str:
@@ -56,8 +60,8 @@ def _visible(ch: str) -> str:
     code = ord(ch)
     if code < 0x20 or 0x7F <= code < 0xA0:
         return f"\\x{code:02x}"  # ASCII: every font draws it
-    if ch != " " and ch not in _JOINERS and unicodedata.category(ch) in ("Zs", "Zl", "Zp", "Cf"):
-        return f"\\u{code:04x}"  # invisible, or a space that looks like a plain one
+    if code in _INVISIBLE or (ch != " " and unicodedata.category(ch) in ("Zs", "Zl", "Zp")):
+        return f"\\u{code:04x}"  # invisible, or a space that looks like a plain one (all in the BMP)
     return ch
 
 
@@ -91,14 +95,20 @@ def _shown_byte(ch: str) -> str:
 
 def is_byte_level(tokenizer) -> bool:
     """Whether ``tokenizer`` spells its pieces in the byte alphabet (GPT-2, RoBERTa, Llama 3, SmolLM2): its
-    decoder is ByteLevel, alone or in a Sequence; a slow tokenizer has a byte encoder."""
+    decoder or pre-tokenizer is ByteLevel, alone or in a Sequence; a slow tokenizer has a byte encoder."""
     if hasattr(tokenizer, "byte_encoder"):  # GPT2Tokenizer, RobertaTokenizer (not fast)
         return True
-    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
-    if type(decoder).__name__ == "Sequence":
-        steps = json.loads(decoder.__getstate__()).get("decoders") or []
-        return any(isinstance(step, dict) and step.get("type") == "ByteLevel" for step in steps)
-    return type(decoder).__name__ == "ByteLevel"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return any(_byte_level_step(getattr(backend, part, None), steps)
+               for part, steps in (("decoder", "decoders"), ("pre_tokenizer", "pretokenizers")))
+
+
+def _byte_level_step(component, steps: str) -> bool:
+    """Whether a tokenizers ``component`` is ByteLevel or a Sequence (its ``steps``) holding one."""
+    if type(component).__name__ == "Sequence":
+        held = json.loads(component.__getstate__()).get(steps) or []
+        return any(isinstance(step, dict) and step.get("type") == "ByteLevel" for step in held)
+    return type(component).__name__ == "ByteLevel"
 
 
 @lru_cache(maxsize=1)

@@ -139,11 +139,16 @@ def test_prettify_token_marks_word_starts(raw, shown):
     assert prettify_token(raw) == shown
 
 
+ENGLAND = "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"
+
+
 @pytest.mark.parametrize(("raw", "shown"), [
     ("Ġgantija", "Ġgantija"), ("Ċirkewwa", "Ċirkewwa"), ("ĉiam", "ĉiam"), ("Ġ", "Ġ"),  # Maltese, Esperanto letters
     ("<0x0A>", "⏎"), ("<0x09>", "⇥"), ("<0x20>", "␣"), ("<0xE2>", "<0xE2>"), ("<0x41>", "<0x41>"),  # byte fallback
     ("    ", "␣␣␣␣"), (" ", "␣"), ("\u200b", "\\u200b"), ("\ufeff", "\\ufeff"), ("\u3000", "\\u3000"),
     ("\xa0", "\\u00a0"), ("\u202eabc", "\\u202eabc"), ("a\u200db", "a\u200db"), ("می\u200cخواهم", "می\u200cخواهم"),
+    (ENGLAND, ENGLAND),  # a flag's tag characters: format characters that draw
+    ("\u06dd\u0661", "\u06dd\u0661"), ("\u0600", "\u0600"),  # Arabic end of ayah and number sign
 ])
 def test_tokens_of_tokenizers_that_are_not_byte_level_show_what_they_are(raw, shown):
     """Ġ, Ċ, ĉ were shown as a word start, a newline and a tab on every tokenizer (Maltese "Ġgantija" as
@@ -186,6 +191,8 @@ def test_a_byte_level_decoder_inside_a_sequence_is_read_as_byte_level():
     tok.backend_tokenizer.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Fuse()])
     shown = display_tokens(tok, tok("the café")["input_ids"])  # é is two pieces of this tiny vocabulary
     assert "".join(shown) == "the␣caf<0xC3><0xA9>"  # not "theĠcafÃ©"
+    tok.backend_tokenizer.decoder = None  # no decoder: its ByteLevel pre-tokenizer says so
+    assert "".join(display_tokens(tok, tok("the café")["input_ids"])) == "the␣caf<0xC3><0xA9>"
 
 
 def test_typed_control_tokens_are_special_and_a_typed_unknown_token_is_a_word_on_both_sides():
