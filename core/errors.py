@@ -30,6 +30,11 @@ class Cancelled(AttnScopeError):
     """The caller's ``should_stop`` said nobody waits for the result any more (``core.cancel``)."""
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` of ``noun`` in words, for messages: "1 tensor", "3 tensors", "1,000 special tokens"."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def first_line(err: Exception, limit: int = 160) -> str:
     """``"TypeName: first non-blank line"`` of ``err``, cut to ``limit`` characters, for one-line messages."""
     lines = [line for line in str(err).strip().splitlines() if line.strip()]

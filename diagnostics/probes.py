@@ -49,7 +49,7 @@ from transformers import PreTrainedModel
 
 from core.custom_model import AttnScopeTransformer
 from core.device import model_device
-from core.errors import ExtractionError, InputError
+from core.errors import ExtractionError, InputError, counted
 from core.extraction.hf_extract import eager_attention, map_windows, stack_layers, taken
 from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions, special_marks, typed_specials
@@ -407,8 +407,7 @@ def check_probes(tokenizer, probes) -> None:
         batch = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True, verbose=False)
         special = special_marks(tokenizer, batch["input_ids"], batch["special_tokens_mask"])
         if all(special):
-            count = f"{len(special)} special token{'s' * (len(special) != 1)}"
-            own = f" besides the tokenizer's own ({count})" if special else ""
+            own = f" besides the tokenizer's own ({counted(len(special), 'special token')})" if special else ""
             raise InputError(f"{where}: its text gives no tokens{own}; give it some words, or leave it out")
         if len(special) < 2:  # a 1 x 1 map is a single weight of 1: no pattern, no finding (Inspect refuses it too)
             raise InputError(f"{where}: the model reads it as one token, and a one-token map has nothing to measure; "

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..errors import InputError
+from ..errors import InputError, counted
 from .tokens import is_byte_level
 from .text_config import text_config
 
@@ -92,8 +92,9 @@ def encode(
     check_vocab(batch["input_ids"], vocab_size)
     special = special_marks(tokenizer, batch["input_ids"][0].tolist(), batch["special_tokens_mask"][0].tolist())
     if all(special):  # e.g. only a zero-width space, which the tokenizer drops: [CLS] [SEP]
-        raise InputError(f"the text gives no tokens besides the tokenizer's own ({len(special)} special "
-                         f"token{'s' * (len(special) != 1)}); type a sentence with words in it")
+        own = counted(len(special), "special token")
+        raise InputError(f"the text gives no tokens besides the tokenizer's own ({own}); type a sentence with words "
+                         "in it")
     segments = batch.get("token_type_ids")  # (1, T); all 0 is what the model assumes when given none
     return Encoded(batch["input_ids"], special, warnings, segments if segments is not None and segments.any() else None)
 

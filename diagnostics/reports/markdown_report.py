@@ -7,6 +7,7 @@ architecture, finding messages that quote tokens) is escaped with ``md``: a fold
 
 import re
 
+from core.errors import counted
 from diagnostics.texts import (
     BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
@@ -31,8 +32,8 @@ def md(text) -> str:
 
 def severity_counts(report) -> str:
     """``"0 errors, 1 warning, 2 info"``: the report's findings counted by severity."""
-    counts = ((report.count(s), s) for s in ("error", "warning", "info"))
-    return ", ".join(f"{n} {s}" + ("s" if n != 1 and s != "info" else "") for n, s in counts)
+    return ", ".join([counted(report.count("error"), "error"), counted(report.count("warning"), "warning"),
+                      f"{report.count('info')} info"])
 
 
 def render_markdown(report):

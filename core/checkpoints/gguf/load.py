@@ -36,7 +36,7 @@ from .header import DEFAULT_ALIGNMENT, GGUFHeader, read_gguf_header
 from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
-from ...errors import CheckpointError, first_line
+from ...errors import CheckpointError, counted, first_line
 
 GGUF_SUFFIX = ".gguf"
 MAX_ELEMENTS = 1 << 40  # per tensor; 4 TB of float32, far above any real tensor, far below an overflow
@@ -189,7 +189,7 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
         used = mapped | {*_UNUSED_OK, _ROPE_FACTORS}
         unused = [t.name for t in header.tensors if t.name not in used]
         if mapped and unused:
-            raise CheckpointError(UNUSED.format(name=name, n=_tensors(len(unused)), model=type(model).__name__,
+            raise CheckpointError(UNUSED.format(name=name, n=counted(len(unused), "tensor"), model=type(model).__name__,
                                                 tensor=unused[0]))
         model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
         tell(0.9, "reading the tokenizer")
@@ -210,13 +210,8 @@ def _check_loading_info(info: dict, model, name: str) -> None:
         raise CheckpointError(SHAPES_DIFFER.format(name=name, param=param, want=list(want), got=list(got)))
     unexpected = sorted(key for key in info.get("unexpected_keys") or () if key.split(".")[0] != "lm_head")
     if unexpected:
-        raise CheckpointError(UNUSED.format(name=name, n=_tensors(len(unexpected)), model=type(model).__name__,
+        raise CheckpointError(UNUSED.format(name=name, n=counted(len(unexpected), "tensor"), model=type(model).__name__,
                                             tensor=unexpected[0]))
-
-
-def _tensors(n: int) -> str:
-    """``n`` tensors, in words: "1 tensor", "3 tensors"."""
-    return f"{n:,} tensor" + ("" if n == 1 else "s")
 
 
 def _checked_config(path: Path, header: GGUFHeader, name: str, limits: Limits):
