@@ -41,8 +41,9 @@ def prettify_token(token: str) -> str:
     if not token:
         return "∅"
     fallback = _FALLBACK_BYTE.fullmatch(token)
-    if fallback and chr(int(fallback.group(1), 16)).isspace():  # a newline: ⏎, not <0x0A>
-        token = chr(int(fallback.group(1), 16))
+    byte = chr(int(fallback.group(1), 16)) if fallback else ""
+    if byte.isspace():  # a newline: ⏎, not <0x0A>
+        token = byte
     return _spaces_shown("".join(_REPLACEMENTS.get(ch) or _visible(ch) for ch in token))
 
 
