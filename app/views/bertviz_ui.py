@@ -8,6 +8,7 @@ import core
 from app.server import cache
 from app.views.bertviz_view import MAX_BYTES, model_view_page, neuron_view_page
 from app.names import file_stem
+from app.views.head_detail import view_title
 from core.extraction.query_key import query_key_vectors, reproduces, supports_neuron_view
 
 FRAME_PX = 280  # frame height per layer shown (bertviz draws one row of thumbnails per layer)
@@ -36,7 +37,8 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
         st.info("Choose at least one layer and one head.")
         return
     layers, heads = tuple(sorted(layers)), tuple(sorted(heads))
-    page = _page(result_id, layers, heads, f"{model}: BertViz model view", False, result)
+    title = view_title(model, result.kind, "BertViz model view")
+    page = _page(result_id, layers, heads, title, False, result)
     st.caption("BertViz (Vig 2019): one thumbnail per layer × head; click a thumbnail to enlarge it. "
                f"Weights rounded to whole percent; the view holds at most {MAX_BYTES / 1e6:g} MB of weights.")
     if page.note:
@@ -45,8 +47,7 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
     part = [] if result.kind == "self" else [result.kind]  # an encoder-decoder's three parts save apart
     name = file_stem(model, *part, "bertviz-model-view", "layers", "-".join(map(str, page.layers)))
     st.download_button("Save this view (standalone HTML)",
-                       lambda: _page(result_id, tuple(page.layers), tuple(page.heads),
-                                     f"{model}: BertViz model view", True, result).html,
+                       lambda: _page(result_id, tuple(page.layers), tuple(page.heads), title, True, result).html,
                        file_name=f"{name}.html", mime="text/html", key=f"{prefix}bv_export", on_click="ignore")
 
 

@@ -53,9 +53,9 @@ def _head_view_links(result_id: str, layer: int, _result: core.AttentionResult) 
     return head_view_data(_result.attentions, list(_result.tokens), list(_result.keys), layer, 0)
 
 
-def head_view(result_id: str, layer: int, head: int, result: core.AttentionResult) -> str:
+def head_view(result_id: str, layer: int, head: int, result: core.AttentionResult, title: str = "") -> str:
     """The offline head view of ``layer`` with ``head`` selected; the links of a layer are computed once."""
-    return head_view_page(_head_view_links(result_id, layer, result), layer, head)
+    return head_view_page(_head_view_links(result_id, layer, result), layer, head, title)
 
 
 def unmeasurable(result: core.AttentionResult) -> str | None:

@@ -80,6 +80,11 @@ def heading(mode: str, layer: int, head: int, n_heads: int, part: str = "self") 
     return f"{PARTS[part]}, {text[0].lower()}{text[1:]}" if part in PARTS else text
 
 
+def view_title(model: str, part: str, view: str) -> str:
+    """The title of a saved view: its model, the view and, of an encoder-decoder, which part it shows."""
+    return f"{model}: {view}" + (f" ({PARTS[part].lower()})" if part in PARTS else "")
+
+
 def options_ui(prefix: str, result: core.AttentionResult, columns=None) -> dict:
     """Mode, special tokens and colour scale for the heatmap (in ``columns`` when given: one for each)."""
     cols = columns or st.columns([2, 1, 1])
@@ -182,7 +187,8 @@ def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:
 
 def head_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int,
                  model: str) -> None:
-    page = derived.head_view(result_id, layer, head, result)  # self-contained: its script and data inline
+    title = view_title(model, result.kind, f"head view, layer {layer}")
+    page = derived.head_view(result_id, layer, head, result, title)  # self-contained: its script and data inline
     st.iframe(page, height=frame_height(result.tokens, result.keys))
     part = [] if result.kind == "self" else [result.kind]
     st.download_button("Save this view (standalone HTML)", page, mime="text/html", key=f"{prefix}hv_export",

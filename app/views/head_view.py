@@ -76,7 +76,7 @@ D.heads.forEach((h, hi) => {
 draw(null);
 """
 
-_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
 body {{ font: 13px sans-serif; margin: 4px; }}
 .tok {{ font: 12px monospace; cursor: default; }} .tok:hover {{ font-weight: bold; }}
 .hdr {{ font: bold 12px sans-serif; fill: #555; }}
@@ -102,19 +102,22 @@ def head_view_data(attentions: torch.Tensor, queries: list[str], keys: list[str]
     return {"queries": queries, "keys": keys, "heads": heads, "selected": head, "row": ROW_PX, "top_k": top_k}
 
 
-def head_view_html(attentions: torch.Tensor, queries: list[str], keys: list[str], layer: int, head: int) -> str:
+def head_view_html(attentions: torch.Tensor, queries: list[str], keys: list[str], layer: int, head: int,
+                   title: str = "") -> str:
     """A self-contained HTML page (no external requests) showing the heads of ``layer``."""
-    return head_view_page(head_view_data(attentions, queries, keys, layer, head), layer, head)
+    return head_view_page(head_view_data(attentions, queries, keys, layer, head), layer, head, title)
 
 
-def head_view_page(data: dict, layer: int, head: int) -> str:
-    """The page of ``head_view_data`` (of any selected head) with ``head`` selected: no recomputation."""
+def head_view_page(data: dict, layer: int, head: int, title: str = "") -> str:
+    """The page of ``head_view_data`` (of any selected head) with ``head`` selected: no recomputation. ``title``
+    (plain text) names the saved file's tab; it defaults to the layer."""
     data = {**data, "selected": head}
     keys = data["keys"]
     limit = "every key" if data["top_k"] >= len(keys) else f"the {data['top_k']} strongest keys"
     caption = html.escape(f"Layer {layer}; lines show {limit} of each query (weight ≥ {MIN_WEIGHT}). Heads:")
     payload = json_for_html(data)  # tokens are data: no "</script>" or "<!--" can end the script
-    return _PAGE.format(caption=caption, data=payload, script=_SCRIPT)
+    title = html.escape(title or f"Head view, layer {layer}")
+    return _PAGE.format(title=title, caption=caption, data=payload, script=_SCRIPT)
 
 
 def frame_height(queries: list[str], keys: list[str]) -> int:

@@ -45,6 +45,7 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
     assert len(at.get("iframe")) == 1  # the head view: saved as it is shown, so it must need nothing besides itself
     assert "Save this view (standalone HTML)" in {b.label for b in at.download_button}  # README said so; it was not
     assert "src=" not in at.get("iframe")[0].proto.srcdoc and "href=" not in at.get("iframe")[0].proto.srcdoc
+    assert f"<title>{bert_folder.name}: head view, layer 0</title>" in at.get("iframe")[0].proto.srcdoc
     at.segmented_control(key="inspect_extra_view").set_value("BertViz model view").run()
     assert not at.exception and not _errors(at)
     frame = at.get("iframe")[0].proto.srcdoc

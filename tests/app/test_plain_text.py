@@ -38,6 +38,21 @@ def test_head_view_json_cannot_end_its_script():
     assert page.count("</script>") == 2  # the data's and the code's: no token closes a script
 
 
+def test_saved_views_are_titled_by_their_model_and_part():
+    """The head view's saved page had no <title> (the tab read its file path), and the model view's did not say
+    which part of an encoder-decoder it showed."""
+    from app.views.head_detail import view_title
+
+    title = view_title("<b>bart</b>", "cross", "head view, layer 1")
+    assert title == "<b>bart</b>: head view, layer 1 (cross-attention)"
+    page = head_view.head_view_html(_attention(), MARKUP, MARKUP, 1, 2, title)
+    assert "<title>&lt;b&gt;bart&lt;/b&gt;: head view, layer 1 (cross-attention)</title>" in page
+    assert "<title>Head view, layer 1</title>" in head_view.head_view_html(_attention(), MARKUP, MARKUP, 1, 2)
+    assert view_title("m", "self", "BertViz model view") == "m: BertViz model view"
+    page = bertviz_view.model_view_page(_attention(), MARKUP, MARKUP, [0], [0], view_title("m", "encoder", "x"))
+    assert "<title>m: x (encoder)</title>" in page.html
+
+
 def test_a_layer_with_a_nan_head_still_gives_a_head_view_the_browser_can_parse():
     """NaN reached the page's JSON ('Unexpected token N'): the view of the whole layer stayed blank."""
     attention = _attention()
