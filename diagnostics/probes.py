@@ -10,7 +10,7 @@ byte-level BPE vocabulary (GPT-2, SmolLM2) spells any text, so it misses only
 characters it holds as raw bytes. A tokenizer without an unknown token may drop
 what it cannot spell instead (a BPE model with no ``unk_token``): for a fast
 tokenizer, the share of the characters it could spell that its tokens decode to
-caps the coverage too (``_characters_spelt``). Below ``MIN_COVERAGE`` a default probe is
+caps the coverage too (``core.extraction.spelling``). Below ``MIN_COVERAGE`` a default probe is
 replaced by ``vocabulary_probe``s: random ordinary tokens of the model's own
 vocabulary.
 
@@ -55,6 +55,7 @@ from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal
 from core.extraction.text_config import text_config, vocab_size
+from core.extraction.spelling import characters_spelt
 from core.extraction.tokens import display_tokens, is_byte_level
 from core.result import AttentionResult
 from diagnostics.findings import note
@@ -258,39 +259,9 @@ def probe_coverage(tokenizer, probe: Probe, limit: int | None = None) -> float:
     missed = sum(i == unknown or bool(_BYTE_FALLBACK.fullmatch(t or "")) or "\ufffd" in tokenizer.decode([i])
                  for i, t in zip(ids, tokenizer.convert_ids_to_tokens(ids)))
     cut_short = bool(limit) and len(batch["input_ids"]) >= limit
-    spelt = _characters_spelt(tokenizer, batch, probe, unknown, cut_short) if offsets else 1.0
-    return min(1 - missed / len(ids), spelt)
-
-
-def _characters_spelt(tokenizer, batch, probe: Probe, unknown, cut_short: bool) -> float:
-    """Share of the characters the tokenizer could spell in the part of ``probe`` the model reads that its tokens
-    do spell (those under an unknown token, or a special one the text names, count as spelt: the token share counts
-    the first). A tokenizer with no unknown token drops what it cannot spell, and no token says so. Both sides are
-    counted on the text as the normalizer leaves it (accents stripped, invisible marks dropped, Gemma's spaces as
-    "▁"), in the pieces its pre-tokenizer keeps (split delimiters dropped), whitespace aside: the text read, against
-    its tokens decoded. A text cut short is counted between its tokens' offsets (either side may be cut; they are
-    wrong by a little where characters were dropped)."""
-    backend = tokenizer.backend_tokenizer
-
-    def visible(text: str) -> int:
-        text = backend.normalizer.normalize_str(text) if backend.normalizer else text
-        spans = [span for _, span in backend.pre_tokenizer.pre_tokenize_str(text)] if backend.pre_tokenizer else [
-            (0, len(text))]
-        return sum(not char.isspace() for start, end in spans for char in text[start:end])
-
-    could = spelt = 0
-    marks = zip(batch["input_ids"], batch.sequence_ids(), batch["special_tokens_mask"], batch["offset_mapping"])
-    tokens = [(i, sequence, added, span) for i, sequence, added, span in marks if sequence is not None]
-    for sequence, text in enumerate((probe.text, probe.text_pair or "")):
-        own = [(i, added, span) for i, seq, added, span in tokens if seq == sequence]
-        if not own:
-            continue
-        spans = [span for _, _, span in own if span[1]]  # a special token the tokenizer adds has none
-        read = text[min(s for s, _ in spans):max(e for _, e in spans)] if cut_short and spans else text
-        could += visible(read)
-        spelt += visible(tokenizer.decode([i for i, added, _ in own if i != unknown and not added]))
-        spelt += sum(visible(text[s:e]) for i, added, (s, e) in own if i == unknown or added)
-    return min(spelt / could, 1.0) if could else 1.0
+    texts = (probe.text, probe.text_pair)
+    spelt, could = characters_spelt(tokenizer, batch, texts, unknown, cut_short) if offsets else (0, 0)
+    return min(1 - missed / len(ids), spelt / could if could else 1.0)
 
 
 def probe_tokens(tokenizer, probe: Probe) -> int:

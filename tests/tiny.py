@@ -59,6 +59,16 @@ def long_bpe_tokenizer(limit: int = 1024) -> GPT2TokenizerFast:
     return tokenizer
 
 
+@lru_cache(maxsize=None)
+def dropping_tokenizer() -> PreTrainedTokenizerFast:
+    """A BPE with no unknown token, trained on "the cat sat on the mat": it drops every other letter ("the dog" is
+    read as "the o")."""
+    tok = Tokenizer(models.BPE())  # no unk_token
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(["the cat sat on the mat"] * 50, trainers.BpeTrainer(vocab_size=60))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=64)
+
+
 # Tokens that are markup: each must show as these characters, never as a link, a comment or bold text.
 MARKUP_TOKENS = ['<a href="http://127.0.0.1:9/phish">', "<!--", "</script>", "**bold**", "&amp;", ":red[x]",
                  "<img src=x onerror=alert(1)>"]

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, counted
+from .spelling import characters_spelt
 from .tokens import is_byte_level
 from .text_config import text_config
 
@@ -74,6 +75,8 @@ def encode(
     # verbose=False: transformers would warn that a long text "will result in indexing errors"; it is cut below
     # a pair's segment ids even where the tokenizer does not list them among its inputs (ALBERT's, in transformers 5)
     ask_segments = {"return_token_type_ids": True} if text_pair is not None else {}
+    if getattr(tokenizer, "is_fast", False):  # the offsets say what each token spells (``dropped_warnings``)
+        ask_segments["return_offsets_mapping"] = True
     batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt", verbose=False,
                       **ask_segments)
     full_length = batch["input_ids"].shape[-1]
@@ -85,6 +88,7 @@ def encode(
             raise InputError(f"the model reads at most {limit} tokens, fewer than this tokenizer adds around "
                              f"{'a pair' if text_pair is not None else 'a text'} itself; it cannot read any text")
     warnings = [] if text_pair is None else _pair_warnings(tokenizer, text, batch)
+    warnings += _dropped_warnings(tokenizer, batch, (text, text_pair), truncate)
     if truncate:
         warnings.append(f"input has {full_length} tokens; {TRUNCATED} of {limit}")
     if batch["input_ids"].numel() == 0:
@@ -111,6 +115,9 @@ def segment_inputs(model, token_type_ids, device=None) -> dict:
     return {"token_type_ids": ids.to(device)} if int(ids.max()) < rows else {}
 
 
+# The words of the warning for characters the tokenizer left out (``AttentionResult.warnings``).
+DROPPED = "the tokenizer dropped characters it cannot spell"
+
 # The words of the warning for a pair joined without a separator (``AttentionResult.warnings``).
 PAIR_JOINED = "this tokenizer has no sentence-pair format"
 
@@ -122,6 +129,19 @@ def _pair_warnings(tokenizer, text: str, batch) -> list[str]:
         return []
     return [f"{PAIR_JOINED}: the second sentence was appended right after the first, with no separator token "
             "between them; add one to the text yourself if the model expects it"]
+
+
+def _dropped_warnings(tokenizer, batch, texts: tuple[str, str | None], cut_short: bool) -> list[str]:
+    """A warning when the tokens leave out characters of the text: a tokenizer with no unknown token (a BPE model
+    without ``unk_token``) drops what it cannot spell, and the map shows the text without it."""
+    if "offset_mapping" not in batch:  # a slow tokenizer has no offsets; those transformers ships have unk tokens
+        return []
+    unknown = None if is_byte_level(tokenizer) else tokenizer.unk_token_id
+    spelt, could = characters_spelt(tokenizer, batch, texts, unknown, cut_short)
+    if spelt == could:
+        return []
+    return [f"{DROPPED}: {could - spelt} of the {counted(could, 'character')} read (spaces aside) have no token and "
+            "no unknown token stands in for them, so the model reads the text without them"]
 
 
 def check_vocab(input_ids: torch.Tensor, vocab_size: int | None) -> None:

@@ -17,7 +17,7 @@ from core import (
     AttnScopeTransformer, ExtractionError, InputError, TINY_PRESETS, extract_attention, extract_module_attention,
 )
 
-from core.extraction.encode import PAIR_JOINED
+from core.extraction.encode import DROPPED, PAIR_JOINED
 from core.extraction.extract import model_is_causal
 from core.extraction.module_extract import capture_mha_weights
 from core.extraction.tokens import byte_level_token, display_tokens, prettify_token
@@ -119,6 +119,21 @@ def test_pair_on_a_decoder_only_model_says_how_it_was_joined():
     assert any(PAIR_JOINED in w for w in gpt2.warnings)
     bert = extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), "the fox", text_pair="the dog")
     assert not any(PAIR_JOINED in w for w in bert.warnings)  # [SEP] marks the boundary
+
+
+def test_characters_the_tokenizer_drops_are_warned_of():
+    """A BPE with no unknown token read "the dog" as "the o" in Inspect, and nothing said so."""
+    model = tiny.tiny_gpt2()
+    result = extract_attention(model, tiny.dropping_tokenizer(), "the dog")
+    assert result.tokens == ["the", "o"]
+    assert result.warnings == [f"{DROPPED}: 2 of the 6 characters read (spaces aside) have no token and no unknown "
+                               "token stands in for them, so the model reads the text without them"]
+    assert not extract_attention(model, tiny.dropping_tokenizer(), "the cat sat").warnings
+    pair = extract_attention(model, tiny.dropping_tokenizer(), "the cat", text_pair="the dog").warnings
+    assert any(w.startswith(f"{DROPPED}: 2 of the 12 characters") for w in pair)
+    for text in ["naïve café 日本語 🎉👍🏽 🇫🇷 مرحبا", "tab\there\x00ctl\u200bzw\u00adsoft e\u0301", "∑∫√ ≠ [UNK] <s>"]:
+        assert not extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), text).warnings  # [UNK] stands in
+        assert not extract_attention(model, tiny.bpe_tokenizer(), text).warnings  # byte-level: spells every text
 
 
 def test_a_target_only_an_encoder_decoder_reads_is_said_to_be_unused():

@@ -66,12 +66,10 @@ def test_coverage_counts_unknown_tokens():
 def test_coverage_counts_characters_a_tokenizer_without_an_unknown_token_drops():
     """A BPE model with no unk_token drops every character it cannot spell, and no token says so: coverage of the
     default probes was 1.0 while the model read one character in three of them."""
-    from tokenizers import trainers
+    from tiny import dropping_tokenizer
 
-    backend = Tokenizer(models.BPE())  # no unk_token
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.train_from_iterator(["the cat sat on the mat"] * 50, trainers.BpeTrainer(vocab_size=60))
-    dropping = PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=512)
+    dropping = copy.deepcopy(dropping_tokenizer())
+    dropping.model_max_length = 512
     assert probe_coverage(dropping, Probe("the cat sat on the mat")) == 1.0
     assert probe_coverage(dropping, Probe("the cat", "sat on the mat")) == 1.0  # each sentence of a pair
     assert probe_coverage(dropping, Probe("the dog")) == 4 / 6  # "d", "g" dropped; "o" spelt
