@@ -22,6 +22,11 @@ Sources behind the readings and suggestions:
 
 from dataclasses import dataclass
 
+from diagnostics.classify.patterns import DIFFUSE_MIN, PURE_SINK
+from diagnostics.classify.roles import BROAD_MIN, OFFSET_MIN, SINK_MIN
+from diagnostics.measure.metrics import SINK_REFERENCE_KEYS
+from diagnostics.measure.row_stats import OFFSETS
+
 
 @dataclass(frozen=True)
 class PatternText:
@@ -44,7 +49,8 @@ class FindingText:
 PATTERN_TEXTS = {
     "diagonal": PatternText(
         "Diagonal (positional)",
-        "Mass on one diagonal offset: each token looks at itself, the previous or the next token.",
+        "Besides its sink, mass on one diagonal offset: each token looks at a token a fixed distance away "
+        f"(up to {max(OFFSETS)} either side), most often itself, the previous or the next token.",
         "A positional head (Clark et al. 2019). If it dominates many heads the model may lean too much on "
         "position.",
         "Fine for a few heads; if many heads are diagonal, check that position information is not "
@@ -59,10 +65,13 @@ PATTERN_TEXTS = {
         "#F58518",
     ),
     "diffuse": PatternText(
-        "Diffuse (uniform)",
-        "Rows are near uniform: every token spreads its attention evenly.",
-        "The head does little (\"attention failure\"); it averages its input.",
-        "Check that gradients reach Q/K and how Q/K were initialised (std ≈ 1/√d_k).",
+        "Diffuse (broad)",
+        "Besides its sink, every token spreads its attention almost evenly (normalised entropy of the rest "
+        f"≥ {DIFFUSE_MIN}).",
+        "A broad head that averages its input (Clark et al. 2019); common in trained models. Only rows near "
+        "uniform over every key (the diffuse_heads finding) point at an attention failure.",
+        "Nothing to do unless the diagnosis names the head among its near-uniform heads; then check that "
+        "gradients reach Q/K and how Q/K were initialised (std ≈ 1/√d_k).",
         "#BAB0AC",
     ),
     "sparse": PatternText(
@@ -74,8 +83,11 @@ PATTERN_TEXTS = {
     ),
     "vertical": PatternText(
         "Vertical (sink)",
-        "Most queries put their mass on one or two keys: [CLS], [SEP], the first token or punctuation.",
-        "An attention sink or \"no-op\" head (Clark et al. 2019; Gu et al. 2024).",
+        f"At least {PURE_SINK} of the mass on the sink ([CLS], [SEP] or the first token), or, besides it, most queries "
+        "on the same one or two other keys (punctuation, a repeated word). A head with a smaller sink is "
+        "labelled by what it does with the rest, and has the sink role.",
+        "An attention sink or \"no-op\" head, or one that gathers at a few keys (Clark et al. 2019; "
+        "Gu et al. 2024).",
         "Usually benign. A classifier once failed because a layer-6 head over-attended to [CLS]; it was "
         "fixed by constraining that attention.",
         "#B279A2",
@@ -93,14 +105,15 @@ class RoleText:
 ROLE_TEXTS = {
     "previous_token": RoleText(
         "Previous token", "prev",
-        "Puts most of its non-sink attention on the token just before the query (score: that share; "
+        f"Puts at least {OFFSET_MIN} of its non-sink attention on the token just before the query (score: that share; "
         "Clark et al. 2019). Builds bigram features; induction heads rely on one."),
     "next_token": RoleText(
         "Next token", "next",
-        "Puts most of its non-sink attention on the token just after the query (bidirectional models)."),
+        f"Puts at least {OFFSET_MIN} of its non-sink attention on the token just after the query (bidirectional "
+        "models)."),
     "self": RoleText(
         "Self", "self",
-        "Puts most of its non-sink attention on the query token itself."),
+        f"Puts at least {OFFSET_MIN} of its non-sink attention on the query token itself."),
     "induction": RoleText(
         "Induction", "ind",
         "On a random sequence repeated twice, attends from a token to the token after its previous "
@@ -110,7 +123,8 @@ ROLE_TEXTS = {
         "On a random sequence repeated twice, attends from a token to its previous occurrence."),
     "sink": RoleText(
         "Sink", "sink",
-        "Parks at least 0.3 of its attention on the first token or [CLS]/[SEP], as measured on a 20-token "
+        f"Parks at least {SINK_MIN} of its attention on the first token or [CLS]/[SEP], as measured on a "
+        f"{SINK_REFERENCE_KEYS}-token "
         "text (score: that mass; a head parks less on a longer text, and the score corrects for it). Normal "
         "in trained models, a way to do nothing (Xiao et al. 2023; Gu et al. 2024); the pattern describes "
         "what the head does with the rest."),
@@ -120,7 +134,7 @@ ROLE_TEXTS = {
         "position dominating (score: that mean distance, in tokens)."),
     "broad": RoleText(
         "Broad", "brd",
-        "Spreads its non-sink attention almost evenly over the input (normalised entropy ≥ 0.92; Clark "
+        f"Spreads its non-sink attention almost evenly over the input (normalised entropy ≥ {BROAD_MIN}; Clark "
         "et al. 2019's broad heads): a bag-of-words average."),
 }
 
@@ -212,12 +226,12 @@ FINDING_TEXTS = {
         "Usually benign (Gu et al. 2024). If a downstream task misbehaves, look at these heads first: a "
         "classifier once failed because a head over-attended to [CLS], fixed by constraining that attention.",
         "{count} of {total} heads ({percent}) are attention sinks (one key receives ≥ {threshold} of the "
-        "attention of the queries that see it): {heads}.",
+        "attention of the queries that see it, beyond an even share): {heads}.",
     ),
     "positional_heads": FindingText(
         "Positional heads",
-        "These heads attend to a fixed offset (themselves, the previous or the next token) whatever the "
-        "content (Clark et al. 2019).",
+        f"These heads attend to a fixed offset (up to {max(OFFSETS)} tokens either side: most often themselves, "
+        "the previous or the next token) whatever the content (Clark et al. 2019).",
         "Fine for a few heads. If most heads are positional, check that position information is not "
         "overwhelming content; for quality drops on long inputs, try relative position encodings.",
         "{count} of {total} heads ({percent}) are positional (≥ {threshold} of their mass on one offset): "

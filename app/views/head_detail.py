@@ -181,7 +181,8 @@ def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:
     sink = m.get("sink_token") or (keys[m["sink_key"]] if m.get("sink_key", len(keys)) < len(keys) else "?")
     cols[3].metric("Sink score", f"{m['sink_score']:.2f}",
                    help=f"What the strongest key, “{for_markdown(sink)}”, draws beyond an even spread over the keys "
-                        "each query sees (0 = no key stands out; the sink role's score is its share itself)")
+                        "each query sees (0 = no key stands out; the sink role's score is the first token's or special "
+                        "tokens' share, as it would be on a 20-token text)")
     cols[4].metric("Mean distance", f"{m['mean_distance']:.1f}", help="Expected |query − key| in tokens")
 
 

@@ -134,10 +134,9 @@ def _pair_warnings(tokenizer, text: str, batch) -> list[str]:
 def _dropped_warnings(tokenizer, batch, texts: tuple[str, str | None], cut_short: bool) -> list[str]:
     """A warning when the tokens leave out characters of the text: a tokenizer with no unknown token (a BPE model
     without ``unk_token``) drops what it cannot spell, and the map shows the text without it."""
-    if "offset_mapping" not in batch:  # a slow tokenizer has no offsets; those transformers ships have unk tokens
-        return []
-    unknown = None if is_byte_level(tokenizer) else tokenizer.unk_token_id
-    spelt, could = characters_spelt(tokenizer, batch, texts, unknown, cut_short)
+    if "offset_mapping" not in batch or is_byte_level(tokenizer):  # a slow tokenizer has no offsets (those
+        return []  # transformers ships have unknown tokens); a byte-level one spells every text
+    spelt, could = characters_spelt(tokenizer, batch, texts, tokenizer.unk_token_id, cut_short)
     if spelt == could:
         return []
     return [f"{DROPPED}: {could - spelt} of the {counted(could, 'character')} read (spaces aside) have no token and "

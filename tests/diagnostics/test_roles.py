@@ -174,6 +174,35 @@ def test_every_role_has_a_text():
     assert set(ROLE_TEXTS) == set(ROLES)
 
 
+def test_the_texts_state_the_rules_the_labels_follow():
+    """The Guide called every vertical head a sink and every diffuse head an attention failure ("check Q/K init"),
+    while the labels set the sink aside: 64 of SmolLM2's 68 sink heads were labelled sparse, and 12 of healthy
+    demo-bert's 16 heads diffuse. It also said "most" for a 0.4 share, and named offsets -1..+1 of -3..+3."""
+    from diagnostics.classify.patterns import PURE_SINK
+    from diagnostics.classify.roles import OFFSET_MIN
+    from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS
+
+    stripe = torch.zeros(N, N)
+    for i in range(N):  # 0.7 on token 0, the rest spread evenly over the other keys the query sees
+        stripe[i, 1:i + 1] = 0.3 / i if i else 0
+        stripe[i, 0] = 0.7 if i else 1.0
+    head = classify_head(stripe, causal=True)
+    assert head.label == "diffuse" and "sink" in names(head.roles)  # a smaller sink: labelled by the rest
+    assert f"At least {PURE_SINK} of the mass on the sink" in PATTERN_TEXTS["vertical"].looks_like
+    assert "labelled by what it does with the rest" in PATTERN_TEXTS["vertical"].looks_like
+    assert f"≥ {DIFFUSE_MIN}" in PATTERN_TEXTS["diffuse"].looks_like
+    assert "Nothing to do unless" in PATTERN_TEXTS["diffuse"].action
+    two_back = classify_head(causal_rows(N, lambda i: max(i - 2, 1), sink=0.0), causal=True)
+    assert (two_back.label, two_back.offset) == ("diagonal", -2)
+    assert "up to 3" in PATTERN_TEXTS["diagonal"].looks_like and "up to 3" in FINDING_TEXTS[
+        "positional_heads"].meaning
+    for role in ("previous_token", "next_token", "self"):
+        assert ROLE_TEXTS[role].meaning.startswith(f"Puts at least {OFFSET_MIN} of its non-sink attention")
+    assert f"at least {SINK_MIN} of its attention" in ROLE_TEXTS["sink"].meaning
+    assert f"{SINK_REFERENCE_KEYS}-token" in ROLE_TEXTS["sink"].meaning
+    assert "beyond an even share" in FINDING_TEXTS["sink_heads"].message
+
+
 def test_report_heads_carry_roles_from_the_vocabulary():
     report = diagnose((tiny_gpt2(), wordpiece_tokenizer()), texts=["The cat sat on the mat.", "A dog barked."])
     assert all(isinstance(h.roles, list) for h in report.heads)
