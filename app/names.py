@@ -12,6 +12,8 @@ import hashlib
 import re
 from pathlib import PurePosixPath
 
+from core.extraction.tokens import visible
+
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9.-]+")
 MAX_STEM = 80  # characters of an export's file name before its extension
 CUT_MODEL_CHARS = 40  # a model name too long for a file name is cut to this: every file of it starts alike
@@ -27,8 +29,12 @@ def is_path(source: str) -> bool:
 
 
 def display_name(source: str) -> str:
-    """The name a user knows the model by: demo name, Hub id, or the last part of a path."""
-    source = str(source).strip()
+    """The name a user knows the model by: demo name, Hub id, or the last part of a path; its control and invisible
+    characters written out (``\\u202e``: a right-to-left override turned the rest of a title around)."""
+    return visible(_shown_part(str(source).strip()))
+
+
+def _shown_part(source: str) -> str:
     if not is_path(source):
         return source or "model"
     parts = [p for p in PurePosixPath(source.replace("\\", "/")).parts if p not in ("/", "~", ".", "..")]

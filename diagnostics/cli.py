@@ -23,9 +23,9 @@ from pathlib import Path
 
 from core.checkpoints.paths import readable
 from core.errors import AttnScopeError, InputError
+from core.extraction.tokens import visible
 from diagnostics.probes import MIN_JUDGED_TOKENS
 from diagnostics.reports.exports import unwritable
-from diagnostics.reports.markdown_report import visible_controls
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `yes | head`'s yes
@@ -267,7 +267,7 @@ def _fail(message, status):
 def _one_line(message) -> str:
     """``message`` on one line, its control characters visible: a path holding ESC sequences does not drive the
     terminal."""
-    return visible_controls(" ".join(readable(message).split()))
+    return visible(" ".join(readable(message).split()))
 
 
 class _progress:

@@ -21,6 +21,7 @@ import core
 from app import errors
 from app.server import cache, uploads
 from app.names import display_name, upload_name
+from core.extraction.tokens import visible
 from diagnostics.probes import MIN_JUDGED_TOKENS
 
 # What one Diagnose or Compare run may ask of a shared server: SmolLM2 diagnoses 10,000 characters (2,132
@@ -95,7 +96,7 @@ def upload_ui(prefix: str):
     staged = s.get(staged_key)
     if staged is None:
         return None
-    names = ", ".join(staged.names)
+    names = ", ".join(map(visible, staged.names))
     cols = st.columns([4, 1])
     cols[0].text(f"Uploaded: {names} ({staged.size / 1e6:,.1f} MB)")  # st.text: file names stay plain text
     if cols[1].button("Clear", key=f"{prefix}_clear"):
@@ -111,17 +112,31 @@ def load_source(inputs, n_heads: int | None = None, progress=None) -> core.Loade
         return core.load_untrusted(source, n_heads=n_heads, progress=progress)
 
 
+def _labelled(label: str | None, load, *args):
+    """``load(*args)``, its errors' messages led by ``label`` (when there is one)."""
+    try:
+        return load(*args)
+    except core.AttnScopeError as err:
+        if label is None:
+            raise
+        raise type(err)(f"{label}: {err}") from err
+
+
 def _known(inputs) -> bool:
     return isinstance(inputs, str) and inputs in core.MODEL_CHOICES
 
 
 @contextmanager
-def opened_models(inputs: list, n_heads: int | None, progress: list):
+def opened_models(inputs: list, n_heads: int | None, progress: list, labels: list[str] | None = None):
     """``[(model, tokenizer, notes)]``, one per ``inputs`` (what ``source_ui`` returned), for the length of the
     ``with``. A known model comes from the server's model cache (the one Inspect uses: not loaded again) and is
-    held under its lock; the rest are loaded first, for this run alone (``progress[i]`` follows input i).
-    Locks are taken in name order, so two runs wanting the same two known models cannot wait on each other."""
-    loaded = [None if _known(x) else load_source(x, n_heads, tell) for x, tell in zip(inputs, progress)]
+    held under its lock; the rest are loaded first, for this run alone (``progress[i]`` follows input i), and an
+    error loading one starts with its ``labels[i]`` ("Model B (tuned.zip)"): the same broken file on either side
+    gave the same message. Locks are taken in name order, so two runs wanting the same two known models cannot
+    wait on each other."""
+    labels = labels or [None] * len(inputs)
+    loaded = [None if _known(x) else _labelled(label, load_source, x, n_heads, tell)
+              for x, tell, label in zip(inputs, progress, labels)]
     shared = {name: cache.load_model(name) for name in sorted({x for x in inputs if _known(x)})}
     with ExitStack() as locks:
         for model in shared.values():

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from app.plain import for_plotly
 
 from core.views import pool_map
+from diagnostics.reports.compare_report import number_text
 from app.views.plots import MAX_CELLS
 
 
@@ -21,13 +22,14 @@ def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure
     n_layers, n_heads = z.shape
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(n_heads)), y=list(range(n_layers)), zmin=0, zmax=max(ceiling, float(z.max())),
-        colorscale="Reds", colorbar=dict(title="JS"), texttemplate="%{z:.3f}", hoverinfo="skip"))
+        colorscale="Reds", colorbar=dict(title="JS"), text=[[number_text(v) for v in row] for row in z],
+        texttemplate="%{text}", hoverinfo="skip"))
     # Streamlit selects no heatmap cell (streamlit#8760): one invisible marker per cell takes the click and the hover
     cells = [(l, h) for l in range(n_layers) for h in range(n_heads)]
     fig.add_trace(go.Scatter(
         x=[h for _, h in cells], y=[l for l, _ in cells], customdata=cells, mode="markers", showlegend=False,
         marker=dict(symbol="square", size=28, color="rgba(0,0,0,0.01)"),
-        hovertext=[f"layer {l}, head {h}<br>JS distance {z[l, h]:.3f}" for l, h in cells], hoverinfo="text"))
+        hovertext=[f"layer {l}, head {h}<br>JS distance {number_text(z[l, h])}" for l, h in cells], hoverinfo="text"))
     if selected is not None:
         fig.add_shape(type="rect", x0=selected[1] - 0.5, x1=selected[1] + 0.5, y0=selected[0] - 0.5,
                       y1=selected[0] + 0.5, line=dict(color="#1f77b4", width=3))

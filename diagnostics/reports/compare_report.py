@@ -45,17 +45,17 @@ def render_markdown(report):
         lines += [f"## JS distance per head{'' if part == 'self' else f': {part}'}", "",
                   "| layer | " + " | ".join(f"H{h}" for h in range(len(grid[0]))) + " |",
                   "|---" * (len(grid[0]) + 1) + "|"]
-        lines += [f"| L{layer} | " + " | ".join(_number(v) for v in row) + " |" for layer, row in enumerate(grid)]
+        lines += [f"| L{layer} | " + " | ".join(number_text(v) for v in row) + " |" for layer, row in enumerate(grid)]
         lines.append("")
     lines += ["## Changed heads", ""]
     if not report.changed:
         return "\n".join(lines + ["No head changed beyond the thresholds.", ""])
     lines += ["| head | distance | why | pattern | roles | Δ entropy | Δ sink |", "|---|---|---|---|---|---|---|"]
     for h in report.changed:
-        lines.append(f"| {_head_name(h)} | {_number(h.js_distance)} | {', '.join(h.reasons)} | "
+        lines.append(f"| {_head_name(h)} | {number_text(h.js_distance)} | {', '.join(h.reasons)} | "
                      f"{pattern_name(h.before)} → {pattern_name(h.after)} | "
                      f"{md(_roles(h.before))} → {md(_roles(h.after))} | "
-                     f"{_number(h.entropy_delta, '+.3f')} | {_number(h.sink_delta, '+.3f')} |")
+                     f"{number_text(h.entropy_delta, '+.3f')} | {number_text(h.sink_delta, '+.3f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -79,11 +79,11 @@ def render_html(report):
     for part in dict.fromkeys(h.part for h in report.heads):
         body.append(_grid_html(report, part))
     rows = "".join(
-        f"<tr><td>{plain(_head_name(h))}</td><td>{_number(h.js_distance)}</td>"
+        f"<tr><td>{plain(_head_name(h))}</td><td>{number_text(h.js_distance)}</td>"
         f"<td>{plain(', '.join(h.reasons))}</td>"
         f"<td>{plain(pattern_name(h.before))} → {plain(pattern_name(h.after))}</td>"
         f"<td>{plain(_roles(h.before))} → {plain(_roles(h.after))}</td>"
-        f"<td>{_number(h.entropy_delta, '+.3f')}</td><td>{_number(h.sink_delta, '+.3f')}</td></tr>"
+        f"<td>{number_text(h.entropy_delta, '+.3f')}</td><td>{number_text(h.sink_delta, '+.3f')}</td></tr>"
         for h in report.changed)
     body.append("<h2>Changed heads</h2>" + (
         "<table><tr><th>head</th><th>distance</th><th>why</th><th>pattern</th><th>roles</th><th>Δ entropy</th>"
@@ -104,13 +104,13 @@ def _grid_html(report, part):
     rows = []
     for layer, values in enumerate(grid):
         shade = [min(1.0, v / 0.5) if v == v else 0.0 for v in values]  # NaN (a diverged head): unshaded
-        cells = "".join(f"<td style='background:rgba(192,57,43,{a:.2f})'>{_number(v)}</td>"
+        cells = "".join(f"<td style='background:rgba(192,57,43,{a:.2f})'>{number_text(v)}</td>"
                         for a, v in zip(shade, values))
         rows.append(f"<tr><th>L{layer}</th>{cells}</tr>")
     title = "JS distance per head" + ("" if part == "self" else f": {plain(part)}")
     return f"<h2>{title}</h2><table class='grid'>{head_row}{''.join(rows)}</table>"
 
 
-def _number(value, spec=".3f") -> str:
+def number_text(value, spec=".3f") -> str:
     """``value`` formatted, or "n/a" for a diverged head's NaN (no distance, no entropy)."""
     return "n/a" if value != value else format(value, spec)

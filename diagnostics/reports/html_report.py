@@ -8,7 +8,8 @@ the first probe text, drawn as inline SVG so the file opens offline.
 
 from html import escape
 
-from diagnostics.reports.markdown_report import severity_counts, visible_controls
+from core.extraction.tokens import visible
+from diagnostics.reports.markdown_report import severity_counts
 from diagnostics.texts import (
     BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
@@ -32,9 +33,10 @@ table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .5rem;border:
 
 
 def plain(value) -> str:
-    """``value`` as HTML text: markup escaped and control characters written out (ESC as ``\\x1b``): a folder named
-    with terminal escapes drove the terminal an HTML report was printed to, and C0 controls are no valid HTML."""
-    return escape(visible_controls(str(value)))
+    """``value`` as HTML text: markup escaped and control and invisible characters written out (ESC as ``\\x1b``, a
+    right-to-left override as ``\\u202e``): a folder named with terminal escapes drove the terminal an HTML report
+    was printed to, C0 controls are no valid HTML, and an override turned "A → B" around."""
+    return escape(visible(str(value)))
 
 
 def render_html(report):

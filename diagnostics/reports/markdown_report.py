@@ -8,6 +8,7 @@ architecture, finding messages that quote tokens) is escaped with ``md``: a fold
 import re
 
 from core.errors import counted
+from core.extraction.tokens import visible
 from diagnostics.texts import (
     BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
@@ -15,18 +16,12 @@ from diagnostics.texts import (
 
 # Markdown's special characters, "$" (GitHub's math) and ":" before a non-space (":skull:" shortcodes)
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~$]|:(?=\S))")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL, C1: an ESC from a file name would drive a terminal
-
-
-def visible_controls(text: str) -> str:
-    """``text`` with each control character written as its escape (ESC as ``\\x1b``), so it is seen, not obeyed."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
 
 def md(text) -> str:
     """``text`` with markdown's special characters and ``&`` escaped (``&amp;`` shows as typed, not as ``&``), its
-    control characters made visible, on one line."""
-    text = visible_controls(" ".join(str(text).split())).replace("&", "&amp;")
+    control and invisible characters made visible (``core.extraction.tokens.visible``: an ESC from a file name would
+    drive a terminal, a right-to-left override would turn the rest of a title around), on one line."""
+    text = visible(" ".join(str(text).split())).replace("&", "&amp;")
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 

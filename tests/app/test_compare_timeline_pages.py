@@ -72,6 +72,19 @@ def test_compare_folder_against_upload(bert_folder, bert_zip, monkeypatch):
     assert at.metric[0].value == "0 / 8"
 
 
+def test_a_model_that_fails_to_load_is_named_by_its_side(bert_zip):
+    """A broken upload gave the same message on side A as on side B: nothing said which one to fix."""
+    for side in ("a", "b"):
+        at = _page("compare")
+        _built_in(at, "b" if side == "a" else "a", "demo-bert")
+        at.radio(key=f"cmp_{side}_kind").set_value("Upload").run()
+        at.file_uploader(key=f"cmp_{side}_upload_0").upload("broken.safetensors", b"garbage").run()
+        at = at.button(key="cmp_run").click().run()
+        assert not at.exception
+        errors = _errors(at)
+        assert len(errors) == 1 and errors[0].startswith(f"Model {side.upper()} \\(broken.safetensors\\): "), errors
+
+
 def test_compare_two_bare_weights_files_with_the_heads_field(monkeypatch, tmp_path):
     """The loader's message asked for 'the Heads field', which the Compare page lacked."""
     from safetensors.torch import save_file

@@ -269,6 +269,22 @@ def test_the_html_reports_write_control_characters_out():
     assert "\x1b" not in both.to_html()
 
 
+def test_a_right_to_left_override_in_a_name_is_written_out(report):
+    """A model uploaded as "base\u202egpj.zip" turned the rest of the comparison's title around in the Markdown and
+    HTML reports ("A → B" read as another pair of names); the tokens' escapes did not cover names."""
+    from app.names import display_name
+    from diagnostics.compare import CompareReport
+
+    name = display_name("/uploads/base\u202egpj.zip")
+    assert name == "base\\u202egpj.zip"
+    a = replace(report, model={**report.model, "name": "base\u202egpj.zip"})
+    both = CompareReport(a, report, heads=[], appeared=[], disappeared=[], streamed=False)
+    for markdown in (both.to_markdown(), a.to_markdown()):
+        assert "\u202e" not in markdown and r"base\\u202egpj.zip" in markdown  # its backslash escaped
+    for html in (both.to_html(), a.to_html()):
+        assert "\u202e" not in html and r"base\u202egpj.zip" in html
+
+
 def test_findings_are_counted_in_words():
     """The headings said "0 error, 1 warning"; the refusal of special-token-only text "(1 special tokens)"."""
     from types import SimpleNamespace
