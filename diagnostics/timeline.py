@@ -14,6 +14,7 @@ run) and diagnoses it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -36,6 +37,11 @@ MAX_CELLS = 2**21
 # A monitor log measures every head at every step: a larger grid that its head entries fill less than 1/64 of
 # (one head at layer 511, head 1023) is damage, so the grid stays bounded by what the file really holds.
 SPARSE_CELLS, SPARSE_RATIO = 2**16, 64
+# A log cut short (disk full, a killed run) has a broken line per cut: more is no monitor log, and is refused.
+MAX_CUT_LINES, MAX_CUT_SHOWN = 100, 10
+# One record: a head entry is ~740 bytes, so 16 MB is 22,000 heads (SmolLM2's 270 heads: 200 KB).
+MAX_LINE_CHARS = 16 * 2**20
+MAX_METRICS = 64  # numeric metrics kept per head: a monitor writes 24
 MAX_CHECKPOINTS = 40  # more are sampled evenly (first and last kept): each is a model load and a diagnosis
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)", re.ASCII)  # as the Trainer names them: ASCII digits
 
@@ -130,19 +136,48 @@ def parse_log(data) -> Timeline:
         if len(data) > MAX_LOG_BYTES:
             raise InputError(f"the log is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
         data = data.decode("utf-8-sig", errors="replace")  # a log re-saved by a Windows editor starts with a BOM
-    records, cut = [], []
+    records, cut, first_cut = [], [], None
     for number, line in enumerate(_LINE_END.split(str(data).removeprefix("\ufeff")), 1):
         if not line.strip():
             continue
         try:
-            records.append(_parse_line(line, number))
+            records.append(_kept(_parse_line(line, number)))
         except _NotJSON as err:  # a write cut short (disk full, a killed run) leaves half a line
-            cut.append(err)
+            first_cut = first_cut or err
+            cut.append(number)
+            if len(cut) > MAX_CUT_LINES:  # no log cut short: a text or CSV file (it took 1.3 GB a MB to list)
+                raise InputError(f"more than {MAX_CUT_LINES} lines of the log are not JSON, the first line {cut[0]}; "
+                                 "give the .jsonl written by AttentionMonitor") from None
     if cut and not records:
-        raise InputError(str(cut[0]))
-    notes = [f"line {', '.join(str(err.number) for err in cut)} of the log is not JSON (a write cut short?): "
-             "skipped"] if cut else []
-    return _timeline(records, notes)
+        raise InputError(str(first_cut))
+    return _timeline(records, [_cut_note(cut)] if cut else [])
+
+
+def _cut_note(numbers: list[int]) -> str:
+    shown = ", ".join(map(str, numbers[:MAX_CUT_SHOWN])) + (
+        f" and {len(numbers) - MAX_CUT_SHOWN} more" if len(numbers) > MAX_CUT_SHOWN else "")
+    lines = f"line {shown} of the log is" if len(numbers) == 1 else f"lines {shown} of the log are"
+    return f"{lines} not JSON (a write cut short?): skipped"
+
+
+def _kept(record: dict) -> dict:
+    """What the Timeline reads of a checked record: its step, model shape, findings and each head's place, pattern,
+    role names and numeric metrics (at most ``MAX_METRICS``). Fields it never reads had been kept too: a 16 MB log
+    padded with them took 346 MB."""
+    model = record.get("model") if isinstance(record.get("model"), dict) else {}
+    shape = {key: model.get(key) for key in ("name", "architecture", "layers", "heads", "causal")
+             if isinstance(model.get(key), (str, int, float, bool))}
+    heads = [{"part": h["part"], "layer": h["layer"], "head": h["head"], "pattern": h["pattern"],
+              "roles": role_names(h), "metrics": _metrics(h["metrics"])} for h in record["heads"]]
+    findings = [{key: f[key] for key in ("code", "severity", "part", "message")} for f in record["findings"]]
+    return {"schema": SCHEMA, "step": record["step"], "heads": heads, "findings": findings,
+            "model": {**shape, "parts": {name: {"layers": n[0], "heads": n[1]} for name, n in _declared(record).items()}}}
+
+
+def _metrics(metrics: dict) -> dict:
+    numbers = ((key, value) for key, value in metrics.items() if isinstance(key, str) and len(key) <= 64
+               and _number(value))
+    return dict(itertools.islice(numbers, MAX_METRICS))
 
 
 # Line ends a log may have (a Windows editor's, an old Mac's): not splitlines' U+2028, U+0085, ..., which the
@@ -157,6 +192,9 @@ class _NotJSON(InputError):
 
 
 def _parse_line(line: str, number: int) -> dict:
+    if len(line) > MAX_LINE_CHARS:  # parsing takes ~20 × a line padded with "[],": refused before
+        raise InputError(f"line {number} of the log is over {MAX_LINE_CHARS // 2**20} MB, more than a monitor "
+                         "record of any model; the file is damaged")
     try:
         record = json.loads(line)
     except (ValueError, RecursionError) as err:  # bad JSON, a 5,000-digit number, deep nesting

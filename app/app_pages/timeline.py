@@ -70,21 +70,20 @@ def _parse_upload(file) -> "tl.Timeline":
 
 def _each(named, read, size) -> tuple[dict, list[str]]:
     """``read`` each ``(name, item)``: ``({name: Timeline}, ["name: why"])``. The logs kept together are at most
-    ``tl.MAX_LOG_BYTES`` by ``size`` (the session holds their records, ~4.6 × the file: 3 logs of 64 MB took 0.9 GB,
-    and nothing bounded how many)."""
+    ``tl.MAX_LOG_BYTES`` by ``size``, checked before each is read (the session holds their records, ~4.6 × the file:
+    3 logs of 64 MB took 0.9 GB, and nothing bounded how many)."""
     runs, problems, kept = {}, [], 0
     for name, item in named:
-        try:
-            timeline = read(item)
-        except AttnScopeError as err:
-            problems.append(f"{name}: {err}")
-            continue
-        if kept + size(item) > tl.MAX_LOG_BYTES:
+        if kept and kept + size(item) > tl.MAX_LOG_BYTES:  # before it is read (one alone over: ``read`` says so)
             problems.append(f"{name}: not loaded: with the logs above it, over {tl.MAX_LOG_BYTES // 2**20} MB of logs "
                             "in all; load fewer at a time")
             continue
+        try:
+            runs[name] = read(item)
+        except AttnScopeError as err:
+            problems.append(f"{name}: {err}")
+            continue
         kept += size(item)
-        runs[name] = timeline
     return runs, problems
 
 

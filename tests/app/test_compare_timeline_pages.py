@@ -193,6 +193,8 @@ def test_timeline_keeps_at_most_the_cap_of_logs_in_all(monkeypatch, tmp_path):
     healthy = (LOGS / "healthy.jsonl").read_bytes()
     monkeypatch.setattr(timeline, "MAX_LOG_BYTES", 2 * len(healthy) + 10)
     small = b"\n".join(healthy.splitlines()[:2]) + b"\n"
+    read, parse = [], timeline.parse_log
+    monkeypatch.setattr(timeline, "parse_log", lambda data: read.append(len(data)) or parse(data))
     at = _page("timeline")
     uploader = at.file_uploader(key="tl_upload_0")
     for name, data in (("a.jsonl", healthy), ("b.jsonl", healthy), ("c.jsonl", healthy), ("d.jsonl", small)):
@@ -202,6 +204,7 @@ def test_timeline_keeps_at_most_the_cap_of_logs_in_all(monkeypatch, tmp_path):
     assert _errors(at) == ["c.jsonl: not loaded: with the logs above it, over 0 MB of logs in all; load fewer at a "
                            "time", "d.jsonl: not loaded: with the logs above it, over 0 MB of logs in all; load "
                            "fewer at a time"]
+    assert read == [len(healthy)] * 2  # the logs past the cap are refused before they are read
     for name in ("a", "b", "c"):
         shutil.copy(LOGS / "healthy.jsonl", tmp_path / f"{name}.jsonl")
     monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))

@@ -68,6 +68,42 @@ def test_a_line_that_is_not_json_is_skipped_when_others_read(log_text):
     assert timeline.steps == [0, 20] and "line 2 of the log is not JSON" in timeline.notes[0]
 
 
+def test_a_file_of_lines_that_are_not_json_is_refused_early_and_few_cut_lines_are_listed_briefly(log_text):
+    """Every line that was not JSON was kept as an exception and listed in the note: a 1 MB text file took 20 s and
+    1.3 GB before its one-line error; one record and 4 MB of such lines, 90 s, 5.4 GB and a 17-million-character
+    note on the page."""
+    start = time.perf_counter()
+    with pytest.raises(InputError, match="more than 100 lines of the log are not JSON, the first line 2; give"):
+        parse_log(log_text.splitlines()[0] + "\n" + "x\n" * 500_000)
+    assert time.perf_counter() - start < 2
+    lines = log_text.splitlines()
+    timeline = parse_log("\n".join([lines[0]] + ["x"] * 12 + [lines[1]]))
+    assert timeline.notes == ["lines 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 and 2 more of the log are not JSON (a write cut "
+                              "short?): skipped"]
+
+
+def test_only_what_the_timeline_reads_is_kept_of_a_record(log_text, monkeypatch):
+    """A record was kept whole: a 16 MB log padded with a field the Timeline never reads held 346 MB."""
+    import tracemalloc
+
+    from diagnostics import timeline as tl
+
+    record = json.loads(log_text.splitlines()[0])
+    record["padding"] = [[]] * 200_000
+    record["heads"][0]["metrics"].update({f"m{i}": 1.5 for i in range(100)}, text="x" * 1000)
+    line = json.dumps(record)
+    tracemalloc.start()
+    kept = parse_log(line).records[0]
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held < len(line) / 4 and set(kept) == {"schema", "step", "model", "heads", "findings"}
+    assert len(kept["heads"][0]["metrics"]) == tl.MAX_METRICS and "text" not in kept["heads"][0]["metrics"]
+    assert kept["heads"][0]["metrics"]["entropy"] == record["heads"][0]["metrics"]["entropy"]
+    monkeypatch.setattr(tl, "MAX_LINE_CHARS", 1000)
+    with pytest.raises(InputError, match="line 1 of the log is over 0 MB"):
+        parse_log(line)
+
+
 def test_two_models_in_one_log_are_refused(log_text):
     """Before, a 2 x 4 run and a 3 x 6 run appended to one file were drawn as one run in the 3 x 6 grid."""
     other = json.loads(log_text.splitlines()[0])
