@@ -170,8 +170,9 @@ def _kept(record: dict) -> dict:
     heads = [{"part": h["part"], "layer": h["layer"], "head": h["head"], "pattern": h["pattern"],
               "roles": role_names(h), "metrics": _metrics(h["metrics"])} for h in record["heads"]]
     findings = [{key: f[key] for key in ("code", "severity", "part", "message")} for f in record["findings"]]
+    parts = {name: {"layers": layers, "heads": n_heads} for name, (layers, n_heads) in _declared(record).items()}
     return {"schema": SCHEMA, "step": record["step"], "heads": heads, "findings": findings,
-            "model": {**shape, "parts": {name: {"layers": n[0], "heads": n[1]} for name, n in _declared(record).items()}}}
+            "model": {**shape, "parts": parts}}
 
 
 def _metrics(metrics: dict) -> dict:
