@@ -55,7 +55,7 @@ from core.extraction.module_extract import attention_modules, run_with_hooks
 from core.extraction.encode import max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal
 from core.extraction.text_config import text_config, vocab_size
-from core.extraction.spelling import characters_spelt
+from core.extraction.spelling import can_drop, characters_spelt
 from core.extraction.tokens import display_tokens, is_byte_level
 from core.result import AttentionResult
 from diagnostics.findings import note
@@ -260,7 +260,8 @@ def probe_coverage(tokenizer, probe: Probe, limit: int | None = None) -> float:
                  for i, t in zip(ids, tokenizer.convert_ids_to_tokens(ids)))
     cut_short = bool(limit) and len(batch["input_ids"]) >= limit
     texts = (probe.text, probe.text_pair)
-    spelt, could = characters_spelt(tokenizer, batch, texts, unknown, cut_short) if offsets else (0, 0)
+    spelt, could = characters_spelt(tokenizer, batch, texts, unknown, cut_short) if offsets and can_drop(
+        tokenizer) else (0, 0)
     return min(1 - missed / len(ids), spelt / could if could else 1.0)
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, counted
-from .spelling import characters_spelt
+from .spelling import can_drop, characters_spelt
 from .tokens import is_byte_level
 from .text_config import text_config
 
@@ -134,8 +134,8 @@ def _pair_warnings(tokenizer, text: str, batch) -> list[str]:
 def _dropped_warnings(tokenizer, batch, texts: tuple[str, str | None], cut_short: bool) -> list[str]:
     """A warning when the tokens leave out characters of the text: a tokenizer with no unknown token (a BPE model
     without ``unk_token``) drops what it cannot spell, and the map shows the text without it."""
-    if "offset_mapping" not in batch or is_byte_level(tokenizer):  # a slow tokenizer has no offsets (those
-        return []  # transformers ships have unknown tokens); a byte-level one spells every text
+    if "offset_mapping" not in batch or not can_drop(tokenizer):  # counted where characters can be dropped only:
+        return []  # a text cut inside a character its tokens spell in pieces ("…" as "." "." ".") looks dropped
     spelt, could = characters_spelt(tokenizer, batch, texts, tokenizer.unk_token_id, cut_short)
     if spelt == could:
         return []

@@ -9,6 +9,18 @@ it in a probe's coverage (``diagnostics.probes``).
 from __future__ import annotations
 
 import torch
+from tokenizers import models
+
+from .tokens import is_byte_level
+
+
+def can_drop(tokenizer) -> bool:
+    """Whether ``tokenizer`` can leave out characters it cannot spell: a fast BPE tokenizer with no unknown token and
+    no byte fallback that is not byte-level (a byte-level vocabulary spells every byte). Any other has a token for
+    what it cannot spell, or refuses the text (a Unigram or word-level model without an unknown token)."""
+    model = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)
+    return (isinstance(model, models.BPE) and model.unk_token is None and not model.byte_fallback
+            and not is_byte_level(tokenizer))
 
 
 def _row(values) -> list:

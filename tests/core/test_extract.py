@@ -17,7 +17,7 @@ from core import (
     AttnScopeTransformer, ExtractionError, InputError, TINY_PRESETS, extract_attention, extract_module_attention,
 )
 
-from core.extraction.encode import DROPPED, PAIR_JOINED
+from core.extraction.encode import DROPPED, PAIR_JOINED, TRUNCATED
 from core.extraction.extract import model_is_causal
 from core.extraction.module_extract import capture_mha_weights
 from core.extraction.tokens import byte_level_token, display_tokens, prettify_token
@@ -134,6 +134,19 @@ def test_characters_the_tokenizer_drops_are_warned_of():
     for text in ["naïve café 日本語 🎉👍🏽 🇫🇷 مرحبا", "tab\there\x00ctl\u200bzw\u00adsoft e\u0301", "∑∫√ ≠ [UNK] <s>"]:
         assert not extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), text).warnings  # [UNK] stands in
         assert not extract_attention(model, tiny.bpe_tokenizer(), text).warnings  # byte-level: spells every text
+
+
+def test_a_text_cut_inside_a_word_spelt_in_pieces_is_not_said_to_drop_characters():
+    """A tokenizer with an unknown token cannot drop characters, but a text cut after a lone "▁" piece (ALBERT's,
+    T5's: "brown" spelt "▁" "b" "r" …) counted the "b" as read and not spelt, and warned of it."""
+    from transformers import AlbertTokenizer
+
+    vocab = [("<pad>", 0.0), ("<unk>", 0.0), ("[CLS]", 0.0), ("[SEP]", 0.0), ("[MASK]", 0.0), ("▁", -1.0)] + [
+        (c, -2.0) for c in "abcdefghijklmnopqrstuvwxyz."] + [("▁the", -1.0), ("▁quick", -1.0), ("▁fox", -1.0)]
+    text = "The quick brown fox. " * 3
+    result = extract_attention(tiny.tiny_bert(max_positions=15), AlbertTokenizer(vocab=vocab), text)
+    assert result.tokens[-3:] == ["▁quick", "␣", "[SEP]"]
+    assert not any(DROPPED in w for w in result.warnings) and any(TRUNCATED in w for w in result.warnings)
 
 
 def test_a_target_only_an_encoder_decoder_reads_is_said_to_be_unused():
