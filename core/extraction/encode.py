@@ -75,7 +75,7 @@ def encode(
     # verbose=False: transformers would warn that a long text "will result in indexing errors"; it is cut below
     # a pair's segment ids even where the tokenizer does not list them among its inputs (ALBERT's, in transformers 5)
     ask_segments = {"return_token_type_ids": True} if text_pair is not None else {}
-    if getattr(tokenizer, "is_fast", False):  # the offsets say what each token spells (``dropped_warnings``)
+    if can_drop(tokenizer):  # the offsets say what each token spells (``_dropped_warnings``)
         ask_segments["return_offsets_mapping"] = True
     batch = tokenizer(text, text_pair, return_special_tokens_mask=True, return_tensors="pt", verbose=False,
                       **ask_segments)
@@ -134,8 +134,8 @@ def _pair_warnings(tokenizer, text: str, batch) -> list[str]:
 def _dropped_warnings(tokenizer, batch, texts: tuple[str, str | None], cut_short: bool) -> list[str]:
     """A warning when the tokens leave out characters of the text: a tokenizer with no unknown token (a BPE model
     without ``unk_token``) drops what it cannot spell, and the map shows the text without it."""
-    if "offset_mapping" not in batch or not can_drop(tokenizer):  # counted where characters can be dropped only:
-        return []  # a text cut inside a character its tokens spell in pieces ("…" as "." "." ".") looks dropped
+    if "offset_mapping" not in batch:  # asked for where characters can be dropped only: elsewhere a text cut
+        return []  # inside a character its tokens spell in pieces ("…" as "." "." ".") looked dropped
     spelt, could = characters_spelt(tokenizer, batch, texts, tokenizer.unk_token_id, cut_short)
     if spelt == could:
         return []
