@@ -180,10 +180,13 @@ def pattern_map_figure(patterns, selected: tuple[int, int] | None = None) -> go.
     n_layers, n_heads = len(patterns), len(patterns[0])
     size = max(10, min(34, 500 // max(n_heads, n_layers)))  # marker side in px
     fig = go.Figure()
-    for label in PATTERN_TEXTS:
+    for label in (*PATTERN_TEXTS, None):  # None: a head of NaN maps has no label, but a square to pick it by
         cells = [(l, h) for l in range(n_layers) for h in range(n_heads) if pattern_label(patterns[l][h]) == label]
+        if label is None and not cells:
+            continue
         fig.add_trace(go.Scatter(
-            x=[h for _, h in cells], y=[l for l, _ in cells], customdata=cells, mode="markers", name=label,
+            x=[h for _, h in cells], y=[l for l, _ in cells], customdata=cells, mode="markers",
+            name=label or "no label",
             marker=dict(symbol="square", size=size, color=label_color(label)),
             hovertext=[f"layer {l}, head {h}: {_pattern_text(patterns[l][h])}" for l, h in cells], hoverinfo="text",
         ))

@@ -56,7 +56,8 @@ def findings_ui(report) -> None:
     if not report.findings:
         st.success("No findings: every check passed.")
     for i, f in enumerate(report.findings):  # already most severe first
-        heads = ", ".join(f"L{l}H{h}" for l, h in f.heads[:24]) + (" …" if len(f.heads) > 24 else "")
+        part = "" if f.part == "self" else f"{f.part} "  # an encoder-decoder's three parts have alike findings
+        heads = ", ".join(f"{part}L{l}H{h}" for l, h in f.heads[:24]) + (" …" if len(f.heads) > 24 else "")
         with st.container(border=True, key=f"finding_{i}"):
             st.markdown(f"{SEVERITY_BADGE.get(f.severity, f.severity)} **{f.title}** — {for_markdown(f.message)}")
             st.markdown(f"**Suggestion:** {for_markdown(f.suggestion)}" + (f"  \nHeads: {heads}" if heads else ""))
@@ -122,7 +123,9 @@ def head_ui(report, part: str, heads) -> None:
     cols = st.columns(3)
     layer = cols[0].selectbox("Layer", range(len(heads)), key="diag_layer")
     head = cols[1].selectbox("Head", range(len(heads[0])), key="diag_head")
-    if not report.samples:
+    if not report.samples:  # what the report knows of the head needs no map
+        st.subheader(head_detail.heading("head", layer, head, len(heads[0]), part))
+        _head_summary_ui(heads[layer][head], [])
         st.info(_no_maps_text(report))
         return
     texts = [p.get("text", "") for p in report.probes] or [f"sample {i}" for i in range(len(report.samples))]
@@ -135,10 +138,7 @@ def head_ui(report, part: str, heads) -> None:
     view.probe = f"probe {sample + 1}"  # its exports are not another probe's, nor Inspect's of the same head
     st.subheader(view.heading)
     if view.mode == "head":
-        head_detail.pattern_ui(heads[layer][head])
-        if heads[layer][head].borderline:
-            st.caption(borderline_note(heads[layer][head].metrics))
-        head_detail.metrics_ui(heads[layer][head].metrics, list(result.keys))
+        _head_summary_ui(heads[layer][head], list(result.keys))
         st.caption("Pattern and metrics are over all probe texts; the heatmap shows the chosen one.")
     head_detail.heatmap_ui("diag_", view, options["log_scale"])
     info = head_detail.export_info(view, layer, head, heads[layer][head].metrics, heads[layer][head])
@@ -146,6 +146,14 @@ def head_ui(report, part: str, heads) -> None:
     if view.mode == "head":
         info["metrics_over_all_probe_texts"] = True
     head_detail.exports_ui("diag_", view, info, options["log_scale"])
+
+
+def _head_summary_ui(head, keys: list[str]) -> None:
+    """A head's pattern, roles, borderline note and metrics, over all probe texts (``keys``: a map's, or none)."""
+    head_detail.pattern_ui(head)
+    if head.borderline:
+        st.caption(borderline_note(head.metrics))
+    head_detail.metrics_ui(head.metrics, keys)
 
 
 def _no_maps_text(report) -> str:

@@ -397,8 +397,13 @@ def test_a_report_keeps_only_the_maps_its_budget_allows(bert_zip, monkeypatch):
         assert len(report.samples) == kept and len(report.probes) == 3 and report.heads == whole.heads
         assert any(f"maps of {3 - kept} of the 3 probes are not kept" in i for i in infos), infos
         assert kept or any("larger than this server keeps for one report" in i for i in infos), infos
+        assert kept or any("the HTML report has no heatmaps" in i for i in infos), infos  # it had said nothing
         at.selectbox(key="diag_head").set_value(1).run()
         assert not at.exception
+        # Without maps the explorer had shown only its pickers: the head's pattern and metrics need no map
+        assert any(m.value.startswith("**Pattern:") for m in at.markdown) and "Entropy (0–1)" in {
+            m.label for m in at.metric}
+        assert [h.value for h in at.subheader][-1] == "Layer 0, head 1"
 
 
 def test_a_bad_maps_budget_is_told_before_the_diagnosis_and_keeps_no_report(bert_zip, monkeypatch):
@@ -496,6 +501,29 @@ def test_diagnose_heads_with_nan_attention_have_no_pattern(tmp_path):
     assert "**Pattern:" not in text and "nan%" not in text
     at.selectbox(key="diag_head").set_value(1).run()
     assert not at.exception and any(m.value.startswith("**Pattern:") for m in at.markdown)
+
+
+def test_an_encoder_decoder_s_findings_name_the_part_of_their_heads(bart_folder):
+    """Its three parts' near-uniform findings each ended "Heads: L0H0, …", alike; only the JSON said which part."""
+    from tiny_checkpoints import zip_folder
+
+    at = _diagnose(_app(), "bart.zip", zip_folder(bart_folder))
+    assert not at.exception and not _errors(at), _errors(at)
+    heads = [m.value.split("Heads: ")[1] for m in at.markdown if "Heads: " in m.value]
+    parts = {f.part for f in at.session_state["report"].findings if f.heads}
+    assert len(parts) > 1 and {h.split(" ")[0] for h in heads} == parts, heads
+
+
+def test_heads_without_a_pattern_keep_their_square_when_no_maps_are_kept(tmp_path, monkeypatch):
+    """The coloured squares drawn without maps had one trace per pattern: the NaN heads had no square to pick."""
+    from tiny_checkpoints import zip_folder
+
+    monkeypatch.setenv("ATTNSCOPE_REPORT_MAPS_BYTES", "1")
+    at = _diagnose(_app(), "nan.zip", zip_folder(_nan_bert_folder(tmp_path)))
+    assert not at.exception and not _errors(at), _errors(at)
+    spec = json.loads(_charts(at)[0].proto.spec)
+    squares = {tuple(c) for trace in spec["data"] for c in trace["customdata"]}
+    assert len(squares) == 8 and "layer 0, head 0: no label" in _charts(at)[0].proto.spec
 
 
 def test_diagnose_bad_upload_is_an_error_then_works(bert_zip):
