@@ -168,11 +168,18 @@ def _kept(record: dict) -> dict:
     shape = {key: model.get(key) for key in ("name", "architecture", "layers", "heads", "causal")
              if isinstance(model.get(key), (str, int, float, bool))}
     heads = [{"part": h["part"], "layer": h["layer"], "head": h["head"], "pattern": h["pattern"],
-              "roles": role_names(h), "metrics": _metrics(h["metrics"])} for h in record["heads"]]
+              "metrics": _metrics(h["metrics"]), **_roles(h)} for h in record["heads"]]
     findings = [{key: f[key] for key in ("code", "severity", "part", "message")} for f in record["findings"]]
     parts = {name: {"layers": layers, "heads": n_heads} for name, (layers, n_heads) in _declared(record).items()}
     return {"schema": SCHEMA, "step": record["step"], "heads": heads, "findings": findings,
             "model": {**shape, "parts": parts}}
+
+
+def _roles(head: dict) -> dict:
+    """``{"roles": (names, ...)}``, or ``{}`` for a head without roles: a key and a list each had cost more than the
+    JSON of a bare head entry."""
+    names = role_names(head)
+    return {"roles": tuple(names)} if names else {}
 
 
 def _metrics(metrics: dict) -> dict:

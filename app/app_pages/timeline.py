@@ -10,7 +10,7 @@ from app.plain import for_markdown
 from app.server import session, uploads
 from app.views import compare_plots
 from core.cancel import stoppable
-from core.checkpoints.checkpoint import expand_user
+from core.checkpoints.checkpoint import check_allowed, resolve_roots
 from core.errors import AttnScopeError, InputError
 from diagnostics import timeline as tl
 
@@ -54,10 +54,11 @@ def load(kind, value) -> tuple[dict, list[str]]:
 
 
 def _file_size(path) -> int:
-    """Bytes of the log ``read_log`` read (``~`` expanded as it does: the path as typed raised FileNotFoundError)."""
+    """Bytes of the log ``read_log`` reads (``~`` expanded, links followed, as it does), or 0 for a path it refuses:
+    measured before the roots were checked, a large file outside them was told apart from a missing one."""
     try:
-        return expand_user(Path(path)).stat().st_size
-    except OSError:  # gone since it was read: it holds nothing now
+        return check_allowed(Path(path), resolve_roots(None)).stat().st_size
+    except (AttnScopeError, OSError):  # outside the roots, missing, or gone: ``read_log`` says which, in its words
         return 0
 
 
@@ -70,8 +71,8 @@ def _parse_upload(file) -> "tl.Timeline":
 
 def _each(named, read, size) -> tuple[dict, list[str]]:
     """``read`` each ``(name, item)``: ``({name: Timeline}, ["name: why"])``. The logs kept together are at most
-    ``tl.MAX_LOG_BYTES`` by ``size``, checked before each is read (the session holds their records, ~4.6 × the file:
-    3 logs of 64 MB took 0.9 GB, and nothing bounded how many)."""
+    ``tl.MAX_LOG_BYTES`` by ``size``, checked before each is read (the session holds what the Timeline reads of their
+    records, up to ~4.2 × the file; 3 logs of 64 MB took 0.9 GB before, and nothing bounded how many)."""
     runs, problems, kept = {}, [], 0
     for name, item in named:
         if kept and kept + size(item) > tl.MAX_LOG_BYTES:  # before it is read (one alone over: ``read`` says so)

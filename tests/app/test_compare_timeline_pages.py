@@ -291,6 +291,27 @@ def test_timeline_path_outside_the_roots_is_one_error(monkeypatch, tmp_path):
     assert len(_errors(at)) == 1 and "outside the folders" in _errors(at)[0]
 
 
+def test_a_large_file_outside_the_roots_is_told_as_outside_not_by_its_size(monkeypatch, tmp_path):
+    """The in-all cap measured a path before the roots were checked: a large file outside them was "not loaded:
+    over 256 MB of logs in all" where a missing one was "outside …, or does not exist there"."""
+    import shutil
+
+    from diagnostics import timeline
+
+    inside, outside = tmp_path / "inside", tmp_path / "outside"
+    inside.mkdir(), outside.mkdir()
+    shutil.copy(LOGS / "healthy.jsonl", inside / "a.jsonl")
+    (outside / "big.jsonl").write_bytes(b"x" * 200)
+    monkeypatch.setattr(timeline, "MAX_LOG_BYTES", (inside / "a.jsonl").stat().st_size + 100)
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(inside))
+    at = _page("timeline")
+    at.radio(key="tl_kind").set_value("Monitor log paths").run()
+    for listed in ("big.jsonl", "missing.jsonl"):
+        at.text_area(key="tl_paths").set_value(f"{inside}/a.jsonl\n{outside}/{listed}")
+        at = at.button(key="tl_run").click().run()
+        assert not at.exception and len(_errors(at)) == 1 and "outside the folders" in _errors(at)[0], _errors(at)
+
+
 def test_timeline_diagnoses_a_folder_of_trainer_checkpoints(bert_folder, monkeypatch, tmp_path):
     import shutil
 

@@ -99,6 +99,14 @@ def test_only_what_the_timeline_reads_is_kept_of_a_record(log_text, monkeypatch)
     assert held < len(line) / 4 and set(kept) == {"schema", "step", "model", "heads", "findings"}
     assert len(kept["heads"][0]["metrics"]) == tl.MAX_METRICS and "text" not in kept["heads"][0]["metrics"]
     assert kept["heads"][0]["metrics"]["entropy"] == record["heads"][0]["metrics"]["entropy"]
+    bare = [{"part": "s", "layer": 0, "head": h, "pattern": None, "metrics": {}} for h in range(256)]
+    lines = "\n".join(json.dumps({"schema": tl.SCHEMA, "step": s, "heads": bare, "model": {"parts": {"s": {
+        "layers": 1, "heads": 256}}}}, separators=(",", ":")) for s in range(20))
+    tracemalloc.start()
+    timeline = parse_log(lines)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held < 4.5 * len(lines) and timeline.shape("s") == (1, 256)  # a roles list per bare head: 6.5 ×
     monkeypatch.setattr(tl, "MAX_LINE_CHARS", 1000)
     with pytest.raises(InputError, match="line 1 of the log is over 0 MB"):
         parse_log(line)
