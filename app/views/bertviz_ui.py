@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 import core
 from app.server import cache
-from app.views.bertviz_view import MAX_BYTES, model_view_page, neuron_view_page
+from app.views.bertviz_view import (
+    MAX_BYTES, MAX_DRAWN, NEURON_PER_PAIR, model_view_page, neuron_view_fits, neuron_view_page,
+)
 from app.names import file_stem
 from app.views.head_detail import view_title
 from core.extraction.query_key import query_key_vectors, reproduces, supports_neuron_view
@@ -40,7 +44,8 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
     title = view_title(model, result.kind, "BertViz model view")
     page = _page(result_id, layers, heads, title, False, result)
     st.caption("BertViz (Vig 2019): one thumbnail per layer × head; click a thumbnail to enlarge it. "
-               f"Weights rounded to whole percent; the view holds at most {MAX_BYTES / 1e6:g} MB of weights.")
+               f"Weights rounded to whole percent; the view holds at most {MAX_BYTES / 1e6:g} MB of weights and "
+               f"{MAX_DRAWN:,} lines.")
     if page.note:
         st.info(page.note)
     st.iframe(page.html, height=min(MAX_FRAME_PX, 60 + FRAME_PX * len(page.layers)))
@@ -83,6 +88,13 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
         return
     if not result.attentions[layer, head].isfinite().all():  # (q, k)
         st.info(NOT_FINITE)
+        return
+    if not neuron_view_fits(len(result.tokens), len(result.keys)):
+        shapes = NEURON_PER_PAIR * len(result.tokens) * len(result.keys)
+        st.info(f"BertViz's neuron view draws about {NEURON_PER_PAIR} shapes per query–key pair: {shapes:,} at "
+                f"{len(result.keys)} tokens, more than the {MAX_DRAWN:,} a browser draws in about 3 seconds (the "
+                f"page waits while it draws). It draws inputs of up to about "
+                f"{math.isqrt(MAX_DRAWN // NEURON_PER_PAIR)} tokens; the head view shows this one.")
         return
     title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
     page = _neuron_page(result_id, model_key, layer, head, title, False, result)

@@ -35,6 +35,11 @@ STATIC_JS = Path(__file__).parents[1] / "static" / "js"  # app/static/js
 SCRIPTS = ("d3-5.7.0.min.js", "jquery-2.2.4.min.js", "require-2.3.6.js")  # d3/jQuery first: globals, not modules
 STATIC_URL = "app/static/js"  # where streamlit serves app/static (server.enableStaticServing)
 MAX_BYTES = 5 * 10**6  # the page, scripts excluded (the app links them; they are 0.41 MB)
+# SVG elements a view may draw: Chromium takes ~11 µs each (2.4 s for 12 heads at 128 tokens, on the 2-core build
+# machine), on the app page's own thread (a same-origin frame): MiniLM's 12 heads at 512 tokens froze it for 40 s.
+# The model view draws one line per query-key pair of each head; the neuron view ~8 per pair (143k at 128 tokens).
+MAX_DRAWN = 2**18
+NEURON_PER_PAIR = 8
 PERCENT = 100  # weights are sent as integers 0..PERCENT: "7" instead of "0.07"
 # Rebuilds one map's dense rows (what bertviz reads) from its sparse percent rows.
 _DENSE = """function attnscopeDense(rows, n) {
@@ -76,18 +81,25 @@ def _vectors_json(vectors: torch.Tensor) -> str:
 
 
 def _bounded(attentions: torch.Tensor, layers: list[int], heads: list[int], budget: int):
-    """The layer rows (each a list of head-map JSON) that fit in ``budget`` bytes: whole layers, then heads."""
-    rows, used = [], 0
+    """The layer rows (each a list of head-map JSON) that fit in ``budget`` bytes and ``MAX_DRAWN`` lines: whole
+    layers, then heads."""
+    rows, used, pairs = [], 0, attentions.shape[-2] * attentions.shape[-1]
     for layer in layers:
         row = []
         for head in heads:
             text = _map_json(attentions[layer, head])  # (q, k)
-            if used + len(text) > budget and (rows or row):  # the first map is always sent
+            drawn = (sum(map(len, rows)) + len(row) + 1) * pairs
+            if (used + len(text) > budget or drawn > MAX_DRAWN) and (rows or row):  # the first map is always sent
                 return rows or [row], used
             row.append(text)
             used += len(text) + 1
         rows.append(row)
     return rows, used
+
+
+def neuron_view_fits(n_queries: int, n_keys: int) -> bool:
+    """Whether the neuron view of a ``(q, k)`` map stays within ``MAX_DRAWN`` elements (about 181 tokens)."""
+    return NEURON_PER_PAIR * n_queries * n_keys <= MAX_DRAWN
 
 
 def _script(inline: bool) -> str:
@@ -119,7 +131,8 @@ def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str
     note = ""
     if (kept_layers, kept_heads) != (layers, heads):
         note = (f"At {len(keys)} tokens only {len(kept_layers)} layer(s) × {len(kept_heads)} head(s) fit in "
-                f"{MAX_BYTES / 1e6:g} MB; choose fewer layers or heads to see the others.")
+                f"{MAX_BYTES / 1e6:g} MB and {MAX_DRAWN:,} lines (one per query–key pair of each head, about what "
+                "a browser draws in 3 seconds); choose fewer layers or heads to see the others.")
     attn = "[" + ",".join("[" + ",".join(row) + "]" for row in rows) + "]"
     meta = json_for_html({"attention": [{"name": None, "attn": "ATTN", "left_text": queries, "right_text": keys}],
                           "default_filter": "0", "display_mode": "light", "root_div_id": "bertviz",

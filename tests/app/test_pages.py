@@ -162,6 +162,18 @@ def test_the_bertviz_model_view_starts_afresh_for_a_new_result_and_layer(bert_fo
     assert [m.value for m in at.multiselect] == [[at.selectbox(key="layer").value], [0, 1, 2, 3]]
 
 
+def test_the_neuron_view_of_a_long_input_says_why_it_is_not_drawn():
+    """At 512 tokens it drew 1.9 M shapes on the app page's own thread: 20-48 s with the page frozen."""
+    at = _app()
+    at.radio(key="model_kind").set_value("Known model").run()
+    at.selectbox(key="demo_model").set_value("demo-bert")
+    at.text_area(key="text").set_value("the cat sat on the mat . " * 40)  # 240 words: over 181 tokens
+    at.button(key="run").click().run()
+    at.segmented_control(key="inspect_extra_view_long").set_value("BertViz neuron view").run()
+    assert not at.exception and not at.get("iframe")
+    assert any("neuron view draws about 8 shapes per query–key pair" in i.value for i in at.info), at.info
+
+
 def test_inputs_keep_their_values_while_their_widgets_are_not_drawn(bert_folder):
     """Streamlit forgets a widget that a run does not draw: after the Model radio went away and back, or after a
     visit to another page, the pickers showed their defaults (MiniLM, an empty path, the example text) beside the
