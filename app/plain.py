@@ -12,6 +12,8 @@ import html
 import json
 import re
 
+from core.extraction.tokens import visible
+
 # Characters that make markup anywhere in a line; ":" only before a non-space (":red[", ":material/…:", ":smile:").
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#|<>~$&]|:(?=\S))")
 _LINE_START = re.compile(r"^(\s*)([-+=>])")  # a list, quote or heading underline if it began a line
@@ -28,9 +30,11 @@ def for_markdown(text: str) -> str:
 
     ``:`` before a non-space is escaped too, so ``:red[…]`` and ``:material/…:`` directives stay text;
     ``.``, ``-`` and ``+`` only where they would start a list. Every line break (``\\r`` and U+2028 too, which
-    markdown also reads as one) becomes a space: one line, whose only start is the text's.
+    markdown also reads as one) becomes a space: one line, whose only start is the text's. Control and invisible
+    characters are written out (``core.extraction.tokens.visible``): a right-to-left override in a typed path
+    turned the whole error message around.
     """
-    text = _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).splitlines()))
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", visible(" ".join(str(text).splitlines())))
     return _NUMBERED.sub(r"\1\\\2", _LINE_START.sub(r"\1\\\2", text))
 
 

@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import errors
 from app.plain import for_markdown
+from core.extraction.tokens import visible
 from app.views import compare_plots, picking
 from app.server import cache, session, sources
 from core.cancel import progress_span, stop_between_layers, stoppable
@@ -78,13 +79,14 @@ def maps_ui(report, part, layer, head) -> None:
                 "probe.")
         return
     probes = [p["text"] for p in report.a.probes] or [f"random ids {i}" for i in range(len(report.a.samples))]
-    i = st.selectbox("Probe", range(len(report.a.samples)), format_func=lambda i: probes[i][:80], key="cmp_probe")
+    i = st.selectbox("Probe", range(len(report.a.samples)), format_func=lambda i: visible(probes[i][:80]),
+                     key="cmp_probe")
     sa, sb = report.a.samples[i].part(part), report.b.samples[i].part(part)
     map_a, map_b = sa.attentions[layer, head], sb.attentions[layer, head]  # (q, k) each
-    cols = st.columns(3)
-    for col, weights, title, diff in ((cols[0], map_a, "A", False), (cols[1], map_b, "B", False),
-                                      (cols[2], map_b - map_a, "B − A", True)):
-        col.plotly_chart(compare_plots.map_figure(weights, sa.tokens, sa.keys, title, diff), key=f"cmp_map_{title}")
+    # one map per tab, at the page's width: three columns left a 190-token map 64 px wide at 1280 px
+    maps = (("A", map_a, False), ("B", map_b, False), ("B − A", map_b - map_a, True))
+    for tab, (title, weights, diff) in zip(st.tabs([title for title, _, _ in maps]), maps):
+        tab.plotly_chart(compare_plots.map_figure(weights, sa.tokens, sa.keys, title, diff), key=f"cmp_map_{title}")
 
 
 def downloads_ui(report) -> None:

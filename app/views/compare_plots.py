@@ -58,8 +58,9 @@ def map_figure(weights, queries, keys, title: str, difference: bool = False) -> 
     else:
         pooled, bq, bk = pool_map(weights, MAX_CELLS)
         z, trace = pooled.numpy(), dict(zmin=0, colorscale="Viridis")
+    value = "B − A %{z:+.4f}" if difference else f"{for_plotly(title)} %{{z:.4f}}"
     fig = go.Figure(go.Heatmap(z=z.astype(np.float32), x=_labels(keys, bk), y=_labels(queries, bq), **trace,
-                               hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>"))
+                               hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{value}<extra></extra>"))
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(type="category", autorange="reversed")
     fig.update_layout(title=for_plotly(title), height=min(700, 200 + 12 * len(z)), margin=dict(l=10, r=10, t=40, b=10))

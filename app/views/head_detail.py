@@ -174,7 +174,8 @@ def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:
     cols = [col for _ in range(0, 5, per_row) for col in st.columns(per_row)]
     cols[0].metric("Entropy (0–1)", f"{m['entropy']:.2f}",
                    help="Mean row entropy / log(keys): 1 = uniform, 0 = one-hot")
-    cols[1].metric("Confidence", f"{m['confidence']:.2f}", help="Mean of each row's largest weight")
+    cols[1].metric("Row max", f"{m['confidence']:.2f}", help="Mean of each row's largest weight (the report's "
+                   "`confidence` metric; not the pattern's confidence above)")
     offset = m.get("best_offset")  # None: a head of NaN or infinite weights has none
     cols[2].metric("Best offset mass" if offset is None else f"Offset {offset:+d} mass", f"{m['best_offset_mass']:.2f}",
                    help="Mass on the best diagonal offset (+1 = next token)")

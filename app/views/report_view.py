@@ -9,6 +9,7 @@ from app import errors
 from app.views import head_detail, picking, plots
 from app.names import file_stem
 from app.plain import for_markdown
+from core.extraction.tokens import visible
 from diagnostics.texts import PATTERN_TEXTS, borderline_note
 
 SEVERITY_BADGE = {"error": ":red-badge[:material/error: error]", "warning": ":orange-badge[:material/warning: warning]",
@@ -129,7 +130,7 @@ def head_ui(report, part: str, heads) -> None:
         st.info(_no_maps_text(report))
         return
     texts = [p.get("text", "") for p in report.probes] or [f"sample {i}" for i in range(len(report.samples))]
-    sample = cols[2].selectbox("Probe text", range(len(report.samples)), format_func=lambda i: texts[i][:60],
+    sample = cols[2].selectbox("Probe text", range(len(report.samples)), format_func=lambda i: visible(texts[i][:60]),
                                key="diag_sample")
     result = report.samples[sample].part(part) if part != "self" else report.samples[sample]
     options = head_detail.options_ui("diag_", result)

@@ -41,6 +41,10 @@ def test_compare_demo_model_with_itself_draws_the_grid_and_three_maps():
     at = _demo_bert_with_itself("The cat sat on the mat.")
     assert at.metric[0].value == "0 / 16"  # heads changed
     assert len(at.get("plotly_chart")) == 4  # distance grid + A, B, B − A
+    # one per tab at the page's width (three columns drew a 190-token map 64 px wide), each hover naming its value
+    assert [t.label for t in at.tabs] == ["A", "B", "B − A"]
+    hovers = [json.loads(c.proto.spec)["data"][0]["hovertemplate"] for c in at.get("plotly_chart")[1:]]
+    assert [h.split("<br>")[-1].split(" %")[0] for h in hovers] == ["A", "B", "B − A"]
     at.selectbox(key="cmp_probe").set_value(0)
     at.session_state["cmp_layer"], at.session_state["cmp_head"] = 3, 2
     at.run()

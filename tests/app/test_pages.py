@@ -40,7 +40,7 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
     at = _inspect(_app(), str(bert_folder))
     assert not at.exception and not _errors(at)
     assert len(_charts(at)) == 2
-    assert [m.label for m in at.metric][:2] == ["Entropy (0–1)", "Confidence"]
+    assert [m.label for m in at.metric][:2] == ["Entropy (0–1)", "Row max"]  # "Confidence" as the pattern's was
     assert any("Pattern:" in m.value for m in at.markdown)
     assert len(at.get("iframe")) == 1  # the head view: saved as it is shown, so it must need nothing besides itself
     assert "Save this view (standalone HTML)" in {b.label for b in at.download_button}  # README said so; it was not

@@ -88,6 +88,8 @@ def test_markdown_escapes_metacharacters_and_directives():
     assert for_markdown("- item") == r"\- item" and for_markdown("1. one") == r"1\. one"
     message = "config.json: not found in my-model.safetensors"
     assert for_markdown(message) == message
+    # a right-to-left override in a typed path turned the whole error message around on the page
+    assert for_markdown("org/model\u202eabc does not exist") == r"org/model\\u202eabc does not exist"
     assert "\n" not in for_markdown("a\nb")
     for breaks in ("a\r- item", "a\r\n1. one", "a\u2028# h", "a\x0b===", "a\x85> q"):  # each ends a line in markdown
         shown = for_markdown(breaks)
