@@ -9,7 +9,7 @@ import streamlit as st
 import core
 from app.server import cache
 from app.views.bertviz_view import (
-    MAX_BYTES, MAX_DRAWN, NEURON_PER_PAIR, model_view_page, neuron_view_fits, neuron_view_page,
+    MAX_BYTES, MAX_DRAWN, NEURON_PER_PAIR, model_view_fits, model_view_page, neuron_view_fits, neuron_view_page,
 )
 from app.names import file_stem
 from app.views.head_detail import view_title
@@ -32,6 +32,12 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
 
     The pickers are keyed by the result (and the layers by the explorer's layer): a choice made on another
     result (4 heads kept for a 12-head model, layer 5 of a 4-layer one) or another layer starts afresh."""
+    if not model_view_fits(len(result.tokens), len(result.keys)):
+        lines = len(result.tokens) * len(result.keys)
+        st.info(f"BertViz's model view draws a line per query–key pair of each head: one head here is {lines:,} "
+                f"lines, more than the {MAX_DRAWN:,} a browser draws in about 3 seconds (the page waits while it "
+                "draws). It draws inputs of up to 512 tokens; the head view shows this one.")
+        return
     cols = st.columns(2)
     layers = cols[0].multiselect("Layers", range(result.n_layers), default=[layer],
                                  key=f"{prefix}bv_layers_{result_id}_{layer}")

@@ -85,16 +85,22 @@ def _bounded(attentions: torch.Tensor, layers: list[int], heads: list[int], budg
     layers, then heads."""
     rows, used, pairs = [], 0, attentions.shape[-2] * attentions.shape[-1]
     for layer in layers:
-        row = []
+        row, row_used = [], 0
         for head in heads:
             text = _map_json(attentions[layer, head])  # (q, k)
             drawn = (sum(map(len, rows)) + len(row) + 1) * pairs
-            if (used + len(text) > budget or drawn > MAX_DRAWN) and (rows or row):  # the first map is always sent
-                return rows or [row], used
+            if (used + row_used + len(text) > budget or drawn > MAX_DRAWN) and (rows or row):  # the first map is
+                return (rows, used) if rows else ([row], row_used)  # always sent (``model_view_fits`` says if it can)
             row.append(text)
-            used += len(text) + 1
+            row_used += len(text) + 1
         rows.append(row)
+        used += row_used
     return rows, used
+
+
+def model_view_fits(n_queries: int, n_keys: int) -> bool:
+    """Whether one head's model view of a ``(q, k)`` map stays within ``MAX_DRAWN`` lines (512 tokens)."""
+    return n_queries * n_keys <= MAX_DRAWN
 
 
 def neuron_view_fits(n_queries: int, n_keys: int) -> bool:
@@ -130,7 +136,8 @@ def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str
     kept_layers, kept_heads = layers[:len(rows)], heads[:len(rows[-1])]  # a partial row only when alone
     note = ""
     if (kept_layers, kept_heads) != (layers, heads):
-        note = (f"At {len(keys)} tokens only {len(kept_layers)} layer(s) × {len(kept_heads)} head(s) fit in "
+        tokens = f"{len(keys)} tokens" if len(queries) == len(keys) else f"{len(queries)} × {len(keys)} tokens"
+        note = (f"At {tokens} only {len(kept_layers)} layer(s) × {len(kept_heads)} head(s) fit in "
                 f"{MAX_BYTES / 1e6:g} MB and {MAX_DRAWN:,} lines (one per query–key pair of each head, about what "
                 "a browser draws in 3 seconds); choose fewer layers or heads to see the others.")
     attn = "[" + ",".join("[" + ",".join(row) + "]" for row in rows) + "]"

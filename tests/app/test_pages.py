@@ -174,6 +174,22 @@ def test_the_neuron_view_of_a_long_input_says_why_it_is_not_drawn():
     assert any("neuron view draws about 8 shapes per query–key pair" in i.value for i in at.info), at.info
 
 
+def test_the_model_view_of_an_input_past_512_tokens_says_why_it_is_not_drawn(tmp_path, monkeypatch):
+    """One head of 513 tokens or more is over the 262,144 lines the view keeps to: it was drawn anyway (SmolLM2 at
+    1,089 tokens: 1.19 M lines, ~13 s with the page frozen) under a note saying it fit."""
+    import copy
+
+    from tiny import long_bpe_tokenizer, tiny_gpt2
+
+    tiny_gpt2(max_positions=600).save_pretrained(tmp_path)
+    copy.deepcopy(long_bpe_tokenizer(600)).save_pretrained(tmp_path)
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _inspect(_app(), str(tmp_path), "the cat sat on the mat . " * 100)  # 600 tokens after the cut
+    at.segmented_control(key="inspect_extra_view_long").set_value("BertViz model view").run()
+    assert not at.exception and not _errors(at) and not at.get("iframe")
+    assert any("model view draws a line per query–key pair of each head" in i.value for i in at.info), at.info
+
+
 def test_inputs_keep_their_values_while_their_widgets_are_not_drawn(bert_folder):
     """Streamlit forgets a widget that a run does not draw: after the Model radio went away and back, or after a
     visit to another page, the pickers showed their defaults (MiniLM, an empty path, the example text) beside the

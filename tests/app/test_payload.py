@@ -59,6 +59,9 @@ def test_bertviz_views_are_bounded_by_what_a_browser_draws_in_seconds():
     assert page.heads == [0] and "262,144 lines" in page.note  # one 512 × 512 head is 262,144 lines
     short = bertviz_view.model_view_page(attn[:, :, :128, :128], tokens[:128], tokens[:128], [0], list(range(HEADS)))
     assert (short.heads, short.note) == (list(range(HEADS)), "")  # 12 × 128² = 196,608 lines
+    assert bertviz_view.model_view_fits(512, 512) and not bertviz_view.model_view_fits(513, 513)  # the page says so
+    cross = bertviz_view.model_view_page(attn[:, :, :5, :300], tokens[:5], tokens[:300], [0], list(range(HEADS)))
+    assert (cross.heads, cross.note) == (list(range(HEADS)), "")  # 12 × 5 × 300 lines
     assert bertviz_view.neuron_view_fits(128, 128) and bertviz_view.neuron_view_fits(181, 181)
     assert not bertviz_view.neuron_view_fits(182, 182) and not bertviz_view.neuron_view_fits(512, 512)
 
