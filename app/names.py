@@ -31,7 +31,7 @@ def is_path(source: str) -> bool:
 def display_name(source: str) -> str:
     """The name a user knows the model by: demo name, Hub id, or the last part of a path; its control and invisible
     characters written out (``\\u202e``: a right-to-left override turned the rest of a title around)."""
-    return visible(_shown_part(str(source).strip()))
+    return visible(_shown_part(str(source).strip()), spaces=False)
 
 
 def _shown_part(source: str) -> str:

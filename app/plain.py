@@ -34,7 +34,7 @@ def for_markdown(text: str) -> str:
     characters are written out (``core.extraction.tokens.visible``): a right-to-left override in a typed path
     turned the whole error message around.
     """
-    text = _MARKDOWN_SPECIAL.sub(r"\\\1", visible(" ".join(str(text).splitlines())))
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", visible(" ".join(str(text).splitlines()), spaces=False))
     return _NUMBERED.sub(r"\1\\\2", _LINE_START.sub(r"\1\\\2", text))
 
 

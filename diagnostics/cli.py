@@ -267,7 +267,7 @@ def _fail(message, status):
 def _one_line(message) -> str:
     """``message`` on one line, its control characters visible: a path holding ESC sequences does not drive the
     terminal."""
-    return visible(" ".join(readable(message).split()))
+    return visible(" ".join(readable(message).split()), spaces=False)
 
 
 class _progress:

@@ -79,7 +79,7 @@ def maps_ui(report, part, layer, head) -> None:
                 "probe.")
         return
     probes = [p["text"] for p in report.a.probes] or [f"random ids {i}" for i in range(len(report.a.samples))]
-    i = st.selectbox("Probe", range(len(report.a.samples)), format_func=lambda i: visible(probes[i][:80]),
+    i = st.selectbox("Probe", range(len(report.a.samples)), format_func=lambda i: visible(probes[i][:80], spaces=False),
                      key="cmp_probe")
     sa, sb = report.a.samples[i].part(part), report.b.samples[i].part(part)
     map_a, map_b = sa.attentions[layer, head], sb.attentions[layer, head]  # (q, k) each

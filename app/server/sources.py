@@ -96,7 +96,7 @@ def upload_ui(prefix: str):
     staged = s.get(staged_key)
     if staged is None:
         return None
-    names = ", ".join(map(visible, staged.names))
+    names = ", ".join(visible(name, spaces=False) for name in staged.names)
     cols = st.columns([4, 1])
     cols[0].text(f"Uploaded: {names} ({staged.size / 1e6:,.1f} MB)")  # st.text: file names stay plain text
     if cols[1].button("Clear", key=f"{prefix}_clear"):

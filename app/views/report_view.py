@@ -130,8 +130,8 @@ def head_ui(report, part: str, heads) -> None:
         st.info(_no_maps_text(report))
         return
     texts = [p.get("text", "") for p in report.probes] or [f"sample {i}" for i in range(len(report.samples))]
-    sample = cols[2].selectbox("Probe text", range(len(report.samples)), format_func=lambda i: visible(texts[i][:60]),
-                               key="diag_sample")
+    sample = cols[2].selectbox("Probe text", range(len(report.samples)),
+                               format_func=lambda i: visible(texts[i][:60], spaces=False), key="diag_sample")
     result = report.samples[sample].part(part) if part != "self" else report.samples[sample]
     options = head_detail.options_ui("diag_", result)
     model = report.model.get("name", "model")

@@ -52,16 +52,18 @@ def _spaces_shown(text: str) -> str:
     return text if text.strip(WORD_START + " ") else "␣" * len(text)
 
 
-def visible(text: str) -> str:
-    """``text`` with its control characters shown as escapes (``\\x1b``), for labels, titles and file contents."""
-    return "".join(_visible(ch) for ch in text)
+def visible(text: str, spaces: bool = True) -> str:
+    """``text`` with its control and invisible characters shown as escapes (``\\x1b``, ``\\u202e``), for labels,
+    titles and file contents; with ``spaces`` (a token's label) also the spaces other than U+0020, which look like
+    one. Running text (a message, a probe, a file name) keeps them: an ideographic space is a space there."""
+    return "".join(_visible(ch, spaces) for ch in text)
 
 
-def _visible(ch: str) -> str:
+def _visible(ch: str, spaces: bool = True) -> str:
     code = ord(ch)
     if code < 0x20 or 0x7F <= code < 0xA0:
         return f"\\x{code:02x}"  # ASCII: every font draws it
-    if code in _INVISIBLE or (ch != " " and unicodedata.category(ch) in ("Zs", "Zl", "Zp")):
+    if code in _INVISIBLE or (spaces and ch != " " and unicodedata.category(ch) in ("Zs", "Zl", "Zp")):
         return f"\\u{code:04x}"  # invisible, or a space that looks like a plain one (all in the BMP)
     return ch
 

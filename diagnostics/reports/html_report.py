@@ -36,7 +36,7 @@ def plain(value) -> str:
     """``value`` as HTML text: markup escaped and control and invisible characters written out (ESC as ``\\x1b``, a
     right-to-left override as ``\\u202e``): a folder named with terminal escapes drove the terminal an HTML report
     was printed to, C0 controls are no valid HTML, and an override turned "A → B" around."""
-    return escape(visible(str(value)))
+    return escape(visible(str(value), spaces=False))
 
 
 def render_html(report):

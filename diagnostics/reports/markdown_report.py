@@ -21,7 +21,7 @@ def md(text) -> str:
     """``text`` with markdown's special characters and ``&`` escaped (``&amp;`` shows as typed, not as ``&``), its
     control and invisible characters made visible (``core.extraction.tokens.visible``: an ESC from a file name would
     drive a terminal, a right-to-left override would turn the rest of a title around), on one line."""
-    text = visible(" ".join(str(text).split())).replace("&", "&amp;")
+    text = visible(" ".join(str(text).split()), spaces=False).replace("&", "&amp;")
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 

@@ -90,6 +90,10 @@ def test_markdown_escapes_metacharacters_and_directives():
     assert for_markdown(message) == message
     # a right-to-left override in a typed path turned the whole error message around on the page
     assert for_markdown("org/model\u202eabc does not exist") == r"org/model\\u202eabc does not exist"
+    assert for_markdown("こんにちは\u3000世界 Bonjour\u202f!") == "こんにちは\u3000世界 Bonjour\u202f!"  # spaces in text
+    from core.extraction.tokens import prettify_token
+
+    assert prettify_token("\u3000") == "\\u3000"  # a token's label still tells such a space from " "
     assert "\n" not in for_markdown("a\nb")
     for breaks in ("a\r- item", "a\r\n1. one", "a\u2028# h", "a\x0b===", "a\x85> q"):  # each ends a line in markdown
         shown = for_markdown(breaks)
