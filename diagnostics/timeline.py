@@ -41,7 +41,7 @@ SPARSE_CELLS, SPARSE_RATIO = 2**16, 64
 MAX_CUT_LINES, MAX_CUT_SHOWN = 100, 10
 # One record: a head entry is ~740 bytes, so 16 MB is 22,000 heads (SmolLM2's 270 heads: 200 KB).
 MAX_LINE_CHARS = 16 * 2**20
-MAX_METRICS = 64  # numeric metrics kept per head: a monitor writes 24
+MAX_METRICS = 64  # numeric metrics kept per head: a monitor writes 23
 MAX_CHECKPOINTS = 40  # more are sampled evenly (first and last kept): each is a model load and a diagnosis
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)", re.ASCII)  # as the Trainer names them: ASCII digits
 
