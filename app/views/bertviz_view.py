@@ -37,7 +37,8 @@ STATIC_URL = "app/static/js"  # where streamlit serves app/static (server.enable
 MAX_BYTES = 5 * 10**6  # the page, scripts excluded (the app links them; they are 0.41 MB)
 # SVG elements a view may draw: Chromium takes ~11 µs each (2.4 s for 12 heads at 128 tokens, on the 2-core build
 # machine), on the app page's own thread (a same-origin frame): MiniLM's 12 heads at 512 tokens froze it for 40 s.
-# The model view draws one line per query-key pair of each head; the neuron view ~8 per pair (143k at 128 tokens).
+# The model view draws one line per query-key pair of each head; the neuron view ~8 per pair (143k at 128 tokens;
+# python scripts/measure_bertviz_draw.py).
 MAX_DRAWN = 2**18
 NEURON_PER_PAIR = 8
 PERCENT = 100  # weights are sent as integers 0..PERCENT: "7" instead of "0.07"
