@@ -250,7 +250,7 @@ def probe_coverage(tokenizer, probe: Probe, limit: int | None = None) -> float:
     left out. The unknown token counts as missed unless the tokenizer is byte-level, where it is a control token
     that no text gives (GPT-2's unk = eos = <|endoftext|>)."""
     cut = {"truncation": True, "max_length": limit} if limit else {}
-    offsets = {"return_offsets_mapping": True} if getattr(tokenizer, "is_fast", False) else {}
+    offsets = {"return_offsets_mapping": True} if can_drop(tokenizer) else {}  # what each token spells
     batch = tokenizer(probe.text, probe.text_pair, return_special_tokens_mask=True, verbose=False, **cut, **offsets)
     ids = [i for i, added in zip(batch["input_ids"], batch["special_tokens_mask"]) if not added]
     if not ids:
@@ -259,9 +259,7 @@ def probe_coverage(tokenizer, probe: Probe, limit: int | None = None) -> float:
     missed = sum(i == unknown or bool(_BYTE_FALLBACK.fullmatch(t or "")) or "\ufffd" in tokenizer.decode([i])
                  for i, t in zip(ids, tokenizer.convert_ids_to_tokens(ids)))
     cut_short = bool(limit) and len(batch["input_ids"]) >= limit
-    texts = (probe.text, probe.text_pair)
-    spelt, could = characters_spelt(tokenizer, batch, texts, unknown, cut_short) if offsets and can_drop(
-        tokenizer) else (0, 0)
+    spelt, could = characters_spelt(tokenizer, batch, (probe.text, probe.text_pair), cut_short) if offsets else (0, 0)
     return min(1 - missed / len(ids), spelt / could if could else 1.0)
 
 

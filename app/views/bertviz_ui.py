@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import streamlit as st
 
 import core
 from app.server import cache
 from app.views.bertviz_view import (
-    MAX_BYTES, MAX_DRAWN, NEURON_PER_PAIR, model_view_fits, model_view_page, neuron_view_fits, neuron_view_page,
+    MAX_BYTES, MAX_DRAWN, MODEL_VIEW_MAX_TOKENS, NEURON_PER_PAIR, NEURON_VIEW_MAX_TOKENS, model_view_fits,
+    model_view_page, neuron_view_fits, neuron_view_page,
 )
 from app.names import file_stem
 from app.views.head_detail import view_title
@@ -36,7 +35,7 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
         lines = len(result.tokens) * len(result.keys)
         st.info(f"BertViz's model view draws a line per query–key pair of each head: one head here is {lines:,} "
                 f"lines, more than the {MAX_DRAWN:,} a browser draws in about 3 seconds (the page waits while it "
-                "draws). It draws inputs of up to 512 tokens; the head view shows this one.")
+                f"draws). It draws inputs of up to {MODEL_VIEW_MAX_TOKENS} tokens; the head view shows this one.")
         return
     cols = st.columns(2)
     layers = cols[0].multiselect("Layers", range(result.n_layers), default=[layer],
@@ -99,8 +98,8 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
         shapes = NEURON_PER_PAIR * len(result.tokens) * len(result.keys)
         st.info(f"BertViz's neuron view draws about {NEURON_PER_PAIR} shapes per query–key pair: {shapes:,} at "
                 f"{len(result.keys)} tokens, more than the {MAX_DRAWN:,} a browser draws in about 3 seconds (the "
-                f"page waits while it draws). It draws inputs of up to about "
-                f"{math.isqrt(MAX_DRAWN // NEURON_PER_PAIR)} tokens; the head view shows this one.")
+                f"page waits while it draws). It draws inputs of up to about {NEURON_VIEW_MAX_TOKENS} tokens; the "
+                "head view shows this one.")
         return
     title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
     page = _neuron_page(result_id, model_key, layer, head, title, False, result)

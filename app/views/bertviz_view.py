@@ -22,6 +22,7 @@ What changes is how the page is put together:
 from __future__ import annotations
 
 import html
+import math
 import re
 from dataclasses import dataclass
 from importlib.resources import files
@@ -41,6 +42,8 @@ MAX_BYTES = 5 * 10**6  # the page, scripts excluded (the app links them; they ar
 # python scripts/measure_bertviz_draw.py).
 MAX_DRAWN = 2**18
 NEURON_PER_PAIR = 8
+MODEL_VIEW_MAX_TOKENS = math.isqrt(MAX_DRAWN)  # 512: one head of a square map
+NEURON_VIEW_MAX_TOKENS = math.isqrt(MAX_DRAWN // NEURON_PER_PAIR)  # 181
 PERCENT = 100  # weights are sent as integers 0..PERCENT: "7" instead of "0.07"
 # Rebuilds one map's dense rows (what bertviz reads) from its sparse percent rows.
 _DENSE = """function attnscopeDense(rows, n) {
@@ -100,12 +103,13 @@ def _bounded(attentions: torch.Tensor, layers: list[int], heads: list[int], budg
 
 
 def model_view_fits(n_queries: int, n_keys: int) -> bool:
-    """Whether one head's model view of a ``(q, k)`` map stays within ``MAX_DRAWN`` lines (512 tokens)."""
+    """Whether one head's model view of a ``(q, k)`` map stays within ``MAX_DRAWN`` lines (square maps of up to
+    ``MODEL_VIEW_MAX_TOKENS``)."""
     return n_queries * n_keys <= MAX_DRAWN
 
 
 def neuron_view_fits(n_queries: int, n_keys: int) -> bool:
-    """Whether the neuron view of a ``(q, k)`` map stays within ``MAX_DRAWN`` elements (about 181 tokens)."""
+    """Whether the neuron view of a ``(q, k)`` map stays within ``MAX_DRAWN`` shapes (``NEURON_VIEW_MAX_TOKENS``)."""
     return NEURON_PER_PAIR * n_queries * n_keys <= MAX_DRAWN
 
 

@@ -136,7 +136,7 @@ def _dropped_warnings(tokenizer, batch, texts: tuple[str, str | None], cut_short
     without ``unk_token``) drops what it cannot spell, and the map shows the text without it."""
     if "offset_mapping" not in batch:  # asked for where characters can be dropped only: elsewhere a text cut
         return []  # inside a character its tokens spell in pieces ("…" as "." "." ".") looked dropped
-    spelt, could = characters_spelt(tokenizer, batch, texts, tokenizer.unk_token_id, cut_short)
+    spelt, could = characters_spelt(tokenizer, batch, texts, cut_short)
     if spelt == could:
         return []
     return [f"{DROPPED}: {could - spelt} of the {counted(could, 'character')} read (spaces aside) have no token and "

@@ -28,19 +28,19 @@ def _row(values) -> list:
     return values[0].tolist() if isinstance(values, torch.Tensor) else list(values)
 
 
-def characters_spelt(tokenizer, batch, texts: tuple[str, str | None], unknown: int | None,
-                     cut_short: bool) -> tuple[int, int]:
+def characters_spelt(tokenizer, batch, texts: tuple[str, str | None], cut_short: bool) -> tuple[int, int]:
     """Characters the tokenizer could spell, in the part of ``texts`` (a text and its pair) the model reads, that its
     tokens do spell, and how many it could: ``(spelt, could)``. ``batch`` is the fast tokenizer's output of one text
-    (with ``special_tokens_mask`` and ``offset_mapping``). Those under an unknown token, or a special one the text
-    names, count as spelt. Both sides are counted on the text as the normalizer leaves it (accents stripped,
-    invisible marks dropped, Gemma's spaces as "▁"), in the pieces its pre-tokenizer keeps (split delimiters
-    dropped), whitespace aside: the text read, against its tokens decoded. A text cut short (``cut_short``) is
+    (with ``special_tokens_mask`` and ``offset_mapping``). Those under an unknown token (one the tokenizer's class
+    names where its model has none), or a special one the text names, count as spelt. Both sides are counted on the
+    text as the normalizer leaves it (accents stripped, invisible marks dropped, Gemma's spaces as "▁"), in the
+    pieces its pre-tokenizer keeps (split delimiters dropped), whitespace aside: the text read, against its tokens
+    decoded. A text cut short (``cut_short``) is
     counted between its tokens' offsets (either side may be cut; they are wrong by a little where characters were
     dropped)."""
-    backend = tokenizer.backend_tokenizer
+    backend, unknown = tokenizer.backend_tokenizer, tokenizer.unk_token_id
 
-    def visible(text: str) -> int:
+    def characters(text: str) -> int:
         text = backend.normalizer.normalize_str(text) if backend.normalizer else text
         spans = [span for _, span in backend.pre_tokenizer.pre_tokenize_str(text)] if backend.pre_tokenizer else [
             (0, len(text))]
@@ -56,7 +56,7 @@ def characters_spelt(tokenizer, batch, texts: tuple[str, str | None], unknown: i
             continue
         spans = [span for _, _, span in own if span[1]]  # a special token the tokenizer adds has none
         read = text[min(s for s, _ in spans):max(e for _, e in spans)] if cut_short and spans else text
-        could += visible(read)
-        spelt += visible(tokenizer.decode([i for i, added, _ in own if i != unknown and not added]))
-        spelt += sum(visible(text[s:e]) for i, added, (s, e) in own if i == unknown or added)
+        could += characters(read)
+        spelt += characters(tokenizer.decode([i for i, added, _ in own if i != unknown and not added]))
+        spelt += sum(characters(text[s:e]) for i, added, (s, e) in own if i == unknown or added)
     return min(spelt, could), could
