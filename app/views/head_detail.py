@@ -22,6 +22,7 @@ from app.views.head_view import frame_height
 from app.names import file_stem
 from app.plain import for_markdown
 from core import views
+from diagnostics.measure.metrics import SINK_REFERENCE_KEYS
 from diagnostics.texts import PATTERN_TEXTS, ROLE_TEXTS
 
 MODES = {"head": "Selected head", "average": "Layer average (all heads)",
@@ -183,7 +184,7 @@ def metrics_ui(m: dict, keys: list[str], per_row: int = 5) -> None:
     cols[3].metric("Sink score", f"{m['sink_score']:.2f}",
                    help=f"What the strongest key, “{for_markdown(sink)}”, draws beyond an even spread over the keys "
                         "each query sees (0 = no key stands out; the sink role's score is the first token's or special "
-                        "tokens' share, as it would be on a 20-token text)")
+                        f"tokens' share, as it would be on a {SINK_REFERENCE_KEYS}-token text)")
     cols[4].metric("Mean distance", f"{m['mean_distance']:.1f}", help="Expected |query − key| in tokens")
 
 
