@@ -51,9 +51,9 @@ from core.custom_model import AttnScopeTransformer
 from core.device import model_device
 from core.errors import ExtractionError, InputError, counted
 from core.extraction.hf_extract import eager_attention, map_windows, stack_layers, taken
-from core.extraction.module_extract import attention_modules, run_with_hooks
+from core.extraction.module_extract import attention_modules
 from core.extraction.encode import max_positions, special_marks, typed_specials
-from core.extraction.extract import eval_mode, model_is_causal
+from core.extraction.extract import eval_mode, model_is_causal, module_ids_attention
 from core.extraction.text_config import text_config, vocab_size
 from core.extraction.spelling import can_drop, characters_spelt
 from core.extraction.tokens import display_tokens, is_byte_level
@@ -464,7 +464,7 @@ def _run(model, ids):
             out = model(ids, output_attentions=True)
         return stack_layers(taken(out, "attentions"), "self", model), model_is_causal(model)
     if attention_modules(model):
-        return run_with_hooks(model, ids)
+        return module_ids_attention(model, ids)  # its forward's own errors as an ExtractionError
     raise ExtractionError(f"{type(model).__name__} cannot be probed: AttnScope cannot read its attention")
 
 

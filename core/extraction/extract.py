@@ -124,16 +124,23 @@ def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> 
 
 def _extract_module(model: nn.Module, tokenizer, text, text_pair) -> AttentionResult:
     enc = encode(tokenizer, text, text_pair, max_positions(None, tokenizer))  # the tokenizer's limit only
-    attentions, causal = _run_module(model, "(input_ids)", "for a module that takes embeddings, call "
-                                     "core.extract_module_attention(module, inputs, tokens=...) instead",
-                                     enc.input_ids.to(model_device(model)))  # (L, H, q, k)
-    if attentions.shape[-1] != enc.input_ids.shape[-1]:
+    attentions, causal = module_ids_attention(model, enc.input_ids.to(model_device(model)))  # (L, H, q, k)
+    return _result(tokenizer, enc, attentions, causal)
+
+
+def module_ids_attention(model: nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """``(attentions (L, H, T, T), causal)`` of an ``nn.MultiheadAttention``-based module run on token ids
+    ``(1, T)``: its own exceptions, and layers that read another layout, as one ExtractionError line."""
+    maps = _run_module(model, "(input_ids)", "for a module that takes embeddings, call "
+                       "core.extract_module_attention(module, inputs, tokens=...) instead", input_ids)
+    attentions = maps.attentions  # (L, H, q, k)
+    if maps.batch != 1 or attentions.shape[-1] != input_ids.shape[-1]:
         raise ExtractionError(
-            f"{type(model).__name__} attended over {attentions.shape[-1]} positions for {enc.input_ids.shape[-1]} "
+            f"{type(model).__name__} attended over {attentions.shape[-1]} positions for {input_ids.shape[-1]} "
             "tokens: its attention layers read (sequence, batch, feature) (nn.MultiheadAttention's default, "
             "batch_first=False) or reshape the ids; build them with batch_first=True, or call "
             "core.extract_module_attention with inputs in the layout the module takes")
-    return _result(tokenizer, enc, attentions, causal)
+    return attentions, maps.causal
 
 
 def _run_module(module, call: str, hint: str, *inputs, **kwargs):
@@ -147,18 +154,23 @@ def _run_module(module, call: str, hint: str, *inputs, **kwargs):
 
 
 def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | None = None, **kwargs) -> AttentionResult:
-    """Attention of any ``nn.MultiheadAttention``-based module run on arbitrary ``inputs``.
+    """Attention of any ``nn.MultiheadAttention``-based module run on arbitrary ``inputs`` of one sequence.
 
     For modules such as ``nn.TransformerEncoder`` that take embeddings rather
-    than token ids. ``tokens`` labels the positions (defaults to their indices).
+    than token ids. ``tokens`` labels the positions (defaults to their indices); the keys a
+    ``key_padding_mask`` (``src_key_padding_mask``) blocks are marked as padding. A batch of more than one
+    sequence is refused (InputError): pass one item per call.
     """
     start = time.perf_counter()
     with eval_mode(module):
-        attentions, causal = _run_module(module, "(inputs)", "give it the inputs its forward takes",
-                                         *inputs, **kwargs)  # (L, H, q, k)
+        maps = _run_module(module, "(inputs)", "give it the inputs its forward takes", *inputs, **kwargs)
+    if maps.batch > 1:  # the maps are one sequence's: the other items would have been dropped without a word
+        raise InputError(f"AttnScope reads one sequence at a time; {type(module).__name__} was given a batch of "
+                         f"{maps.batch} — pass one item (e.g. inputs[:1]) per call")
+    attentions, causal, padding = maps.attentions, maps.causal, maps.padding  # (L, H, q, k)
     length = attentions.shape[-1]
     tokens = list(tokens) if tokens is not None else [str(i) for i in range(length)]
-    result = AttentionResult(tokens, attentions, causal, [False] * length, [False] * length)
+    result = AttentionResult(tokens, attentions, causal, [False] * length, padding or [False] * length)
     result.model_name, result.elapsed_s = type(module).__name__, time.perf_counter() - start
     result.device = str(model_device(module))
     result.dtype = str(next(module.parameters()).dtype).replace("torch.", "")

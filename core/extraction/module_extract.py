@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import threading
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +79,8 @@ def _is_self_attention(call: dict) -> bool:
 
 @contextmanager
 def capture_mha_weights(model: nn.Module):
-    """Yield a list that fills with ``(weights (B, H, q, k), causal)`` per attention call of this thread.
+    """Yield a list that fills with ``(weights (B, H, q, k), causal, padded)`` per attention call of this thread
+    (``padded``: the keys its ``key_padding_mask`` blocks for batch item 0, a bool ``(k,)``, or None).
 
     The module still returns what its caller asked for (averaged weights, or none)."""
     modules = attention_modules(model)
@@ -106,7 +108,8 @@ def capture_mha_weights(model: nn.Module):
                                   "nn.Transformer), whose maps are not a stack of self-attention layers; give "
                                   "extract_module_attention its encoder or a self-attention stack")
         per_head = weights if weights.dim() == 4 else weights.unsqueeze(0)  # (B, H, q, k)
-        captured.append((per_head.detach(), _is_causal_call(kwargs, *weights.shape[-2:])))
+        call = {**dict(zip(_MHA_POSITIONAL, args)), **kwargs}
+        captured.append((per_head.detach(), _is_causal_call(call, *weights.shape[-2:]), _padded_keys(call)))
         return output[0], (weights.mean(-3) if average else weights) if need else None
 
     with _fastpath_off():
@@ -118,6 +121,16 @@ def capture_mha_weights(model: nn.Module):
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def _padded_keys(call: dict) -> torch.Tensor | None:
+    """Bool ``(k,)``: the keys the call's ``key_padding_mask`` blocks for batch item 0 (True or an additive
+    entry at or below ``MASKED_SCORE``); None without one."""
+    mask = call.get("key_padding_mask")
+    if mask is None:
+        return None
+    first = mask if mask.dim() == 1 else mask[0]  # (k,)
+    return (first if first.dtype == torch.bool else first <= MASKED_SCORE).detach().cpu()
 
 
 class _FusedAttentionCalls(TorchFunctionMode):
@@ -141,8 +154,15 @@ class _FusedAttentionCalls(TorchFunctionMode):
         return sum(length == tokens for length in self.query_lengths)
 
 
-def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, bool]:
-    """Run ``model(*inputs, **kwargs)``; return ``(attentions (L, H, q, k), causal)`` of batch item 0."""
+class ModuleMaps(NamedTuple):
+    attentions: torch.Tensor  # (L, H, q, k) of batch item 0
+    causal: bool
+    padding: list[bool] | None  # the keys the first layer's key_padding_mask blocks for item 0; None without one
+    batch: int  # the batch the layers were called with (sequence-first layers read (1, T) ids as a batch of T)
+
+
+def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> ModuleMaps:
+    """Run ``model(*inputs, **kwargs)``; return its maps of batch item 0 (``ModuleMaps``)."""
     with capture_mha_weights(model) as captured, torch.no_grad(), _FusedAttentionCalls() as fused:
         model(*inputs, **kwargs)
     if not captured:
@@ -152,9 +172,11 @@ def run_with_hooks(model: nn.Module, *inputs, **kwargs) -> tuple[torch.Tensor, b
         raise ExtractionError(f"{type(model).__name__} also computes attention with F.scaled_dot_product_attention "
                               f"({layers} call(s) besides its {len(captured)} nn.MultiheadAttention call(s)), "
                               "whose weights no hook can read; build those layers from nn.MultiheadAttention too")
-    shapes = {tuple(w.shape[1:]) for w, _ in captured}
+    shapes = {tuple(w.shape[1:]) for w, _, _ in captured}
     if len(shapes) > 1:
         raise ExtractionError(f"attention layers disagree on [heads, q, k]: {sorted(shapes)}")
-    maps, causal = [w for w, _ in captured], all(causal for _, causal in captured)
+    maps, causal = [w for w, _, _ in captured], all(causal for _, causal, _ in captured)
+    padded, batch = captured[0][2], captured[0][0].shape[0]
     captured.clear()  # the list alone holds the maps, which stack_layers lets go of as it copies them
-    return stack_layers(maps, "self", model), causal  # (L, H, q, k)
+    return ModuleMaps(stack_layers(maps, "self", model), causal,  # (L, H, q, k)
+                      None if padded is None else padded.tolist(), batch)

@@ -545,6 +545,22 @@ def test_module_inputs_it_rejects_and_extra_key_columns_are_one_clear_error():
                                     torch.randn(1, 5, 16, dtype=torch.bfloat16)).dtype == "bfloat16"
 
 
+def test_a_batch_is_refused_and_padded_keys_are_marked():
+    """Items after the first were dropped with no word, and the keys a key_padding_mask blocks came back as
+    tokens, with padding all False."""
+    torch.manual_seed(0)
+    model = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), 2,
+                                  enable_nested_tensor=False).eval()
+    with pytest.raises(InputError, match="one sequence at a time; TransformerEncoder was given a batch of 3"):
+        extract_module_attention(model, torch.randn(3, 5, 16))
+    padded = torch.tensor([[False, False, False, True, True]])
+    result = extract_module_attention(model, torch.randn(1, 5, 16), src_key_padding_mask=padded)
+    assert result.padding == [False, False, False, True, True]
+    assert torch.all(result.attentions[..., 3:] == 0)
+    additive = extract_module_attention(model, torch.randn(1, 5, 16), src_key_padding_mask=padded * -1e9)
+    assert additive.padding == result.padding
+
+
 def test_sequence_first_layers_fed_batch_first_ids_are_one_clear_error():
     """nn.TransformerEncoderLayer's default batch_first=False read (1, T) ids as T sequences of one token:
     'attention is 1×1 but there are 12 query and 12 key tokens'."""

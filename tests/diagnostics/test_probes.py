@@ -63,6 +63,29 @@ def test_a_plain_pytorch_model_is_diagnosed():
     assert len(report.heads) == 8 and report.model["name"] == "EncoderLM"
 
 
+def test_a_plain_pytorch_model_whose_forward_rejects_the_repeated_probe_still_gets_its_report():
+    """The repeated probe draws from the whole vocabulary, up to the tokenizer's limit; a module with 40 positions
+    ran the text probes but ended the whole diagnosis with torch's bare IndexError on that probe."""
+    from torch import nn
+
+    from diagnostics.diagnose import diagnose
+
+    class ShortPositions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.position = nn.Embedding(200, 32), nn.Embedding(40, 32)
+            layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+        def forward(self, input_ids):
+            return self.encoder(self.embed(input_ids) + self.position(torch.arange(input_ids.shape[1])))
+
+    torch.manual_seed(0)
+    report = diagnose((ShortPositions().eval(), wordpiece_tokenizer()), ["the cat sat on the mat"])
+    assert len(report.heads) == 8
+    assert "ShortPositions(input_ids) failed (IndexError" in report.finding("repeated_probe_skipped").message
+
+
 def test_a_model_whose_attention_cannot_be_read_at_all_is_refused():
     """No tokenizer, no token ids it can be probed with, no known weight layout: it got an empty report with no
     finding, as if healthy, and a note saying its weights were checked (they were not)."""
