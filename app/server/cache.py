@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 import core
 from app.server import session
@@ -145,6 +147,12 @@ class BoundedCache:
                 if not waiting.callers:  # the last caller for the key: a later one starts afresh
                     del self._loading[key]
 
+    def callers(self, key) -> int:
+        """The callers loading or waiting for ``key`` now."""
+        with self._lock:
+            waiting = self._loading.get(key)
+            return waiting.callers if waiting else 0
+
     def _evict(self) -> None:
         """Drop the oldest until within bounds; the newest stays even alone above the budget (it is in use)."""
         while len(self._values) > 1 and (len(self._values) > self.max_items or self.total_bytes > self.max_bytes):
@@ -198,25 +206,45 @@ def _files(folder: Path) -> list[Path]:
 
 def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = None) -> LoadedModel:
     """A known model name, a cached Hugging Face id or a folder under the allowed roots (``core.load_untrusted``),
-    as its files are now (``stamp``: ``source_stamp(source)`` unless given); ``n_heads`` for bare weights."""
+    as its files are now (``stamp``: ``source_stamp(source)`` unless given); ``n_heads`` for bare weights.
+
+    The page is drawn outside the shared load: Streamlit raises a click's rerun (or a closed tab's stop) from the
+    next element drawn, and raised inside it, that threw the finished model away for every session waiting."""
+    bar, shown, held = st.empty(), [], []
+
+    def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes
+        step = int(fraction * PROGRESS_STEPS)
+        if held or (shown and step <= shown[-1]):
+            return
+        shown.append(step)
+        with _held(held):
+            bar.progress(min(1.0, fraction), text=f"Loading {source}: {message}")
+
     def load():
         if stamp is not None and stamp != source_stamp(source):  # the caller's files are gone: not these under it
             raise core.InputError(f"the files of {source} changed since its attention was read; press Run to "
                                   "read them again")
-        bar, shown = st.empty(), []
-
-        def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes
-            step = int(fraction * PROGRESS_STEPS)
-            if not shown or step > shown[-1]:
-                shown.append(step)
-                bar.progress(min(1.0, fraction), text=f"Loading {source}: {message}")
-
-        with st.spinner("Loading the model…"):
-            loaded = core.load_untrusted(source, n_heads=n_heads, progress=progress)
-        bar.empty()
+        loaded = core.load_untrusted(source, n_heads=n_heads, progress=progress)
         return LoadedModel(loaded.model, loaded.tokenizer)
     source = canonical_name(source)  # 'Demo-BERT' and 'demo-bert' are one model, one lock
-    return model_cache().get((source, source_stamp(source) if stamp is None else stamp, n_heads), load)
+    try:
+        with st.spinner("Loading the model…"):  # shown after 0.5 s: not for a model already kept
+            loaded = model_cache().get((source, source_stamp(source) if stamp is None else stamp, n_heads), load)
+    finally:
+        bar.empty()
+    if held:  # the user's click during the load, now that the model is kept
+        raise held[0]
+    return loaded
+
+
+@contextmanager
+def _held(requests: list):
+    """Keep Streamlit's rerun or stop request (``ScriptControlException``) in ``requests`` instead of raising it
+    inside work that other sessions may wait for; the caller raises it once that work is kept."""
+    try:
+        yield
+    except ScriptControlException as request:
+        requests.append(request)
 
 
 def result_key(source: str, text: str, text_pair: str = "", target: str = "", n_heads: int | None = None) -> tuple:
@@ -229,19 +257,24 @@ def result_key(source: str, text: str, text_pair: str = "", target: str = "", n_
 def attention(key: tuple) -> core.AttentionResult:
     """Attention for ``result_key(...)``, from the result cache; errors are raised, not cached.
 
-    Stops between layers (``core.Cancelled``) once the asking browser session has ended.
+    Stops between layers (``core.Cancelled``) once the asking browser session has ended and no other session
+    waits for the same result.
     """
     source, stamp, n_heads, text, text_pair, target = key
+    gone = session.stop_when_gone()
+
+    def unwaited() -> bool:  # another tab asking for the same text would have started again from layer 0
+        return gone() and result_cache().callers(key) <= 1
 
     def extract():
         loaded = load_model(source, stamp, n_heads)
         with loaded.lock:  # the tokenizer too is shared: a fast one keeps its truncation setting between calls
             _check_result_size(loaded, text, text_pair, target)
-            with st.spinner("Reading the attention weights…"), stop_between_layers(loaded.model,
-                                                                                     session.stop_when_gone()):
+            with stop_between_layers(loaded.model, gone and unwaited):
                 return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None,
                                               target or None)
-    return result_cache().get(key, extract)
+    with st.spinner("Reading the attention weights…"):  # outside the shared work, as in load_model
+        return result_cache().get(key, extract)
 
 
 def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: str) -> None:

@@ -13,6 +13,8 @@ from the server's shared model cache. ``probes_ui(key)`` is the probe-text box, 
 
 from __future__ import annotations
 
+import os
+import threading
 from contextlib import ExitStack, contextmanager, nullcontext
 
 import streamlit as st
@@ -29,6 +31,53 @@ from diagnostics.probes import MIN_JUDGED_TOKENS
 # (two are pairs; a decoder's 7,144, each read as one text).
 MAX_PROBES = 40
 MAX_PROBE_CHARS = 50_000
+# Models loaded for one run alone (an upload, a folder: never in the shared model cache) held at once by every
+# session together, each up to the 2 GB model cap; a run that would pass it waits for another to end.
+ENV_RUN_MODELS = "ATTNSCOPE_MAX_RUN_MODELS"
+RUN_MODELS = 4
+
+
+class _RunModels:
+    """How many models loaded for one run alone the server holds now. A run takes the places of all its models
+    at once: two Compare runs holding one place each of the last two would wait on each other for ever."""
+
+    def __init__(self):
+        self.held, self.changed = 0, threading.Condition()
+
+    @contextmanager
+    def places(self, count: int, limit: int, waiting):
+        """Hold ``count`` places for the ``with``; ``waiting(held, limit)`` is called about once a second until
+        they fit (it may raise: the session has gone). A run alone always fits, whatever it needs."""
+        while count and not self._took(count, limit):
+            waiting(self.held, limit)
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.held -= count
+                self.changed.notify_all()
+
+    def _took(self, count: int, limit: int) -> bool:
+        with self.changed:
+            if self.held and self.held + count > limit:
+                self.changed.wait(1.0)
+            if self.held and self.held + count > limit:
+                return False
+            self.held += count
+            return True
+
+
+run_models = _RunModels()
+
+
+def run_models_limit() -> int:
+    """Models loaded for one run alone held at once: ``$ATTNSCOPE_MAX_RUN_MODELS``, else ``RUN_MODELS``."""
+    raw = os.environ.get(ENV_RUN_MODELS, "").strip()
+    if not raw:
+        return RUN_MODELS
+    if not raw.isdigit() or int(raw) < 1:
+        raise core.InputError(f"{ENV_RUN_MODELS}={raw!r} must be a whole number of models, 1 or more")
+    return int(raw)
 
 
 def probes_ui(key: str):
@@ -133,13 +182,20 @@ def opened_models(inputs: list, n_heads: int | None, progress: list, labels: lis
     held under its lock; the rest are loaded first, for this run alone (``progress[i]`` follows input i), and an
     error loading one starts with its ``labels[i]`` ("Model B (tuned.zip)"): the same broken file on either side
     gave the same message. Locks are taken in name order, so two runs wanting the same two known models cannot
-    wait on each other."""
+    wait on each other. The models loaded for this run alone take places of ``run_models`` (at most
+    ``run_models_limit()`` held by every session together): past it, the run waits, and says so."""
     labels = labels or [None] * len(inputs)
-    loaded = [None if _known(x) else _labelled(label, load_source, x, n_heads, tell)
-              for x, tell, label in zip(inputs, progress, labels)]
-    shared = {name: cache.load_model(name) for name in sorted({x for x in inputs if _known(x)})}
-    with ExitStack() as locks:
-        for model in shared.values():
-            locks.enter_context(model.lock)  # one model object serves every session
-        yield [(shared[x].model, shared[x].tokenizer, []) if _known(x) else (c.model, c.tokenizer, c.notes)
-               for x, c in zip(inputs, loaded)]
+    own = [i for i, x in enumerate(inputs) if not _known(x)]
+
+    def waiting(held: int, limit: int) -> None:
+        progress[own[0]](0.0, f"waiting: other runs hold {held} of the {limit} uploaded or local models this server "
+                              "loads at once")
+    with run_models.places(len(own), run_models_limit(), waiting):
+        loaded = [None if _known(x) else _labelled(label, load_source, x, n_heads, tell)
+                  for x, tell, label in zip(inputs, progress, labels)]
+        shared = {name: cache.load_model(name) for name in sorted({x for x in inputs if _known(x)})}
+        with ExitStack() as locks:
+            for model in shared.values():
+                locks.enter_context(model.lock)  # one model object serves every session
+            yield [(shared[x].model, shared[x].tokenizer, []) if _known(x) else (c.model, c.tokenizer, c.notes)
+                   for x, c in zip(inputs, loaded)]

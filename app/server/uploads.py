@@ -17,7 +17,9 @@ one before: two uploads in a row are two models, never one upload of both
 (which once failed with "holds no model … among its 2 files", and loose files
 of two models would mix silently). Its folder is removed when the upload is
 replaced (once the new one is on disk: a failed copy keeps it) or cleared, or
-when the session's state is dropped (``weakref.finalize``).
+when the session's state is dropped (``weakref.finalize``, which Streamlit does minutes after the tab closes).
+Every session's staged uploads together are capped (``max_staged_bytes``): one tab may hold three (Diagnose,
+Compare A and B) of up to 2 GB each, and a few dozen tabs had filled the server's disk.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import gc
 import shutil
 import tempfile
+import threading
 import weakref
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -33,7 +36,7 @@ from streamlit.runtime import Runtime
 from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRec
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from core.checkpoints.archive import CHUNK, Limits, check_upload_size
+from core.checkpoints.archive import CHUNK, Limits, check_upload_size, env_size
 from core.errors import CheckpointError
 
 
@@ -43,6 +46,23 @@ def _shared_copy(self: UploadedFile, memo) -> UploadedFile:
     twin = UploadedFile(record, self._file_urls)
     twin.seek(self.tell())
     return twin
+
+
+ENV_MAX_STAGED = "ATTNSCOPE_MAX_STAGED_BYTES"
+STAGED_UPLOADS = 4  # the default cap on every session's staged uploads together: four at the upload limit (8 GB)
+_staged: weakref.WeakSet = weakref.WeakSet()  # every session's live uploads, and the lock that counts them
+_staged_lock = threading.Lock()
+
+
+def max_staged_bytes(limits: Limits) -> int:
+    """Bytes every session's staged uploads may take together: ``$ATTNSCOPE_MAX_STAGED_BYTES``, else four uploads
+    at the upload limit."""
+    return env_size(ENV_MAX_STAGED, STAGED_UPLOADS * limits.max_upload_bytes)
+
+
+def staged_bytes(but: "Staged | None" = None) -> int:
+    """The bytes every session's live uploads hold (or are being copied to hold), ``but`` aside."""
+    return sum(upload.reserved for upload in list(_staged) if upload is not but and upload.alive)
 
 
 def share_uploaded_bytes() -> None:
@@ -56,11 +76,16 @@ share_uploaded_bytes()
 class Staged:
     """Uploaded files on disk, by the name the user gave them."""
 
-    def __init__(self):
+    def __init__(self, reserved: int = 0):
         self.folder = Path(tempfile.mkdtemp(prefix="attnscope-upload-"))
         self.files: dict[str, Path] = {}
+        self.reserved = reserved  # the bytes it was staged for, counted against max_staged_bytes while it lives
         self._count = 0
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+
+    @property
+    def alive(self) -> bool:
+        return self._cleanup.alive
 
     def add(self, name: str, stream) -> None:
         """Copy ``stream`` (from its start, in chunks) under ``name``; a file of the same name is replaced."""
@@ -93,14 +118,16 @@ class Staged:
 
 def stage(previous: Staged | None, uploaded, limits: Limits | None = None) -> Staged:
     """``uploaded`` files on disk in a new ``Staged``; ``previous`` is removed once they all are. Files above the
-    upload limit together (Streamlit caps each file alone) are refused before a byte is written; a copy that
-    fails (a full disk) is one CheckpointError, its part-copy removed. Either way ``previous`` stays as it was."""
-    uploaded = list(uploaded)
+    upload limit together (Streamlit caps each file alone), or above what every session's uploads may hold
+    together (``previous`` aside: it goes), are refused before a byte is written; a copy that fails (a full disk)
+    is one CheckpointError, its part-copy removed. Either way ``previous`` stays as it was."""
+    uploaded, limits = list(uploaded), limits or Limits()
     name = uploaded[0].name if len(uploaded) == 1 else f"the {len(uploaded)} uploaded files"
-    check_upload_size(name, sum(file.size for file in uploaded), limits or Limits(), len(uploaded))
+    size = sum(file.size for file in uploaded)
+    check_upload_size(name, size, limits, len(uploaded))
     staged = None
     try:
-        staged = Staged()
+        staged = _reserved(size, previous, limits)
         for file in uploaded:
             staged.add(file.name, file)
     except OSError as err:  # its message would show the server's private folder
@@ -111,6 +138,21 @@ def stage(previous: Staged | None, uploaded, limits: Limits | None = None) -> St
     if previous is not None:
         previous.remove()
     return staged
+
+
+def _reserved(size: int, previous: Staged | None, limits: Limits) -> Staged:
+    """A new ``Staged`` counted for ``size`` bytes, if every session's uploads still fit with it."""
+    cap = max_staged_bytes(limits)
+    with _staged_lock:  # two sessions checking at once must not both take the last room
+        held = staged_bytes(but=previous)
+        if held + size > cap:
+            raise CheckpointError(f"this server holds {held / 1e6:,.0f} MB of uploads being used now, and this "
+                                  f"one ({size / 1e6:,.0f} MB) would pass the {cap / 1e6:,.0f} MB it keeps at once; "
+                                  "try again when other uploads are done, or Clear one you no longer need — raise "
+                                  f"the limit with {ENV_MAX_STAGED}")
+        staged = Staged(size)
+        _staged.add(staged)
+        return staged
 
 
 def release(uploaded) -> None:

@@ -264,6 +264,104 @@ def test_outside_a_served_session_nothing_stops():
     assert session.stop_when_gone() is None  # plain Python, AppTest: no runtime, no hooks
 
 
+def _click_now():
+    """What a widget change sends the session's script while it runs: a rerun request."""
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    get_script_run_ctx().script_requests.request_rerun(RerunData())
+
+
+def _shared_work_script():
+    from app.server import cache
+
+    cache.attention(("m", (), None, "a text", "", ""))
+
+
+@pytest.mark.parametrize("clicked_in", ["load", "extract"])
+def test_a_click_during_shared_work_keeps_what_was_finished(monkeypatch, clicked_in):
+    """The rerun a click sends was raised by the next spinner or progress bar, inside the cache's load: the loaded
+    model or the extracted maps were thrown away, and the session (and every other waiting for them) ran it all
+    again."""
+    import torch
+
+    from app.server import cache
+
+    calls = []
+
+    def load_untrusted(source, n_heads, progress):
+        calls.append("load")
+        if clicked_in == "load":
+            _click_now()
+        progress(0.5, "half way")  # the bar drawn after the click
+        return LoadedModel(torch.nn.Linear(1, 1), None)
+
+    def extract_attention(*args):
+        calls.append("extract")
+        if clicked_in == "extract":
+            _click_now()
+        return "maps"
+
+    monkeypatch.setattr(cache.core, "load_untrusted", load_untrusted)
+    monkeypatch.setattr(cache.core, "extract_attention", extract_attention)
+    monkeypatch.setattr(cache, "_check_result_size", lambda *args: None)
+    monkeypatch.setattr(cache, "source_stamp", lambda source: ())
+    models, results = BoundedCache(3, 10**9, model_bytes), BoundedCache(2, 10**9, lambda r: 1)
+    monkeypatch.setattr(cache, "model_cache", lambda: models)
+    monkeypatch.setattr(cache, "result_cache", lambda: results)
+    at = AppTest.from_function(_shared_work_script, default_timeout=10).run()
+    assert not at.exception and calls == ["load", "extract"]
+    assert len(results.keys()) == 1 and len(models.keys()) == 1
+
+
+def test_a_closed_tab_does_not_stop_a_result_another_session_waits_for(monkeypatch):
+    """The extraction stopped when the tab that started it closed, though another session waited for the same
+    result: that one started again from layer 0."""
+    import time
+
+    import core
+    from app.server import cache, session
+    from tiny import tiny_gpt2, wordpiece_tokenizer
+
+    loaded = LoadedModel(tiny_gpt2(), wordpiece_tokenizer())
+    gone = {"A": threading.Event(), "B": threading.Event()}
+    monkeypatch.setattr(session, "stop_when_gone", lambda: gone[threading.current_thread().name].is_set)
+    monkeypatch.setattr(cache, "load_model", lambda *args: loaded)
+    monkeypatch.setattr(cache, "_check_result_size", lambda *args: None)
+    monkeypatch.setattr(cache, "result_cache", lambda: results)
+    results, started, outcome = BoundedCache(2, 10**9, lambda r: 1), [], {}
+    real_extract = core.extract_attention
+
+    def slow_extract(model, *args):
+        started.append(threading.current_thread().name)
+        slow = [block.register_forward_pre_hook(lambda *_: time.sleep(0.3)) for block in core.cancel.layer_blocks(model)]
+        try:
+            return real_extract(model, *args)
+        finally:
+            for handle in slow:
+                handle.remove()
+
+    def run():
+        try:
+            outcome[threading.current_thread().name] = cache.attention(("m", (), None, "the cat sat", "", "")).tokens
+        except core.Cancelled:
+            outcome[threading.current_thread().name] = "cancelled"
+
+    monkeypatch.setattr(cache.core, "extract_attention", slow_extract)
+    first, second = threading.Thread(target=run, name="A"), threading.Thread(target=run, name="B")
+    first.start()
+    time.sleep(0.1)
+    second.start()
+    time.sleep(0.2)
+    gone["A"].set()  # A's tab closes; B still waits for the same text
+    first.join()
+    second.join()
+    assert started == ["A"] and outcome["A"] == outcome["B"] != "cancelled"
+    monkeypatch.setattr(session, "stop_when_gone", lambda: lambda: True)  # alone, a closed tab still stops its work
+    with pytest.raises(core.Cancelled):
+        cache.attention(("m", (), None, "the dog sat", "", ""))
+
+
 def test_the_per_run_copy_of_an_upload_shares_its_bytes():
     import copy
 
@@ -457,6 +555,74 @@ def test_files_over_the_upload_limit_together_are_refused_before_any_is_stored(m
     with pytest.raises(CheckpointError, match=r"^the upload could not be stored on the server \(No space left"):
         uploads.stage(previous, parts[:1], Limits(max_upload_bytes=10**6))
     assert previous.folder.exists() and previous.names == ["first.zip"]
+
+
+def test_every_session_s_staged_uploads_together_are_capped(monkeypatch, tmp_path):
+    """Each upload was checked alone: one tab may hold three of up to 2 GB, and 24 staged uploads (238 MB at a
+    10 MB limit) were all kept, so a few dozen tabs filled the server's disk."""
+    import gc
+    import tempfile
+
+    from app import errors
+    from app.server import uploads
+    from core import CheckpointError, Limits
+
+    gc.collect()  # other tests' sessions
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv(uploads.ENV_MAX_STAGED, str(uploads.staged_bytes() + 2500))
+    limits = Limits(max_upload_bytes=10**6)
+    first = uploads.stage(None, [_Upload("a.zip", b"x" * 1000)], limits)
+    second = uploads.stage(None, [_Upload("b.zip", b"x" * 1000)], limits)  # another session's
+    with pytest.raises(CheckpointError) as refused:
+        uploads.stage(None, [_Upload("c.zip", b"x" * 1000)], limits)
+    assert "would pass the" in errors.message(refused.value)
+    assert "whoever runs this AttnScope server can raise the limit (ATTNSCOPE_MAX_STAGED_BYTES)" in \
+        errors.message(refused.value)
+    assert sorted(tmp_path.iterdir()) == sorted([first.folder, second.folder])  # nothing of it was written
+    second = uploads.stage(second, [_Upload("b2.zip", b"x" * 1400)], limits)  # replacing its own: the old one goes
+    first.remove()  # Clear: its room is free again
+    assert uploads.stage(None, [_Upload("c.zip", b"x" * 1000)], limits).names == ["c.zip"]
+
+
+def test_models_loaded_for_one_run_alone_are_capped_across_sessions(monkeypatch):
+    """Uploads and folders are loaded for their run, outside the model cache: N sessions at once held N models
+    of up to 2 GB each, with no bound (two runs on one folder: two copies)."""
+    import time
+    from types import SimpleNamespace
+
+    from app.server import sources
+
+    monkeypatch.setenv(sources.ENV_RUN_MODELS, "2")
+    held, most, told = [], [], []
+    monkeypatch.setattr(sources, "load_source", lambda x, n_heads, tell: held.append(x) or most.append(len(held))
+                        or SimpleNamespace(model=x, tokenizer=None, notes=[]))
+    compare_in, compare_out = threading.Event(), threading.Event()
+
+    def compare_run():
+        with sources.opened_models(["/a", "/b"], None, [None, None]):
+            compare_in.set()
+            compare_out.wait(5)
+            held.clear()
+
+    def diagnose_run():
+        with sources.opened_models(["/c"], None, [lambda fraction, message: told.append(message)]):
+            held.clear()
+
+    first = threading.Thread(target=compare_run)
+    first.start()
+    compare_in.wait(5)
+    second = threading.Thread(target=diagnose_run)
+    second.start()
+    time.sleep(1.5)
+    assert told and told[0] == "waiting: other runs hold 2 of the 2 uploaded or local models this server loads at once"
+    assert second.is_alive() and most == [1, 2]  # it waits, not loaded
+    compare_out.set()
+    first.join()
+    second.join(5)
+    assert not second.is_alive() and most == [1, 2, 1] and sources.run_models.held == 0
+    monkeypatch.setenv(sources.ENV_RUN_MODELS, "two")
+    with pytest.raises(Exception, match="ATTNSCOPE_MAX_RUN_MODELS='two' must be a whole number"):
+        sources.opened_models(["/c"], None, [None]).__enter__()
 
 
 def test_a_limit_on_a_page_is_the_server_s_to_raise_not_the_user_s(monkeypatch, tmp_path):
