@@ -167,6 +167,55 @@ def gguf_not_utf8(d: Path) -> Path:
     return path
 
 
+def _f32(key: str, value: float) -> bytes:
+    return _string(key) + struct.pack("<If", 6, value)
+
+
+def _small_llama(path: Path, extra: bytes = b"", n_extra: int = 0) -> Path:
+    kv = b"".join(_u32(k, v) for k, v in {**SMALL_LLAMA, "llama.block_count": 1}.items())
+    return raw_gguf(path, extra_kv=kv + extra, n_kv_extra=len(SMALL_LLAMA) + 1 + n_extra)
+
+
+def gguf_many_keys(d: Path) -> Path:
+    """1,100 one-byte keys (a 30 kB file): transformers looks each up in a list, and 99,000 (2 MB) took 270 s under
+    the lock every GGUF load shares."""
+    kv = b"".join(_string(f"general.k{i}") + struct.pack("<IB", U8_TYPE, 0) for i in range(1_100))
+    return raw_gguf(d / "many_keys.gguf", extra_kv=kv, n_kv_extra=1_100)
+
+
+def gguf_nan_rope_base(d: Path) -> Path:
+    """A NaN rotary base: every weight finite, every attention map NaN, reported as a diverged training run."""
+    return _small_llama(d / "nan_rope.gguf", _f32("llama.rope.freq_base", float("nan")), 1)
+
+
+def gguf_negative_epsilon(d: Path) -> Path:
+    return _small_llama(d / "negative_eps.gguf", _f32("llama.attention.layer_norm_rms_epsilon", -1.0), 1)
+
+
+def gguf_size_as_text(d: Path) -> Path:
+    """llama.embedding_length as a string: transformers failed with 'Validation error for field hidden_size:'."""
+    kv = {k: v for k, v in {**SMALL_LLAMA, "llama.block_count": 1}.items() if k != "llama.embedding_length"}
+    text = _string("llama.embedding_length") + struct.pack("<I", STRING_TYPE) + _string("eight")
+    return raw_gguf(d / "width_text.gguf", extra_kv=b"".join(_u32(k, v) for k, v in kv.items()) + text,
+                    n_kv_extra=len(kv) + 1)
+
+
+def gguf_duplicate_key(d: Path) -> Path:
+    """general.architecture twice: the gguf package refused it as 'Duplicate … already in list at offset …'."""
+    return raw_gguf(d / "twice.gguf", extra_kv=_string("general.architecture") + struct.pack("<I", STRING_TYPE)
+                    + _string("gpt2"), n_kv_extra=1)
+
+
+def gguf_long_key(d: Path) -> Path:
+    """A 1 MB key of an unknown type: its name went whole into the message (an 8 MB key, an 8 MB error line)."""
+    return raw_gguf(d / "long_key.gguf", extra_kv=_string("A" * 2**20) + struct.pack("<I", 99), n_kv_extra=1)
+
+
+GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [
+    gguf_many_keys, gguf_nan_rope_base, gguf_negative_epsilon, gguf_size_as_text, gguf_duplicate_key, gguf_long_key,
+]})
+
+
 GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [
     gguf_absurd_layers, gguf_without_tensors, gguf_array_amplification, gguf_metadata_mismatch, gguf_uneven_kv_heads,
     gguf_aliased_tensors, gguf_unused_tensors, gguf_rope_scaling, gguf_not_utf8]})

@@ -165,7 +165,7 @@ def test_an_architecture_transformers_reads_through_its_newer_gguf_path_loads(tm
     # a tensor that path renames but has no place for (an attention bias llama.cpp would read) was dropped
     biased = write_lfm2_gguf(tmp_path / "lfm2_bias.gguf", original, extra={"blk.1.attn_q.bias": np.ones(32, "f4")})
     with pytest.raises(CheckpointError, match=r"holds 1 tensor that .* no place for in a Lfm2Model "
-                                              r"\(e\.g\. model\.layers\.1\.self_attn\.q_proj\.bias\)"):
+                                              r"\(e\.g\. 'model\.layers\.1\.self_attn\.q_proj\.bias'\)"):
         core.load_model(biased)
 
 

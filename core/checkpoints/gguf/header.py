@@ -25,8 +25,11 @@ from ...errors import CheckpointError
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 used 32-bit counts and is long gone
 DEFAULT_ALIGNMENT = 32
-MAX_TENSORS = 100_000  # a 405 B Llama has 1,138 tensors; mixture-of-experts files a few thousand
-MAX_KEYS = 100_000  # a real file has a few dozen keys
+# transformers' GGUF loader walks the keys with a list lookup each (quadratic): 99,000 one-byte keys, a 2 MB file,
+# took 270 s, under the lock every GGUF load of the process shares; 99,000 tensors took 9.7 s and +534 MB.
+MAX_TENSORS = 16_384  # a 405 B Llama has 1,138 tensors; mixture-of-experts files a few thousand
+MAX_KEYS = 1_024  # a real file has a few dozen keys (SmolLM2: 37)
+SHOWN_CHARS = 80  # of a key or tensor name quoted in a message: names are only bounded by the file
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_DEPTH = 2  # arrays of arrays exist (e.g. per-layer lists); deeper is corrupt
 # Metadata array items, all arrays of a group together (gguf.GGUFReader parses SmolLM2's 147,204 in 2.6 s, 160 MB).
@@ -41,14 +44,20 @@ MAX_OTHER_ITEMS = 16_384
 _SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4), 6: ("f", 4), 7: ("?", 1),
             10: ("Q", 8), 11: ("q", 8), 12: ("d", 8)}
 STRING, ARRAY = 8, 9
+ALIGNMENT_TYPE = 4  # general.alignment is a u32 (gguf.GGUFReader refuses any other type)
 
 NOT_GGUF = "{name} is not a GGUF file ({why}); upload the .gguf written by llama.cpp's convert_hf_to_gguf.py"
 CUT = ("{name} is truncated or corrupt: {what} at byte {at:,} runs past the end of the file ({size:,} bytes); "
        "upload the complete file")
 COUNT = "{name} declares {n:,} {what}, more than the {limit:,} any model file has; the header is corrupt"
 NOT_UTF8 = "{name}: {what} at byte {at:,} is not UTF-8 text, as every GGUF string is; the file is corrupt"
-MANY_ITEMS = ("{name}: the metadata array {key!r} brings the {group} to {n:,} items, more than the {limit:,} "
+MANY_ITEMS = ("{name}: the metadata array {key} brings the {group} to {n:,} items, more than the {limit:,} "
               "a real model file holds (each costs time and memory to parse); the header is corrupt or hostile")
+
+
+def quoted(text: str) -> str:
+    """``text`` as a message quotes it: ``repr``, cut to ``SHOWN_CHARS`` (an 8 MB key made an 8 MB error line)."""
+    return repr(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…")
 
 
 @dataclass
@@ -80,7 +89,8 @@ class _ItemBudget:
         limit = MAX_TOKENIZER_ITEMS if tokenizer else MAX_OTHER_ITEMS
         if self.spent[tokenizer] > limit:
             group = f"{TOKENIZER_PREFIX}* arrays" if tokenizer else f"arrays outside {TOKENIZER_PREFIX}*"
-            raise CheckpointError(MANY_ITEMS.format(name=self.name, key=key, group=group, n=self.spent[tokenizer],
+            raise CheckpointError(MANY_ITEMS.format(name=self.name, key=quoted(key), group=group,
+                                                    n=self.spent[tokenizer],
                                                     limit=limit))
 
 
@@ -143,9 +153,18 @@ def _parse(cur: _Cursor, name: str) -> GGUFHeader:
     header, budget = GGUFHeader(version, file_size=cur.size), _ItemBudget(name)
     for _ in range(n_keys):
         key = cur.string("a metadata key")
-        header.fields[key] = _value(cur, cur.u32(f"the type of {key!r}"), key, 0, budget)
+        type_id = cur.u32(f"the type of {quoted(key)}")
+        if key in header.fields or (key == "general.alignment" and type_id != ALIGNMENT_TYPE):
+            why = "appears twice" if key in header.fields else f"is stored as type {type_id}, where GGUF has a u32"
+            raise CheckpointError(NOT_GGUF.format(name=name, why=f"the metadata key {quoted(key)} {why}"))
+        header.fields[key] = _value(cur, type_id, key, 0, budget)
+    names = set()
     for _ in range(n_tensors):
         header.tensors.append(_tensor_info(cur))
+        if header.tensors[-1].name in names:  # one name, two sets of weights: which one a loader takes is luck
+            raise CheckpointError(NOT_GGUF.format(name=name, why=f"the tensor {quoted(header.tensors[-1].name)} "
+                                                             "appears twice"))
+        names.add(header.tensors[-1].name)
     alignment = header.fields.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise CheckpointError(NOT_GGUF.format(name=name, why=f"general.alignment is {alignment!r}, not a power of two"))
@@ -155,13 +174,13 @@ def _parse(cur: _Cursor, name: str) -> GGUFHeader:
 
 def _value(cur: _Cursor, type_id: int, key: str, depth: int, budget: _ItemBudget):
     if type_id in _SCALARS:
-        return cur.scalar(*_SCALARS[type_id], what=f"the value of {key!r}")
+        return cur.scalar(*_SCALARS[type_id], what=f"the value of {quoted(key)}")
     if type_id == STRING:
-        return cur.string(f"an item of {key!r}" if depth else f"the value of {key!r}")
+        return cur.string(f"an item of {quoted(key)}" if depth else f"the value of {quoted(key)}")
     if type_id == ARRAY and depth < MAX_ARRAY_DEPTH:
-        item_type, count = cur.u32(f"the item type of {key!r}"), cur.u64(f"the length of {key!r}")
+        item_type, count = cur.u32(f"the item type of {quoted(key)}"), cur.u64(f"the length of {quoted(key)}")
         smallest = _SCALARS[item_type][1] if item_type in _SCALARS else 8  # a string or array is >= 8 bytes
-        cur.need(count * smallest, f"the {count:,} items of {key!r}")
+        cur.need(count * smallest, f"the {count:,} items of {quoted(key)}")
         budget.spend(key, count)  # before walking the items, so a refusal is quick too
         if item_type in _SCALARS:
             cur.pos += count * smallest
@@ -169,14 +188,16 @@ def _value(cur: _Cursor, type_id: int, key: str, depth: int, budget: _ItemBudget
             for _ in range(count):
                 _value(cur, item_type, key, depth + 1, budget)
         return ("array", count)
-    raise CheckpointError(NOT_GGUF.format(name=cur.name, why=f"the metadata key {key!r} has unknown type {type_id}"))
+    why = f"the metadata key {quoted(key)} has unknown type {type_id}"
+    raise CheckpointError(NOT_GGUF.format(name=cur.name, why=why))
 
 
 def _tensor_info(cur: _Cursor) -> TensorInfo:
     name = cur.string("a tensor name")
-    n_dims = cur.u32(f"the dimensions of {name!r}")
+    n_dims = cur.u32(f"the dimensions of {quoted(name)}")
     if not 1 <= n_dims <= MAX_DIMS:
-        raise CheckpointError(f"{cur.name}: tensor {name!r} has {n_dims} dimensions (GGUF allows 1 to {MAX_DIMS}); "
+        raise CheckpointError(f"{cur.name}: tensor {quoted(name)} has {n_dims} dimensions (GGUF allows 1 to "
+                              f"{MAX_DIMS}); "
                               "the file is corrupt")
-    dims = tuple(cur.u64(f"the shape of {name!r}") for _ in range(n_dims))
-    return TensorInfo(name, dims, cur.u32(f"the type of {name!r}"), cur.u64(f"the offset of {name!r}"))
+    dims = tuple(cur.u64(f"the shape of {quoted(name)}") for _ in range(n_dims))
+    return TensorInfo(name, dims, cur.u32(f"the type of {quoted(name)}"), cur.u64(f"the offset of {quoted(name)}"))

@@ -24,6 +24,7 @@ does. See https://huggingface.co/docs/transformers/gguf.
 
 from __future__ import annotations
 
+import math
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +33,7 @@ import torch
 
 from ..archive import ENV_MAX_MODEL, Limits
 from ..build import MAX_LAYERS, token_vocabulary, uneven_head_groups
-from .header import DEFAULT_ALIGNMENT, GGUFHeader, read_gguf_header
+from .header import DEFAULT_ALIGNMENT, GGUFHeader, quoted, read_gguf_header
 from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
@@ -41,24 +42,28 @@ from ...errors import CheckpointError, counted, first_line
 GGUF_SUFFIX = ".gguf"
 MAX_ELEMENTS = 1 << 40  # per tensor; 4 TB of float32, far above any real tensor, far below an overflow
 
-BAD_ARCH = ("{name} holds a model of architecture {arch!r}, which transformers' GGUF loader does not support; "
+BAD_ARCH = ("{name} holds a model of architecture {arch}, which transformers' GGUF loader does not support; "
             "GGUF files of llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, gpt2 and the other architectures "
             "it handles load")
 NO_ARCH = "{name} has no general.architecture key, so its model type is unknown; upload a GGUF written by llama.cpp"
-BAD_QUANT = ("{name}: tensor {tensor!r} is stored as {qtype}, which the gguf package cannot dequantise; "
+BAD_QUANT = ("{name}: tensor {tensor} is stored as {qtype}, which the gguf package cannot dequantise; "
              "convert the model with a common type (F32, F16, Q8_0, Q4_K, ...)")
-BAD_SHAPE = "{name}: tensor {tensor!r} has shape {shape}, {why}; the file is corrupt"
-MISALIGNED = ("{name}: tensor {tensor!r} starts at offset {offset:,}, not a multiple of general.alignment {alignment}, "
+BAD_SHAPE = "{name}: tensor {tensor} has shape {shape}, {why}; the file is corrupt"
+MISALIGNED = ("{name}: tensor {tensor} starts at offset {offset:,}, not a multiple of general.alignment {alignment}, "
               "where every tensor of a GGUF file starts; the file is corrupt")
-NOT_PACKED = ("{name}: tensor {tensor!r} starts at offset {offset:,}, but the tensors before it end at {expected:,}, "
+NOT_PACKED = ("{name}: tensor {tensor} starts at offset {offset:,}, but the tensors before it end at {expected:,}, "
               "where llama.cpp reads it (each tensor's data follows the one before); the file is corrupt")
-PAST_END = ("{name} is truncated: tensor {tensor!r} ends at byte {end:,} but the file has {size:,} bytes; "
+PAST_END = ("{name} is truncated: tensor {tensor} ends at byte {end:,} but the file has {size:,} bytes; "
             "upload the complete file")
 TOO_BIG = ("{name} would dequantise to {gb:.1f} GB of float32 weights ({n:,} parameters), above the {limit:,}-byte "
            "model limit; raise it with {env} or Limits(max_model_bytes=...)")
 MISSING = ("{name} does not hold the model its metadata describes: {n} of the model's {total} tensors are missing "
            "(e.g. {key}); upload the complete GGUF written by llama.cpp")
 BAD_METADATA = "{name}: its metadata gives {key}={value:,}, outside 1 to {limit:,}; the file is corrupt"
+BAD_NUMBER = ("{name}: its metadata gives {key}={value}, where {rule}; the file is corrupt or was written wrongly "
+              "(re-convert the model with llama.cpp's convert_hf_to_gguf.py)")
+# <arch>.* sizes transformers builds the model from: a whole number of at least 1 (head_count may be per layer)
+_SIZE_KEYS = ("embedding_length", "block_count", "context_length", "attention.head_count")
 SHAPES_DIFFER = ("{name}: its metadata describes a model whose {param} has shape {want}, but the file holds {got}; "
                  + NOT_MATCHING)
 NO_KV_DEFAULT = ("{name} has no llama.attention.head_count_kv key, which this transformers version cannot be made to "
@@ -106,7 +111,8 @@ def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeade
         raise CheckpointError(NO_ARCH.format(name=name))
     supported = supported_architectures()
     if arch not in supported and _RENAMED.get(arch) not in supported:
-        raise CheckpointError(BAD_ARCH.format(name=name, arch=arch))
+        raise CheckpointError(BAD_ARCH.format(name=name, arch=quoted(arch)))
+    _check_numbers(header.fields, arch, name)
     sizes = [_tensor_size(tensor, name) for tensor in header.tensors]  # (elements, bytes in the file)
     total = sum(elements for elements, _ in sizes)
     if total * 4 > limits.max_model_bytes:
@@ -116,17 +122,40 @@ def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeade
     expected = 0
     for tensor, (_, stored) in zip(header.tensors, sizes):
         if tensor.offset % alignment:  # shifted or overlapping data would load as wrong weights
-            raise CheckpointError(MISALIGNED.format(name=name, tensor=tensor.name, offset=tensor.offset,
+            raise CheckpointError(MISALIGNED.format(name=name, tensor=quoted(tensor.name), offset=tensor.offset,
                                                     alignment=alignment))
         if tensor.offset != expected:  # two tensors on one block of data: wrong weights, or memory the file lacks
-            raise CheckpointError(NOT_PACKED.format(name=name, tensor=tensor.name, offset=tensor.offset,
+            raise CheckpointError(NOT_PACKED.format(name=name, tensor=quoted(tensor.name), offset=tensor.offset,
                                                     expected=expected))
         expected += -(-stored // alignment) * alignment
         end = header.data_start + tensor.offset + stored
         if end > header.file_size:
-            raise CheckpointError(PAST_END.format(name=name, tensor=tensor.name, end=end, size=header.file_size))
+            raise CheckpointError(PAST_END.format(name=name, tensor=quoted(tensor.name), end=end,
+                                                  size=header.file_size))
     check_tensor_shapes(header, name)
     return header
+
+
+def _check_numbers(fields: dict, arch: str, name: str) -> None:
+    """CheckpointError for a model number no model has, read before transformers builds from it: a NaN rope base
+    or a negative norm epsilon made every attention map NaN, reported as a diverged training run; a size given as
+    text or 0 failed inside transformers with no key named."""
+    for key, value in fields.items():
+        if not key.startswith(f"{arch}.") or isinstance(value, (str, tuple)):
+            continue
+        rule = ("it must be a finite number" if not math.isfinite(value) else
+                "the rotary base must be above 0" if key.endswith("rope.freq_base") and value <= 0 else
+                "a norm's epsilon must not be negative" if "epsilon" in key and value < 0 else "")
+        if rule:
+            raise CheckpointError(BAD_NUMBER.format(name=name, key=key, value=value, rule=rule))
+    for suffix in _SIZE_KEYS:
+        key = f"{arch}.{suffix}"
+        value = fields.get(key, 1)
+        whole = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        if not whole and not (suffix == "attention.head_count" and isinstance(value, tuple)):
+            shown = quoted(value) if isinstance(value, str) else "an array" if isinstance(value, tuple) else value
+            raise CheckpointError(BAD_NUMBER.format(name=name, key=key, value=shown, rule="it must be a whole number "
+                                                    "of at least 1"))
 
 
 def _tensor_size(tensor, name: str) -> tuple[int, int]:
@@ -136,9 +165,10 @@ def _tensor_size(tensor, name: str) -> tuple[int, int]:
     try:
         qtype = GGMLQuantizationType(tensor.type_id)
     except ValueError:
-        raise CheckpointError(BAD_QUANT.format(name=name, tensor=tensor.name, qtype=f"type {tensor.type_id}")) from None
+        raise CheckpointError(BAD_QUANT.format(name=name, tensor=quoted(tensor.name),
+                                               qtype=f"type {tensor.type_id}")) from None
     if not _dequantisable(qtype):
-        raise CheckpointError(BAD_QUANT.format(name=name, tensor=tensor.name, qtype=qtype.name))
+        raise CheckpointError(BAD_QUANT.format(name=name, tensor=quoted(tensor.name), qtype=qtype.name))
     shape = list(tensor.dims)
     elements = 1
     for dim in tensor.dims:
@@ -149,7 +179,7 @@ def _tensor_size(tensor, name: str) -> tuple[int, int]:
            f"a first dimension that is not a whole number of {qtype.name} blocks of {block}"
            if tensor.dims[0] % block else "")
     if why:
-        raise CheckpointError(BAD_SHAPE.format(name=name, tensor=tensor.name, shape=shape, why=why))
+        raise CheckpointError(BAD_SHAPE.format(name=name, tensor=quoted(tensor.name), shape=shape, why=why))
     return elements, elements // block * type_size
 
 
@@ -190,7 +220,7 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
         unused = [t.name for t in header.tensors if t.name not in used]
         if mapped and unused:
             raise CheckpointError(UNUSED.format(name=name, n=counted(len(unused), "tensor"), model=type(model).__name__,
-                                                tensor=unused[0]))
+                                                tensor=quoted(unused[0])))
         model.config.name_or_path = name  # shown as the model's name, not a (temporary) folder
         tell(0.9, "reading the tokenizer")
         tokenizer = _gguf_tokenizer(path, model, notes)
@@ -211,7 +241,7 @@ def _check_loading_info(info: dict, model, name: str) -> None:
     unexpected = sorted(key for key in info.get("unexpected_keys") or () if key.split(".")[0] != "lm_head")
     if unexpected:
         raise CheckpointError(UNUSED.format(name=name, n=counted(len(unexpected), "tensor"), model=type(model).__name__,
-                                            tensor=unexpected[0]))
+                                            tensor=quoted(unexpected[0])))
 
 
 def _checked_config(path: Path, header: GGUFHeader, name: str, limits: Limits):

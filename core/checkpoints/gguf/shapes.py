@@ -14,16 +14,16 @@ from __future__ import annotations
 import re
 
 from ...errors import CheckpointError
-from .header import GGUFHeader
+from .header import GGUFHeader, quoted
 
 # general.architecture values whose blk.N.attn_{q,k,v,output} and ffn_{gate,up,down} follow llama.cpp's Llama shapes
 LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "starcoder2",
                 "stablelm", "nemotron")
 
 NOT_MATCHING = "the metadata does not match the weights (re-convert the model with llama.cpp's convert_hf_to_gguf.py)"
-MISMATCH = "{name}: tensor {tensor!r} has shape {got} in the file, but the metadata implies {want} ({keys}); "
+MISMATCH = "{name}: tensor {tensor} has shape {got} in the file, but the metadata implies {want} ({keys}); "
 MISMATCH += NOT_MATCHING
-EXTRA_BLOCK = ("{name}: tensor {tensor!r} belongs to block {block}, but the metadata's {key} is {count}, so it would "
+EXTRA_BLOCK = ("{name}: tensor {tensor} belongs to block {block}, but the metadata's {key} is {count}, so it would "
                "be dropped without a word; " + NOT_MATCHING)
 
 _BLOCK = re.compile(r"blk\.\d+\.(\w+)\.weight")
@@ -48,7 +48,7 @@ def check_tensor_shapes(header: GGUFHeader, name: str) -> None:
         wrong = [dim for dim, got in zip(want, tensor.dims) if dim[0] != got] if len(want) == len(tensor.dims) else want
         keys = dict.fromkeys(key for _, dim_keys in wrong for key in dim_keys)
         raise CheckpointError(MISMATCH.format(
-            name=name, tensor=tensor.name, got=list(tensor.dims), want=[size for size, _ in want],
+            name=name, tensor=quoted(tensor.name), got=list(tensor.dims), want=[size for size, _ in want],
             keys=", ".join(f"{key}={_shown(header.fields, key)}" for key in keys)))
 
 
@@ -62,7 +62,7 @@ def _check_blocks(header: GGUFHeader, arch: str, name: str) -> None:
     for tensor in header.tensors:
         block = _BLOCK_INDEX.match(tensor.name)
         if block and int(block.group(1)) >= count:
-            raise CheckpointError(EXTRA_BLOCK.format(name=name, tensor=tensor.name, block=int(block.group(1)),
+            raise CheckpointError(EXTRA_BLOCK.format(name=name, tensor=quoted(tensor.name), block=int(block.group(1)),
                                                      key=key, count=count))
 
 
