@@ -464,7 +464,8 @@ def _run(model, ids):
             out = model(ids, output_attentions=True)
         return stack_layers(taken(out, "attentions"), "self", model), model_is_causal(model)
     if attention_modules(model):
-        return module_ids_attention(model, ids)  # its forward's own errors as an ExtractionError
+        return module_ids_attention(model, ids, f"the probe's {ids.shape[-1]} token ids, drawn from the tokenizer's "
+                                    "vocabulary, may be more than the module has positions or embedding rows for")
     raise ExtractionError(f"{type(model).__name__} cannot be probed: AttnScope cannot read its attention")
 
 

@@ -337,9 +337,9 @@ FINDING_TEXTS = {
     "no_tokenizer": FindingText(
         "No tokenizer",
         "The model came without a tokenizer, so it was probed with random token ids (or, with no vocabulary size "
-        "to draw them from, only its weights were checked: the note says which) and text views are "
-        "unavailable. Heads that read content have none to read in random ids and spread out (demo-bert: "
-        "near-uniform heads), so take a near-uniform finding from them with care.",
+        "to draw them from or a forward that refused them, only its weights were checked: the note says which) "
+        "and text views are unavailable. Heads that read content have none to read in random ids and spread out "
+        "(demo-bert: near-uniform heads), so take a near-uniform finding from them with care.",
         "Save the tokenizer next to the model (tokenizer.save_pretrained(folder)) to diagnose it on real text.",
         "No tokenizer: {detail}.",
     ),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
-from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException, StopException
 
 import core
 from app.server import session
@@ -147,12 +147,6 @@ class BoundedCache:
                 if not waiting.callers:  # the last caller for the key: a later one starts afresh
                     del self._loading[key]
 
-    def callers(self, key) -> int:
-        """The callers loading or waiting for ``key`` now."""
-        with self._lock:
-            waiting = self._loading.get(key)
-            return waiting.callers if waiting else 0
-
     def _evict(self) -> None:
         """Drop the oldest until within bounds; the newest stays even alone above the budget (it is in use)."""
         while len(self._values) > 1 and (len(self._values) > self.max_items or self.total_bytes > self.max_bytes):
@@ -214,8 +208,8 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
 
     def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes
         step = int(fraction * PROGRESS_STEPS)
-        if held or (shown and step <= shown[-1]):
-            return
+        if any(isinstance(r, StopException) for r in held) or (shown and step <= shown[-1]):
+            return  # a rerun is raised once: the bar goes on after it; after a stop there is no page to draw on
         shown.append(step)
         with _held(held):
             bar.progress(min(1.0, fraction), text=f"Loading {source}: {message}")
@@ -230,17 +224,22 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
     try:
         with st.spinner("Loading the model…"):  # shown after 0.5 s: not for a model already kept
             loaded = model_cache().get((source, source_stamp(source) if stamp is None else stamp, n_heads), load)
+    except Exception:
+        if held:  # the click during a load that then failed: its rerun draws the page the user asked for
+            raise held[-1] from None
+        raise
     finally:
         bar.empty()
     if held:  # the user's click during the load, now that the model is kept
-        raise held[0]
+        raise held[-1]
     return loaded
 
 
 @contextmanager
 def _held(requests: list):
     """Keep Streamlit's rerun or stop request (``ScriptControlException``) in ``requests`` instead of raising it
-    inside work that other sessions may wait for; the caller raises it once that work is kept."""
+    inside work that other sessions may wait for; the caller raises the last one once that work is over (Streamlit
+    counts a rerun as handled once raised: dropped, the user's click would be lost)."""
     try:
         yield
     except ScriptControlException as request:
@@ -254,27 +253,49 @@ def result_key(source: str, text: str, text_pair: str = "", target: str = "", n_
     return source, source_stamp(source), n_heads, text, text_pair, target
 
 
+_askers: dict[tuple, list] = {}  # result key -> the ``stop_when_gone()`` of every session asking for it now
+_askers_lock = threading.Lock()
+
+
 def attention(key: tuple) -> core.AttentionResult:
     """Attention for ``result_key(...)``, from the result cache; errors are raised, not cached.
 
-    Stops between layers (``core.Cancelled``) once the asking browser session has ended and no other session
-    waits for the same result.
+    Stops between layers (``core.Cancelled``) once every browser session asking for it has ended (another tab
+    waiting for the same text would have started again from layer 0).
     """
     source, stamp, n_heads, text, text_pair, target = key
     gone = session.stop_when_gone()
-
-    def unwaited() -> bool:  # another tab asking for the same text would have started again from layer 0
-        return gone() and result_cache().callers(key) <= 1
 
     def extract():
         loaded = load_model(source, stamp, n_heads)
         with loaded.lock:  # the tokenizer too is shared: a fast one keeps its truncation setting between calls
             _check_result_size(loaded, text, text_pair, target)
-            with stop_between_layers(loaded.model, gone and unwaited):
+            with stop_between_layers(loaded.model, gone and (lambda: _everyone_gone(key))):
                 return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None,
                                               target or None)
-    with st.spinner("Reading the attention weights…"):  # outside the shared work, as in load_model
+    with _asking(key, gone), st.spinner("Reading the attention weights…"):  # drawn outside the shared work
         return result_cache().get(key, extract)
+
+
+@contextmanager
+def _asking(key: tuple, gone):
+    """Count this session among those asking for ``key`` (``gone``: its ``stop_when_gone()``, None when no served
+    session can end) for the ``with``."""
+    with _askers_lock:
+        _askers.setdefault(key, []).append(gone)
+    try:
+        yield
+    finally:
+        with _askers_lock:
+            _askers[key].remove(gone)
+            if not _askers[key]:
+                del _askers[key]
+
+
+def _everyone_gone(key: tuple) -> bool:
+    with _askers_lock:
+        askers = list(_askers.get(key, ()))
+    return all(asker is not None and asker() for asker in askers)
 
 
 def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: str) -> None:

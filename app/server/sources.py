@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from contextlib import ExitStack, contextmanager, nullcontext
 
 import streamlit as st
@@ -38,18 +39,28 @@ RUN_MODELS = 4
 
 
 class _RunModels:
-    """How many models loaded for one run alone the server holds now. A run takes the places of all its models
-    at once: two Compare runs holding one place each of the last two would wait on each other for ever."""
+    """How many models loaded for one run alone the server holds now. Runs take their places in the order they
+    asked (a Compare run needing two would wait for ever behind one-model runs that kept overlapping), and all of a
+    run's places at once (two Compare runs holding one place each of the last two would wait on each other)."""
 
     def __init__(self):
-        self.held, self.changed = 0, threading.Condition()
+        self.held, self.queue, self.changed = 0, deque(), threading.Condition()
 
     @contextmanager
     def places(self, count: int, limit: int, waiting):
-        """Hold ``count`` places for the ``with``; ``waiting(held, limit)`` is called about once a second until
-        they fit (it may raise: the session has gone). A run alone always fits, whatever it needs."""
-        while count and not self._took(count, limit):
-            waiting(self.held, limit)
+        """Hold ``count`` places for the ``with``; ``waiting(held, count, limit)`` is called about once a second
+        until they fit (it may raise: the session has gone). A run alone always fits, whatever it needs."""
+        ticket = object()
+        with self.changed:
+            self.queue.append(ticket)
+        try:
+            while not self._took(ticket, count, limit):
+                waiting(self.held, count, limit)
+        except BaseException:
+            with self.changed:
+                self.queue.remove(ticket)
+                self.changed.notify_all()
+            raise
         try:
             yield
         finally:
@@ -57,14 +68,19 @@ class _RunModels:
                 self.held -= count
                 self.changed.notify_all()
 
-    def _took(self, count: int, limit: int) -> bool:
+    def _took(self, ticket, count: int, limit: int) -> bool:
         with self.changed:
-            if self.held and self.held + count > limit:
+            if not self._fits(ticket, count, limit):
                 self.changed.wait(1.0)
-            if self.held and self.held + count > limit:
+            if not self._fits(ticket, count, limit):
                 return False
+            self.queue.popleft()
             self.held += count
+            self.changed.notify_all()  # the next in the queue may fit too
             return True
+
+    def _fits(self, ticket, count: int, limit: int) -> bool:
+        return self.queue[0] is ticket and (not self.held or self.held + count <= limit)
 
 
 run_models = _RunModels()
@@ -187,9 +203,9 @@ def opened_models(inputs: list, n_heads: int | None, progress: list, labels: lis
     labels = labels or [None] * len(inputs)
     own = [i for i, x in enumerate(inputs) if not _known(x)]
 
-    def waiting(held: int, limit: int) -> None:
+    def waiting(held: int, count: int, limit: int) -> None:
         progress[own[0]](0.0, f"waiting: other runs hold {held} of the {limit} uploaded or local models this server "
-                              "loads at once")
+                              f"loads at once, and this run needs {count} (runs go in the order they asked)")
     with run_models.places(len(own), run_models_limit(), waiting):
         loaded = [None if _known(x) else _labelled(label, load_source, x, n_heads, tell)
                   for x, tell, label in zip(inputs, progress, labels)]

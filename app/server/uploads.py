@@ -145,6 +145,9 @@ def _reserved(size: int, previous: Staged | None, limits: Limits) -> Staged:
     cap = max_staged_bytes(limits)
     with _staged_lock:  # two sessions checking at once must not both take the last room
         held = staged_bytes(but=previous)
+        if size > cap:
+            raise CheckpointError(f"this upload is {size / 1e6:,.0f} MB, more than the {cap / 1e6:,.0f} MB this server "
+                                  f"keeps of every session's uploads at once; raise the limit with {ENV_MAX_STAGED}")
         if held + size > cap:
             raise CheckpointError(f"this server holds {held / 1e6:,.0f} MB of uploads being used now, and this "
                                   f"one ({size / 1e6:,.0f} MB) would pass the {cap / 1e6:,.0f} MB it keeps at once; "

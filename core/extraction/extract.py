@@ -128,11 +128,15 @@ def _extract_module(model: nn.Module, tokenizer, text, text_pair) -> AttentionRe
     return _result(tokenizer, enc, attentions, causal)
 
 
-def module_ids_attention(model: nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, bool]:
+TAKES_EMBEDDINGS = "for a module that takes embeddings, call core.extract_module_attention(module, inputs, tokens=...)"
+
+
+def module_ids_attention(model: nn.Module, input_ids: torch.Tensor, hint: str = TAKES_EMBEDDINGS + " instead"
+                         ) -> tuple[torch.Tensor, bool]:
     """``(attentions (L, H, T, T), causal)`` of an ``nn.MultiheadAttention``-based module run on token ids
-    ``(1, T)``: its own exceptions, and layers that read another layout, as one ExtractionError line."""
-    maps = _run_module(model, "(input_ids)", "for a module that takes embeddings, call "
-                       "core.extract_module_attention(module, inputs, tokens=...) instead", input_ids)
+    ``(1, T)``: its own exceptions (followed by ``hint``), and layers that read another layout, as one
+    ExtractionError line."""
+    maps = _run_module(model, "(input_ids)", hint, input_ids)
     attentions = maps.attentions  # (L, H, q, k)
     if maps.batch != 1 or attentions.shape[-1] != input_ids.shape[-1]:
         raise ExtractionError(
@@ -165,8 +169,10 @@ def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | Non
     with eval_mode(module):
         maps = _run_module(module, "(inputs)", "give it the inputs its forward takes", *inputs, **kwargs)
     if maps.batch > 1:  # the maps are one sequence's: the other items would have been dropped without a word
-        raise InputError(f"AttnScope reads one sequence at a time; {type(module).__name__} was given a batch of "
-                         f"{maps.batch} — pass one item (e.g. inputs[:1]) per call")
+        raise InputError(f"AttnScope reads one sequence at a time; {type(module).__name__}'s attention was called "
+                         f"on a batch of {maps.batch} — pass one item (e.g. inputs[:1]) per call; if that is one "
+                         "sequence, its layers read (sequence, batch, feature) (nn.MultiheadAttention's default, "
+                         "batch_first=False): give them inputs of shape (T, 1, E)")
     attentions, causal, padding = maps.attentions, maps.causal, maps.padding  # (L, H, q, k)
     length = attentions.shape[-1]
     tokens = list(tokens) if tokens is not None else [str(i) for i in range(length)]

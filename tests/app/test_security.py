@@ -273,27 +273,35 @@ def _click_now():
 
 
 def _shared_work_script():
+    import streamlit as st
+
+    import core
     from app.server import cache
 
-    cache.attention(("m", (), None, "a text", "", ""))
+    try:
+        cache.attention(("m", (), None, "a text", "", ""))
+    except core.AttnScopeError as err:
+        st.error(str(err))
 
 
-@pytest.mark.parametrize("clicked_in", ["load", "extract"])
-def test_a_click_during_shared_work_keeps_what_was_finished(monkeypatch, clicked_in):
+@pytest.mark.parametrize("clicked_in", ["load", "extract", "a load that fails"])
+def test_a_click_during_shared_work_keeps_what_was_finished_and_reruns(monkeypatch, clicked_in):
     """The rerun a click sends was raised by the next spinner or progress bar, inside the cache's load: the loaded
     model or the extracted maps were thrown away, and the session (and every other waiting for them) ran it all
-    again."""
+    again. Held until the work is kept, it was then dropped when the load failed: the click was lost."""
     import torch
 
     from app.server import cache
 
-    calls = []
+    calls, runs = [], []
 
     def load_untrusted(source, n_heads, progress):
         calls.append("load")
-        if clicked_in == "load":
+        if clicked_in != "extract" and len(calls) == 1:
             _click_now()
         progress(0.5, "half way")  # the bar drawn after the click
+        if clicked_in == "a load that fails":
+            raise cache.core.CheckpointError("the file is broken")
         return LoadedModel(torch.nn.Linear(1, 1), None)
 
     def extract_attention(*args):
@@ -308,10 +316,52 @@ def test_a_click_during_shared_work_keeps_what_was_finished(monkeypatch, clicked
     monkeypatch.setattr(cache, "source_stamp", lambda source: ())
     models, results = BoundedCache(3, 10**9, model_bytes), BoundedCache(2, 10**9, lambda r: 1)
     monkeypatch.setattr(cache, "model_cache", lambda: models)
-    monkeypatch.setattr(cache, "result_cache", lambda: results)
+    monkeypatch.setattr(cache, "result_cache", lambda: runs.append(1) or results)
     at = AppTest.from_function(_shared_work_script, default_timeout=10).run()
-    assert not at.exception and calls == ["load", "extract"]
-    assert len(results.keys()) == 1 and len(models.keys()) == 1
+    assert not at.exception and len(runs) == 2  # the click's rerun ran the page again
+    if clicked_in == "a load that fails":
+        assert calls == ["load", "load"] and [e.value for e in at.error] == ["the file is broken"]
+    else:
+        assert calls == ["load", "extract"] and len(results.keys()) == 1 and len(models.keys()) == 1
+
+
+def test_a_progress_bar_goes_on_after_a_click(monkeypatch):
+    """After a held rerun, the bar stopped moving for the rest of the load (minutes for a GGUF file)."""
+    import torch
+
+    from app.server import cache
+
+    drawn = []
+
+    def load_untrusted(source, n_heads, progress):
+        for step in range(1, 10):
+            if step == 3:
+                _click_now()
+            progress(step / 10, f"step {step}")
+        return LoadedModel(torch.nn.Linear(1, 1), None)
+
+    from streamlit.delta_generator import DeltaGenerator
+
+    real_progress = DeltaGenerator.progress
+
+    def recorded(self, value, text=None):
+        drawn.append(text)
+        return real_progress(self, value, text=text)
+
+    monkeypatch.setattr(DeltaGenerator, "progress", recorded)
+    monkeypatch.setattr(cache.core, "load_untrusted", load_untrusted)
+    monkeypatch.setattr(cache, "source_stamp", lambda source: ())
+    models = BoundedCache(3, 10**9, model_bytes)
+    monkeypatch.setattr(cache, "model_cache", lambda: models)
+    at = AppTest.from_function(_model_script, default_timeout=10).run()
+    assert not at.exception
+    assert [t.rsplit(" ", 1)[-1] for t in drawn] == [str(step) for step in range(1, 10)]
+
+
+def _model_script():
+    from app.server import cache
+
+    cache.load_model("m")
 
 
 def test_a_closed_tab_does_not_stop_a_result_another_session_waits_for(monkeypatch):
@@ -334,16 +384,17 @@ def test_a_closed_tab_does_not_stop_a_result_another_session_waits_for(monkeypat
 
     def slow_extract(model, *args):
         started.append(threading.current_thread().name)
-        slow = [block.register_forward_pre_hook(lambda *_: time.sleep(0.3)) for block in core.cancel.layer_blocks(model)]
+        blocks = core.cancel.layer_blocks(model)
+        slow = [block.register_forward_pre_hook(lambda *_: time.sleep(0.3)) for block in blocks]
         try:
             return real_extract(model, *args)
         finally:
             for handle in slow:
                 handle.remove()
 
-    def run():
+    def run(text="the cat sat"):
         try:
-            outcome[threading.current_thread().name] = cache.attention(("m", (), None, "the cat sat", "", "")).tokens
+            outcome[threading.current_thread().name] = cache.attention(("m", (), None, text, "", "")).tokens
         except core.Cancelled:
             outcome[threading.current_thread().name] = "cancelled"
 
@@ -357,6 +408,18 @@ def test_a_closed_tab_does_not_stop_a_result_another_session_waits_for(monkeypat
     first.join()
     second.join()
     assert started == ["A"] and outcome["A"] == outcome["B"] != "cancelled"
+    gone["A"].clear()
+    threads = [threading.Thread(target=run, name=name, args=("the cow sat",)) for name in "AB"]
+    threads[0].start()
+    time.sleep(0.1)
+    threads[1].start()
+    time.sleep(0.2)
+    gone["A"].set()
+    gone["B"].set()  # both tabs close (one user's two tabs): nobody waits, the work stops
+    for thread in threads:
+        thread.join()
+    assert outcome == {"A": "cancelled", "B": "cancelled"}
+    assert results.keys() == [("m", (), None, "the cat sat", "", "")]
     monkeypatch.setattr(session, "stop_when_gone", lambda: lambda: True)  # alone, a closed tab still stops its work
     with pytest.raises(core.Cancelled):
         cache.attention(("m", (), None, "the dog sat", "", ""))
@@ -614,7 +677,8 @@ def test_models_loaded_for_one_run_alone_are_capped_across_sessions(monkeypatch)
     second = threading.Thread(target=diagnose_run)
     second.start()
     time.sleep(1.5)
-    assert told and told[0] == "waiting: other runs hold 2 of the 2 uploaded or local models this server loads at once"
+    assert told and told[0] == ("waiting: other runs hold 2 of the 2 uploaded or local models this server loads at "
+                                "once, and this run needs 1 (runs go in the order they asked)")
     assert second.is_alive() and most == [1, 2]  # it waits, not loaded
     compare_out.set()
     first.join()
@@ -623,6 +687,36 @@ def test_models_loaded_for_one_run_alone_are_capped_across_sessions(monkeypatch)
     monkeypatch.setenv(sources.ENV_RUN_MODELS, "two")
     with pytest.raises(Exception, match="ATTNSCOPE_MAX_RUN_MODELS='two' must be a whole number"):
         sources.opened_models(["/c"], None, [None]).__enter__()
+
+
+def test_runs_take_their_model_places_in_the_order_they_asked():
+    """A Compare run (two models) waited for ever while one-model runs kept overlapping: each later one fitted the
+    one free place and went first."""
+    import time
+
+    from app.server.sources import _RunModels
+
+    places, entered, leave = _RunModels(), [], {name: threading.Event() for name in ("one", "compare", "later")}
+
+    def run(name, count):
+        with places.places(count, 2, lambda *args: None):
+            entered.append(name)
+            leave[name].wait(5)
+
+    threads = {name: threading.Thread(target=run, args=(name, count))
+               for name, count in (("one", 1), ("compare", 2), ("later", 1))}
+    for name in ("one", "compare", "later"):
+        threads[name].start()
+        time.sleep(0.2)
+    assert entered == ["one"]  # "later" fits the free place, but "compare" asked first
+    leave["one"].set()
+    time.sleep(0.3)
+    assert entered == ["one", "compare"]
+    leave["compare"].set()
+    for thread in threads.values():
+        leave["later"].set()
+        thread.join(5)
+    assert entered == ["one", "compare", "later"] and places.held == 0 and not places.queue
 
 
 def test_a_limit_on_a_page_is_the_server_s_to_raise_not_the_user_s(monkeypatch, tmp_path):

@@ -551,7 +551,8 @@ def test_a_batch_is_refused_and_padded_keys_are_marked():
     torch.manual_seed(0)
     model = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), 2,
                                   enable_nested_tensor=False).eval()
-    with pytest.raises(InputError, match="one sequence at a time; TransformerEncoder was given a batch of 3"):
+    with pytest.raises(InputError, match="one sequence at a time; TransformerEncoder's attention was called on a "
+                                         r"batch of 3 .* batch_first=False\): give them inputs of shape \(T, 1, E\)"):
         extract_module_attention(model, torch.randn(3, 5, 16))
     padded = torch.tensor([[False, False, False, True, True]])
     result = extract_module_attention(model, torch.randn(1, 5, 16), src_key_padding_mask=padded)
