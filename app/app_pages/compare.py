@@ -56,10 +56,17 @@ def summary_ui(report, notes) -> None:
 
 def grid_ui(report, part) -> tuple[int, int]:
     st.subheader("JS distance per head")
-    grid = report.distance_grid(part)
-    layer = st.session_state.setdefault("cmp_layer", 0) % len(grid)
-    head = st.session_state.setdefault("cmp_head", 0) % len(grid[0])
-    picking.head_chart(compare_plots.distance_grid_figure(grid, (layer, head)), "cmp_grid", ("cmp_layer", "cmp_head"))
+    grid, s = report.distance_grid(part), st.session_state
+    s.cmp_layer = min(s.get("cmp_layer", 0), len(grid) - 1)
+    s.cmp_head = min(s.get("cmp_head", 0), len(grid[0]) - 1)
+    st.caption("Click a head in the grid, or pick it below, to open its maps.")
+    picking.head_chart(compare_plots.distance_grid_figure(grid, (s.cmp_layer, s.cmp_head)), "cmp_grid",
+                       ("cmp_layer", "cmp_head"), "Distance grid: the JS distance between A's and B's attention of "
+                       "every head, by layer (rows) and head (columns), its number in each cell; the table below "
+                       "lists the heads that changed")
+    cols = st.columns(2)  # the keyboard's way to a head: the grid's points take a mouse
+    layer = cols[0].selectbox("Layer", range(len(grid)), key="cmp_layer")
+    head = cols[1].selectbox("Head", range(len(grid[0])), key="cmp_head")
     rows = [{"head": f"L{h.layer}H{h.head}", "distance": h.js_distance, "why": ", ".join(h.reasons),
              "pattern": f"{pattern_name(h.before)} → {pattern_name(h.after)}", "Δ entropy": h.entropy_delta,
              "Δ sink": h.sink_delta,
@@ -86,7 +93,8 @@ def maps_ui(report, part, layer, head) -> None:
     # one map per tab, at the page's width: three columns left a 190-token map 64 px wide at 1280 px
     maps = (("A", map_a, False), ("B", map_b, False), ("B − A", map_b - map_a, True))
     for tab, (title, weights, diff) in zip(st.tabs([title for title, _, _ in maps]), maps):
-        tab.plotly_chart(compare_plots.map_figure(weights, sa.tokens, sa.keys, title, diff), key=f"cmp_map_{title}")
+        tab.plotly_chart(compare_plots.map_figure(weights, sa.tokens, sa.keys, title, diff), key=f"cmp_map_{title}",
+                         alt=f"{title}: attention map of layer {layer}, head {head}, queries (rows) by keys (columns)")
 
 
 def downloads_ui(report) -> None:

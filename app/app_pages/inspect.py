@@ -25,7 +25,7 @@ def inputs_ui() -> None:
     kind = st.radio("Model", MODEL_KINDS, key="model_kind")
     with st.form("inputs_form", border=False):
         if kind == MODEL_KINDS[0]:  # the two real models first, then the demo models
-            st.selectbox("Model", core.MODEL_CHOICES, key="demo_model",
+            st.selectbox("Known model", core.MODEL_CHOICES, key="demo_model",
                          format_func=lambda name: f"{name} — {core.describe_model(name)}")
         else:
             hint = "e.g. bert-base-uncased" if kind == "Hugging Face id" else "e.g. /models/my-bert or model.gguf"

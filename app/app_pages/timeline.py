@@ -124,10 +124,12 @@ NO_HEADS = ("This log measured no heads (a monitor without a tokenizer on an enc
 def charts_ui(name, timeline, metric, layer, part) -> None:
     values = timeline.metric(metric, part)  # (steps, layers, heads)
     st.plotly_chart(compare_plots.steps_heatmap_figure(values, timeline.steps, METRICS[metric]),
-                    key=f"tl_heat_{name}")
+                    key=f"tl_heat_{name}", alt=f"{METRICS[metric]} of every head (rows) at each training step "
+                                               "(columns); the findings table below says when each began")
     if layer < values.shape[1]:
         st.plotly_chart(compare_plots.steps_lines_figure(values, timeline.steps, layer, f"Layer {layer}"),
-                        key=f"tl_lines_{name}")
+                        key=f"tl_lines_{name}", alt=f"{METRICS[metric]} of each head of layer {layer} over the "
+                                                    "training steps, one line per head")
 
 
 def findings_ui(name, timeline) -> None:

@@ -124,7 +124,7 @@ def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
     kinds = ["Upload", "Local folder"] + (["Known model"] if known else [])
     kind = st.radio(label, kinds, key=f"{prefix}_kind", horizontal=True)
     if kind == "Known model":
-        name = st.selectbox("Model", core.MODEL_CHOICES, key=f"{prefix}_known",
+        name = st.selectbox(f"{label}: known model", core.MODEL_CHOICES, key=f"{prefix}_known",
                             format_func=lambda n: f"{n} — {core.describe_model(n)}")
         return name, name
     if kind == "Upload":

@@ -53,7 +53,7 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
                f"{MAX_DRAWN:,} lines.")
     if page.note:
         st.info(page.note)
-    st.iframe(page.html, height=min(MAX_FRAME_PX, 60 + FRAME_PX * len(page.layers)))
+    st.iframe(page.html, height=min(MAX_FRAME_PX, 60 + FRAME_PX * len(page.layers)), alt=title)
     part = [] if result.kind == "self" else [result.kind]  # an encoder-decoder's three parts save apart
     name = file_stem(model, *part, "bertviz-model-view", "layers", "-".join(map(str, page.layers)))
     st.download_button("Save this view (standalone HTML)",
@@ -108,7 +108,7 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
         return
     st.caption(f"BertViz neuron view of layer {layer}, head {head}: hover a query token to see its query vector "
                "meet every key vector (elementwise product, dot product, softmax).")
-    st.iframe(page, height=min(900, 120 + 26 * len(result.tokens)))
+    st.iframe(page, height=min(900, 120 + 26 * len(result.tokens)), alt=title)
     name = file_stem(model, "bertviz-neuron-view", f"layer-{layer}", f"head-{head}")
     st.download_button("Save this view (standalone HTML)",
                        lambda: _neuron_page(result_id, model_key, layer, head, title, True, result),

@@ -152,7 +152,7 @@ def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str
                           "total_heads": int(attentions.shape[1])})
     params = meta.replace('"ATTN"', attn, 1)  # numbers only: nothing to escape
     heading = html.escape(title)
-    page = ("<!doctype html><html><head><meta charset='utf-8'>"
+    page = ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>{heading or 'BertViz model view'}</title></head><body style='margin:4px'>"
             "<div id='bertviz' style=\"font-family:'Helvetica Neue', Helvetica, Arial, sans-serif;\">"
             "<div id='vis'></div></div>\n"
@@ -173,7 +173,7 @@ def neuron_view_page(weights: torch.Tensor, queries: torch.Tensor, keys: torch.T
                           "bidirectional": not causal, "display_mode": "light", "layer": 0, "head": 0})
     params = (meta.replace('"ATTN"', f"[[{_map_json(weights)}]]", 1).replace('"QUERIES"', f"[[{vectors[0]}]]", 1)
               .replace('"KEYS"', f"[[{vectors[1]}]]", 1))  # numbers only: nothing to escape
-    return ("<!doctype html><html><head><meta charset='utf-8'>"
+    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>{html.escape(title) or 'BertViz neuron view'}</title></head><body style='margin:4px'>"
             "<div id='bertviz' style=\"font-family:'Helvetica Neue', Helvetica, Arial, sans-serif;\">"
             "<span style='display:none'><select id='layer'></select><select id='att_head'></select></span>"

@@ -136,7 +136,8 @@ def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
                        "the exports hold the whole map.")
     figure = plots.heatmap_figure(weights, view.queries[q0:q1], view.keys[k0:k1], log_scale, view.title,
                                   (view.query_positions[q0:q1], view.key_positions[k0:k1]))
-    st.plotly_chart(figure, key=f"{prefix}heatmap")
+    st.plotly_chart(figure, key=f"{prefix}heatmap", alt=f"{view.title}: attention heatmap, queries (rows) by keys "
+                                                         "(columns); the CSV and JSON exports below hold every weight")
 
 
 def _window(label: str, n: int, key: str) -> tuple[int, int]:
@@ -192,7 +193,7 @@ def head_view_ui(prefix: str, result_id: str, result: core.AttentionResult, laye
                  model: str) -> None:
     title = view_title(model, result.kind, f"head view, layer {layer}")
     page = derived.head_view(result_id, layer, head, result, title)  # self-contained: its script and data inline
-    st.iframe(page, height=frame_height(result.tokens, result.keys))
+    st.iframe(page, height=frame_height(result.tokens, result.keys), alt=title)
     part = [] if result.kind == "self" else [result.kind]
     st.download_button("Save this view (standalone HTML)", page, mime="text/html", key=f"{prefix}hv_export",
                        file_name=f"{file_stem(model, *part, 'head-view', f'layer-{layer}', f'head-{head}')}.html",

@@ -56,9 +56,11 @@ function draw(focus) {
 }
 function tokens(list, x, anchor, side) {
   list.forEach((t, i) => {
-    const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok'}, t);
-    e.addEventListener('mouseenter', () => draw({side: side, i: i}));
-    e.addEventListener('mouseleave', () => draw(null));
+    const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok', tabindex: 0}, t);
+    for (const [on, off] of [['mouseenter', 'mouseleave'], ['focus', 'blur']]) {  // the keyboard's hover: Tab
+      e.addEventListener(on, () => draw({side: side, i: i}));
+      e.addEventListener(off, () => draw(null));
+    }
   });
 }
 tokens(D.queries, X0, 'end', 'q');
@@ -67,21 +69,26 @@ el('text', {x: X0, y: 12, 'text-anchor': 'end', class: 'hdr'}, 'query');
 el('text', {x: X1, y: 12, class: 'hdr'}, 'key');
 const bar = document.getElementById('heads');
 D.heads.forEach((h, hi) => {
-  const b = document.createElement('span');
-  b.className = 'sw'; b.textContent = 'H' + h.index; b.style.borderColor = h.color;
-  const paint = () => { b.style.background = shown.has(hi) ? h.color : 'white'; };
+  const b = document.createElement('button');  // a button: Tab reaches it, Enter and Space press it
+  b.type = 'button'; b.className = 'sw'; b.style.borderColor = h.color;
+  const paint = () => {  // shown: ticked and tinted, not told by colour alone; dark text on a pale tint
+    const on = shown.has(hi);
+    b.textContent = (on ? '\u2713 ' : '') + 'H' + h.index;
+    b.setAttribute('aria-pressed', on ? 'true' : 'false');
+    b.style.background = on ? h.color + '40' : 'white';
+  };
   b.addEventListener('click', () => { shown.has(hi) ? shown.delete(hi) : shown.add(hi); paint(); draw(null); });
   paint(); bar.appendChild(b);
 });
 draw(null);
 """
 
-_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
+_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title><style>
 body {{ font: 13px sans-serif; margin: 4px; }}
-.tok {{ font: 12px monospace; cursor: default; }} .tok:hover {{ font-weight: bold; }}
+.tok {{ font: 12px monospace; cursor: default; }} .tok:hover, .tok:focus {{ font-weight: bold; }}
 .hdr {{ font: bold 12px sans-serif; fill: #555; }}
 .sw {{ display: inline-block; border: 2px solid; border-radius: 3px; padding: 0 4px; margin: 0 3px 4px 0;
-       cursor: pointer; font-size: 11px; }}
+       cursor: pointer; font-size: 11px; color: #000; font-family: sans-serif; }}
 </style></head><body>
 <div id="heads">{caption} </div>
 <svg id="view" xmlns="http://www.w3.org/2000/svg" width="600"></svg>
@@ -114,7 +121,8 @@ def head_view_page(data: dict, layer: int, head: int, title: str = "") -> str:
     data = {**data, "selected": head}
     keys = data["keys"]
     limit = "every key" if data["top_k"] >= len(keys) else f"the {data['top_k']} strongest keys"
-    caption = html.escape(f"Layer {layer}; lines show {limit} of each query (weight ≥ {MIN_WEIGHT}). Heads:")
+    caption = html.escape(f"Layer {layer}; lines show {limit} of each query (weight ≥ {MIN_WEIGHT}); point at a "
+                          "token, or Tab to it, to see its lines alone. Heads:")
     payload = json_for_html(data)  # tokens are data: no "</script>" or "<!--" can end the script
     title = html.escape(title or f"Head view, layer {layer}")
     return _PAGE.format(title=title, caption=caption, data=payload, script=_SCRIPT)

@@ -7,10 +7,13 @@ again and every click is a pick. The chart sits in a container keyed ``{key}_box
 
 import streamlit as st
 
+PICK_HINT = "; click a head to open it, or choose it with the Layer and Head boxes"
 
-def head_chart(figure, key: str, targets: tuple[str, str], **options) -> None:
+
+def head_chart(figure, key: str, targets: tuple[str, str], alt: str, **options) -> None:
     """Draw ``figure``; a click on a point stores its ``customdata`` ``(layer, head)`` in the two ``targets`` keys
-    of the session state."""
+    of the session state. ``alt`` names the chart for screen readers; the page's Layer and Head boxes are the
+    keyboard's way to a head."""
     s = st.session_state
     round_key = f"{key}_round"
     chart_key = f"{key}_{s.setdefault(round_key, 0)}"
@@ -23,4 +26,4 @@ def head_chart(figure, key: str, targets: tuple[str, str], **options) -> None:
 
     with st.container(key=f"{key}_box"):
         st.plotly_chart(figure, key=chart_key, on_select=pick, selection_mode="points",
-                        config={"displayModeBar": False}, **options)
+                        config={"displayModeBar": False}, alt=alt + PICK_HINT, **options)

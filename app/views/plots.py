@@ -40,6 +40,7 @@ def _viridis_lut() -> np.ndarray:
 
 
 FRAME_PX = 3  # pattern-coloured frame around each thumbnail
+CAPTION_COLOR = "#31333F"  # Streamlit's text colour: 12.6:1 on white
 LABEL_PX = 24  # room under each thumbnail for its two-line caption, drawn by plotly
 
 
@@ -109,13 +110,13 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
     n_layers, n_heads = shape
     cells = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
     row = lambda layer: n_layers - 1 - layer  # noqa: E731  layer 0 drawn at the top
-    label_at = lambda l, h: pattern_label(patterns[l][h]) if patterns else None  # noqa: E731
     hover = [f"layer {l}, head {h}: {_pattern_text(patterns[l][h] if patterns else None)}" for l, h in cells]
     caption_y = 0.5 - LABEL_PX / (THUMB_PX + 2 * FRAME_PX + LABEL_PX) / 2  # the middle of the caption band
     fig = go.Figure(go.Scatter(
         x=[h for _, h in cells], y=[row(l) - caption_y for l, _ in cells], customdata=cells, mode="markers+text",
         text=[caption(patterns[l][h] if patterns else None) for l, h in cells],
-        textfont=dict(size=9, color=[label_color(label_at(l, h)) for l, h in cells]),
+        textfont=dict(size=9, color=CAPTION_COLOR),  # the frame carries the pattern's colour: captions in it were
+        # 2.1-3.4:1 on white (WCAG asks 4.5:1)
         marker=dict(symbol="square", size=36, color="rgba(0,0,0,0.01)"), hovertext=hover, hoverinfo="text",
     ))
     shapes = []
@@ -175,8 +176,15 @@ def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], l
     return fig
 
 
+# the pattern map's marker per pattern: told apart by shape too, not by colour alone (diffuse and "no label" are
+# both grey; deuteranopia draws vertical and "no label" alike)
+PATTERN_SYMBOLS = {"diagonal": "diamond", "block": "square", "diffuse": "circle", "sparse": "star",
+                   "vertical": "triangle-down"}
+
+
 def pattern_map_figure(patterns, selected: tuple[int, int] | None = None) -> go.Figure:
-    """Layers × heads as coloured squares: the Diagnose map when no attention maps were kept (streamed probes)."""
+    """Layers × heads as coloured marks, one shape per pattern: the Diagnose map when no attention maps were kept
+    (streamed probes)."""
     n_layers, n_heads = len(patterns), len(patterns[0])
     size = max(10, min(34, 500 // max(n_heads, n_layers)))  # marker side in px
     fig = go.Figure()
@@ -187,7 +195,7 @@ def pattern_map_figure(patterns, selected: tuple[int, int] | None = None) -> go.
         fig.add_trace(go.Scatter(
             x=[h for _, h in cells], y=[l for l, _ in cells], customdata=cells, mode="markers",
             name=label or "no label",
-            marker=dict(symbol="square", size=size, color=label_color(label)),
+            marker=dict(symbol=PATTERN_SYMBOLS.get(label, "x"), size=size, color=label_color(label)),
             hovertext=[f"layer {l}, head {h}: {_pattern_text(patterns[l][h])}" for l, h in cells], hoverinfo="text",
         ))
     if selected is not None:

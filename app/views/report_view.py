@@ -101,7 +101,9 @@ def pattern_map_ui(report, part: str, heads) -> None:
     else:
         figure = plots.pattern_map_figure(heads)
         st.caption("Click a head in the pattern map to open it below.")
-    picking.head_chart(figure, "pattern_map", ("diag_layer", "diag_head"), width="content")
+    picking.head_chart(figure, "pattern_map", ("diag_layer", "diag_head"), "Pattern map: every head's pattern, by "
+                       "layer (rows) and head (columns); the findings above list the heads they name",
+                       width="content")
 
 
 def explorer_ui(report, part: str | None) -> None:

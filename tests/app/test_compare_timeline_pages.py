@@ -45,8 +45,10 @@ def test_compare_demo_model_with_itself_draws_the_grid_and_three_maps():
     assert [t.label for t in at.tabs] == ["A", "B", "B − A"]
     hovers = [json.loads(c.proto.spec)["data"][0]["hovertemplate"] for c in at.get("plotly_chart")[1:]]
     assert [h.split("<br>")[-1].split(" %")[0] for h in hovers] == ["A", "B", "B − A"]
+    assert all(len(c.proto.alt) > 20 for c in at.get("plotly_chart"))  # named for screen readers
     at.selectbox(key="cmp_probe").set_value(0)
-    at.session_state["cmp_layer"], at.session_state["cmp_head"] = 3, 2
+    at.selectbox(key="cmp_layer").set_value(3)  # a head picked without a mouse: the grid's points took one
+    at.selectbox(key="cmp_head").set_value(2)
     at.run()
     assert not at.exception and at.subheader[-1].value == "Layer 3, head 2"
     assert {b.label for b in at.download_button} == {"Comparison (JSON)", "Comparison (Markdown)", "Comparison (HTML)"}
@@ -238,6 +240,7 @@ def test_timeline_reads_a_log_path_under_the_home_folder(monkeypatch, tmp_path):
 def test_timeline_shows_two_committed_logs_side_by_side():
     at = _timeline_of([(name, (LOGS / name).read_bytes()) for name in ("healthy.jsonl", "qk_x10.jsonl")])
     assert len(at.get("plotly_chart")) == 4  # per run: the heads × steps heatmap and the layer's lines
+    assert all(len(c.proto.alt) > 20 for c in at.get("plotly_chart"))  # named for screen readers
     assert len(at.dataframe) >= 2
     at.radio(key="tl_metric").set_value("sink_score").run()
     at.selectbox(key="tl_layer").set_value(1).run()

@@ -34,6 +34,13 @@ def test_inspect_starts_with_minilm():
     assert not _errors(at), _errors(at)
     assert at.selectbox(key="demo_model").value == "sentence-transformers/all-MiniLM-L6-v2"
     assert len(_charts(at)) == 2  # overview + heatmap
+    _every_view_is_named(at)
+
+
+def _every_view_is_named(at) -> None:
+    """Charts and frames named for screen readers: every one was announced as "st.iframe" or not at all."""
+    alts = [c.proto.alt for c in _charts(at)] + [f.proto.alt for f in at.get("iframe")]
+    assert alts and all(len(alt) > 20 for alt in alts), alts
 
 
 def test_inspect_local_folder_draws_every_section(bert_folder):
@@ -53,6 +60,8 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
     at.segmented_control(key="inspect_extra_view").set_value("BertViz neuron view").run()
     assert not at.exception and not _errors(at)
     assert "bertviz_params" in at.get("iframe")[0].proto.srcdoc and "cdnjs" not in at.get("iframe")[0].proto.srcdoc
+    assert "<html lang='en'>" in at.get("iframe")[0].proto.srcdoc
+    _every_view_is_named(at)
     assert {b.label for b in at.download_button} == {"PNG", "SVG", "CSV", "NPZ", "JSON",
                                                      "Save this view (standalone HTML)"}
 
@@ -552,6 +561,8 @@ def test_heads_without_a_pattern_keep_their_square_when_no_maps_are_kept(tmp_pat
     spec = json.loads(_charts(at)[0].proto.spec)
     squares = {tuple(c) for trace in spec["data"] for c in trace["customdata"]}
     assert len(squares) == 8 and "layer 0, head 0: no label" in _charts(at)[0].proto.spec
+    symbols = [trace["marker"]["symbol"] for trace in spec["data"]]  # a shape per pattern: not colour alone
+    assert len(set(symbols)) == len(symbols) and spec["data"][-1]["name"] == "no label"
 
 
 def test_diagnose_bad_upload_is_an_error_then_works(bert_zip):
@@ -577,6 +588,7 @@ def test_diagnose_a_known_model_with_the_default_probes():
     assert report.model["name"] == "demo-gpt2" and len(report.heads) == 16
     assert not [f.code for f in report.findings if f.severity != "info"]  # a healthy model: nothing alarming
     assert len(_charts(at)) == 2
+    _every_view_is_named(at)
     assert ("demo-gpt2", (), None) in cache.model_cache().keys()  # the server's shared copy, not one for this run
     model = cache.model_cache().get(("demo-gpt2", (), None), None).model
     at.button(key="diag_run").click().run()

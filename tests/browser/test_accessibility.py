@@ -1,0 +1,39 @@
+"""The views AttnScope draws itself, used without a mouse (Chromium, no app server): the head view's heads are
+buttons that say whether they are shown, and a token reached with Tab shows its lines alone."""
+
+import pytest
+import torch
+
+from app.views.head_view import head_view_html
+
+pytestmark = pytest.mark.browser
+
+
+def _shown_lines(page) -> int:
+    return page.locator("line.link:visible").count()
+
+
+def test_the_head_view_works_from_the_keyboard(browser):
+    """Its heads were spans with a click handler (no Tab, no Enter), shown or hidden by their colour alone, and a
+    token's own lines showed only on mouse hover; the page had no language."""
+    torch.manual_seed(0)
+    attentions = torch.softmax(torch.randn(1, 3, 6, 6), dim=-1)  # (L, H, q, k)
+    tokens = ["the", "cat", "sat", "on", "the", "mat"]
+    page = browser.new_page()
+    page.set_content(head_view_html(attentions, tokens, tokens, layer=0, head=1, title="head view"))
+    assert page.locator("html").get_attribute("lang") == "en"
+    heads = page.get_by_role("button")
+    assert heads.count() == 3 and [heads.nth(i).get_attribute("aria-pressed") for i in range(3)] == [
+        "false", "true", "false"]
+    assert heads.nth(1).text_content().startswith("\u2713")  # shown: ticked, not only tinted
+    alone = _shown_lines(page)
+    page.keyboard.press("Tab")  # the first head's button
+    page.keyboard.press("Space")
+    assert heads.nth(0).get_attribute("aria-pressed") == "true" and _shown_lines(page) > alone
+    page.keyboard.press("Enter")
+    assert heads.nth(0).get_attribute("aria-pressed") == "false" and _shown_lines(page) == alone
+    for _ in range(3):  # past the other two heads, to the first query token
+        page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "the"
+    assert 0 < _shown_lines(page) < alone  # the first query's lines alone
+    page.close()
