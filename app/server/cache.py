@@ -16,6 +16,7 @@ What is computed from a result (metrics, labels, thumbnails) is cached in
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -121,12 +122,15 @@ class BoundedCache:
         self._values: OrderedDict[object, tuple[object, int]] = OrderedDict()  # key -> (value, bytes)
         self._lock = threading.Lock()
         self._loading: dict[object, _Waiting] = {}
+        # dropped values that a caller still holds (a model in use under its lock): found again, not loaded a second
+        # time beside the first (two copies, two locks, over the budget)
+        self._dropped: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def get(self, key, load):
         """The cached value of ``key``, or ``load()``'s, kept and counted against the budget. A failed load is not
         kept: the next caller waiting for the key loads it, while later callers still wait behind that one."""
         with self._lock:
-            if key in self._values:
+            if key in self._values or self._kept_again(key):
                 self._values.move_to_end(key)
                 return self._values[key][0]
             waiting = self._loading.setdefault(key, _Waiting())
@@ -134,7 +138,7 @@ class BoundedCache:
         try:
             with waiting.lock:
                 with self._lock:
-                    if key in self._values:
+                    if key in self._values or self._kept_again(key):
                         return self._values[key][0]
                 value = load()
                 with self._lock:  # kept before the key's lock goes, so the next caller finds it
@@ -150,7 +154,20 @@ class BoundedCache:
     def _evict(self) -> None:
         """Drop the oldest until within bounds; the newest stays even alone above the budget (it is in use)."""
         while len(self._values) > 1 and (len(self._values) > self.max_items or self.total_bytes > self.max_bytes):
-            self._values.popitem(last=False)
+            key, (value, _) = self._values.popitem(last=False)
+            try:
+                self._dropped[key] = value
+            except TypeError:  # a value no weak reference can point at (a string in tests)
+                pass
+
+    def _kept_again(self, key) -> bool:
+        """Keep again a dropped value of ``key`` that is still alive (under ``_lock``)."""
+        value = self._dropped.pop(key, None)
+        if value is None:
+            return False
+        self._values[key] = (value, self.size_of(value))
+        self._evict()
+        return True
 
     @property
     def total_bytes(self) -> int:
