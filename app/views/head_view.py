@@ -54,13 +54,22 @@ function draw(focus) {
     l.el.style.display = on ? '' : 'none';
   }
 }
-function tokens(list, x, anchor, side) {
-  list.forEach((t, i) => {
-    const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok', tabindex: 0}, t);
-    for (const [on, off] of [['mouseenter', 'mouseleave'], ['focus', 'blur']]) {  // the keyboard's hover: Tab
+function tokens(list, x, anchor, side) {  // one Tab stop per column; the arrow keys move within it
+  const items = list.map((t, i) => {
+    const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok', tabindex: i ? -1 : 0}, t);
+    for (const [on, off] of [['mouseenter', 'mouseleave'], ['focus', 'blur']]) {  // focus: the keyboard's hover
       e.addEventListener(on, () => draw({side: side, i: i}));
       e.addEventListener(off, () => draw(null));
     }
+    e.addEventListener('keydown', ev => {
+      const next = {ArrowDown: i + 1, ArrowUp: i - 1, Home: 0, End: list.length - 1}[ev.key];
+      if (next === undefined || next < 0 || next >= list.length) return;
+      ev.preventDefault();
+      e.setAttribute('tabindex', -1);
+      items[next].setAttribute('tabindex', 0);
+      items[next].focus();
+    });
+    return e;
   });
 }
 tokens(D.queries, X0, 'end', 'q');
@@ -122,7 +131,7 @@ def head_view_page(data: dict, layer: int, head: int, title: str = "") -> str:
     keys = data["keys"]
     limit = "every key" if data["top_k"] >= len(keys) else f"the {data['top_k']} strongest keys"
     caption = html.escape(f"Layer {layer}; lines show {limit} of each query (weight ≥ {MIN_WEIGHT}); point at a "
-                          "token, or Tab to it, to see its lines alone. Heads:")
+                          "token, or Tab to a column and move with ↑ ↓, to see its lines alone. Heads:")
     payload = json_for_html(data)  # tokens are data: no "</script>" or "<!--" can end the script
     title = html.escape(title or f"Head view, layer {layer}")
     return _PAGE.format(title=title, caption=caption, data=payload, script=_SCRIPT)

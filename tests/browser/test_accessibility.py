@@ -36,4 +36,11 @@ def test_the_head_view_works_from_the_keyboard(browser):
         page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "the"
     assert 0 < _shown_lines(page) < alone  # the first query's lines alone
+    page.keyboard.press("ArrowDown")  # one Tab stop per column (512 tokens were 1,024 stops): arrows within it
+    assert page.evaluate("document.activeElement.textContent") == "cat"
+    page.keyboard.press("Tab")  # on to the keys' column, at its first token
+    focused = "[document.activeElement.textContent, document.activeElement.getAttribute('text-anchor')]"
+    assert page.evaluate(focused) == ["the", "start"]
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.tagName") in ("BODY", "body")  # out of the view: two stops in all
     page.close()
