@@ -243,20 +243,20 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
             loaded = model_cache().get((source, source_stamp(source) if stamp is None else stamp, n_heads), load)
     except Exception:
         if held:  # the click during a load that then failed: its rerun draws the page the user asked for
-            raise held[-1] from None
+            raise session.folded(held) from None
         raise
     finally:
         bar.empty()
-    if held:  # the user's click during the load, now that the model is kept
-        raise held[-1]
+    if held:  # the user's clicks during the load, now that the model is kept
+        raise session.folded(held)
     return loaded
 
 
 @contextmanager
 def _held(requests: list):
     """Keep Streamlit's rerun or stop request (``ScriptControlException``) in ``requests`` instead of raising it
-    inside work that other sessions may wait for; the caller raises the last one once that work is over (Streamlit
-    counts a rerun as handled once raised: dropped, the user's click would be lost)."""
+    inside work that other sessions may wait for; the caller raises them, folded into one (``session.folded``), once
+    that work is over (Streamlit counts a rerun as handled once raised: dropped, the user's click would be lost)."""
     try:
         yield
     except ScriptControlException as request:

@@ -50,6 +50,9 @@ class _RunModels:
     def places(self, count: int, limit: int, waiting):
         """Hold ``count`` places for the ``with``; ``waiting(held, count, limit)`` is called about once a second
         until they fit (it may raise: the session has gone). A run alone always fits, whatever it needs."""
+        if not count:  # only known models, from the shared cache: nothing to wait for
+            yield
+            return
         ticket = object()
         with self.changed:
             self.queue.append(ticket)

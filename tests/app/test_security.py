@@ -375,6 +375,57 @@ def test_a_progress_bar_goes_on_after_a_click(monkeypatch):
     assert [t.rsplit(" ", 1)[-1] for t in drawn] == [str(step) for step in range(1, 10)]
 
 
+def _two_clicks_script():
+    import streamlit as st
+
+    from app.server import cache
+
+    pressed, ticked = st.button("Go", key="go"), st.checkbox("Tick", key="tick")
+    st.session_state.setdefault("seen", []).append((pressed, ticked))
+    if st.session_state.get("load") and not st.session_state.get("loaded"):
+        st.session_state.loaded = True
+        cache.load_model("m")
+
+
+def test_two_clicks_during_a_load_both_reach_the_page(monkeypatch):
+    """Each click's rerun was held while the model loaded and only the last was raised: a button pressed before a
+    box was ticked never reached the page."""
+    import torch
+    from streamlit.proto.WidgetStates_pb2 import WidgetStates
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    from app.server import cache
+
+    ids = {}
+
+    def send(button: bool, tick: bool):  # what the browser sends for a click: every widget's state
+        states = WidgetStates()
+        if button:
+            pressed = states.widgets.add()
+            pressed.id, pressed.trigger_value = ids["go"], True
+        box = states.widgets.add()
+        box.id, box.bool_value = ids["tick"], tick
+        get_script_run_ctx().script_requests.request_rerun(RerunData(widget_states=states))
+
+    def load_untrusted(source, n_heads, progress):
+        send(button=True, tick=False)  # the user presses Go ...
+        progress(0.3, "a third")  # (the bar takes that rerun)
+        send(button=False, tick=True)  # ... then ticks the box
+        progress(0.6, "two thirds")
+        return LoadedModel(torch.nn.Linear(1, 1), None)
+
+    monkeypatch.setattr(cache.core, "load_untrusted", load_untrusted)
+    monkeypatch.setattr(cache, "source_stamp", lambda source: ())
+    models = BoundedCache(3, 10**9, model_bytes)
+    monkeypatch.setattr(cache, "model_cache", lambda: models)
+    at = AppTest.from_function(_two_clicks_script, default_timeout=10).run()
+    ids["go"], ids["tick"] = at.button[0].id, at.checkbox[0].id
+    at.session_state["load"] = True
+    at.run()
+    assert not at.exception and at.session_state["seen"][-1] == (True, True)
+
+
 def _model_script():
     from app.server import cache
 
@@ -711,6 +762,33 @@ def test_models_loaded_for_one_run_alone_are_capped_across_sessions(monkeypatch)
     monkeypatch.setenv(sources.ENV_RUN_MODELS, "two")
     with pytest.raises(Exception, match="ATTNSCOPE_MAX_RUN_MODELS='two' must be a whole number"):
         sources.opened_models(["/c"], None, [None]).__enter__()
+
+
+def test_a_run_of_known_models_alone_takes_no_place_and_never_waits(monkeypatch):
+    """Known models come from the shared cache: such a run waited in the queue behind runs of uploads, then failed
+    with an IndexError (its wait message named the first of its no uploads)."""
+    import time
+
+    from app.server import sources
+
+    monkeypatch.setattr(sources.cache, "load_model", lambda name: LoadedModel(name, None))
+    monkeypatch.setenv(sources.ENV_RUN_MODELS, "1")
+    full, release = threading.Event(), threading.Event()
+
+    def upload_run():
+        with sources.run_models.places(2, 1, lambda *args: None):  # a run alone goes, past the limit
+            full.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=upload_run)
+    holder.start()
+    full.wait(5)
+    start = time.monotonic()
+    with sources.opened_models(["demo-bert"], None, [None]) as [(model, _, _)]:
+        assert model == "demo-bert" and time.monotonic() - start < 0.5
+    release.set()
+    holder.join(5)
+    assert sources.run_models.held == 0
 
 
 def test_runs_take_their_model_places_in_the_order_they_asked():
