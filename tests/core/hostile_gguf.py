@@ -200,6 +200,12 @@ def gguf_size_as_text(d: Path) -> Path:
                     n_kv_extra=len(kv) + 1)
 
 
+def gguf_no_attention_heads(d: Path) -> Path:
+    """llama.attention.head_count 0, as llama.cpp writes for Mamba: it was called "corrupt"."""
+    kv = {**SMALL_LLAMA, "llama.block_count": 1, "llama.attention.head_count": 0}
+    return raw_gguf(d / "no_heads.gguf", extra_kv=b"".join(_u32(k, v) for k, v in kv.items()), n_kv_extra=len(kv))
+
+
 def gguf_duplicate_key(d: Path) -> Path:
     """general.architecture twice: the gguf package refused it as 'Duplicate … already in list at offset …'."""
     return raw_gguf(d / "twice.gguf", extra_kv=_string("general.architecture") + struct.pack("<I", STRING_TYPE)
@@ -212,7 +218,8 @@ def gguf_long_key(d: Path) -> Path:
 
 
 GGUF_BAD_INPUTS.update({f.__name__.replace("_", "-"): f for f in [
-    gguf_many_keys, gguf_nan_rope_base, gguf_negative_epsilon, gguf_size_as_text, gguf_duplicate_key, gguf_long_key,
+    gguf_many_keys, gguf_nan_rope_base, gguf_negative_epsilon, gguf_size_as_text, gguf_no_attention_heads,
+    gguf_duplicate_key, gguf_long_key,
 ]})
 
 

@@ -62,6 +62,8 @@ MISSING = ("{name} does not hold the model its metadata describes: {n} of the mo
 BAD_METADATA = "{name}: its metadata gives {key}={value:,}, outside 1 to {limit:,}; the file is corrupt"
 BAD_NUMBER = ("{name}: its metadata gives {key}={value}, where {rule}; the file is corrupt or was written wrongly "
               "(re-convert the model with llama.cpp's convert_hf_to_gguf.py)")
+NO_HEADS = ("{name}: its metadata gives {key}=0: the model has no attention heads (a state-space model such as "
+            "Mamba), so it has no attention for AttnScope to show")
 # <arch>.* sizes transformers builds the model from: a whole number of at least 1 (head_count may be per layer)
 _SIZE_KEYS = ("embedding_length", "block_count", "context_length", "attention.head_count")
 SHAPES_DIFFER = ("{name}: its metadata describes a model whose {param} has shape {want}, but the file holds {got}; "
@@ -151,6 +153,8 @@ def _check_numbers(fields: dict, arch: str, name: str) -> None:
     for suffix in _SIZE_KEYS:
         key = f"{arch}.{suffix}"
         value = fields.get(key, 1)
+        if suffix == "attention.head_count" and value == 0 and not isinstance(value, bool):
+            raise CheckpointError(NO_HEADS.format(name=name, key=key))
         whole = isinstance(value, int) and not isinstance(value, bool) and value > 0
         if not whole and not (suffix == "attention.head_count" and isinstance(value, tuple)):
             shown = quoted(value) if isinstance(value, str) else "an array" if isinstance(value, tuple) else value
