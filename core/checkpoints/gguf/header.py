@@ -28,7 +28,7 @@ DEFAULT_ALIGNMENT = 32
 # transformers' GGUF loader walks the keys with a list lookup each (quadratic): 99,000 one-byte keys, a 2 MB file,
 # took 270 s, under the lock every GGUF load of the process shares; 99,000 tensors took 9.7 s and +534 MB.
 MAX_TENSORS = 16_384  # a 405 B Llama has 1,138 tensors; mixture-of-experts files a few thousand
-MAX_KEYS = 1_024  # a real file has a few dozen keys (SmolLM2: 37)
+MAX_KEYS = 1_024  # a real file has a few dozen keys (SmolLM2: 33)
 SHOWN_CHARS = 80  # of a key or tensor name quoted in a message: names are only bounded by the file
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_DEPTH = 2  # arrays of arrays exist (e.g. per-layer lists); deeper is corrupt
