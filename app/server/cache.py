@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
-from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException, StopException
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 import core
 from app.server import session
@@ -219,16 +219,16 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
     """A known model name, a cached Hugging Face id or a folder under the allowed roots (``core.load_untrusted``),
     as its files are now (``stamp``: ``source_stamp(source)`` unless given); ``n_heads`` for bare weights.
 
-    The page is drawn outside the shared load: Streamlit raises a click's rerun (or a closed tab's stop) from the
-    next element drawn, and raised inside it, that threw the finished model away for every session waiting."""
-    bar, shown, held = st.empty(), [], []
+    A click during the load waits until the model is kept (``_handed_back``): raised inside the shared load, it
+    threw the finished model away for every session waiting."""
+    bar, shown, clicked = st.empty(), [], []
 
     def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes
         step = int(fraction * PROGRESS_STEPS)
-        if any(isinstance(r, StopException) for r in held) or (shown and step <= shown[-1]):
-            return  # a rerun is raised once: the bar goes on after it; after a stop there is no page to draw on
+        if clicked or (shown and step <= shown[-1]):
+            return  # a click waits: drawing would take it again, inside the load
         shown.append(step)
-        with _held(held):
+        with _handed_back(clicked):
             bar.progress(min(1.0, fraction), text=f"Loading {source}: {message}")
 
     def load():
@@ -240,27 +240,21 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
     source = canonical_name(source)  # 'Demo-BERT' and 'demo-bert' are one model, one lock
     try:
         with st.spinner("Loading the model…"):  # shown after 0.5 s: not for a model already kept
-            loaded = model_cache().get((source, source_stamp(source) if stamp is None else stamp, n_heads), load)
-    except Exception:
-        if held:  # the click during a load that then failed: its rerun draws the page the user asked for
-            raise session.folded(held) from None
-        raise
+            return model_cache().get((source, source_stamp(source) if stamp is None else stamp, n_heads), load)
     finally:
-        bar.empty()
-    if held:  # the user's clicks during the load, now that the model is kept
-        raise session.folded(held)
-    return loaded
+        bar.empty()  # raises a click that waits, once the model is kept (or the load failed: the click goes first)
 
 
 @contextmanager
-def _held(requests: list):
-    """Keep Streamlit's rerun or stop request (``ScriptControlException``) in ``requests`` instead of raising it
-    inside work that other sessions may wait for; the caller raises them, folded into one (``session.folded``), once
-    that work is over (Streamlit counts a rerun as handled once raised: dropped, the user's click would be lost)."""
+def _handed_back(clicked: list):
+    """Streamlit raises a click's rerun (or a closed tab's stop) from the next element drawn: raised inside work
+    other sessions may wait for, it threw that work away. Hand it back to Streamlit, pending, instead (noted in
+    ``clicked``); the next element drawn after the work raises it, folded with any later click."""
     try:
         yield
     except ScriptControlException as request:
-        requests.append(request)
+        session.request_again(request)
+        clicked.append(request)
 
 
 def result_key(source: str, text: str, text_pair: str = "", target: str = "", n_heads: int | None = None) -> tuple:

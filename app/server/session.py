@@ -10,7 +10,7 @@ notices at its next Streamlit call. ``stop_when_gone`` gives core's
 from __future__ import annotations
 
 from streamlit.runtime import Runtime
-from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
+from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequestType
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
@@ -28,20 +28,15 @@ def stop_when_gone():
     return gone
 
 
-def folded(held: list) -> BaseException:
-    """One request for Streamlit's rerun and stop requests ``held`` (oldest first) while shared work ran, and for any
-    that came after them: a stop if there is one, else a rerun whose data folds them all in order, as Streamlit folds
-    requests that wait together (every click's button press kept, each widget's latest value). Raising only the last
-    lost a button pressed before another click."""
+
+def request_again(request: BaseException) -> None:
+    """Hand Streamlit's rerun or stop ``request``, raised from a page element drawn during work other sessions may
+    wait for, back to it, pending: the next element drawn once the work is over raises it again, folded by Streamlit
+    itself with any click that came after it (in order; a fragment's rerun too)."""
     ctx = get_script_run_ctx()
-    if ctx is None or any(isinstance(r, StopException) for r in held):
-        return next((r for r in held if isinstance(r, StopException)), held[-1])
-    requests = ctx.script_requests
-    waiting = requests.on_scriptrunner_yield()  # a click since the last one held: it goes last
-    if waiting is not None and waiting.type == ScriptRequestType.STOP:
-        return StopException()
-    later = [waiting.rerun_data] if waiting is not None else []
-    for data in [r.rerun_data for r in held] + later:
-        requests.request_rerun(data)
-    merged = requests.on_scriptrunner_yield()
-    return RerunException(merged.rerun_data) if merged is not None else held[-1]
+    if ctx is None:  # raised in a script, so there is one; never drop a request
+        raise request
+    if isinstance(request, StopException):
+        ctx.script_requests.request_stop()
+    else:
+        ctx.script_requests.request_rerun(request.rerun_data)

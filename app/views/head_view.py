@@ -54,19 +54,23 @@ function draw(focus) {
     l.el.style.display = on ? '' : 'none';
   }
 }
-function tokens(list, x, anchor, side) {  // one Tab stop per column; the arrow keys move within it
+function tokens(list, x, anchor, side) {  // one Tab stop per column, on the token last focused; arrows move it
+  let stop = 0;
   const items = list.map((t, i) => {
     const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok', tabindex: i ? -1 : 0}, t);
     for (const [on, off] of [['mouseenter', 'mouseleave'], ['focus', 'blur']]) {  // focus: the keyboard's hover
       e.addEventListener(on, () => draw({side: side, i: i}));
       e.addEventListener(off, () => draw(null));
     }
+    e.addEventListener('focus', () => {  // by key or by click: the column's one stop moves here
+      items[stop].setAttribute('tabindex', -1);
+      e.setAttribute('tabindex', 0);
+      stop = i;
+    });
     e.addEventListener('keydown', ev => {
       const next = {ArrowDown: i + 1, ArrowUp: i - 1, Home: 0, End: list.length - 1}[ev.key];
       if (next === undefined || next < 0 || next >= list.length) return;
       ev.preventDefault();
-      e.setAttribute('tabindex', -1);
-      items[next].setAttribute('tabindex', 0);
       items[next].focus();
     });
     return e;

@@ -342,54 +342,29 @@ def test_a_click_during_shared_work_keeps_what_was_finished_and_reruns(monkeypat
         assert calls == ["load", "extract"] and len(results.keys()) == 1 and len(models.keys()) == 1
 
 
-def test_a_progress_bar_goes_on_after_a_click(monkeypatch):
-    """After a held rerun, the bar stopped moving for the rest of the load (minutes for a GGUF file)."""
-    import torch
-
-    from app.server import cache
-
-    drawn = []
-
-    def load_untrusted(source, n_heads, progress):
-        for step in range(1, 10):
-            if step == 3:
-                _click_now()
-            progress(step / 10, f"step {step}")
-        return LoadedModel(torch.nn.Linear(1, 1), None)
-
-    from streamlit.delta_generator import DeltaGenerator
-
-    real_progress = DeltaGenerator.progress
-
-    def recorded(self, value, text=None):
-        drawn.append(text)
-        return real_progress(self, value, text=text)
-
-    monkeypatch.setattr(DeltaGenerator, "progress", recorded)
-    monkeypatch.setattr(cache.core, "load_untrusted", load_untrusted)
-    monkeypatch.setattr(cache, "source_stamp", lambda source: ())
-    models = BoundedCache(3, 10**9, model_bytes)
-    monkeypatch.setattr(cache, "model_cache", lambda: models)
-    at = AppTest.from_function(_model_script, default_timeout=10).run()
-    assert not at.exception
-    assert [t.rsplit(" ", 1)[-1] for t in drawn] == [str(step) for step in range(1, 10)]
-
-
-def _two_clicks_script():
+def _fragment_script():
     import streamlit as st
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
     from app.server import cache
 
-    pressed, ticked = st.button("Go", key="go"), st.checkbox("Tick", key="tick")
-    st.session_state.setdefault("seen", []).append((pressed, ticked))
+    tick = st.checkbox("Tick", key="tick")
+
+    @st.fragment
+    def explorer():  # as Inspect's head explorer: its own widgets rerun it alone
+        st.session_state.setdefault("layers_seen", []).append(st.text_input("Layer", "0", key="layer"))
+
+    explorer()
+    st.session_state.fragment = list(get_script_run_ctx().fragment_storage._fragments)[0]
+    st.session_state.setdefault("seen", []).append(tick)
     if st.session_state.get("load") and not st.session_state.get("loaded"):
         st.session_state.loaded = True
         cache.load_model("m")
 
 
-def test_two_clicks_during_a_load_both_reach_the_page(monkeypatch):
-    """Each click's rerun was held while the model loaded and only the last was raised: a button pressed before a
-    box was ticked never reached the page."""
+def test_a_later_pick_inside_a_fragment_wins_over_a_click_made_during_a_load(monkeypatch):
+    """A click's rerun held through the load was raised over a later pick in a fragment (a rerun that does not
+    stop the page): the map went back to the old layer while the browser showed the new one."""
     import torch
     from streamlit.proto.WidgetStates_pb2 import WidgetStates
     from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
@@ -399,19 +374,16 @@ def test_two_clicks_during_a_load_both_reach_the_page(monkeypatch):
 
     ids = {}
 
-    def send(button: bool, tick: bool):  # what the browser sends for a click: every widget's state
+    def send(layer, fragment=None):
         states = WidgetStates()
-        if button:
-            pressed = states.widgets.add()
-            pressed.id, pressed.trigger_value = ids["go"], True
-        box = states.widgets.add()
-        box.id, box.bool_value = ids["tick"], tick
-        get_script_run_ctx().script_requests.request_rerun(RerunData(widget_states=states))
+        box, text = states.widgets.add(), states.widgets.add()
+        box.id, box.bool_value, text.id, text.string_value = ids["tick"], True, ids["layer"], layer
+        get_script_run_ctx().script_requests.request_rerun(RerunData(widget_states=states, fragment_id=fragment))
 
     def load_untrusted(source, n_heads, progress):
-        send(button=True, tick=False)  # the user presses Go ...
-        progress(0.3, "a third")  # (the bar takes that rerun)
-        send(button=False, tick=True)  # ... then ticks the box
+        send("0")  # the box is ticked: a rerun of the page, taken by the bar
+        progress(0.3, "a third")
+        send("2", ids["fragment"])  # then layer 2 is picked inside the fragment
         progress(0.6, "two thirds")
         return LoadedModel(torch.nn.Linear(1, 1), None)
 
@@ -419,17 +391,12 @@ def test_two_clicks_during_a_load_both_reach_the_page(monkeypatch):
     monkeypatch.setattr(cache, "source_stamp", lambda source: ())
     models = BoundedCache(3, 10**9, model_bytes)
     monkeypatch.setattr(cache, "model_cache", lambda: models)
-    at = AppTest.from_function(_two_clicks_script, default_timeout=10).run()
-    ids["go"], ids["tick"] = at.button[0].id, at.checkbox[0].id
+    at = AppTest.from_function(_fragment_script, default_timeout=10).run()
+    ids.update(tick=at.checkbox[0].id, layer=at.text_input[0].id, fragment=at.session_state["fragment"])
     at.session_state["load"] = True
     at.run()
-    assert not at.exception and at.session_state["seen"][-1] == (True, True)
-
-
-def _model_script():
-    from app.server import cache
-
-    cache.load_model("m")
+    assert not at.exception and at.session_state["seen"][-1] is True
+    assert at.session_state["layer"] == "2" and at.session_state["layers_seen"][-1] == "2"
 
 
 def test_a_closed_tab_does_not_stop_a_result_another_session_waits_for(monkeypatch):

@@ -43,4 +43,7 @@ def test_the_head_view_works_from_the_keyboard(browser):
     assert page.evaluate(focused) == ["the", "start"]
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.tagName") in ("BODY", "body")  # out of the view: two stops in all
+    page.locator("text.tok").nth(4).click()  # a click moves the column's stop too (it had left a second one)
+    page.keyboard.press("ArrowDown")
+    assert page.locator("text.tok[tabindex='0']").all_text_contents() == ["mat", "the"]  # one per column
     page.close()
