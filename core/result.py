@@ -17,6 +17,12 @@ from .errors import ExtractionError
 
 @dataclass
 class AttentionResult:
+    """What ``core.extract_attention`` returns: every layer's and head's attention weights over one input,
+    ``attentions [layers, heads, q, k]`` (rows sum to 1; a causal model's upper triangle is 0), with the tokens on
+    each axis, which of them are special or padding, and the warnings of the reading (a truncation). An
+    encoder-decoder's result holds its ``encoder``, ``decoder`` and ``cross`` parts, each an ``AttentionResult``.
+    """
+
     tokens: list[str]  # display strings of the query axis
     attentions: torch.Tensor  # (L, H, q, k) float32 on CPU
     causal: bool  # True when query i only sees keys <= i

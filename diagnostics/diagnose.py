@@ -29,7 +29,8 @@ from core.cancel import progress_span
 from core.checkpoints.registry import canonical_name
 from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
-from core.extraction.extract import check_weights_loaded, maps_over_budget, whole_maps_bytes
+from core.extraction.extract import check_weights_loaded
+from core.extraction.maps_budget import maps_over_budget, whole_maps_bytes
 from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
@@ -91,6 +92,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
 
     texts: probe strings or ``(text, text_pair)`` tuples (default: ``probes.default_probes``: the 7 default
     paragraphs, each twice as long for a decoder-only model).
+    device: where a model loaded by name goes (default: the best here); a loaded model stays where it is, and
+    giving one a device is an InputError.
     progress: optional ``callable(fraction, message)``, called as the work advances.
     n_heads: heads per layer, for a bare state dict whose weights do not say it.
     stream: stream the probes (``diagnostics.streaming``) instead of extracting whole maps; None (default)
@@ -145,6 +148,9 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
 
 
 def _resolve(source, device, n_heads=None, progress=None):
+    if device is not None and not isinstance(source, (str, Path)):  # it had been ignored without a word
+        raise InputError(f"device={device!r} places a model AttnScope loads by name; yours is loaded already: move "
+                         "it first (model.to(device)) and leave device out")
     if isinstance(source, (tuple, list)):
         if len(source) != 2 or not isinstance(source[0], nn.Module):
             raise InputError("source must be a (model, tokenizer) pair, a model, or a model name or folder")

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import torch
 
 from core.extraction.encode import encode, max_positions
-from core.errors import ExtractionError
 from core.cancel import layer_progress
-from core.extraction.extract import config_size, model_is_causal
+from core.extraction.extract import check_model_and_tokenizer, model_is_causal
+from core.extraction.maps_budget import config_size
 from core.extraction.scratch import Scratch
 from core.extraction.streaming import stream_attention
 from core.extraction.text_config import vocab_size
@@ -62,16 +62,15 @@ def stream_statistics(model, tokenizer, text: str, text_pair: str | None = None,
                       chunk_rows: int | None = None, redundancy: bool = False, progress=None) -> StreamResult:
     """Metrics and labels of every head of ``model`` on ``text``, layer by layer in query chunks.
 
-    Takes what ``core.extract_attention`` takes and gives what ``head_metrics``
-    + ``classify_metrics`` give on its result; ``keep`` lists the ``(layer,
+    Takes what ``core.extract_attention`` takes (no ``target``: an encoder-decoder's encoder is streamed) and
+    gives what ``head_metrics`` + ``classify_metrics`` give on its result; ``keep`` lists the ``(layer,
     head)`` pairs (or whole layers) whose full maps are also returned.
     ``redundancy=True`` also gives ``redundancy.js_distance``'s pairwise
     distances (heads²/2 passes over at most ``redundancy.JS_ROWS`` rows of each
     map). ``progress(fraction, message)``, when given, is called as each layer
     starts ("layer 3/30"). Encoder-decoder models: the encoder is streamed.
     """
-    if tokenizer is None:
-        raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
+    check_model_and_tokenizer(model, tokenizer)
     enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), vocab_size=vocab_size(model))
     result = stream_token_statistics(model, enc.input_ids, special=enc.special, keep=keep, chunk_rows=chunk_rows,
                                      redundancy=redundancy, token_type_ids=enc.token_type_ids, progress=progress)

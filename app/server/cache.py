@@ -27,7 +27,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 
 import core
 from app.server import session
-from core.extraction.extract import maps_over_budget
+from core.extraction.maps_budget import maps_over_budget
 from core.cancel import stop_between_layers
 from core.checkpoints.archive import env_size
 from core.checkpoints.checkpoint import expand_user

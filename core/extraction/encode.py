@@ -26,7 +26,11 @@ class Encoded:
 
 
 def check_text(text, name: str = "text") -> str:
-    if not isinstance(text, str) or not text.strip():
+    """``text`` when it is a non-blank str; InputError saying which it is not (a list or ids were "empty")."""
+    if not isinstance(text, str):
+        raise InputError(f"{name} must be one text (a str), not {repr(text)[:40]} ({type(text).__name__}); pass one "
+                         "text per call (token ids go to diagnostics.stream_token_statistics)")
+    if not text.strip():
         raise InputError(f"{name} is empty; type a sentence to inspect")
     return text
 

@@ -20,9 +20,9 @@ from ..device import model_device
 from .encode import check_text, encode, max_positions
 from ..errors import AttnScopeError, ExtractionError, InputError, first_line
 from .hf_extract import extract_hf, is_causal_model, stack_layers, taken
+from .maps_budget import check_maps_fit
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
-from .text_config import text_config
 from .tokens import display_tokens
 
 
@@ -55,8 +55,7 @@ def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
     for name, value in (("text_pair", text_pair), ("target", target)):
         if value is not None and not isinstance(value, str):
             raise InputError(f"{name} must be text (a str) or None, not {repr(value)[:40]} ({type(value).__name__})")
-    if tokenizer is None:
-        raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
+    check_model_and_tokenizer(model, tokenizer)
     check_weights_loaded(model)
     start = time.perf_counter()
     with eval_mode(model):
@@ -79,6 +78,19 @@ def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
     result.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     result.elapsed_s = time.perf_counter() - start
     return result
+
+
+def check_model_and_tokenizer(model, tokenizer) -> None:
+    """InputError for a ``model`` that is no torch module (a name, or the tokenizer: arguments swapped) or a
+    ``tokenizer`` that is a module; ExtractionError for a missing tokenizer. They were raw AttributeErrors."""
+    if not isinstance(model, nn.Module):
+        raise InputError(f"model must be a loaded torch model, not {repr(model)[:40]} ({type(model).__name__}); "
+                         "load one with core.load_model(name), which gives (model, tokenizer)")
+    if tokenizer is None:
+        raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
+    if isinstance(tokenizer, nn.Module) or not callable(tokenizer):
+        raise InputError(f"tokenizer must be the model's tokenizer, not a {type(tokenizer).__name__}; pass the model "
+                         "first, then its tokenizer")
 
 
 def check_weights_loaded(model) -> None:
@@ -116,6 +128,7 @@ def _result(tokenizer, enc, attentions, causal) -> AttentionResult:
 
 def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> AttentionResult:
     enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), model.config.vocab_size)
+    check_maps_fit(model, enc.input_ids.shape[-1])
     with torch.no_grad():
         out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
     attentions = stack_layers(taken(out, "attentions"), "self", model)  # (L, H, T, T)
@@ -181,36 +194,3 @@ def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | Non
     result.device = str(model_device(module))
     result.dtype = str(next(module.parameters()).dtype).replace("torch.", "")
     return result
-
-
-def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
-    """``(bytes, tokens)`` when the whole maps of inputs of ``lengths`` tokens would take over ``budget`` bytes:
-    what they would take, and the longest length the inputs may be cut to and fit (the shorter ones kept whole:
-    scaling every input alike had named a length at which they still did not fit); None when they fit."""
-    needed = whole_maps_bytes(model, lengths)
-    if needed <= budget:
-        return None
-    low, high = 0, max(lengths)  # fits(low), not fits(high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if whole_maps_bytes(model, [min(n, middle) for n in lengths]) <= budget else (
-            low, middle)
-    return needed, low
-
-
-def config_size(model, *names: str) -> int | None:
-    """The first of ``names`` (Hugging Face's, then AttnScope's) that ``model``'s text config holds as a whole
-    number, e.g. ``config_size(model, "num_hidden_layers", "n_layers")``; None when it holds none."""
-    config = text_config(model)
-    return next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
-
-
-def whole_maps_bytes(model, lengths) -> int:
-    """float32 bytes of the whole maps of inputs of ``lengths`` tokens (0 when the config does not say the model's
-    size): layers × heads × T² × 4 each, three parts (encoder, decoder, cross) for an encoder-decoder."""
-    layers = config_size(model, "num_hidden_layers", "n_layers")
-    heads = config_size(model, "num_attention_heads", "n_heads")
-    if layers is None or heads is None:
-        return 0
-    parts = 3 if getattr(text_config(model), "is_encoder_decoder", False) else 1  # encoder, decoder, cross (about)
-    return 4 * parts * layers * heads * sum(n * n for n in lengths)

@@ -21,6 +21,7 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_MASKED_LM_MAPPING_NAMES,
 )
 
+from .maps_budget import check_maps_fit
 from ..device import model_device
 from .encode import encode, max_positions, segment_inputs
 from ..errors import AttnScopeError, ExtractionError, first_line
@@ -162,6 +163,7 @@ def stack_layers(attentions, what: str, model) -> torch.Tensor:
 def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> AttentionResult:
     limit = max_positions(model, tokenizer)
     enc = encode(tokenizer, text, text_pair, limit, vocab_size(model))
+    check_maps_fit(model, enc.input_ids.shape[-1])  # before the forward pass: 72 GB of maps had killed the process
     device = model_device(model)
     with eager_attention(model), torch.no_grad():
         if getattr(model.config, "is_encoder_decoder", False):
@@ -231,6 +233,9 @@ def _run(model, **inputs):
     except (AttnScopeError, MemoryError, torch.OutOfMemoryError):  # out of memory is no model AttnScope cannot read
         raise
     except Exception as err:  # noqa: BLE001 - the model's forward rejected a text input
+        if isinstance(err, RuntimeError) and "can't allocate memory" in str(err):  # PyTorch's CPU allocator
+            raise MemoryError(f"{type(model).__name__} ran out of memory on this text ({first_line(err)}); shorten "
+                              "it, or use core.stream_statistics, which never holds the maps") from None
         raise ExtractionError(f"{type(model).__name__} failed on the tokenized text ({first_line(err)}); AttnScope "
                               "reads text transformers: encoders, decoders and encoder-decoders") from None
 

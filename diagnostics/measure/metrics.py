@@ -420,8 +420,14 @@ def head_metrics(attn, causal=False, special=None, padding=None, top_k=DEFAULT_T
 
     Same as one ``MetricAccumulator`` fed every row; rows go in chunks only to
     bound temporary memory. The queries are taken to be the last q keys.
-    ``window``: the window every map's rows attend within (one local layer), or None.
+    ``causal`` is not inferred (unlike ``classify_heads``): pass the result's, with its special tokens and padding
+    (``head_metrics(r.attentions, r.causal, r.keys_special, r.keys_padding)``), or a decoder's maps are read as
+    bidirectional. ``window``: the window every map's rows attend within (one local layer), or None.
+    The maps are read as given (NaN heads are measured, as NaN): ``classify_heads`` checks them.
     """
+    if hasattr(attn, "attentions") and hasattr(attn, "causal"):  # an AttentionResult: a raw RuntimeError before
+        raise InputError("head_metrics takes the maps, not the result: head_metrics(r.attentions, r.causal, "
+                         "r.keys_special, r.keys_padding), or diagnostics.classify_heads for labels")
     attn = torch.as_tensor(attn)
     if attn.dim() < 2 or not 1 <= attn.shape[-2] <= attn.shape[-1] or attn.numel() == 0:
         raise InputError(f"Expected attention [..., q, k] with 1 <= q <= k, got shape {tuple(attn.shape)}.")

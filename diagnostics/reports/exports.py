@@ -49,10 +49,13 @@ class Exports:
     render_markdown = render_html = None
 
     def to_json(self, indent=2):
+        """The report as JSON (``to_dict``; docs/report_schema.md): strict, NaN written as null."""
         return strict_json(self.to_dict(), indent=indent, ensure_ascii=False)
 
     def to_markdown(self):
+        """The report as Markdown text, every token and name written as plain text."""
         return self.render_markdown(self)
 
     def to_html(self):
+        """The report as one self-contained HTML page (no outside requests), every token and name escaped."""
         return self.render_html(self)

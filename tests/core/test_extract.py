@@ -682,7 +682,7 @@ def test_a_model_without_its_weights_or_a_second_text_that_is_no_text_is_one_lin
 def test_the_length_a_refusal_names_fits():
     """Probes of 1,400 and 600 tokens over the budget were told they "would fit cut to 1,296 tokens at most": every
     probe had been scaled alike, while cutting the long one to 1,296 leaves the short one whole, still over."""
-    from core.extraction.extract import maps_over_budget, whole_maps_bytes
+    from core.extraction.maps_budget import maps_over_budget, whole_maps_bytes
 
     model, lengths = tiny.tiny_gpt2(), [1400, 600]
     budget = whole_maps_bytes(model, lengths) * 9 // 10
@@ -734,3 +734,46 @@ def test_maps_are_float32_on_the_cpu_whatever_torch_s_defaults():
     finally:
         torch.set_default_dtype(previous)
     assert result.attentions.dtype == torch.float32 and result.attentions.device.type == "cpu"
+
+
+def test_a_text_whose_whole_maps_would_not_fit_is_refused_before_the_forward_pass(monkeypatch):
+    """extract_attention had no memory check: SmolLM2 on a long text asked for 72 GB of maps and the system killed
+    the process (a notebook's kernel with it), or PyTorch's allocator failed with a RuntimeError blamed on the
+    model type."""
+    model, tokenizer = tiny.tiny_gpt2(), tiny.bpe_tokenizer()
+    ran = []
+    model.register_forward_pre_hook(lambda *args: ran.append(1))
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", "2000")
+    with pytest.raises(InputError, match=r"whose whole attention maps would take .* over the 0.0 GB they may take "
+                                         r"here \(ATTNSCOPE_MAX_MAPS_BYTES.*shorten it to about \d+ tokens, or use "
+                                         "core.stream_statistics"):
+        extract_attention(model, tokenizer, TEXT)
+    assert not ran
+    monkeypatch.delenv("ATTNSCOPE_MAX_MAPS_BYTES")
+    assert extract_attention(model, tokenizer, TEXT).attentions.shape[0] == model.config.n_layer
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 26843545600 bytes.")
+
+    monkeypatch.setattr(model, "forward", out_of_memory)
+    with pytest.raises(MemoryError, match="ran out of memory on this text .* shorten it, or use core.stream_stat"):
+        extract_attention(model, tokenizer, TEXT)
+
+
+def test_a_list_ids_or_swapped_arguments_are_named_not_called_empty():
+    """A list of texts or a tensor of ids was "text is empty"; a model name, or the tokenizer in the model's place,
+    a raw AttributeError (also from diagnostics.stream_statistics)."""
+    from diagnostics import stream_statistics
+
+    model, tokenizer = tiny.tiny_bert(), tiny.wordpiece_tokenizer()
+    for run in (extract_attention, stream_statistics):
+        with pytest.raises(InputError, match=r"text must be one text \(a str\), not \['a', 'b'\] \(list\)"):
+            run(model, tokenizer, ["a", "b"])
+        with pytest.raises(InputError, match=r"not tensor.*\(Tensor\).*stream_token_statistics"):
+            run(model, tokenizer, torch.tensor([[1, 2]]))
+        with pytest.raises(InputError, match=r"model must be a loaded torch model, not 'demo-bert' \(str\); load "
+                                             r"one with core.load_model\(name\)"):
+            run("demo-bert", tokenizer, TEXT)
+        with pytest.raises(InputError, match="model must be a loaded torch model, not BertTokenizer"):
+            run(tokenizer, model, TEXT)

@@ -10,7 +10,8 @@ import transformers as tf
 
 import tiny
 from core import extract_attention, load_model
-from core.extraction.extract import maps_over_budget, model_is_causal, whole_maps_bytes
+from core.extraction.extract import model_is_causal
+from core.extraction.maps_budget import maps_over_budget, whole_maps_bytes
 from core.extraction.text_config import text_config
 
 TEXT = "The quick brown fox jumps over the lazy dog. " * 3

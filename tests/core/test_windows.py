@@ -116,7 +116,7 @@ def test_a_vision_language_model_is_read_as_its_language_model():
     """Gemma 3 as published for 4B-27B keeps its text settings under text_config: its local layers were measured
     as global, its maps escaped the size budget (0 bytes), and its vision tower's layers took the language layers'
     numbers in the weight checks (L0 showed the vision tower's qk_scale, L2 the language model's first layer)."""
-    from core.extraction.extract import whole_maps_bytes
+    from core.extraction.maps_budget import whole_maps_bytes
     from core.extraction.head_weights import attention_weights
 
     both, alone = tiny.tiny_gemma3_pair()

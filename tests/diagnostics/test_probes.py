@@ -129,3 +129,27 @@ def test_probes_that_are_not_texts_are_named():
         with pytest.raises(InputError, match=f"^{why}".replace("(", r"\(").replace(")", r"\)")):
             diagnose(source, texts)
     assert len(diagnose(source, [("the dog barks", None), ["the dog", "a cat"]]).probes) == 2
+
+
+def test_a_device_for_a_model_already_loaded_is_refused_not_ignored():
+    """diagnose((model, tokenizer), device="cuda") ran on the CPU without a word."""
+    from core.errors import InputError
+    from diagnostics import compare, diagnose
+
+    pair = (tiny_bert(), wordpiece_tokenizer())
+    with pytest.raises(InputError, match=r"device='cuda' places a model AttnScope loads by name; yours is loaded "
+                                          r"already: move it first \(model.to\(device\)\)"):
+        diagnose(pair, device="cuda")
+    with pytest.raises(InputError, match="device='cpu' places a model"):
+        compare(pair, pair, device="cpu")
+
+
+def test_head_metrics_of_a_whole_result_says_what_it_takes():
+    """head_metrics(result) was a raw RuntimeError (Could not infer dtype of AttentionResult)."""
+    from core import extract_attention
+    from core.errors import InputError
+    from diagnostics import head_metrics
+
+    result = extract_attention(tiny_bert(), wordpiece_tokenizer(), "the cat sat")
+    with pytest.raises(InputError, match=r"head_metrics takes the maps, not the result: head_metrics\(r.attentions"):
+        head_metrics(result)

@@ -1,0 +1,73 @@
+"""How much memory whole attention maps take, and a check before a forward pass that would not fit.
+
+Whole maps are ``layers × heads × T²`` float32 numbers: SmolLM2 (30 × 9) at its 8,192-token limit is 72 GB, and
+its forward pass was killed by the system for lack of memory (a notebook's kernel with it) or failed deep inside
+PyTorch. ``check_maps_fit`` refuses such a text first, with the length that fits; ``core.stream_statistics``
+never holds the maps. The budget is ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half this machine's memory (the maps are
+held about once more while they are stacked).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..checkpoints.archive import env_size
+from ..errors import InputError
+from .text_config import text_config
+
+ENV_MAX_MAPS = "ATTNSCOPE_MAX_MAPS_BYTES"
+
+
+def maps_budget() -> int | None:
+    """Bytes the whole maps of one input may take: ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half the machine's memory
+    (None where the system does not say)."""
+    try:
+        half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (AttributeError, ValueError, OSError):  # not a POSIX system
+        half = None
+    return env_size(ENV_MAX_MAPS, half) if half is not None or os.environ.get(ENV_MAX_MAPS) else None
+
+
+def check_maps_fit(model, tokens: int) -> None:
+    """InputError, before the forward pass, when the whole maps of ``tokens`` tokens would pass ``maps_budget()``."""
+    budget = maps_budget()
+    over = maps_over_budget(model, [tokens], budget) if budget else None
+    if over is not None:
+        needed, fits = over
+        raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
+                         f"would take {needed / 1e9:.1f} GB, over the {budget / 1e9:.1f} GB they may take here "
+                         f"({ENV_MAX_MAPS}, by default half this machine's memory); shorten it to about {fits:,} "
+                         "tokens, or use core.stream_statistics, which never holds the maps")
+
+
+def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
+    """``(bytes, tokens)`` when the whole maps of inputs of ``lengths`` tokens would take over ``budget`` bytes:
+    what they would take, and the longest length the inputs may be cut to and fit (the shorter ones kept whole:
+    scaling every input alike had named a length at which they still did not fit); None when they fit."""
+    needed = whole_maps_bytes(model, lengths)
+    if needed <= budget:
+        return None
+    low, high = 0, max(lengths)  # fits(low), not fits(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if whole_maps_bytes(model, [min(n, middle) for n in lengths]) <= budget else (
+            low, middle)
+    return needed, low
+
+
+def config_size(model, *names: str) -> int | None:
+    """The first of ``names`` (Hugging Face's, then AttnScope's) that ``model``'s text config holds as a whole
+    number, e.g. ``config_size(model, "num_hidden_layers", "n_layers")``; None when it holds none."""
+    config = text_config(model)
+    return next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
+
+
+def whole_maps_bytes(model, lengths) -> int:
+    """float32 bytes of the whole maps of inputs of ``lengths`` tokens (0 when the config does not say the model's
+    size): layers × heads × T² × 4 each, three parts (encoder, decoder, cross) for an encoder-decoder."""
+    layers = config_size(model, "num_hidden_layers", "n_layers")
+    heads = config_size(model, "num_attention_heads", "n_heads")
+    if layers is None or heads is None:
+        return 0
+    parts = 3 if getattr(text_config(model), "is_encoder_decoder", False) else 1  # encoder, decoder, cross (about)
+    return 4 * parts * layers * heads * sum(n * n for n in lengths)
