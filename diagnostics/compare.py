@@ -33,7 +33,7 @@ from core.errors import InputError
 from core.extraction.encode import encode, max_positions
 from core.extraction.streaming import can_stream
 from core.extraction.text_config import text_config, vocab_size
-from diagnostics.diagnose import _resolve, diagnose
+from diagnostics.diagnose import _resolve, check_device_used, diagnose
 from diagnostics.findings import severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
 from diagnostics.paired_stream import stream_paired_js
@@ -132,6 +132,7 @@ def compare(a, b, texts=None, device=None, progress=None, n_heads=None) -> Compa
     """
     tell = progress or (lambda fraction, message: None)
     texts = user_texts(texts)  # once: a generator would feed A's diagnosis and leave B the default probes
+    check_device_used(device, a, b)  # for the one loaded by name, if either is
     tell(0.0, "loading model A")
     model_a, tok_a, name_a = _resolve(a, device, n_heads)
     tell(0.05, "loading model B")

@@ -30,7 +30,7 @@ from core.checkpoints.registry import canonical_name
 from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
 from core.extraction.extract import check_weights_loaded
-from core.extraction.maps_budget import maps_over_budget, whole_maps_bytes
+from core.extraction.maps_budget import maps_budget, maps_over_budget, whole_maps_bytes
 from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
@@ -104,6 +104,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     start = time.perf_counter()
     tell = progress or (lambda fraction, message: None)
     tell(0.0, "loading the model")
+    check_device_used(device, source)
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
     probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer),
@@ -147,10 +148,15 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
                   [p.to_dict() for p in probes] + [_ids_probe(r) for r in vocabulary])
 
 
-def _resolve(source, device, n_heads=None, progress=None):
-    if device is not None and not isinstance(source, (str, Path)):  # it had been ignored without a word
+def check_device_used(device, *sources) -> None:
+    """InputError for a ``device`` that no source would use: it places models loaded by name (it had been ignored
+    without a word for a model already loaded)."""
+    if device is not None and not any(isinstance(source, (str, Path)) for source in sources):
         raise InputError(f"device={device!r} places a model AttnScope loads by name; yours is loaded already: move "
                          "it first (model.to(device)) and leave device out")
+
+
+def _resolve(source, device, n_heads=None, progress=None):
     if isinstance(source, (tuple, list)):
         if len(source) != 2 or not isinstance(source[0], nn.Module):
             raise InputError("source must be a (model, tokenizer) pair, a model, or a model name or folder")
@@ -221,12 +227,18 @@ def _streams(model, tokenizer, lengths, stream) -> bool:
         return True
     if not streamable:
         return False
-    return max(lengths, default=0) > STREAM_ABOVE_TOKENS or whole_maps_bytes(model, lengths) > WHOLE_MAPS_MAX_BYTES
+    return max(lengths, default=0) > STREAM_ABOVE_TOKENS or whole_maps_bytes(model, lengths) > _whole_maps_budget()
+
+
+def _whole_maps_budget() -> int:
+    """``WHOLE_MAPS_MAX_BYTES``, or less on a machine whose memory gives less (``core``'s ``maps_budget``, which
+    ``extract_attention`` holds each probe to: a probe it would refuse is streamed instead)."""
+    return min(WHOLE_MAPS_MAX_BYTES, maps_budget() or WHOLE_MAPS_MAX_BYTES)
 
 
 def _check_whole_maps(model, lengths):
-    """Refuse probes whose whole maps would take over ``WHOLE_MAPS_MAX_BYTES``, before any is computed."""
-    over = maps_over_budget(model, lengths, WHOLE_MAPS_MAX_BYTES)
+    """Refuse probes whose whole maps would take over ``_whole_maps_budget()``, before any is computed."""
+    over = maps_over_budget(model, lengths, _whole_maps_budget())
     if over is None:
         return
     needed, fits = over  # every probe cut to fits tokens fits
@@ -237,9 +249,9 @@ def _check_whole_maps(model, lengths):
         why = "whole maps were asked for (stream=False)"
     else:
         why = f"{name} computes attention in its own code, which AttnScope cannot stream"
-    limit = round(WHOLE_MAPS_MAX_BYTES / 1024**3, 1)
+    limit = round(_whole_maps_budget() / 1024**3, 2)
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
-                     f"take {needed / 1024**3:.1f} GiB, over the {limit:g} GiB limit; "
+                     f"take {needed / 1024**3:.2f} GiB, over the {limit:g} GiB limit; "
                      f"give shorter or fewer probes (these would fit cut to {fits:,} tokens at most)")
 
 

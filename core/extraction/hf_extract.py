@@ -163,11 +163,12 @@ def stack_layers(attentions, what: str, model) -> torch.Tensor:
 def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> AttentionResult:
     limit = max_positions(model, tokenizer)
     enc = encode(tokenizer, text, text_pair, limit, vocab_size(model))
-    check_maps_fit(model, enc.input_ids.shape[-1])  # before the forward pass: 72 GB of maps had killed the process
     device = model_device(model)
-    with eager_attention(model), torch.no_grad():
-        if getattr(model.config, "is_encoder_decoder", False):
+    if getattr(model.config, "is_encoder_decoder", False):
+        with eager_attention(model), torch.no_grad():
             return _encoder_decoder(model, tokenizer, enc, target if target and target.strip() else text, limit, device)
+    check_maps_fit(model, enc.input_ids.shape[-1])  # before the forward pass: 72 GB of maps had killed the process
+    with eager_attention(model), torch.no_grad():
         segments = segment_inputs(model, enc.token_type_ids, device)
         out = _run(model, input_ids=enc.input_ids.to(device), **segments)
         implementation = getattr(model.config, "_attn_implementation", None)  # as run, before it is switched back
@@ -235,7 +236,7 @@ def _run(model, **inputs):
     except Exception as err:  # noqa: BLE001 - the model's forward rejected a text input
         if isinstance(err, RuntimeError) and "can't allocate memory" in str(err):  # PyTorch's CPU allocator
             raise MemoryError(f"{type(model).__name__} ran out of memory on this text ({first_line(err)}); shorten "
-                              "it, or use core.stream_statistics, which never holds the maps") from None
+                              "it, or use diagnostics.stream_statistics, which never holds the maps") from None
         raise ExtractionError(f"{type(model).__name__} failed on the tokenized text ({first_line(err)}); AttnScope "
                               "reads text transformers: encoders, decoders and encoder-decoders") from None
 
@@ -258,6 +259,7 @@ def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list
 
 def _encoder_decoder(model, tokenizer, enc, target, limit, device) -> AttentionResult:
     dec_ids, dec_special, target_warnings = _decoder_ids(model, tokenizer, target, limit)
+    check_maps_fit(model, enc.input_ids.shape[-1], len(dec_ids))  # the target's length too
     no_cache = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
     out = _run(model, input_ids=enc.input_ids.to(device), decoder_input_ids=torch.tensor([dec_ids], device=device),
                **no_cache)  # teacher-forced, as in training: FSMT masks later target tokens only without its cache

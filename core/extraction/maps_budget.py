@@ -2,13 +2,14 @@
 
 Whole maps are ``layers × heads × T²`` float32 numbers: SmolLM2 (30 × 9) at its 8,192-token limit is 72 GB, and
 its forward pass was killed by the system for lack of memory (a notebook's kernel with it) or failed deep inside
-PyTorch. ``check_maps_fit`` refuses such a text first, with the length that fits; ``core.stream_statistics``
+PyTorch. ``check_maps_fit`` refuses such a text first, with the length that fits; ``diagnostics.stream_statistics``
 never holds the maps. The budget is ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half this machine's memory (the maps are
 held about once more while they are stacked).
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 from ..checkpoints.archive import env_size
@@ -28,16 +29,28 @@ def maps_budget() -> int | None:
     return env_size(ENV_MAX_MAPS, half) if half is not None or os.environ.get(ENV_MAX_MAPS) else None
 
 
-def check_maps_fit(model, tokens: int) -> None:
-    """InputError, before the forward pass, when the whole maps of ``tokens`` tokens would pass ``maps_budget()``."""
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 10**9 else f"{n / 1e6:,.1f} MB"
+
+
+def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None:
+    """InputError, before the forward pass, when the whole maps of ``tokens`` tokens (and, for an encoder-decoder,
+    ``target_tokens`` on the decoder side) would pass ``maps_budget()``."""
     budget = maps_budget()
-    over = maps_over_budget(model, [tokens], budget) if budget else None
+    if not budget:
+        return
+    if target_tokens is None:
+        over = maps_over_budget(model, [tokens], budget)
+    else:  # an encoder-decoder: encoder S², decoder T², cross T·S (whole_maps_bytes counts 3·S²)
+        per_pair = whole_maps_bytes(model, [1]) // 3  # 4 bytes × layers × heads
+        needed = per_pair * (tokens ** 2 + target_tokens ** 2 + tokens * target_tokens)
+        over = None if needed <= budget else (needed, math.isqrt(budget // (3 * per_pair)))
     if over is not None:
         needed, fits = over
         raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
-                         f"would take {needed / 1e9:.1f} GB, over the {budget / 1e9:.1f} GB they may take here "
+                         f"would take {_size(needed)}, over the {_size(budget)} they may take here "
                          f"({ENV_MAX_MAPS}, by default half this machine's memory); shorten it to about {fits:,} "
-                         "tokens, or use core.stream_statistics, which never holds the maps")
+                         "tokens, or use diagnostics.stream_statistics, which never holds the maps")
 
 
 def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:

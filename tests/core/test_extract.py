@@ -744,9 +744,9 @@ def test_a_text_whose_whole_maps_would_not_fit_is_refused_before_the_forward_pas
     ran = []
     model.register_forward_pre_hook(lambda *args: ran.append(1))
     monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", "2000")
-    with pytest.raises(InputError, match=r"whose whole attention maps would take .* over the 0.0 GB they may take "
+    with pytest.raises(InputError, match=r"whose whole attention maps would take .* over the 0.0 MB they may take "
                                          r"here \(ATTNSCOPE_MAX_MAPS_BYTES.*shorten it to about \d+ tokens, or use "
-                                         "core.stream_statistics"):
+                                         "diagnostics.stream_statistics"):
         extract_attention(model, tokenizer, TEXT)
     assert not ran
     monkeypatch.delenv("ATTNSCOPE_MAX_MAPS_BYTES")
@@ -757,7 +757,7 @@ def test_a_text_whose_whole_maps_would_not_fit_is_refused_before_the_forward_pas
                            "you tried to allocate 26843545600 bytes.")
 
     monkeypatch.setattr(model, "forward", out_of_memory)
-    with pytest.raises(MemoryError, match="ran out of memory on this text .* shorten it, or use core.stream_stat"):
+    with pytest.raises(MemoryError, match="ran out of memory on this text .* shorten it, or use diagnostics.stream_stat"):
         extract_attention(model, tokenizer, TEXT)
 
 

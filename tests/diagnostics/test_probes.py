@@ -153,3 +153,38 @@ def test_head_metrics_of_a_whole_result_says_what_it_takes():
     result = extract_attention(tiny_bert(), wordpiece_tokenizer(), "the cat sat")
     with pytest.raises(InputError, match=r"head_metrics takes the maps, not the result: head_metrics\(r.attentions"):
         head_metrics(result)
+
+
+def test_probes_over_this_machine_s_maps_budget_are_streamed_and_a_device_is_for_the_named_model(monkeypatch):
+    """Below 4 GiB of memory (or with ATTNSCOPE_MAX_MAPS_BYTES low) diagnose sent a probe it could stream to
+    extract_attention, which refused it; compare(loaded, "name", device=...) was refused though B is loaded here."""
+    from diagnostics import compare, diagnose
+
+    model, tokenizer = tiny_gpt2(), bpe_tokenizer()
+    text = "the cat sat on the mat and the dog ran to the park " * 3
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", "20000")
+    report = diagnose((model, tokenizer), [text])
+    assert report.model["streamed"] and len(report.heads) == 8
+    monkeypatch.delenv("ATTNSCOPE_MAX_MAPS_BYTES")
+    import core
+
+    loaded = core.load_model("demo-gpt2")
+    assert compare(loaded, "demo-gpt2", [text], device="cpu").heads  # the device is B's, loaded by name
+
+
+def test_an_encoder_decoder_s_maps_count_its_target(monkeypatch):
+    """Only the text's length was counted (three maps of it): a short text with a long target passed the budget,
+    a long text with a short target was refused."""
+    from core import extract_attention
+    from core.errors import InputError
+
+    model, tokenizer = tiny_t5(), wordpiece_tokenizer()
+    short, long = "the cat", " ".join(["the cat sat on the mat"] * 10)
+    whole = extract_attention(model, tokenizer, long, target=short)
+    s, t = len(whole.encoder.tokens), len(whole.decoder.tokens)  # encoder S², decoder T², cross T·S
+    held = 4 * model.config.num_layers * model.config.num_heads * (s * s + t * t + s * t)
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", str(held + 1000))  # below 3·S² of the old count
+    assert extract_attention(model, tokenizer, long, target=short).decoder is not None
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", str(held - 1000))  # above 3·(a short text's)² of the old count
+    with pytest.raises(InputError, match="whose whole attention maps would take"):
+        extract_attention(model, tokenizer, short, target=long)
