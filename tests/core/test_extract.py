@@ -757,7 +757,7 @@ def test_a_text_whose_whole_maps_would_not_fit_is_refused_before_the_forward_pas
                            "you tried to allocate 26843545600 bytes.")
 
     monkeypatch.setattr(model, "forward", out_of_memory)
-    with pytest.raises(MemoryError, match="ran out of memory on this text .* shorten it, or use diagnostics.stream_stat"):
+    with pytest.raises(MemoryError, match="ran out of memory on this text .* or use diagnostics.stream_statistics"):
         extract_attention(model, tokenizer, TEXT)
 
 
