@@ -40,7 +40,7 @@ def _viridis_lut() -> np.ndarray:
 
 
 FRAME_PX = 3  # pattern-coloured frame around each thumbnail
-CAPTION_COLOR = "#31333F"  # Streamlit's text colour: 12.6:1 on white
+CAPTION_COLOR = "#31333F"  # Streamlit's text colour: 12.5:1 on white
 LABEL_PX = 24  # room under each thumbnail for its two-line caption, drawn by plotly
 
 
