@@ -34,7 +34,7 @@ import torch
 from ..archive import ENV_MAX_MODEL, Limits
 from ..build import MAX_LAYERS, token_vocabulary, uneven_head_groups
 from .header import DEFAULT_ALIGNMENT, GGUFHeader, quoted, read_gguf_header
-from .shapes import NOT_MATCHING, check_tensor_shapes
+from .shapes import NOT_MATCHING, check_tensor_shapes, is_size
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
 from ...errors import CheckpointError, counted, first_line
@@ -155,8 +155,7 @@ def _check_numbers(fields: dict, arch: str, name: str) -> None:
         value = fields.get(key, 1)
         if suffix == "attention.head_count" and value == 0 and not isinstance(value, bool):
             raise CheckpointError(NO_HEADS.format(name=name, key=key))
-        whole = isinstance(value, int) and not isinstance(value, bool) and value > 0
-        if not whole and not (suffix == "attention.head_count" and isinstance(value, tuple)):
+        if not is_size(value) and not (suffix == "attention.head_count" and isinstance(value, tuple)):
             shown = quoted(value) if isinstance(value, str) else "an array" if isinstance(value, tuple) else value
             raise CheckpointError(BAD_NUMBER.format(name=name, key=key, value=shown, rule="it must be a whole number "
                                                     "of at least 1"))

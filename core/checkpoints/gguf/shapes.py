@@ -80,7 +80,7 @@ def _sizes(fields: dict, arch: str) -> dict[str, Dim]:
     def read(suffix: str) -> Dim | None:
         key = f"{arch}.{suffix}"
         value = fields.get(key)
-        return (value, (key,)) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return (value, (key,)) if is_size(value) else None
 
     tokens = fields.get("tokenizer.ggml.tokens")
     vocab = read("vocab_size") or ((tokens[1], ("tokenizer.ggml.tokens",)) if isinstance(tokens, tuple) else None)
@@ -94,6 +94,11 @@ def _sizes(fields: dict, arch: str) -> dict[str, Dim]:
                      K=_combine(key_head, kv_heads, key_head[0] * kv_heads[0]),
                      KV_V=_combine(value_head, kv_heads, value_head[0] * kv_heads[0]))
     return {size: dim for size, dim in sizes.items() if dim is not None}
+
+
+def is_size(value) -> bool:
+    """Whether a metadata value is a size: a whole number of at least 1 (a bool is no size)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _combine(a: Dim, b: Dim, size: int) -> Dim:
