@@ -3,8 +3,8 @@
 Whole maps are ``layers × heads × T²`` float32 numbers: SmolLM2 (30 × 9) at its 8,192-token limit is 72 GB, and
 its forward pass was killed by the system for lack of memory (a notebook's kernel with it) or failed deep inside
 PyTorch. ``check_maps_fit`` refuses such a text first, with the length that fits; ``diagnostics.stream_statistics``
-never holds the maps. The budget is ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half this machine's memory (the maps are
-held about once more while they are stacked).
+never holds the maps. The budget is ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half the memory this process may use (the
+maps are held about once more while they are stacked): the machine's, or a container's limit where it is lower.
 """
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ import os
 
 from ..checkpoints.archive import env_size
 from ..errors import InputError
+from .machine_memory import machine_memory
 from .text_config import text_config
 
 ENV_MAX_MAPS = "ATTNSCOPE_MAX_MAPS_BYTES"
 
 
 def maps_budget() -> int | None:
-    """Bytes the whole maps of one input may take: ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half the machine's memory
-    (None where the system does not say)."""
-    try:
-        half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    except (AttributeError, ValueError, OSError):  # not a POSIX system
-        half = None
+    """Bytes the whole maps of one input may take: ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half the memory this
+    process may use (a container's limit where it has one; None where the system does not say)."""
+    memory = machine_memory()
+    half = memory // 2 if memory else None
     return env_size(ENV_MAX_MAPS, half) if half is not None or os.environ.get(ENV_MAX_MAPS) else None
 
 
@@ -49,7 +48,7 @@ def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None
         needed, fits = over
         raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
                          f"would take {_size(needed)}, over the {_size(budget)} they may take here "
-                         f"({ENV_MAX_MAPS}, by default half this machine's memory); shorten it to about {fits:,} "
+                         f"({ENV_MAX_MAPS}, by default half the memory this process may use); shorten it to about {fits:,} "
                          "tokens, or use diagnostics.stream_statistics, which never holds the maps")
 
 

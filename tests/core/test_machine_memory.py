@@ -1,0 +1,52 @@
+"""The memory budget reads a container's limit: `docker run --memory 4g` on a 64 GB host still showed 64 GB to
+os.sysconf, so half of it let through a text whose whole maps the container then killed."""
+
+import pytest
+
+from core.extraction import machine_memory, maps_budget
+
+GB = 10 ** 9
+
+
+def fake_cgroups(monkeypatch, tmp_path, proc_lines, limits):
+    """A /proc/self/cgroup with `proc_lines` and limit files {relative path: text} under a fake /sys/fs/cgroup."""
+    (tmp_path / "cgroup").write_text("\n".join(proc_lines) + "\n")
+    for relative, text in limits.items():
+        (tmp_path / "fs" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / relative).write_text(text + "\n")
+    monkeypatch.setattr(machine_memory, "PROC_CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(machine_memory, "CGROUP_ROOT", tmp_path / "fs")
+    monkeypatch.setattr(machine_memory, "_physical_memory", lambda: 64 * GB)
+    monkeypatch.delenv(maps_budget.ENV_MAX_MAPS, raising=False)
+
+
+@pytest.mark.parametrize("proc_lines, limits, expected", [
+    (["0::/"], {"memory.max": str(4 * GB)}, 4 * GB),  # cgroup v2 in a container's own namespace
+    (["0::/system.slice/app.service"], {"system.slice/memory.max": str(3 * GB),
+                                        "system.slice/app.service/memory.max": "max"}, 3 * GB),  # a parent's
+    (["4:memory:/docker/abc", "1:cpu:/"], {"memory/memory.limit_in_bytes": str(2 * GB)}, 2 * GB),  # v1, mounted
+    (["4:cpuacct,memory:/a"], {"memory/a/memory.limit_in_bytes": str(5 * GB)}, 5 * GB),  # joined controllers
+    (["4:memory:/"], {"memory/memory.limit_in_bytes": "9223372036854771712"}, 64 * GB),  # v1 "unlimited"
+    (["0::/"], {"memory.max": "max"}, 64 * GB),
+    (["0::/"], {"memory.max": str(128 * GB)}, 64 * GB),  # a limit above the machine's memory
+    (["0::/"], {}, 64 * GB),  # no limit files (the v2 root has none)
+])
+def test_the_memory_this_process_may_use_is_the_tightest_cgroup_limit_or_the_machine(
+        monkeypatch, tmp_path, proc_lines, limits, expected):
+    fake_cgroups(monkeypatch, tmp_path, proc_lines, limits)
+    assert machine_memory.machine_memory() == expected
+    assert maps_budget.maps_budget() == expected // 2
+
+
+def test_without_proc_files_the_machine_memory_counts(monkeypatch, tmp_path):
+    monkeypatch.setattr(machine_memory, "PROC_CGROUP", tmp_path / "missing")
+    monkeypatch.setattr(machine_memory, "_physical_memory", lambda: 8 * GB)
+    assert machine_memory.machine_memory() == 8 * GB
+    monkeypatch.setattr(machine_memory, "_physical_memory", lambda: None)
+    assert machine_memory.machine_memory() is None
+
+
+def test_the_environment_variable_still_overrides_the_container_limit(monkeypatch, tmp_path):
+    fake_cgroups(monkeypatch, tmp_path, ["0::/"], {"memory.max": str(4 * GB)})
+    monkeypatch.setenv(maps_budget.ENV_MAX_MAPS, str(10 * GB))
+    assert maps_budget.maps_budget() == 10 * GB
