@@ -48,8 +48,8 @@ def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None
         needed, fits = over
         raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
                          f"would take {_size(needed)}, over the {_size(budget)} they may take here "
-                         f"({ENV_MAX_MAPS}, by default half the memory this process may use); shorten it to about {fits:,} "
-                         "tokens, or use diagnostics.stream_statistics, which never holds the maps")
+                         f"({ENV_MAX_MAPS}, by default half the memory this process may use); shorten it to about "
+                         f"{fits:,} tokens, or use diagnostics.stream_statistics, which never holds the maps")
 
 
 def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
