@@ -13,7 +13,6 @@ from the server's shared model cache. ``probes_ui(key)`` is the probe-text box, 
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -24,6 +23,7 @@ import core
 from app import errors
 from app.server import cache, uploads
 from app.names import display_name, upload_name
+from core.checkpoints.archive import env_count
 from core.extraction.tokens import visible
 from diagnostics.probes import MIN_JUDGED_TOKENS
 
@@ -91,12 +91,7 @@ run_models = _RunModels()
 
 def run_models_limit() -> int:
     """Models loaded for one run alone held at once: ``$ATTNSCOPE_MAX_RUN_MODELS``, else ``RUN_MODELS``."""
-    raw = os.environ.get(ENV_RUN_MODELS, "").strip()
-    if not raw:
-        return RUN_MODELS
-    if not raw.isdigit() or int(raw) < 1:
-        raise core.InputError(f"{ENV_RUN_MODELS}={raw!r} must be a whole number of models, 1 or more")
-    return int(raw)
+    return env_count(ENV_RUN_MODELS, RUN_MODELS, "models", core.InputError)
 
 
 def probes_ui(key: str):

@@ -76,6 +76,16 @@ def env_size(name: str, default: int) -> int:
     return value
 
 
+def env_count(name: str, default: int, what: str, error=CheckpointError) -> int:
+    """``$name`` as a whole number of ``what`` (1 or more), or ``default`` when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise error(f"{name}={raw!r} must be a whole number of {what}, 1 or more")
+    return int(raw)
+
+
 @dataclass(frozen=True)
 class Limits:
     """Caps on what an upload may cost; each default can be overridden by an environment variable.
@@ -87,7 +97,7 @@ class Limits:
     max_upload_bytes: int = field(default_factory=lambda: env_size(ENV_MAX_UPLOAD, 2 * 10**9))  # archive/files sent
     max_model_bytes: int = field(default_factory=lambda: env_size(ENV_MAX_MODEL, 2 * 10**9))  # parameters x 4 bytes
     max_total_bytes: int | None = field(default_factory=lambda: env_size(ENV_MAX_TOTAL, 0) or None)  # unpacked
-    max_entries: int = field(default_factory=lambda: env_size(ENV_MAX_ENTRIES, 1000))  # files + folders in an archive
+    max_entries: int = field(default_factory=lambda: env_count(ENV_MAX_ENTRIES, 1000, "entries"))  # files, folders
 
     def __post_init__(self):
         if self.max_total_bytes is None:
