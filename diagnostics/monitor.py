@@ -190,11 +190,14 @@ class AttentionMonitor:
                 self._warned.add(key)
                 log.warning(MONITOR_TEXTS["error_appeared"].format(step=record["step"], message=f["message"],
                                                                    suggestion=f["suggestion"]))
-        diffuse = next((f for f in record["findings"] if f["code"] == "diffuse_heads"), None)
+        # not an "info" finding: a few broad heads are a trained model's normal state, and short probes cap it
+        diffuse = next((f for f in record["findings"] if f["code"] == "diffuse_heads" and f["severity"] != "info"),
+                       None)
         if diffuse and record["step"] >= self.uniform_after and not self._warned_uniform:
             self._warned_uniform = True
-            log.warning(MONITOR_TEXTS["still_uniform"].format(step=record["step"], count=len(diffuse["heads"]),
-                                                              message=diffuse["message"]))
+            count = len(diffuse["heads"])
+            log.warning(MONITOR_TEXTS["still_uniform"].format(step=record["step"], message=diffuse["message"],
+                                                              heads=f"{count} head{'s' * (count != 1)}"))
 
 
 def unwrap(model):

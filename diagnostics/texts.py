@@ -351,7 +351,7 @@ SEVERITY_TITLES = {"error": "Error", "warning": "Warning", "info": "Info"}
 # What the training monitor (``diagnostics.monitor``) logs; fields in braces.
 MONITOR_TEXTS = {
     "error_appeared": "attention monitor, step {step}: {message} {suggestion}",
-    "still_uniform": ("attention monitor, step {step}: {count} heads are still near uniform ({message}) – check "
+    "still_uniform": ("attention monitor, step {step}: {heads} still near uniform ({message}) – check "
                       "the Q/K initialisation (std ≈ 1/√d_k), that gradients reach the Q/K weights, or add a "
                       "learnable temperature"),
     "measure_failed": "attention monitor, step {step}: the measurement failed and was skipped ({error}){where}; "

@@ -318,3 +318,19 @@ def test_a_name_with_a_unicode_line_separator_does_not_split_its_record(tmp_path
     timeline = parse_log(log.read_bytes())
     assert timeline.steps == [0, 1] and not timeline.notes
     assert parse_log(log.read_bytes().replace(b"\n", b"\r\n")).steps == [0, 1]
+
+
+def test_no_uniform_warning_from_findings_that_are_only_information(caplog):
+    """The "still near uniform, check the Q/K initialisation" warning fired on any diffuse_heads finding: on the
+    healthy, trained demo-bert (2 of 16 heads near uniform, "info") and on probes too short to bear a verdict."""
+    import core
+
+    model, tokenizer = core.load_model("demo-bert")
+    short = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=["The quick brown fox."], every=1, uniform_after=0)
+    trained = AttentionMonitor(tokenizer=tokenizer, every=1, uniform_after=0)
+    with caplog.at_level(logging.WARNING, logger="attnscope.monitor"):
+        capped = short.on_step(tiny_gpt2().train(), 0)  # random init: every head near uniform, capped to info
+        healthy = trained.on_step(model, 1000)
+    assert {f["severity"] for f in capped["findings"] if f["code"] == "diffuse_heads"} == {"info"}
+    assert {f["severity"] for f in healthy["findings"] if f["code"] == "diffuse_heads"} == {"info"}
+    assert not [r.getMessage() for r in caplog.records if "still near uniform" in r.getMessage()]
