@@ -24,6 +24,7 @@ to ``tensorboard_dir`` when tensorboard is installed; it is optional.
 
 from __future__ import annotations
 
+import json
 import logging
 import numbers
 import os
@@ -92,6 +93,7 @@ class AttentionMonitor:
         self._writer = None
         self._warned: set = set()  # (code, part) of the findings already warned about
         self._warned_uniform = False
+        self._shape = None  # model_shape of the log's records, once read or written
         self.seconds = 0.0  # spent measuring, in total
 
     def on_step(self, model, step: int) -> dict | None:
@@ -116,9 +118,11 @@ class AttentionMonitor:
         tokenizer the monitor cannot read (no attention, another model's tokenizer) stops the run with one
         InputError before its first step, not as a logged error at every measurement. Returns the record."""
         try:
-            return self.measure(model, step)
+            record = self.measure(model, step)
         except Exception as error:  # noqa: BLE001  any cause, told in one line
             raise InputError(f"the attention monitor cannot measure this model: {_why(error)}") from error
+        self._check_same_model(record)
+        return record
 
     def publish(self, record: dict) -> None:
         """Write, chart and warn about ``record`` (on the main process only: every process measures)."""
@@ -152,9 +156,24 @@ class AttentionMonitor:
     def _write(self, record):
         if self.log_path is None:
             return
+        self._check_same_model(record)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a+b") as out:
             out.write(_fresh_line(out) + (strict_json(record, ensure_ascii=False) + "\n").encode())  # NaN: null
+
+    def _check_same_model(self, record):
+        """InputError when ``record`` measures a model of another shape than the log's records (a layer dropped
+        mid-run, another model's run appended to the file): written, it made the Timeline refuse the whole log."""
+        if self.log_path is None:
+            return
+        if self._shape is None:
+            self._shape = _last_shape(self.log_path)
+        shape = model_shape(record)
+        if self._shape is not None and shape != self._shape:
+            raise InputError(f"the model is now {shape}, but {self.log_path} holds {self._shape}; a model that "
+                             "changes shape (or another model) needs its own log_path, as the Timeline reads one "
+                             "model per log")
+        self._shape = shape
 
     def _scalars(self, record):
         writer = self._tensorboard()
@@ -221,6 +240,33 @@ def _check_probes(probes):
 def _why(error: Exception) -> str:
     """An AttnScope error's own message, or any other's type and first line."""
     return str(error) if isinstance(error, AttnScopeError) else first_line(error)
+
+
+def model_shape(record: dict) -> str:
+    """``architecture: part layers × heads, ...`` of the model a record measured."""
+    model = record.get("model") if isinstance(record.get("model"), dict) else {}
+    parts = model.get("parts") if isinstance(model.get("parts"), dict) else {}
+    shapes = [f"{name} {p.get('layers')} × {p.get('heads')}" for name, p in parts.items() if isinstance(p, dict)]
+    return f"{model.get('architecture')}: {', '.join(shapes) or 'no heads'}"
+
+
+def _last_shape(path: Path, tail: int = 1 << 23) -> str | None:
+    """``model_shape`` of the last whole record in the last ``tail`` bytes of the log at ``path`` (None: none)."""
+    try:
+        with path.open("rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - tail))
+            lines = log.read().splitlines()
+    except OSError:  # no log yet
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:  # cut short, or the first line's tail
+            continue
+        if isinstance(record, dict):
+            return model_shape(record)
+    return None
 
 
 def _fresh_line(log) -> bytes:

@@ -28,7 +28,7 @@ from core.checkpoints.build import MAX_HEADS, MAX_LAYERS
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
 from core.errors import InputError
 from diagnostics.compare import role_names
-from diagnostics.monitor import MAX_STEP, SCHEMA, record_of
+from diagnostics.monitor import MAX_STEP, SCHEMA, model_shape, record_of
 
 MAX_LOG_BYTES = 256 * 1024 * 1024  # a 12 × 12 model logs ~110 KB a step: ~2,400 measurements
 # Steps × layers × heads of one part's grid (8 MiB of float32): SmolLM2's 30 × 9 heads over 7,700 steps. A real
@@ -303,19 +303,11 @@ def _grids(records: list[dict]) -> dict:
 def _one_model(records: list[dict]) -> None:
     """Refuse a log in which two runs of different models were appended to one file (merged, one's steps would
     overwrite the other's and its heads would be drawn in the other's grid)."""
-    first = _model_shape(records[0])
+    first = model_shape(records[0])
     for record in records[1:]:
-        if _model_shape(record) != first:
-            raise InputError(f"the log measures two different models ({first}, then {_model_shape(record)} at "
+        if model_shape(record) != first:
+            raise InputError(f"the log measures two different models ({first}, then {model_shape(record)} at "
                              f"step {record['step']}); give each run its own log_path")
-
-
-def _model_shape(record: dict) -> str:
-    """``architecture: part layers × heads, ...`` of the model a record measured."""
-    model = record.get("model") if isinstance(record.get("model"), dict) else {}
-    parts = model.get("parts") if isinstance(model.get("parts"), dict) else {}
-    shapes = [f"{name} {p.get('layers')} × {p.get('heads')}" for name, p in parts.items() if isinstance(p, dict)]
-    return f"{model.get('architecture')}: {', '.join(shapes) or 'no heads'}"
 
 
 def checkpoint_folders(folder, allowed_roots=None) -> list[tuple[int, Path]]:
@@ -369,10 +361,10 @@ def from_checkpoints(folder, texts=None, progress=None, allowed_roots=None) -> T
 
 def _same_model(records: list[dict], record: dict, chosen) -> None:
     """Refuse, as soon as it is measured, a checkpoint of another model than the first one's."""
-    if records and _model_shape(record) != _model_shape(records[0]):
+    if records and model_shape(record) != model_shape(records[0]):
         names = {step: path.name for step, path in chosen}
-        raise InputError(f"{names[record['step']]} is a different model ({_model_shape(record)}) from "
-                         f"{names[records[0]['step']]} ({_model_shape(records[0])}); give one run's output_dir")
+        raise InputError(f"{names[record['step']]} is a different model ({model_shape(record)}) from "
+                         f"{names[records[0]['step']]} ({model_shape(records[0])}); give one run's output_dir")
 
 
 def _sample(items, limit):

@@ -334,3 +334,24 @@ def test_no_uniform_warning_from_findings_that_are_only_information(caplog):
     assert {f["severity"] for f in capped["findings"] if f["code"] == "diffuse_heads"} == {"info"}
     assert {f["severity"] for f in healthy["findings"] if f["code"] == "diffuse_heads"} == {"info"}
     assert not [r.getMessage() for r in caplog.records if "still near uniform" in r.getMessage()]
+
+
+def test_a_model_that_changes_shape_is_not_appended_to_its_log(tmp_path, caplog):
+    """A layer dropped mid-run was written to the same log, and the Timeline then refused the whole log, earlier
+    steps included, blaming two runs. Now the changed model's measurement is logged as an error and skipped."""
+    log_path = tmp_path / "attention.jsonl"
+    model = tiny_gpt2().train()
+    monitor = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=log_path)
+    with caplog.at_level(logging.ERROR, logger="attnscope.monitor"):
+        monitor.on_step(model, 0)
+        del model.h[1]  # a layer dropped
+        assert monitor.on_step(model, 1) is None
+    assert [r["step"] for r in lines(log_path)] == [0]
+    assert [r["step"] for r in parse_log(log_path.read_bytes()).records] == [0]
+    errors = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 1 and "step 1: the measurement failed and was skipped (the model is now GPT2Model: self " \
+                                "1 × 4, but" in errors[0] and "holds GPT2Model: self 2 × 4" in errors[0]
+    other = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=log_path)
+    with pytest.raises(InputError, match="needs its own log_path, as the Timeline reads one model per log"):
+        other.check(model)  # a new run of another model, into the old log: refused before training
+    assert other.check(tiny_gpt2())["step"] == 0  # the same model may go on in it
