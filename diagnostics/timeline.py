@@ -281,8 +281,9 @@ def _timeline(records: list[dict], notes=()) -> Timeline:
     by_step = {}
     for record in records:  # a restarted run appends again: its later measurement of a step wins
         by_step[record["step"]] = record
-    notes = list(notes) + ([f"{len(records) - len(by_step)} repeated steps: the later measurement is shown"]
-                           if len(by_step) < len(records) else [])
+    repeated = len(records) - len(by_step)
+    notes = list(notes) + ([f"{repeated} repeated step: the later measurement is shown" if repeated == 1 else
+                            f"{repeated} repeated steps: the later measurements are shown"] if repeated else [])
     timeline = Timeline([by_step[s] for s in sorted(by_step)], notes)
     for part, (n_layers, n_heads, filled) in _grids(timeline.records).items():  # refused while reading, by name
         _check_cells(part, (len(timeline.records), n_layers, n_heads), filled)

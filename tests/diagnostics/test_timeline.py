@@ -49,7 +49,10 @@ def test_log_gives_metrics_over_steps_pattern_changes_and_first_findings(log_tex
 def test_repeated_steps_keep_the_later_measurement(log_text):
     lines = log_text.splitlines()
     timeline = parse_log("\n".join(lines + [lines[0]]).encode())
-    assert timeline.steps == [0, 10, 20, 30] and "repeated" in timeline.notes[0]
+    assert timeline.steps == [0, 10, 20, 30]
+    assert timeline.notes == ["1 repeated step: the later measurement is shown"]
+    twice = parse_log("\n".join(lines + lines[:2]).encode())
+    assert twice.notes == ["2 repeated steps: the later measurements are shown"]
 
 
 @pytest.mark.parametrize("text, message", [
