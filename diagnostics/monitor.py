@@ -93,7 +93,6 @@ class AttentionMonitor:
         self._writer = None
         self._warned: set = set()  # (code, part) of the findings already warned about
         self._warned_uniform = False
-        self._shape = None  # model_shape of the log's records, once read or written
         self.seconds = 0.0  # spent measuring, in total
 
     def on_step(self, model, step: int) -> dict | None:
@@ -125,11 +124,12 @@ class AttentionMonitor:
         return record
 
     def publish(self, record: dict) -> None:
-        """Write, chart and warn about ``record`` (on the main process only: every process measures)."""
+        """Warn about, chart and write ``record`` (on the main process only: every process measures). The line is
+        written last, so a log that refuses it (a full disk, another model's records) loses no warning."""
         if is_main_process():
-            self._write(record)
-            self._scalars(record)
             self._warn(record)
+            self._scalars(record)
+            self._write(record)
 
     def measure(self, model, step: int) -> dict:
         """The record of ``model`` at ``step``, without gradients, every module's mode restored."""
@@ -162,18 +162,15 @@ class AttentionMonitor:
             out.write(_fresh_line(out) + (strict_json(record, ensure_ascii=False) + "\n").encode())  # NaN: null
 
     def _check_same_model(self, record):
-        """InputError when ``record`` measures a model of another shape than the log's records (a layer dropped
-        mid-run, another model's run appended to the file): written, it made the Timeline refuse the whole log."""
-        if self.log_path is None:
-            return
-        if self._shape is None:
-            self._shape = _last_shape(self.log_path)
+        """InputError when ``record`` measures a model of another shape than the log's last record (a layer dropped
+        mid-run, another model's run in the same file): written, it made the Timeline refuse the whole log. The
+        file is read each time, as another process may be writing to it."""
+        known = None if self.log_path is None else _last_shape(self.log_path)
         shape = model_shape(record)
-        if self._shape is not None and shape != self._shape:
-            raise InputError(f"the model is now {shape}, but {self.log_path} holds {self._shape}; a model that "
-                             "changes shape (or another model) needs its own log_path, as the Timeline reads one "
-                             "model per log")
-        self._shape = shape
+        if known is not None and shape != known:
+            raise InputError(f"the model is now {shape}, but {self.log_path} holds {known}; a model that changes "
+                             "shape (or another model) needs its own log_path, as the Timeline reads one model per "
+                             "log")
 
     def _scalars(self, record):
         writer = self._tensorboard()
@@ -250,23 +247,36 @@ def model_shape(record: dict) -> str:
     return f"{model.get('architecture')}: {', '.join(shapes) or 'no heads'}"
 
 
-def _last_shape(path: Path, tail: int = 1 << 23) -> str | None:
-    """``model_shape`` of the last whole record in the last ``tail`` bytes of the log at ``path`` (None: none)."""
+def _last_shape(path: Path, chunk: int = 1 << 20, most: int = 1 << 26) -> str | None:
+    """``model_shape`` of the last monitor record in the log at ``path``, read back from its end a ``chunk`` at a
+    time (a record of a model with ~11,000 heads is over 8 MB), at most ``most`` bytes; None when there is none."""
     try:
-        with path.open("rb") as log:
-            size = log.seek(0, os.SEEK_END)
-            log.seek(max(0, size - tail))
-            lines = log.read().splitlines()
+        log = path.open("rb")
     except OSError:  # no log yet
         return None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:  # cut short, or the first line's tail
-            continue
-        if isinstance(record, dict):
-            return model_shape(record)
+    with log:
+        start = log.seek(0, os.SEEK_END)
+        end, head = start, b""  # head: the start of a line that begins before ``start``
+        while start > 0 and end - start < most:
+            step = min(chunk, start)
+            start -= step
+            log.seek(start)
+            lines = (log.read(step) + head).split(b"\n")
+            head = lines.pop(0) if start else b""
+            for line in reversed(lines):
+                shape = _record_shape(line)
+                if shape is not None:
+                    return shape
     return None
+
+
+def _record_shape(line: bytes) -> str | None:
+    """``model_shape`` of a monitor record's line; None for a cut line or one that is not a monitor record."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return model_shape(record) if isinstance(record, dict) and record.get("schema") == SCHEMA else None
 
 
 def _fresh_line(log) -> bytes:

@@ -17,6 +17,7 @@ with ``O_EXCL | O_NOFOLLOW`` inside a private folder. Compare Python's
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tarfile
 import zipfile
@@ -81,7 +82,7 @@ def env_count(name: str, default: int, what: str, error=CheckpointError) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
-    if not raw.isdigit() or int(raw) < 1:
+    if not re.fullmatch(r"[0-9]{1,18}", raw) or int(raw) < 1:  # isdigit() took "²" and "١٢"
         raise error(f"{name}={raw!r} must be a whole number of {what}, 1 or more")
     return int(raw)
 

@@ -355,3 +355,37 @@ def test_a_model_that_changes_shape_is_not_appended_to_its_log(tmp_path, caplog)
     with pytest.raises(InputError, match="needs its own log_path, as the Timeline reads one model per log"):
         other.check(model)  # a new run of another model, into the old log: refused before training
     assert other.check(tiny_gpt2())["step"] == 0  # the same model may go on in it
+
+
+def test_the_shape_check_reads_the_log_each_time_and_only_monitor_records(tmp_path, caplog):
+    """Review of the check above: check() on an empty log cached its model's shape, so two runs of different
+    models starting together both wrote; a record longer than the 8 MB read back was missed; any JSON line (a
+    metrics file) was taken for a record "of no heads". And the refused line had taken the warnings with it."""
+    from transformers import BertConfig, BertModel
+
+    log_path = tmp_path / "attention.jsonl"
+    gpt2, bert = tiny_gpt2().train(), BertModel(BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2,
+                                                           num_attention_heads=4, intermediate_size=64))
+    first = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=log_path)
+    second = AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, every=1, log_path=log_path)
+    first.check(gpt2), second.check(bert)  # both start on an empty log
+    assert first.on_step(gpt2, 0) is not None and second.on_step(bert, 0) is None
+    assert [r["model"]["architecture"] for r in lines(log_path)] == ["GPT2Model"]
+
+    record = lines(log_path)[0]
+    big = tmp_path / "big.jsonl"  # the last record is 3 MB: three of the 1 MB chunks read back, none whole
+    big.write_text(json.dumps(record) + "\n" + json.dumps({**record, "padding": "x" * 3_000_000}) + "\n")
+    with pytest.raises(InputError, match="holds GPT2Model: self 2 × 4"):
+        AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, log_path=big).check(bert)
+    assert monitor_module._last_shape(big, chunk=1000) == "GPT2Model: self 2 × 4"
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"loss": 1.5}\n{"loss": 1.2}\n')
+    assert AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, log_path=metrics).on_step(gpt2, 0)
+
+    del gpt2.h[1]
+    scale_qk_(gpt2, 100.0)
+    with caplog.at_level(logging.WARNING, logger="attnscope.monitor"):
+        assert first.on_step(gpt2, 1) is None  # its line is refused: the model lost a layer
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("near one-hot" in m for m in messages) and any("needs its own log_path" in m for m in messages)
