@@ -51,12 +51,18 @@ def _restored(model):
 
 
 @contextmanager
-def scaled_qk(model, factor):
-    """Q and K weights (not biases) times ``factor``: ×8 saturates every head, ×0 makes it uniform."""
+def scaled_qk(model, factor, layer=None):
+    """Q and K weights (not biases) times ``factor``: ×8 saturates every head, ×0 makes it uniform. With ``layer``,
+    that layer's Q and K weights and biases only."""
     with _restored(model), torch.no_grad():
-        for layer in _projections(model):
+        for index, projections in enumerate(_projections(model)):
+            if layer is not None and index != layer:
+                continue
             for name in ("q", "k"):
-                layer[name][0].weight.mul_(factor)
+                projection = projections[name][0]
+                projection.weight.mul_(factor)
+                if layer is not None and projection.bias is not None:
+                    projection.bias.mul_(factor)
         yield model
 
 
