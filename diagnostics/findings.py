@@ -85,7 +85,8 @@ SATURATED_CONFIDENCE = 0.8
 SINK_SCORE = 0.5
 # Half or more of the mass on one diagonal offset, the whole row's majority.
 POSITIONAL_MASS = 0.5
-# Diffuse heads whose median Q/K scale is at least half the part's median have Q/K weights of ordinary scale.
+# Diffuse heads whose median Q/K scale is at least half the part's other heads' median have Q/K weights of
+# ordinary scale.
 ORDINARY_QK = 0.5
 
 
@@ -236,7 +237,9 @@ def explain_diffuse(finding, weight_numbers):
     """``finding``, with a second suggestion if it is a ``diffuse_heads`` above info whose heads have Q/K weights as
     large as the part's other heads (``weight_numbers``: ``check_weights``'s per-head numbers): then Q/K did not
     make them uniform, what reaches them did (a zeroed LayerNorm makes every later layer's heads uniform,
-    and "check the Q/K initialisation" pointed at weights of normal scale)."""
+    and "check the Q/K initialisation" pointed at weights of normal scale). When every head is uniform there is no
+    other head to compare with (compared with themselves, Q/K x 0.1 everywhere was said to be "not Q/K"): the
+    suggestion then names the causes it cannot tell apart, an untrained model first."""
     if finding.code != "diffuse_heads" or finding.severity == "info":
         return finding
     scale = {(layer, head): n["qk_scale"] for (part, layer, head), n in weight_numbers.items()
@@ -244,12 +247,15 @@ def explain_diffuse(finding, weight_numbers):
     flagged = [scale.get((layer, head)) for layer, head in finding.heads]
     if not scale or None in flagged:
         return finding
-    flagged, every = torch.tensor(flagged), torch.tensor(list(scale.values()))
-    if flagged.median() <= 0 or flagged.median() < ORDINARY_QK * every.median():  # Q/K x 0, or smaller than the rest
-        return finding
+    marked = {(layer, head) for layer, head in finding.heads}
+    others = torch.tensor([value for key, value in scale.items() if key not in marked])
+    flagged = torch.tensor(flagged)
+    if flagged.median() <= 0 or (len(others) and flagged.median() < ORDINARY_QK * others.median()):
+        return finding  # Q/K x 0, or smaller than the other heads': "check the Q/K initialisation" says it
     first = min(layer for layer, _ in finding.heads)
     before = f"the LayerNorm and the layer just before layer {first}" if first else "the embeddings and their LayerNorm"
-    finding.suggestion += " " + FINDING_TEXTS["diffuse_heads"].upstream.format(
+    text = FINDING_TEXTS["diffuse_heads"]
+    finding.suggestion += " " + (text.upstream if len(others) else text.everywhere).format(
         low=float(flagged.min()), high=float(flagged.max()), before=before, layer=first)
     return finding
 

@@ -51,12 +51,30 @@ def test_most_of_one_layer_uniform_is_a_warning_however_few_heads_it_is_of_the_w
     assert found.severity == "warning" and found.details["layers"] == [2]  # named whatever made it a warning
 
 
-def test_a_collapse_from_the_first_layer_on_points_at_the_embeddings():
+def test_a_collapse_after_the_first_layer_points_at_what_comes_before():
     from diagnostics.findings import explain_diffuse, make_finding
 
-    finding = make_finding("diffuse_heads", [[0, h] for h in range(4)] + [[1, h] for h in range(4)], 8, threshold=0.1)
-    numbers = {("self", layer, head): {"qk_scale": 1.5} for layer in range(2) for head in range(4)}
-    assert "look at the embeddings and their LayerNorm" in explain_diffuse(finding, numbers).suggestion
+    def suggestion(flagged, scale):
+        finding = make_finding("diffuse_heads", flagged, 12, threshold=0.1)
+        numbers = {("self", layer, head): {"qk_scale": scale(layer)} for layer in range(3) for head in range(4)}
+        return explain_diffuse(finding, numbers).suggestion
+
+    later = [[layer, h] for layer in (1, 2) for h in range(4)]  # layers 1-2 uniform, layer 0 healthy
+    assert "not Q/K: look at the LayerNorm and the layer just before layer 1" in suggestion(later, lambda _: 1.5)
+    assert "what reaches them" not in suggestion(later, lambda layer: 0.2 if layer else 1.5)  # their Q/K shrank
+
+
+def test_when_every_head_is_uniform_the_suggestion_says_it_cannot_tell_q_k_from_what_reaches_them():
+    """Compared with themselves, every head's Q/K passed as "as large as the model's other heads'": Q/K x 0.1
+    everywhere, and an untrained model, were told "not Q/K: look at the embeddings and their LayerNorm"."""
+    from diagnostics.findings import explain_diffuse, make_finding
+
+    every = [[layer, h] for layer in range(2) for h in range(4)]
+    finding = make_finding("diffuse_heads", every, 8, threshold=0.1)
+    numbers = {("self", layer, head): {"qk_scale": 0.15} for layer, head in every}
+    text = explain_diffuse(finding, numbers).suggestion
+    assert "what reaches them" not in text and "An untrained (randomly initialised) model looks like this" in text
+    assert "compare its Q/K weights with an earlier checkpoint's" in text and "the embeddings and their" in text
 
 
 def test_ordinary_heads_give_no_findings():
