@@ -28,6 +28,7 @@ import json
 import logging
 import numbers
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -249,32 +250,34 @@ def model_shape(record: dict) -> str:
 
 def _last_shape(path: Path, chunk: int = 1 << 20, most: int = 1 << 26) -> str | None:
     """``model_shape`` of the last monitor record in the log at ``path``, read back from its end a ``chunk`` at a
-    time (a record of a model with ~11,000 heads is over 8 MB), at most ``most`` bytes; None when there is none."""
+    time (a record of a model with ~11,000 heads is over 8 MB), at most ``most`` bytes; None when there is none,
+    or no regular file to read (a FIFO's open waits for a writer: the run hung at ``check``)."""
     try:
-        log = path.open("rb")
-    except OSError:  # no log yet
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        with path.open("rb") as log:
+            start = log.seek(0, os.SEEK_END)
+            end, head = start, b""  # head: the start of a line that begins before ``start``
+            while start > 0 and end - start < most:
+                step = min(chunk, start)
+                start -= step
+                log.seek(start)
+                lines = (log.read(step) + head).split(b"\n")
+                head = lines.pop(0) if start else b""
+                for line in reversed(lines):
+                    shape = _record_shape(line)
+                    if shape is not None:
+                        return shape
+    except OSError:  # no log yet, or unreadable: its write will say so
         return None
-    with log:
-        start = log.seek(0, os.SEEK_END)
-        end, head = start, b""  # head: the start of a line that begins before ``start``
-        while start > 0 and end - start < most:
-            step = min(chunk, start)
-            start -= step
-            log.seek(start)
-            lines = (log.read(step) + head).split(b"\n")
-            head = lines.pop(0) if start else b""
-            for line in reversed(lines):
-                shape = _record_shape(line)
-                if shape is not None:
-                    return shape
-    return None
+    return _record_shape(head)  # stopped at ``most``: the line that begins there may be whole
 
 
 def _record_shape(line: bytes) -> str | None:
     """``model_shape`` of a monitor record's line; None for a cut line or one that is not a monitor record."""
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # cut short; nested past the parser's depth
         return None
     return model_shape(record) if isinstance(record, dict) and record.get("schema") == SCHEMA else None
 

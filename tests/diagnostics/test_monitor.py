@@ -389,3 +389,25 @@ def test_the_shape_check_reads_the_log_each_time_and_only_monitor_records(tmp_pa
         assert first.on_step(gpt2, 1) is None  # its line is refused: the model lost a layer
     messages = [r.getMessage() for r in caplog.records]
     assert any("near one-hot" in m for m in messages) and any("needs its own log_path" in m for m in messages)
+
+
+@pytest.mark.timeout(120)
+def test_reading_the_log_back_never_hangs_or_raises(tmp_path):
+    """Second review: a FIFO log_path hung check() for ever (a FIFO's open waits for a writer); a line nested past
+    the JSON parser's depth raised RecursionError at every write; a whole record that began exactly where the
+    read back stopped was missed."""
+    import os
+
+    fifo = tmp_path / "attention.fifo"
+    os.mkfifo(fifo)
+    assert AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES, log_path=fifo).check(tiny_gpt2())["step"] == 0
+
+    record = json.dumps({"schema": monitor_module.SCHEMA, "model": {"architecture": "A", "parts": {}}})
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text(record + "\n" + "[" * 100_000 + "\n")
+    assert monitor_module._last_shape(deep) == "A: no heads"
+
+    edge = tmp_path / "edge.jsonl"
+    edge.write_text("x" * 50 + "\n" + record + "\n")  # the record and its newline: the last len(record) + 1 bytes
+    size = len(record) + 1  # one chunk reads exactly the record and stops there
+    assert monitor_module._last_shape(edge, chunk=size, most=size) == "A: no heads"
