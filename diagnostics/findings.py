@@ -189,13 +189,10 @@ def saturated_mask(metrics, copying=None):
     one_hot = (entropy <= SATURATED_ENTROPY) & (confidence >= SATURATED_CONFIDENCE)  # (L, H)
     if one_hot.float().mean() >= ERROR_SHARE:
         return one_hot  # most heads one-hot: collapse, whatever each one's role
-    # most of one layer one-hot: that layer collapsed, though its one-hot rows land on a sink or the previous token
-    # (a layer's Q/K x 8 or its norm x 10 was "info"); healthy models have at most 3 of a layer's 9 (SmolLM2 L18)
-    layer_collapsed = one_hot.float().mean(dim=-1, keepdim=True) >= LAYER_SHARE  # (L, 1)
     role = (metrics["best_offset_mass"] >= POSITIONAL_MASS) | (metrics["sink_score"] >= SINK_SCORE)  # (L, H)
     if copying is not None:
         role = role | copying
-    return one_hot & (~role | layer_collapsed)
+    return one_hot & ~role
 
 
 def attention_findings(metrics, part="self", sink_tokens=None, copying=None):

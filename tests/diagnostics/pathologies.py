@@ -51,18 +51,12 @@ def _restored(model):
 
 
 @contextmanager
-def scaled_qk(model, factor, layer=None):
-    """Q and K weights (not biases) times ``factor``: ×8 saturates every head, ×0 makes it uniform. With ``layer``,
-    that layer's Q and K weights and biases only."""
+def scaled_qk(model, factor):
+    """Q and K weights (not biases) times ``factor``: ×8 saturates every head, ×0 makes it uniform."""
     with _restored(model), torch.no_grad():
-        for index, projections in enumerate(_projections(model)):
-            if layer is not None and index != layer:
-                continue
+        for layer in _projections(model):
             for name in ("q", "k"):
-                projection = projections[name][0]
-                projection.weight.mul_(factor)
-                if layer is not None and projection.bias is not None:
-                    projection.bias.mul_(factor)
+                layer[name][0].weight.mul_(factor)
         yield model
 
 

@@ -74,18 +74,6 @@ def test_q_k_times_8_saturates(loaded):
     assert min(h.metrics["max_score"] for h in report.heads) > SCORE_LIMIT
 
 
-def test_one_layer_s_q_k_times_8_is_a_broken_layer(loaded):
-    """Q/K (weights and biases) x 8 in one layer made every head of it one-hot, and most of them were excused as
-    sink or previous-token heads: MiniLM's last layer, 12 of 12 one-hot, got only "info" (SmolLM2's 9 of 9, the
-    same). A layer most of whose heads are one-hot is a broken layer, a warning, whatever their roles."""
-    name, pair, _ = loaded
-    last = pair[0].config.num_hidden_layers - 1
-    with scaled_qk(pair[0], 8, layer=last):
-        report = diagnose(pair, texts=SHORT)
-    saturated = report.finding("saturated_heads")
-    assert saturated.severity == "warning" and saturated.details["layers"] == [last], (name, severe(report))
-
-
 def test_q_k_times_0_is_uniform(loaded):
     name, pair, _ = loaded
     with scaled_qk(pair[0], 0):
