@@ -88,6 +88,9 @@ POSITIONAL_MASS = 0.5
 # Diffuse heads whose median Q/K scale is at least half the part's other heads' median have Q/K weights of
 # ordinary scale.
 ORDINARY_QK = 0.5
+# Fewer other heads than this share of the part are too few to compare with: a Q/K shrunk everywhere leaves a few
+# heads not uniform, shrunk alike (a LayerNorm zeroed after MiniLM's layer 1 leaves 24 of 72).
+FEW_OTHERS = 0.25
 
 
 @dataclass
@@ -234,9 +237,9 @@ def explain_diffuse(finding, weight_numbers):
     """``finding``, with a second suggestion if it is a ``diffuse_heads`` above info whose heads have Q/K weights as
     large as the part's other heads (``weight_numbers``: ``check_weights``'s per-head numbers): then Q/K did not
     make them uniform, what reaches them did (a zeroed LayerNorm makes every later layer's heads uniform,
-    and "check the Q/K initialisation" pointed at weights of normal scale). When every head is uniform there is no
-    other head to compare with (compared with themselves, Q/K x 0.1 everywhere was said to be "not Q/K"): the
-    suggestion then names the causes it cannot tell apart, an untrained model first."""
+    and "check the Q/K initialisation" pointed at weights of normal scale). When (nearly) every head is uniform
+    there are too few others to compare with (compared with themselves, Q/K x 0.1 everywhere was said to be "not
+    Q/K"): the suggestion then names the causes it cannot tell apart, an untrained model first."""
     if finding.code != "diffuse_heads" or finding.severity == "info":
         return finding
     scale = {(layer, head): n["qk_scale"] for (part, layer, head), n in weight_numbers.items()
@@ -252,8 +255,10 @@ def explain_diffuse(finding, weight_numbers):
     first = min(layer for layer, _ in finding.heads)
     before = f"the LayerNorm and the layer just before layer {first}" if first else "the embeddings and their LayerNorm"
     text = FINDING_TEXTS["diffuse_heads"]
-    finding.suggestion += " " + (text.upstream if len(others) else text.everywhere).format(
-        low=float(flagged.min()), high=float(flagged.max()), before=before, layer=first)
+    few = len(others) < FEW_OTHERS * len(scale)  # Q/K x 0.3 everywhere left MiniLM 4 of 72: "not Q/K", they said
+    finding.suggestion += " " + (text.everywhere if few else text.upstream).format(
+        low=float(flagged.min()), high=float(flagged.max()), before=before, layer=first, left=len(others),
+        total=len(scale))
     return finding
 
 

@@ -44,7 +44,7 @@ class FindingText:
     suggestion: str  # a concrete next step
     message: str  # str.format template; fields: count, total, percent, heads, plus per-code extras
     upstream: str = ""  # diffuse_heads only: the suggestion added when their Q/K weights are of ordinary scale
-    everywhere: str = ""  # diffuse_heads only: the suggestion added when every head is near uniform
+    everywhere: str = ""  # diffuse_heads only: the suggestion added when (nearly) every head is near uniform
 
 
 PATTERN_TEXTS = {
@@ -201,8 +201,8 @@ FINDING_TEXTS = {
         "Their Q/K weights are as large as the model's other heads' (RMS·√d_in {low:.2g}–{high:.2g}), so it is "
         "what reaches them that has no structure left, not Q/K: look at {before} (a zeroed or diverged "
         "LayerNorm makes every later head uniform; the first layer they are in is {layer}).",
-        "Every head is near uniform, so no other head is left to compare their Q/K weights with (RMS·√d_in "
-        "{low:.2g}–{high:.2g}). An untrained (randomly initialised) model looks like this. If this one was trained, "
+        "{left} of the {total} heads are not near uniform, too few to compare their Q/K weights with (RMS·√d_in "
+        "{low:.2g}–{high:.2g}): a Q/K shrunk everywhere shrinks those too. An untrained (randomly initialised) model looks like this. If this one was trained, "
         "compare its Q/K weights with an earlier checkpoint's: smaller ones point at Q/K, as above; ones of the same "
         "size at {before} (a zeroed or diverged LayerNorm makes every later head uniform).",
     ),

@@ -75,6 +75,9 @@ def test_when_every_head_is_uniform_the_suggestion_says_it_cannot_tell_q_k_from_
     text = explain_diffuse(finding, numbers).suggestion
     assert "what reaches them" not in text and "An untrained (randomly initialised) model looks like this" in text
     assert "compare its Q/K weights with an earlier checkpoint's" in text and "the embeddings and their" in text
+    numbers[("self", 2, 0)] = numbers[("self", 2, 1)] = {"qk_scale": 0.2}  # 2 of 10 left, shrunk alike
+    text = explain_diffuse(make_finding("diffuse_heads", every, 10, threshold=0.1), numbers).suggestion
+    assert text.count("An untrained") == 1 and "2 of the 10 heads are not near uniform, too few" in text
 
 
 def test_ordinary_heads_give_no_findings():
