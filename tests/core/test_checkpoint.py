@@ -352,7 +352,8 @@ def test_limits_from_arguments_and_environment(tmp_path, monkeypatch):
     assert Limits().max_upload_bytes == 1_500_000_000
 
 
-@pytest.mark.parametrize("raw", ["1.5KB", "5k", "0", "-3", "many", "²", "١٢", pytest.param("9" * 5000, id="5000-digits")])
+@pytest.mark.parametrize("raw", ["1.5KB", "5k", "0", "-3", "many", "²", "١٢",
+                                 pytest.param("9" * 5000, id="5000-digits")])
 def test_the_entry_limit_is_a_count_not_a_size(monkeypatch, raw):
     """ATTNSCOPE_MAX_ENTRIES was read as bytes: "1.5KB" gave 1,500 entries, and "5k" was refused as "not a size;
     use bytes or e.g. 500MB"."""
