@@ -203,8 +203,9 @@ FINDING_TEXTS = {
         "LayerNorm makes every later head uniform; the first layer they are in is {layer}).",
         "{left} of the {total} heads are not near uniform, too few to compare their Q/K weights with (RMS·√d_in "
         "{low:.2g}–{high:.2g}): a Q/K shrunk everywhere shrinks those too. An untrained (randomly initialised) "
-        "model looks like this. If this one was trained, compare its Q/K weights with an earlier checkpoint's: smaller ones point at Q/K, as above; ones of the same "
-        "size at {before} (a zeroed or diverged LayerNorm makes every later head uniform).",
+        "model looks like this. If this one was trained, compare its Q/K weights with an earlier checkpoint's: "
+        "smaller ones point at Q/K, as above; ones of the same size at {before} (a zeroed or diverged LayerNorm "
+        "makes every later head uniform).",
     ),
     "saturated_heads": FindingText(
         "Saturated heads (entropy collapse)",
