@@ -116,7 +116,8 @@ class AttentionMonitor:
     def check(self, model, step: int = 0) -> dict:
         """Measure ``model`` once before training (the Trainer callback does at ``on_train_begin``): a model or
         tokenizer the monitor cannot read (no attention, another model's tokenizer) stops the run with one
-        InputError before its first step, not as a logged error at every measurement. Returns the record."""
+        InputError before its first step, not as a logged error at every measurement; so does a model of another
+        shape than the last record in ``log_path``. Returns the record."""
         try:
             record = self.measure(model, step)
         except Exception as error:  # noqa: BLE001  any cause, told in one line
