@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import InputError
+from .whole import is_size
 
 
 def scaled_dot_product_attention(
@@ -70,7 +71,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (d_model, n_heads)):
+        if not (is_size(d_model) and is_size(n_heads)):
             raise InputError(f"d_model and n_heads must be whole numbers of at least 1, not {d_model!r} and "
                              f"{n_heads!r}")
         if d_model % n_heads != 0:

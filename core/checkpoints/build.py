@@ -24,6 +24,7 @@ from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig,
 from ..errors import CheckpointError, ModelLoadError
 from ..errors import first_line as _short
 from .quiet import quiet_transformers
+from ..whole import is_count
 
 # Structural caps, far above any released model (Llama 3.1 405B: 126 layers, 128 heads, width 16,384, FFN 53,248;
 # Gemma: vocabulary 256,000; Mistral: 131,072 positions). They bound what a config may ask the library to build
@@ -175,14 +176,10 @@ def _check_repeated_blocks(config: dict) -> None:
     """Funnel runs block_sizes[i] x block_repeats[i] layers: each list within the cap, [500] x [500] ran 250,000."""
     sizes, repeats = config.get("block_sizes"), config.get("block_repeats")
     if isinstance(sizes, list) and isinstance(repeats, list):
-        pairs = [(s, r) for s, r in zip(sizes, repeats) if _count(s) and _count(r)]
+        pairs = [(s, r) for s, r in zip(sizes, repeats) if is_count(s) and is_count(r)]
         if sum(s * r for s, r in pairs) > MAX_LAYERS:
             shown = json.dumps(sizes)[:20] + " × " + json.dumps(repeats)[:20]
             raise CheckpointError(BAD_LAYERS.format(key="block_sizes × block_repeats", value=shown, high=MAX_LAYERS))
-
-
-def _count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _check_layer_list(key: str, value: list) -> None:

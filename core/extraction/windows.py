@@ -14,6 +14,7 @@ position p sees keys ``p - W < j <= p`` (the window holds W keys, its own includ
 
 from __future__ import annotations
 
+from ..whole import is_size
 from .text_config import text_config
 
 
@@ -70,4 +71,4 @@ def _everywhere(config) -> list[int | None] | None:
 
 
 def _positive(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return value if is_size(value) else None

@@ -34,10 +34,11 @@ import torch
 from ..archive import ENV_MAX_MODEL, Limits
 from ..build import MAX_LAYERS, token_vocabulary, uneven_head_groups
 from .header import DEFAULT_ALIGNMENT, GGUFHeader, quoted, read_gguf_header
-from .shapes import NOT_MATCHING, check_tensor_shapes, is_size
+from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
 from ...errors import CheckpointError, counted, first_line
+from ...whole import is_size
 
 GGUF_SUFFIX = ".gguf"
 MAX_ELEMENTS = 1 << 40  # per tensor; 4 TB of float32, far above any real tensor, far below an overflow
@@ -306,8 +307,7 @@ def _carry_head_dim(config, header: GGUFHeader) -> None:
         head_dim = getattr(config, "head_dim", None)
     except Exception:  # noqa: BLE001 - a per-layer attribute raises when read whole
         return
-    if isinstance(head_dim, int) and isinstance(key, int) and not isinstance(key, bool) and key > 0 and value in (
-            None, key):
+    if isinstance(head_dim, int) and is_size(key) and value in (None, key):
         config.head_dim = key
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from ...errors import CheckpointError
+from ...whole import is_size
 from .header import GGUFHeader, quoted
 
 # general.architecture values whose blk.N.attn_{q,k,v,output} and ffn_{gate,up,down} follow llama.cpp's Llama shapes
@@ -94,11 +95,6 @@ def _sizes(fields: dict, arch: str) -> dict[str, Dim]:
                      K=_combine(key_head, kv_heads, key_head[0] * kv_heads[0]),
                      KV_V=_combine(value_head, kv_heads, value_head[0] * kv_heads[0]))
     return {size: dim for size, dim in sizes.items() if dim is not None}
-
-
-def is_size(value) -> bool:
-    """Whether a metadata value is a size: a whole number of at least 1 (a bool is no size)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _combine(a: Dim, b: Dim, size: int) -> Dim:
