@@ -55,11 +55,11 @@ TOO_MANY = "{name} holds more than {limit:,} entries; a model folder has a few d
 TOO_LARGE_UNPACKED = ("{name} would unpack to more than {limit:,} bytes (a zip bomb, or a model above the limit); "
                       "raise it with {env} or Limits(max_total_bytes=...)")
 TOO_COMPRESSED = ("{name} would unpack to more than {limit:,} bytes, over {ratio} times its own {packed:,} bytes; "
-                  "model weights barely compress, so this looks like a zip bomb — upload the model folder, or a "
+                  "model weights barely compress, so this looks like a zip bomb — give the model folder, or a "
                   "plain zip of it")
 BAD_ENTRY = "{name} contains {entry!r}, {why}; an archive of a model folder holds only plain files and folders"
-UNREADABLE = "{name} is not a readable {kind} archive ({err}); upload a .zip or .tar.gz of the model folder"
-NOT_WRITTEN = "{name}: {entry!r} could not be written ({why}); upload the model folder's files under their own names"
+UNREADABLE = "{name} is not a readable {kind} archive ({err}); give a .zip or .tar.gz of the model folder"
+NOT_WRITTEN = "{name}: {entry!r} could not be written ({why}); give the model folder's files under their own names"
 
 
 def env_size(name: str, default: int) -> int:

@@ -81,38 +81,38 @@ COMPUTED = ("config.json asks for {n:,} numbers of position tables the weights l
             "built; at most {limit:,} are: give the weights saved with this config.json, or fewer positions")
 QUANTIZED = ("config.json asks for quantized weights (quantization_config, quant_method {method}); AttnScope builds a "
              "checkpoint from plain float weights only, as a quantizer runs code of its own (and may fetch kernels) — "
-             "upload the model saved after dequantizing it (model.dequantize(), then save_pretrained)")
+             "give the model saved after dequantizing it (model.dequantize(), then save_pretrained)")
 NOT_TEXT = ("config.json describes {model}, which has no table of token embeddings (a speech, vision or multimodal "
-            "model, or one that reads characters); AttnScope reads text transformers that embed token ids — upload "
+            "model, or one that reads characters); AttnScope reads text transformers that embed token ids — give "
             "such a model's checkpoint")
 NOT_MODEL_CONFIG = ("config.json is not a model config ({why}); a model folder's config.json names its architecture, "
-                    "e.g. \"model_type\": \"bert\" — upload the one written by save_pretrained")
+                    "e.g. \"model_type\": \"bert\" — give the one written by save_pretrained")
 UNSUPPORTED = ("config.json names model_type {model_type!r}, which transformers does not know; AttnScope loads "
                "architectures built into transformers (e.g. bert, roberta, gpt2) and never runs a checkpoint's "
                "own code")
-BAD_CONFIG = "config.json cannot build a {model_type} model ({err}); upload the config.json saved with these weights"
+BAD_CONFIG = "config.json cannot build a {model_type} model ({err}); give the config.json saved with these weights"
 TOO_BIG = ("config.json describes a model of {at_least}{n:,} parameters ({gb:.1f} GB as float32), above the "
            "{limit:,}-byte model limit; raise it with {env} or Limits(max_model_bytes=...)")
 BIG_BUFFERS = ("config.json describes a model that takes {mb:,.0f} MB with its buffers (the largest, {name}, is "
                "{shape}: {buffer_mb:,.0f} MB), above the {limit:,}-byte model limit; lower max_position_embeddings, "
                "or raise the limit with {env} or Limits(max_model_bytes=...)")
-BAD_SIZE = ("config.json sets {key} to {value}; it must be a whole number from {low} to {high:,} — upload the "
+BAD_SIZE = ("config.json sets {key} to {value}; it must be a whole number from {low} to {high:,} — give the "
             "config.json saved with these weights")
-BAD_LAYERS = ("config.json sets {key} to {value}; its layers must be at most {high:,} in all — upload the config.json "
+BAD_LAYERS = ("config.json sets {key} to {value}; its layers must be at most {high:,} in all — give the config.json "
               "saved with these weights")
-MANY_LABELS = ("config.json lists {n:,} labels in {key}; at most {high:,} are accepted — upload the config.json saved "
+MANY_LABELS = ("config.json lists {n:,} labels in {key}; at most {high:,} are accepted — give the config.json saved "
                "with these weights")
 HEAVY = ("the weights' tensors take {mb:,.1f} MB (views of the same stored numbers under names the model does not "
          "have count each time), above twice the {stored:,.1f} MB the file stores or the {limit:,}-byte model limit; "
-         "upload the model's own state dict, or raise the limit with {env}")
+         "give the model's own state dict, or raise the limit with {env}")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
-         "this config; upload the config.json saved with these weights")
+         "this config; give the config.json saved with these weights")
 NOT_REAL = ("{key} holds {got} numbers where the {model_type} model has real-valued weights: a quantized model's "
-            "integer codes are not its weights; upload its floating-point weights (dequantize it first)")
+            "integer codes are not its weights; give its floating-point weights (dequantize it first)")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
-           "(e.g. {key}); upload the weights saved with this config.json")
+           "(e.g. {key}); give the weights saved with this config.json")
 SHORT = ("the weights do not match config.json: the model it describes has {need:,} parameters, more than the weights "
-         "hold ({given:,}); upload the weights saved with this config.json")
+         "hold ({given:,}); give the weights saved with this config.json")
 
 
 def check_model_config(config, limits: Limits | None = None) -> str:
@@ -141,12 +141,12 @@ def check_config_sizes(config: dict, depth: int = 0) -> None:
     """CheckpointError unless every ``_CAPPED_KEYS`` value in ``config`` (and its sub-configs) is in range."""
     uneven = uneven_head_groups(config)
     if uneven:
-        raise CheckpointError(f"config.json sets {uneven}; upload the config.json saved with these weights")
+        raise CheckpointError(f"config.json sets {uneven}; give the config.json saved with these weights")
     _check_repeated_blocks(config)
     factor = config.get("depth_coefficient")  # EfficientNet's layers per stage x this: 300 built 103,812 tensors
     if isinstance(factor, (int, float)) and not isinstance(factor, bool) and not 0 < factor <= MAX_DEPTH_FACTOR:
         raise CheckpointError(f"config.json sets depth_coefficient to {json.dumps(factor)[:40]}; it must be above 0 "
-                              f"and at most {MAX_DEPTH_FACTOR} — upload the config.json saved with these weights")
+                              f"and at most {MAX_DEPTH_FACTOR} — give the config.json saved with these weights")
     for key, value in config.items():
         if key in ("id2label", "label2id") and isinstance(value, dict):
             if len(value) > MAX_LABELS:
@@ -235,7 +235,7 @@ def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -
     try:
         return load_custom_state(model, state)
     except ModelLoadError as err:
-        raise CheckpointError(f"{err}; upload the config.json saved with these weights") from None
+        raise CheckpointError(f"{err}; give the config.json saved with these weights") from None
 
 
 def _custom_numel(cfg: TransformerConfig) -> int:

@@ -50,20 +50,20 @@ NUL_BYTE = "the path {path} holds a NUL byte, which no file name can; give the p
 SEVERAL_ARCHIVES = ("the upload holds {count} archives ({names}); upload one archive, or the files of one model "
                     "folder, at a time")
 NO_WEIGHTS = ("{name} has a config.json but no weights (model.safetensors, pytorch_model.bin or a shard index); "
-              "upload the whole folder written by save_pretrained")
+              "give the whole folder written by save_pretrained")
 CONFIG_ALONE = ("config.json alone holds no weights; give the folder that holds it and the weights "
-                "(model.safetensors, pytorch_model.bin or a shard index), or upload them together")
-NOT_JSON = "config.json is not valid JSON ({err}); upload the config.json written by save_pretrained"
+                "(model.safetensors, pytorch_model.bin or a shard index), or give them together")
+NOT_JSON = "config.json is not valid JSON ({err}); give the config.json written by save_pretrained"
 BIG_CONFIG = ("config.json is {size:,} bytes, more than the {limit:,} any model's config takes (they are a few kB); "
-              "upload the config.json written by save_pretrained")
+              "give the config.json written by save_pretrained")
 # Read whole and parsed before any check: a config.json is a few kB, a few MB with tens of thousands of labels
 MAX_CONFIG_BYTES = 16 * 10**6
 BAD_INPUT = ("cannot load a checkpoint from a {kind}; pass a path, or a list of (filename, bytes or binary file) "
              "uploads")
-PYTHON_IGNORED = "ignored {n} Python file(s) in the upload ({names}): AttnScope never runs code from a checkpoint"
+PYTHON_IGNORED = "ignored {n} Python file(s) in the checkpoint ({names}): AttnScope never runs code from a checkpoint"
 REMOTE_CODE_IGNORED = "config.json asks for custom code (auto_map); it was ignored and the built-in {model_type} used"
 HEADS_IGNORED = "n_heads={given} ignored: config.json says {actual}"
-SEVERAL_GGUF = "found several GGUF files ({names}); upload one model (one .gguf) at a time"
+SEVERAL_GGUF = "found several GGUF files ({names}); give one model (one .gguf) at a time"
 TOO_MUCH_WEIGHT = ("{name} holds {size:,} bytes of weights, more than the {limit:,}-byte limit; raise it with "
                    "ATTNSCOPE_MAX_UNCOMPRESSED_BYTES or Limits(max_total_bytes=...)")
 

@@ -23,9 +23,9 @@ NEED_HEADS = ("recognised {arch} weights (d_model {d_model}, {layers} layers), b
               "cannot be read from the weights; pass n_heads (--heads N / the Heads per layer field)")
 BAD_HEADS = "n_heads={n_heads} does not divide d_model {d_model}; pass a divisor of {d_model}, e.g. {examples}"
 UNKNOWN = ("cannot tell the architecture from the weight names (e.g. {keys}); bare state dicts are supported for "
-           "BERT, RoBERTa, GPT-2 and AttnScope models — for another model upload its folder with config.json")
-INCOMPLETE = "the {arch} weights are incomplete: {key} is missing; upload the full state dict"
-NOT_MATRIX = ("the {arch} weights are malformed: {key} has shape {shape}, not [rows, columns]; upload the state dict "
+           "BERT, RoBERTa, GPT-2 and AttnScope models — for another model give its folder with config.json")
+INCOMPLETE = "the {arch} weights are incomplete: {key} is missing; give the full state dict"
+NOT_MATRIX = ("the {arch} weights are malformed: {key} has shape {shape}, not [rows, columns]; give the state dict "
               "saved from the model")
 
 # (family, anchor key regex, per-layer key regex); the anchor's prefix is stripped from every key.
@@ -116,7 +116,7 @@ def _custom(state, layers, n_heads, prefix) -> Inferred:
                                max_positions=positions)
     notes = [_inferred_note("AttnScope", vars(config), "d_model", heads),
              "the weights do not say whether the model is causal; loaded as an encoder (bidirectional attention) — "
-             "upload it with its config.json (\"causal\": true) if it is a decoder"]
+             "give it with its config.json (\"causal\": true) if it is a decoder"]
     return Inferred(MODEL_TYPE, vars(config), state, notes)
 
 

@@ -30,8 +30,8 @@ MAX_DEPTH = 6  # models--org--name/snapshots/<hash>/ plus an archive's top folde
 MAX_CONFIG_BYTES = 1 << 20  # a real config.json is a few KB; a larger one is not peeked at
 
 NO_MODEL = ("{name} holds no model: no config.json and no weights file (.safetensors, .bin, .pt, .pth) among its "
-            "{count} files; upload a model folder (zipped or as files) or a state dict")
-SEVERAL_MODELS = ("{name} holds several model folders ({folders}); give one of them, or upload one model at a time")
+            "{count} files; give a model folder (zipped or as files) or a state dict")
+SEVERAL_MODELS = ("{name} holds several model folders ({folders}); give one of them at a time")
 TOO_MANY_FILES = "{name} holds more than {limit:,} files within {depth} levels; give the model folder itself"
 
 

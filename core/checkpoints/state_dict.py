@@ -37,21 +37,21 @@ _MAX_HEADER = 100 * 2**20
 MAX_TORCH_RECORDS = 100_000
 _TORCH_RECORD_BYTES = 256
 
-EMPTY = "{name} is empty (0 bytes); upload the complete weights file"
-NOT_SAFETENSORS = "{name} is not a safetensors file ({why}); upload the file written by save_file / save_pretrained"
+EMPTY = "{name} is empty (0 bytes); give the complete weights file"
+NOT_SAFETENSORS = "{name} is not a safetensors file ({why}); give the file written by save_file / save_pretrained"
 TRUNCATED = ("{name} is truncated: its header says the tensors end at byte {end:,} but the file has {size:,} bytes; "
-             "upload the complete file")
+             "give the complete file")
 PICKLE_CODE = ("{name} is a pickle that would run code ({what}) when loaded; AttnScope loads only plain tensors — "
                "save the weights with torch.save(model.state_dict(), ...) or as .safetensors")
-NOT_PICKLE = "{name} is not a PyTorch weights file ({why}); upload a .safetensors file or a torch.save'd state dict"
-CUT_SHORT = "{name} ends in the middle of its data (truncated); upload the complete file"
-NO_TENSORS = "{name} holds no tensors ({what}); upload a state dict: a mapping of parameter names to tensors"
-BAD_INDEX = "{name} is not a usable shard index ({why}); upload the index with every shard it names"
+NOT_PICKLE = "{name} is not a PyTorch weights file ({why}); give a .safetensors file or a torch.save'd state dict"
+CUT_SHORT = "{name} ends in the middle of its data (truncated); give the complete file"
+NO_TENSORS = "{name} holds no tensors ({what}); give a state dict: a mapping of parameter names to tensors"
+BAD_INDEX = "{name} is not a usable shard index ({why}); give the index with every shard it names"
 NOT_WEIGHTS = ("{name} holds {key!r}, {why}; AttnScope reads plain dense weights — save them with "
                "torch.save(model.state_dict(), ...) or as .safetensors")
 TOO_MANY = ("{name} holds {n:,} tensors; AttnScope reads at most {high:,} (a model's weights are a few hundred to a "
-            "few thousand) — upload the model's state dict alone")
-SEVERAL = "found several weight files ({names}) and no index naming which belong together; upload one model at a time"
+            "few thousand) — give the model's state dict alone")
+SEVERAL = "found several weight files ({names}) and no index naming which belong together; give one model at a time"
 
 
 def find_weights(folder: Path) -> list[Path]:

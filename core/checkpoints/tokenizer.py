@@ -34,7 +34,7 @@ BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because th
             "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")
 NONE = ("no tokenizer in the checkpoint and no demo tokenizer has {vocab} entries: text-level views are unavailable; "
         "diagnostics run weight-only checks and probes of random token ids — add the tokenizer files "
-        "(tokenizer.json, vocab.txt, ...) to the upload to enable them")
+        "(tokenizer.json, vocab.txt, ...) to the checkpoint to enable them")
 
 
 def copy_tokenizer_files(source: Path, clean: Path) -> bool:

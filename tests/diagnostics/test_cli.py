@@ -132,6 +132,16 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert "Traceback" not in "".join(lines)
 
 
+def test_loader_messages_do_not_ask_a_command_line_user_to_upload(tmp_path, capsys):
+    """The CLI reads files through the app's loader, whose advice said 'upload the complete file'."""
+    (tmp_path / "cut.safetensors").write_bytes(b"junk!")
+    (tmp_path / "empty.bin").write_bytes(b"")
+    assert cli.main([str(tmp_path / "cut.safetensors"), "--quiet"]) == 2
+    assert cli.main([str(tmp_path / "empty.bin"), "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all("give the" in line and "upload" not in line for line in lines), lines
+
+
 def test_a_probe_that_gives_no_tokens_is_named(bert_dir, capsys):
     """It said 'the text gives no tokens …; type a sentence with words in it' (Inspect's words), not which probe."""
     assert cli.main([str(bert_dir), "--quiet", "--text", "the cat sat on the mat", "--text", "\u200b"]) == 2

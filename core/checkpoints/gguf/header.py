@@ -46,9 +46,9 @@ _SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: 
 STRING, ARRAY = 8, 9
 ALIGNMENT_TYPE = 4  # general.alignment is a u32 (gguf.GGUFReader refuses any other type)
 
-NOT_GGUF = "{name} is not a GGUF file ({why}); upload the .gguf written by llama.cpp's convert_hf_to_gguf.py"
+NOT_GGUF = "{name} is not a GGUF file ({why}); give the .gguf written by llama.cpp's convert_hf_to_gguf.py"
 CUT = ("{name} is truncated or corrupt: {what} at byte {at:,} runs past the end of the file ({size:,} bytes); "
-       "upload the complete file")
+       "give the complete file")
 COUNT = "{name} declares {n:,} {what}, more than the {limit:,} any model file has; the header is corrupt"
 NOT_UTF8 = "{name}: {what} at byte {at:,} is not UTF-8 text, as every GGUF string is; the file is corrupt"
 MANY_ITEMS = ("{name}: the metadata array {key} brings the {group} to {n:,} items, more than the {limit:,} "

@@ -46,7 +46,7 @@ MAX_ELEMENTS = 1 << 40  # per tensor; 4 TB of float32, far above any real tensor
 BAD_ARCH = ("{name} holds a model of architecture {arch}, which transformers' GGUF loader does not support; "
             "GGUF files of llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, gpt2 and the other architectures "
             "it handles load")
-NO_ARCH = "{name} has no general.architecture key, so its model type is unknown; upload a GGUF written by llama.cpp"
+NO_ARCH = "{name} has no general.architecture key, so its model type is unknown; give a GGUF written by llama.cpp"
 BAD_QUANT = ("{name}: tensor {tensor} is stored as {qtype}, which the gguf package cannot dequantise; "
              "convert the model with a common type (F32, F16, Q8_0, Q4_K, ...)")
 BAD_SHAPE = "{name}: tensor {tensor} has shape {shape}, {why}; the file is corrupt"
@@ -55,11 +55,11 @@ MISALIGNED = ("{name}: tensor {tensor} starts at offset {offset:,}, not a multip
 NOT_PACKED = ("{name}: tensor {tensor} starts at offset {offset:,}, but the tensors before it end at {expected:,}, "
               "where llama.cpp reads it (each tensor's data follows the one before); the file is corrupt")
 PAST_END = ("{name} is truncated: tensor {tensor} ends at byte {end:,} but the file has {size:,} bytes; "
-            "upload the complete file")
+            "give the complete file")
 TOO_BIG = ("{name} would dequantise to {gb:.1f} GB of float32 weights ({n:,} parameters), above the {limit:,}-byte "
            "model limit; raise it with {env} or Limits(max_model_bytes=...)")
 MISSING = ("{name} does not hold the model its metadata describes: {n} of the model's {total} tensors are missing "
-           "(e.g. {key}); upload the complete GGUF written by llama.cpp")
+           "(e.g. {key}); give the complete GGUF written by llama.cpp")
 BAD_METADATA = "{name}: its metadata gives {key}={value:,}, outside 1 to {limit:,}; the file is corrupt"
 BAD_NUMBER = ("{name}: its metadata gives {key}={value}, where {rule}; the file is corrupt or was written wrongly "
               "(re-convert the model with llama.cpp's convert_hf_to_gguf.py)")
@@ -73,12 +73,12 @@ NO_KV_DEFAULT = ("{name} has no llama.attention.head_count_kv key, which this tr
                  "read as llama.cpp does (one key/value head per query head); re-convert the model with a current "
                  "llama.cpp convert_hf_to_gguf.py, which writes the key")
 UNUSED = ("{name} holds {n} that transformers' GGUF loader has no place for in a {model} (e.g. {tensor}), which "
-          "it would drop, computing another model; AttnScope cannot load this variant from GGUF: upload the "
+          "it would drop, computing another model; AttnScope cannot load this variant from GGUF: give the "
           "original safetensors model")
 ROPE_SCALING = ("{name}'s metadata asks for {kind} rope scaling, which transformers' GGUF loader does not carry over "
-                "for {arch} (the positions would be rotated without it); upload the original safetensors model")
+                "for {arch} (the positions would be rotated without it); give the original safetensors model")
 ROPE_FACTORS = ("{name} holds per-frequency rope factors ({tensor}) that fit no rotary embedding of the {model} "
-                "transformers builds; upload the original safetensors model")
+                "transformers builds; give the original safetensors model")
 LOAD_FAILED = "transformers could not build a model from {name} ({err}); the GGUF may be from a newer llama.cpp"
 NO_TOKENIZER = "the GGUF file's tokenizer could not be read ({err}); "
 
