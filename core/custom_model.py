@@ -125,6 +125,13 @@ def save_custom_model(model: AttnScopeTransformer, folder: str | Path) -> Path:
     return folder
 
 
+def parameter_count(config: TransformerConfig) -> int:
+    """The numbers an ``AttnScopeTransformer`` of ``config`` holds (its output layer shares the token embeddings)."""
+    d = config.d_model
+    per_block = 4 * (d * d + d) + 2 * d * config.d_ff + config.d_ff + d + 4 * d
+    return (config.vocab_size + config.max_positions) * d + config.n_layers * per_block
+
+
 def is_custom_config(config: dict) -> bool:
     return isinstance(config, dict) and config.get("model_type") == MODEL_TYPE
 
@@ -139,16 +146,20 @@ def load_custom_model(folder: str | Path, config: dict | None = None) -> AttnSco
             raise ModelLoadError(f"cannot read {folder / CONFIG_NAME} ({first_line(err)}); save the model with "
                                  "save_custom_model") from None
     try:
-        model = AttnScopeTransformer(TransformerConfig.from_dict(config))
+        cfg = TransformerConfig.from_dict(config)
     except Exception as err:  # noqa: BLE001 - a wrong type or value in any field
         raise ModelLoadError(f"{folder / CONFIG_NAME} cannot build an AttnScope model ({first_line(err)})") from None
     try:
-        state = load_file(str(folder / WEIGHTS_NAME))
+        state = load_file(str(folder / WEIGHTS_NAME))  # what is really there, read before anything is built
     except Exception as err:  # noqa: BLE001 - missing file, or safetensors' parser rejecting it
         raise ModelLoadError(
             f"cannot read {folder / WEIGHTS_NAME} ({first_line(err)}); save the model with save_custom_model"
         ) from None
-    return load_custom_state(model, state)
+    held = sum(t.numel() for t in state.values())
+    if parameter_count(cfg) > held:  # before the model is built: 20 M positions from a 150 kB folder took 2.9 GB
+        raise ModelLoadError(f"{folder / CONFIG_NAME} describes a model of {parameter_count(cfg):,} numbers, but "
+                             f"{WEIGHTS_NAME} holds {held:,}; save the model with save_custom_model")
+    return load_custom_state(AttnScopeTransformer(cfg), state)
 
 
 def load_custom_state(model: AttnScopeTransformer, state: dict) -> AttnScopeTransformer:
@@ -156,7 +167,8 @@ def load_custom_state(model: AttnScopeTransformer, state: dict) -> AttnScopeTran
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatch
-        raise ModelLoadError(f"custom model weights do not match its config: {str(err).splitlines()[1:2]}") from None
+        first = next((line.strip() for line in str(err).splitlines()[1:] if line.strip()), first_line(err))
+        raise ModelLoadError(f"custom model weights do not match its config: {first}") from None
     missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
         raise ModelLoadError(

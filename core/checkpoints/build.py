@@ -20,7 +20,7 @@ import transformers
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, PreTrainedModel
 
 from .archive import ENV_MAX_MODEL, Limits
-from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state
+from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state, parameter_count
 from ..errors import CheckpointError, ModelLoadError
 from ..errors import first_line as _short
 from .quiet import quiet_transformers
@@ -62,7 +62,8 @@ _CAPPED_KEYS = {  # key -> (smallest allowed, largest allowed), in config.json o
                      "word_embed_proj_dim", "pooler_hidden_size", "rotary_dim"), (1, MAX_WIDTH)),
     **dict.fromkeys(("vocab_size", "decoder_vocab_size", "max_position_embeddings", "n_positions", "n_ctx",
                      "max_source_positions", "max_target_positions", "max_encoder_position_embeddings",
-                     "max_decoder_position_embeddings", "relative_attention_num_buckets"), (1, MAX_VOCAB)),
+                     "max_decoder_position_embeddings", "relative_attention_num_buckets", "max_positions"),
+                    (1, MAX_VOCAB)),
     "type_vocab_size": (0, MAX_VOCAB),  # DeBERTa-v2 has none: 0
     "num_labels": (0, MAX_LABELS),
 }
@@ -221,7 +222,7 @@ def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -
         cfg = TransformerConfig.from_dict(config)  # sizes whole numbers >= 1, d_model divisible by n_heads
         if cfg.n_layers > MAX_LAYERS:
             raise ValueError(f"n_layers {cfg.n_layers} is above {MAX_LAYERS}")
-        need = _custom_numel(cfg)
+        need = parameter_count(cfg)
         _check_numel(need, limits)
         _check_covered(need, _numel(state, skip=("lm_head.weight",)))
         model = AttnScopeTransformer(cfg)
@@ -236,12 +237,6 @@ def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -
         return load_custom_state(model, state)
     except ModelLoadError as err:
         raise CheckpointError(f"{err}; give the config.json saved with these weights") from None
-
-
-def _custom_numel(cfg: TransformerConfig) -> int:
-    d = cfg.d_model
-    per_block = 4 * (d * d + d) + 2 * d * cfg.d_ff + cfg.d_ff + d + 4 * d
-    return (cfg.vocab_size + cfg.max_positions) * d + cfg.n_layers * per_block
 
 
 def _check_numel(numel: int, limits: Limits, at_least: bool = False) -> None:

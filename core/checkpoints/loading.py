@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 import huggingface_hub
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
@@ -30,7 +31,7 @@ from .paths import is_utf8, readable, utf8_path
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
-from .tokenizer import TOKENIZER_FILES, UNREADABLE, has_vocabulary
+from .tokenizer import TOKENIZER_FILES, UNREADABLE, has_vocabulary, unusable_files
 
 log = logging.getLogger("attnscope.load")  # what a checkpoint load inferred, borrowed or ignored (the CLI prints it)
 
@@ -129,6 +130,10 @@ def _tokenizer_or_none(path: str, offline: bool = True):
     """The folder's (or cached Hub model's) tokenizer; None without one. transformers builds an empty tokenizer
     from config.json's model_type alone (BERT: its 5 special tokens), which turned every probe into [CLS] [SEP]:
     a tokenizer of special tokens only is none. Tokenizer files that do not load are a note, as for an upload."""
+    why = unusable_files(Path(path)) if Path(path).is_dir() else ""
+    if why:
+        log.warning(why + "the model is used without a tokenizer")
+        return None
     try:
         with quiet_transformers():  # AttnScope's own config.json was "a model of type 'attnscope' … not supported"
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
@@ -136,7 +141,7 @@ def _tokenizer_or_none(path: str, offline: bool = True):
         if any((Path(path) / name).is_file() for name in TOKENIZER_FILES):  # there, but broken: say so
             log.warning(UNREADABLE.format(err=first_line(err, 120)) + "the model is used without a tokenizer")
         return None
-    return tokenizer if has_vocabulary(tokenizer) else None
+    return tokenizer if isinstance(tokenizer, PreTrainedTokenizerBase) and has_vocabulary(tokenizer) else None
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:

@@ -30,7 +30,9 @@ WEIGHT_SUFFIXES = (SAFETENSORS_SUFFIX, *PICKLE_SUFFIXES)
 # Preferred order, as in transformers: safetensors first, pickle last.
 PREFERRED = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "weights")  # training-loop checkpoints
-_MAX_HEADER = 100 * 2**20
+# A safetensors header or a shard index is parsed whole, at up to ~15 times its size (a 97 MB header of 7 M
+# metadata entries took 1.5 GB and 21 s); one naming MAX_TORCH_RECORDS tensors takes ~15 MB (~150 bytes each)
+MAX_HEADER_BYTES = 16 * 2**20
 # A torch.save zip holds one record per storage plus four; record names are ~30 bytes ("archive/data/123"), so
 # a directory entry with its extra fields stays far below _TORCH_RECORD_BYTES. Training checkpoints with
 # optimizer state hold a few thousand storages.
@@ -51,6 +53,8 @@ NOT_WEIGHTS = ("{name} holds {key!r}, {why}; AttnScope reads plain dense weights
                "torch.save(model.state_dict(), ...) or as .safetensors")
 TOO_MANY = ("{name} holds {n:,} tensors; AttnScope reads at most {high:,} (a model's weights are a few hundred to a "
             "few thousand) — give the model's state dict alone")
+BIG_HEADER = ("{name}'s {what} is {size:,} bytes, more than the {limit:,} that naming "
+              f"{MAX_TORCH_RECORDS:,} tensors takes — give the model's state dict alone")
 SEVERAL = "found several weight files ({names}) and no index naming which belong together; give one model at a time"
 
 
@@ -82,7 +86,7 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     with path.open("rb") as file:  # the header only: the tensors are read once, by the Rust parser
         prefix = file.read(8)
         length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else 0
-        head = prefix + file.read(min(length, _MAX_HEADER, max(size - 8, 0)))
+        head = prefix + file.read(min(length, MAX_HEADER_BYTES, max(size - 8, 0)))
     _check_safetensors_header(path.name, head, size)
     try:
         with utf8_path(path) as openable:  # the Rust parser refuses a path that is not UTF-8
@@ -100,8 +104,10 @@ def _check_safetensors_header(name: str, data: bytes, size: int) -> None:
     if size < 8:
         raise CheckpointError(NOT_SAFETENSORS.format(name=name, why=f"only {size} bytes"))
     (length,) = struct.unpack("<Q", data[:8])
-    if length > min(_MAX_HEADER, size - 8):
-        if length <= _MAX_HEADER and data[8:9] == b"{":
+    if length > min(MAX_HEADER_BYTES, size - 8):
+        if data[8:9] == b"{" and length <= size - 8:  # there, and too big to parse
+            raise CheckpointError(BIG_HEADER.format(name=name, what="header", size=length, limit=MAX_HEADER_BYTES))
+        if data[8:9] == b"{" and length <= MAX_HEADER_BYTES:
             raise CheckpointError(TRUNCATED.format(name=name, end=8 + length, size=size))
         raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="no valid header at the start"))
     try:
@@ -205,6 +211,9 @@ def _not_plain(tensor: torch.Tensor) -> str | None:
 
 
 def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
+    size = index.stat().st_size
+    if size > MAX_HEADER_BYTES:
+        raise CheckpointError(BIG_HEADER.format(name=index.name, what="index", size=size, limit=MAX_HEADER_BYTES))
     try:
         weight_map = json.loads(index.read_text())["weight_map"]
         shards = sorted(set(weight_map.values()))

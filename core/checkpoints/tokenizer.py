@@ -9,12 +9,14 @@ only compatibility the weights can show; the note says so.
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from functools import lru_cache
 from pathlib import Path
 
 from transformers import AutoTokenizer
-from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
+from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER, PreTrainedTokenizerBase
 
 from ..errors import first_line
 from .regex_risk import TIME_LIMIT_S, slow_pattern
@@ -23,8 +25,14 @@ from .registry import DEMO_MODELS
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                    "tokenizer.model")
+# Each file is read whole and parsed, a tokenizer.json at ~25 times its size (216 MB took 5.3 GB); the largest of
+# released models are a few tens of MB (Gemma 3's tokenizer.json, 262,144 tokens: 33 MB)
+MAX_TOKENIZER_FILE_BYTES = 64 * 10**6
 
 UNREADABLE = "the checkpoint's tokenizer files could not be loaded ({err}); "
+TOO_BIG = ("the checkpoint's {name} is {size:,} bytes, more than the {limit:,} a tokenizer file takes, so the "
+           "tokenizer was not used; ")
+NOT_A_TOKENIZER = "the checkpoint's {file} names {named!r} as its tokenizer_class, which is no tokenizer, so it was not used; "
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
 BACKTRACKS = ("the checkpoint's tokenizer.json splits text with the regex {pattern}, which repeats a group that can "
               "match the same text in several ways and took over {seconds:g} s on a few hundred characters, so it was "
@@ -68,13 +76,50 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
 
 def _own_tokenizer(clean: Path):
     """``(tokenizer, "")`` from the checkpoint's files in ``clean``, or ``(None, why not)``."""
+    why = unusable_files(clean)
+    if why:
+        return None, why
     try:
         risky = slow_pattern(clean / "tokenizer.json") if (clean / "tokenizer.json").is_file() else None
         if risky:
             return None, BACKTRACKS.format(pattern=risky[:60], seconds=TIME_LIMIT_S)
-        return AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False), ""
+        tokenizer = AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
         return None, UNREADABLE.format(err=first_line(err, 120))
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        return None, UNREADABLE.format(err=f"they give a {type(tokenizer).__name__}, not a tokenizer")
+    return tokenizer, ""
+
+
+def unusable_files(folder: Path) -> str:
+    """Why the tokenizer files in ``folder`` must not reach ``AutoTokenizer`` ("" when they may): one over
+    ``MAX_TOKENIZER_FILE_BYTES``, or a ``tokenizer_class`` that names no tokenizer (transformers looks any name up
+    on its top-level module: "BertModel" built a second model from an upload's weights as its tokenizer)."""
+    for name in TOKENIZER_FILES:
+        size = (folder / name).stat().st_size if (folder / name).is_file() else 0
+        if size > MAX_TOKENIZER_FILE_BYTES:
+            return TOO_BIG.format(name=name, size=size, limit=MAX_TOKENIZER_FILE_BYTES)
+    for name in ("tokenizer_config.json", "config.json"):  # config.json: read whole before, under its own cap
+        named = _named_class(folder / name)
+        if isinstance(named, str) and named and not _is_tokenizer_class(named):
+            return NOT_A_TOKENIZER.format(file=name, named=named[:60])
+    return ""
+
+
+def _named_class(path: Path):
+    try:
+        return json.loads(path.read_bytes()).get("tokenizer_class") if path.is_file() else None
+    except (ValueError, RecursionError, AttributeError):  # not JSON, or not an object: AutoTokenizer says so
+        return None
+
+
+def _is_tokenizer_class(name: str) -> bool:
+    """Whether transformers would build a tokenizer from ``name`` (a name it does not know is its own error)."""
+    try:
+        found = tokenizer_class_from_name(name)
+    except Exception:  # noqa: BLE001 - transformers' lookup of a malformed name
+        return False
+    return found is None or (isinstance(found, type) and issubclass(found, PreTrainedTokenizerBase))
 
 
 def has_vocabulary(tokenizer) -> bool:

@@ -257,6 +257,36 @@ def test_tokenizer_files_without_a_vocabulary_are_no_tokenizer(tmp_path):
     assert loaded.notes[-1].startswith("the checkpoint's tokenizer files hold no vocabulary, only its 5 special")
 
 
+@pytest.mark.parametrize("named", ["BertModel", "BertConfig"])
+@pytest.mark.parametrize("where", ["tokenizer_config.json", "config.json"])
+def test_a_tokenizer_class_that_names_no_tokenizer_is_not_used(tmp_path, named, where):
+    """transformers looks tokenizer_class up on its top-level module: "BertModel" built a second model from the
+    upload's weights as the tokenizer, and the load ended in a bare TypeError (the app: "Something went wrong")."""
+    folder = hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer())
+    config = json.loads((folder / where).read_text())
+    (folder / where).write_text(json.dumps({**config, "tokenizer_class": named}))
+    loaded = load(zip_folder(folder, tmp_path / "named.zip"))
+    assert loaded.tokenizer is None and loaded.model is not None
+    assert loaded.notes[-1].startswith(
+        f"the checkpoint's {where} names '{named}' as its tokenizer_class, which is no tokenizer, so it was not used")
+    typed, tokenizer = load_model(str(folder))
+    assert tokenizer is None
+
+
+def test_a_tokenizer_file_over_the_cap_is_not_parsed(tmp_path, monkeypatch):
+    """tokenizer.json is parsed whole at ~25 times its size: a 216 MB one padded to 12 M entries took 5.3 GB and 105 s
+    before its length was compared with the model's 200 embeddings."""
+    folder = hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer())
+    size = (folder / "tokenizer.json").stat().st_size
+    monkeypatch.setattr(checkpoint_tokenizer, "MAX_TOKENIZER_FILE_BYTES", size - 1)
+    parsed = []
+    monkeypatch.setattr(checkpoint_tokenizer, "slow_pattern", lambda path: parsed.append(path))
+    loaded = load(zip_folder(folder, tmp_path / "big.zip"))
+    assert loaded.tokenizer is None and not parsed
+    assert any(n.startswith(f"the checkpoint's tokenizer.json is {size:,} bytes, more than the {size - 1:,}")
+               for n in loaded.notes)
+
+
 # ---------------------------------------------------------------- safety and routing
 
 def test_from_pretrained_is_called_eager_local_and_without_remote_code(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import json
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -91,6 +92,33 @@ def test_the_tensor_cap_counts_every_shard_of_an_index(tmp_path, monkeypatch):
     assert len(list(folder.glob("model-*.safetensors"))) > 1
     with pytest.raises(CheckpointError, match="index.json's shards holds 3[0-9] tensors; AttnScope reads at most 30"):
         load_checkpoint(folder)
+
+
+def test_a_safetensors_header_or_index_over_the_cap_is_not_parsed(tmp_path, monkeypatch):
+    """Both are parsed whole, at up to ~15 times their size: a 97 MB header of 7 M metadata entries took 1.5 GB and
+    21 s, a 149 MB index 1.8 GB, before either was refused for what it held."""
+    from core.checkpoints import state_dict
+
+    weights = save({"w": torch.zeros(1)}, metadata={str(i): "x" * 50 for i in range(100)})
+    header = int.from_bytes(weights[:8], "little")
+    monkeypatch.setattr(state_dict, "MAX_HEADER_BYTES", header - 1)
+    parsed = []
+    monkeypatch.setattr(state_dict, "json", SimpleNamespace(loads=lambda *a, **k: parsed.append(a)))
+    with pytest.raises(CheckpointError, match=rf"^big.safetensors's header is {header:,} bytes, more than the "
+                                              rf"{header - 1:,} that naming 100,000 tensors takes"):
+        load_untrusted([("big.safetensors", weights)])
+    folder = tmp_path / "root" / "bert"
+    tiny_bert().save_pretrained(folder, max_shard_size="20KB")
+    index = (folder / "model.safetensors.index.json").stat().st_size
+    monkeypatch.setattr(state_dict, "MAX_HEADER_BYTES", index - 1)
+    with pytest.raises(CheckpointError, match=rf"^model.safetensors.index.json's index is {index:,} bytes"):
+        load_checkpoint(folder)
+    assert not parsed
+    monkeypatch.setattr(state_dict, "json", json)
+    monkeypatch.setattr(state_dict, "MAX_HEADER_BYTES", 16 * 2**20)
+    cut = weights[:8] + weights[8:40]  # a header within the cap that the file does not hold: truncated, as before
+    with pytest.raises(CheckpointError, match=r"^cut.safetensors is truncated: its header says"):
+        load_untrusted([("cut.safetensors", cut)])
 
 
 @pytest.mark.parametrize("model_type", ["bert", "gpt2", "t5", "bart", "llama", "distilbert", "albert", "mistral",

@@ -84,6 +84,34 @@ def test_a_custom_folder_without_a_readable_config_is_one_error(tmp_path):
         load_custom_model(tmp_path)
 
 
+def test_a_custom_config_larger_than_its_weights_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """max_positions 20,000,000 beside 150 kB of weights built a 2.9 GB model before the weights were compared."""
+    from core import custom_model
+
+    save_custom_model(AttnScopeTransformer(TINY_PRESETS["attnscope-nano-encoder"]), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "max_positions": 20_000_000}))
+    with pytest.raises(ModelLoadError, match="sets max_positions to 20000000; it must be a whole number from 1 to"):
+        load_model(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({**config, "max_positions": 4_000_000}))  # within the cap
+    built = []
+    monkeypatch.setattr(custom_model, "AttnScopeTransformer", lambda cfg: built.append(cfg))
+    with pytest.raises(ModelLoadError, match=r"describes a model of [0-9,]+ numbers, but model.safetensors holds "):
+        load_model(str(tmp_path))
+    assert not built
+
+
+def test_custom_weights_of_the_wrong_shape_are_named_on_one_line(tmp_path):
+    """The message held a list's repr with a tab: ['\\tsize mismatch for pos_emb.weight: …']."""
+    save_custom_model(AttnScopeTransformer(TINY_PRESETS["attnscope-nano-encoder"]), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "max_positions": config["max_positions"] - 1}))
+    with pytest.raises(ModelLoadError) as caught:
+        load_model(str(tmp_path))
+    assert str(caught.value).startswith("custom model weights do not match its config: size mismatch for pos_emb")
+    assert "\t" not in str(caught.value) and "[" not in str(caught.value).split(":")[1]
+
+
 def test_custom_folder_round_trip(tmp_path):
     torch.manual_seed(0)
     model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-encoder"], vocab_size=200)).eval()
