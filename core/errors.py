@@ -30,6 +30,27 @@ class Cancelled(AttnScopeError):
     """The caller's ``should_stop`` said nobody waits for the result any more (``core.cancel``)."""
 
 
+SHOWN_CHARS = 80  # of a name, path or key from a file or a user, quoted in a message: only the input bounds them
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (with "…"), for a message that shows input (an 8 MB GGUF key made an
+    8 MB error line, a 10 MB log's architecture a 10 MB one)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def quoted(text: str) -> str:
+    """``text`` as a message quotes it: its ``repr`` (control characters escaped), cut to ``SHOWN_CHARS``."""
+    return repr(clipped(text))
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """A typed path or name as a one-line message shows it: cut to ``limit``, and as its ``repr`` when it holds a
+    control or format character (a newline split the message in two, U+202E reversed what followed)."""
+    text = clipped(text, limit)
+    return text if text.isprintable() else repr(text)
+
+
 def counted(n: int, noun: str) -> str:
     """``n`` of ``noun`` in words, for messages: "1 tensor", "3 tensors", "1,000 special tokens"."""
     return f"{n:,} {noun}" + ("" if n == 1 else "s")

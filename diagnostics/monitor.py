@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from core.errors import AttnScopeError, InputError, first_line
+from core.errors import AttnScopeError, InputError, clipped, first_line
 from core.extraction.streaming import can_stream
 from diagnostics.diagnose import diagnose
 from diagnostics.findings import INPUT_NOTES
@@ -170,9 +170,9 @@ class AttentionMonitor:
         known = None if self.log_path is None else _last_shape(self.log_path)
         shape = model_shape(record)
         if known is not None and shape != known:
-            raise InputError(f"the model is now {shape}, but {self.log_path} holds {known}; a model that changes "
-                             "shape (or another model) needs its own log_path, as the Timeline reads one model per "
-                             "log")
+            raise InputError(f"the model is now {clipped(shape, 200)}, but {self.log_path} holds "
+                             f"{clipped(known, 200)}; a model that changes shape (or another model) needs its own "
+                             "log_path, as the Timeline reads one model per log")
 
     def _scalars(self, record):
         writer = self._tensorboard()

@@ -26,7 +26,7 @@ import numpy as np
 from core.cancel import progress_span
 from core.checkpoints.build import MAX_HEADS, MAX_LAYERS
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
-from core.errors import InputError
+from core.errors import InputError, clipped
 from diagnostics.compare import role_names
 from diagnostics.monitor import MAX_STEP, SCHEMA, model_shape, record_of
 
@@ -111,7 +111,7 @@ class Timeline:
 def _check_cells(part, shape: tuple[int, int, int], filled: int) -> None:
     """Refuse a ``[steps, layers, heads]`` grid over ``MAX_CELLS``, or far emptier than a monitor's, before it is
     allocated (and drawn with a row per head)."""
-    cells, grid = math.prod(shape), "{:,} steps × {} layers × {} heads".format(*shape)
+    cells, grid, part = math.prod(shape), "{:,} steps × {} layers × {} heads".format(*shape), clipped(str(part))
     if cells > MAX_CELLS:
         raise InputError(f"the log's {part} heads need {grid} = {cells:,} cells, over the Timeline's {MAX_CELLS:,}; "
                          "log less often (every=...) or split the log")
@@ -307,7 +307,8 @@ def _one_model(records: list[dict]) -> None:
     first = model_shape(records[0])
     for record in records[1:]:
         if model_shape(record) != first:
-            raise InputError(f"the log measures two different models ({first}, then {model_shape(record)} at "
+            raise InputError(f"the log measures two different models ({clipped(first, 200)}, then "
+                             f"{clipped(model_shape(record), 200)} at "
                              f"step {record['step']}); give each run its own log_path")
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 
 from app import errors
 from app.plain import for_markdown
-from app.server import session, uploads
+from app.server import session, sources, uploads
 from app.views import compare_plots
 from core.cancel import stoppable
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
@@ -48,7 +48,10 @@ def load(kind, value) -> tuple[dict, list[str]]:
     try:  # stops between checkpoints and probes once the browser session has ended
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message),
                              session.stop_when_gone())
-        return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}, []
+        def waiting(held: int, count: int, limit: int) -> None:
+            bar.progress(0.0, text=sources.waiting_text(held, count, limit))
+        with sources.run_models.places(1, sources.run_models_limit(), waiting):  # a checkpoint is loaded at a time
+            return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}, []
     finally:
         bar.empty()
 

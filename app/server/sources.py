@@ -89,6 +89,12 @@ class _RunModels:
 run_models = _RunModels()
 
 
+def waiting_text(held: int, count: int, limit: int) -> str:
+    """What a run waiting for places of ``run_models`` shows on its progress bar."""
+    return (f"waiting: other runs hold {held} of the {limit} uploaded or local models this server loads at once, "
+            f"and this run needs {count} (runs go in the order they asked)")
+
+
 def run_models_limit() -> int:
     """Models loaded for one run alone held at once: ``$ATTNSCOPE_MAX_RUN_MODELS``, else ``RUN_MODELS``."""
     return env_count(ENV_RUN_MODELS, RUN_MODELS, "models", core.InputError)
@@ -202,8 +208,7 @@ def opened_models(inputs: list, n_heads: int | None, progress: list, labels: lis
     own = [i for i, x in enumerate(inputs) if not _known(x)]
 
     def waiting(held: int, count: int, limit: int) -> None:
-        progress[own[0]](0.0, f"waiting: other runs hold {held} of the {limit} uploaded or local models this server "
-                              f"loads at once, and this run needs {count} (runs go in the order they asked)")
+        progress[own[0]](0.0, waiting_text(held, count, limit))
     with run_models.places(len(own), run_models_limit(), waiting):
         loaded = [None if _known(x) else _labelled(label, load_source, x, n_heads, tell)
                   for x, tell, label in zip(inputs, progress, labels)]

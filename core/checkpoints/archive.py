@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, clipped
 from .paths import MAX_NAME_BYTES
 
 CHUNK = 1 << 20
@@ -125,14 +125,14 @@ def _safe_relpath(name: str, entry: str, raw: str) -> PurePosixPath:
     """The entry's path inside the destination, or CheckpointError for absolute paths and ``..``."""
     text = raw.replace("\\", "/")
     if "\x00" in text:
-        raise CheckpointError(BAD_ENTRY.format(name=name, entry=entry, why="a name with a NUL byte"))
+        raise CheckpointError(BAD_ENTRY.format(name=name, entry=clipped(entry), why="a name with a NUL byte"))
     if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
-        raise CheckpointError(BAD_ENTRY.format(name=name, entry=entry, why="an absolute path"))
+        raise CheckpointError(BAD_ENTRY.format(name=name, entry=clipped(entry), why="an absolute path"))
     parts = [p for p in text.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise CheckpointError(BAD_ENTRY.format(name=name, entry=entry, why="a path that climbs out with '..'"))
+        raise CheckpointError(BAD_ENTRY.format(name=name, entry=clipped(entry), why="a path that climbs out with '..'"))
     if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in parts):
-        raise CheckpointError(BAD_ENTRY.format(name=name, entry=entry[:80] + "…",
+        raise CheckpointError(BAD_ENTRY.format(name=name, entry=clipped(entry),
                                                why=f"a name longer than {MAX_NAME_BYTES} bytes"))
     return PurePosixPath(*parts) if parts else PurePosixPath(".")
 
@@ -164,12 +164,14 @@ class _Writer:
         try:
             target.mkdir(mode=0o700, parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):  # an earlier entry is a file of the folder's name
-            raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=str(rel),
+            raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=clipped(str(rel)),
                                                    why="a folder of the same name as a file")) from None
         except OSError as err:  # the private folder's path stays out of the message
-            raise CheckpointError(NOT_WRITTEN.format(name=self.name, entry=str(rel), why=err.strerror)) from None
+            raise CheckpointError(NOT_WRITTEN.format(name=self.name, entry=clipped(str(rel)),
+                                                     why=err.strerror)) from None
         if not target.resolve().is_relative_to(self.dest.resolve()):  # defence in depth: no link was created
-            raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=str(rel), why="a path outside the archive"))
+            raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=clipped(str(rel)),
+                                                   why="a path outside the archive"))
         return target
 
     def write(self, rel: PurePosixPath, stream, declared: int) -> None:
@@ -180,9 +182,11 @@ class _Writer:
         try:
             fd = os.open(parent / rel.name, flags, 0o600)
         except FileExistsError:
-            raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=str(rel), why="a duplicate entry")) from None
+            raise CheckpointError(BAD_ENTRY.format(name=self.name, entry=clipped(str(rel)),
+                                                   why="a duplicate entry")) from None
         except OSError as err:  # the private folder's path stays out of the message
-            raise CheckpointError(NOT_WRITTEN.format(name=self.name, entry=str(rel), why=err.strerror)) from None
+            raise CheckpointError(NOT_WRITTEN.format(name=self.name, entry=clipped(str(rel)),
+                                                     why=err.strerror)) from None
         written = 0
         with os.fdopen(fd, "wb") as out:
             while chunk := stream.read(CHUNK):
@@ -216,7 +220,8 @@ def _extract_zip(path: Path, writer: _Writer) -> None:
             writer.count_entry()
             mode = info.external_attr >> 16
             if stat.S_ISLNK(mode):
-                raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=info.filename, why="a symbolic link"))
+                raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=clipped(info.filename),
+                                                       why="a symbolic link"))
             _safe_relpath(writer.name, info.filename, info.filename)
             writer.declare(info.file_size)
         for info in infos:
@@ -275,9 +280,10 @@ def _unpack_tar(path: Path, writer: _Writer) -> None:
             writer.count_entry()
             if member.issym() or member.islnk():
                 why = "a symbolic link" if member.issym() else "a hard link"
-                raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=member.name, why=why))
+                raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=clipped(member.name), why=why))
             if not (member.isreg() or member.isdir()):
-                raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=member.name, why="a device or pipe"))
+                raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=clipped(member.name),
+                                                       why="a device or pipe"))
             _safe_relpath(writer.name, member.name, member.name)
             writer.declare(member.size)
             members.append(member)

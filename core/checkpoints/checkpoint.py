@@ -32,7 +32,7 @@ from .paths import readable_name
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE
 from ..device import pick_device
-from ..errors import CheckpointError
+from ..errors import CheckpointError, one_line
 from .infer_arch import infer_architecture
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 
@@ -138,9 +138,9 @@ def check_allowed(path: Path, roots: list[Path], wanted: str = MODEL_PATH) -> Pa
     except (OSError, RuntimeError, ValueError):  # a symlink loop, a path too long, no permission
         inside = False
     if not inside:
-        raise CheckpointError(OUTSIDE.format(path=path, env=ENV_ROOTS))
+        raise CheckpointError(OUTSIDE.format(path=one_line(str(path)), env=ENV_ROOTS))
     if not _exists(resolved):
-        raise CheckpointError(NOT_FOUND.format(path=path, wanted=wanted))
+        raise CheckpointError(NOT_FOUND.format(path=one_line(str(path)), wanted=wanted))
     return resolved
 
 
@@ -164,7 +164,7 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
             _check_folder_files(folder, roots)
             return folder, label, _ignored_code(folder, recursive=False)
         if not path.is_file():  # a pipe would block the read for ever, a device never end
-            raise CheckpointError(NOT_PLAIN.format(path=inputs))
+            raise CheckpointError(NOT_PLAIN.format(path=one_line(str(inputs))))
         return _stage_file(path, _file_name(given, path), work, limits)
     if isinstance(inputs, tuple) and len(inputs) == 2 and _is_data(inputs[1]):
         inputs = [inputs]

@@ -21,6 +21,7 @@ from safetensors.torch import load_file as load_safetensors_file
 
 from ..errors import CheckpointError
 from ..errors import first_line as _first_line
+from ..whole import is_count
 from .archive import zip_directory
 from .paths import utf8_path
 
@@ -112,9 +113,11 @@ def _check_safetensors_header(name: str, data: bytes, size: int) -> None:
         raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="no valid header at the start"))
     try:
         header = json.loads(data[8:8 + length])
-        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
     except Exception:  # noqa: BLE001 - any malformed header is the same user error
         raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="its header is not valid JSON")) from None
+    if not all(is_count(end) and end < 2**63 for end in ends):  # a 4,000-digit offset made a 5,000-character message
+        raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="its data_offsets are not byte positions"))
     if len(ends) > MAX_TORCH_RECORDS:  # before the parser builds them all (200,000 empty tensors: +450 MB)
         raise CheckpointError(TOO_MANY.format(name=name, n=len(ends), high=MAX_TORCH_RECORDS))
     end = 8 + length + max(ends, default=0)

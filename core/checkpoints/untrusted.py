@@ -20,14 +20,17 @@ The command line trusts its local user and calls ``load_model`` instead
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from ..errors import CheckpointError, ModelLoadError
+from ..errors import CheckpointError, ModelLoadError, one_line
 from .archive import Limits
 from .checkpoint import LoadedCheckpoint, check_allowed, load_checkpoint, resolve_roots
 from .loading import load_model
 from .registry import ALIASES, DEMO_MODELS, canonical_name, real_model
 
+URL = ("{url} is a web address; the app never downloads: download the file yourself and upload it, or ask the "
+       "server's operator to put it in a folder the app may read")
 NO_SOURCE = "no model given; choose a model by name ({names}), give a folder, or upload a checkpoint"
 NOT_CACHED = ("{name!r} is not a model this server knows ({names}), a Hugging Face id in its local cache, or a "
               "folder it may read; the app never downloads: ask the server's operator to fetch the model "
@@ -51,6 +54,8 @@ def load_untrusted(source, *, n_heads: int | None = None, limits: Limits | None 
     if not isinstance(source, Path) and is_known_name(name):
         model, tokenizer = load_model(name, device=device, progress=progress)
         return LoadedCheckpoint(model, tokenizer, [], getattr(getattr(model, "config", None), "model_type", ""))
+    if not isinstance(source, Path) and re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", name):  # read as a path, "http:/…"
+        raise CheckpointError(URL.format(url=one_line(name)))
     roots = resolve_roots(allowed_roots)
     if not isinstance(source, Path) and looks_like_hub_id(name) and not _readable(name, roots):
         folder = cached_hub_folder(name)

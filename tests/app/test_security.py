@@ -62,7 +62,7 @@ def test_paths_no_file_can_have_get_the_same_line_on_both_pages(path):
     showing the server's folder; an unknown ~user was a RuntimeError on Inspect (the stamp of its files)."""
     [inspect_error] = _inspect_error("Local folder", path)
     assert [inspect_error] == _diagnose_error(path)
-    assert inspect_error.startswith(f"{path} does not exist; give the path")
+    assert inspect_error.startswith(f"{path[:200] + '…' if len(path) > 200 else path} does not exist; give the path")
 
 
 def test_an_unexpected_os_error_shows_its_reason_not_the_server_s_path():
@@ -729,6 +729,36 @@ def test_models_loaded_for_one_run_alone_are_capped_across_sessions(monkeypatch)
     monkeypatch.setenv(sources.ENV_RUN_MODELS, "two")
     with pytest.raises(Exception, match="ATTNSCOPE_MAX_RUN_MODELS='two' must be a whole number"):
         sources.opened_models(["/c"], None, [None]).__enter__()
+
+
+def test_a_timeline_of_checkpoints_takes_a_place_of_the_models_loaded_at_once(monkeypatch):
+    """The Timeline loaded its checkpoints (up to 2 GB each) outside the cap: every session could hold one."""
+    import time
+
+    from app.app_pages import timeline as page
+    from app.server import sources
+
+    monkeypatch.setenv(sources.ENV_RUN_MODELS, "1")
+    loaded, results = [], []
+    monkeypatch.setattr(page.tl, "from_checkpoints", lambda folder, progress: loaded.append(folder) or "timeline")
+    full, release = threading.Event(), threading.Event()
+
+    def upload_run():
+        with sources.run_models.places(1, 1, lambda *args: None):
+            full.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=upload_run)
+    holder.start()
+    full.wait(5)
+    runner = threading.Thread(target=lambda: results.append(page.load(page.KINDS[2], "/runs/out")))
+    runner.start()
+    time.sleep(1.5)
+    assert runner.is_alive() and not loaded  # it waits for the place
+    release.set()
+    holder.join(5)
+    runner.join(5)
+    assert loaded == ["/runs/out"] and results == [({"out": "timeline"}, [])] and sources.run_models.held == 0
 
 
 def test_a_run_of_known_models_alone_takes_no_place_and_never_waits(monkeypatch):

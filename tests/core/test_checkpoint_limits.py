@@ -421,6 +421,28 @@ def test_tilde_expands_the_same_way_everywhere(tmp_path, monkeypatch):
     assert _refusal("~nobody-attnscope/x").startswith("~nobody-attnscope/x is outside")
 
 
+def test_typed_paths_urls_and_entry_names_are_one_short_line_in_messages(tmp_path):
+    """A 5,000-character path, a zip entry path and a 4,000-digit safetensors offset were echoed whole; a newline
+    in a typed name split the message; a URL was read as a path ("http:/127.0.0.1:9/x.zip is outside …")."""
+    messages = []
+    for source in ["/" + "a" * 5000, "org/na\nme", "http://127.0.0.1:9/x.zip", "HF://org/model"]:
+        with pytest.raises(CheckpointError) as caught:
+            load_untrusted(source)
+        messages.append(str(caught.value))
+    assert messages[2].startswith("http://127.0.0.1:9/x.zip is a web address; the app never downloads")
+    assert messages[3].startswith("HF://org/model is a web address")
+    header = b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,' + b"9" * 4000 + b"]}}"
+    with pytest.raises(CheckpointError) as caught:
+        load_untrusted([("big.safetensors", len(header).to_bytes(8, "little") + header + bytes(4))])
+    messages.append(str(caught.value))
+    assert messages[-1] == ("big.safetensors is not a safetensors file (its data_offsets are not byte positions); "
+                            "give the file written by save_file / save_pretrained")
+    with pytest.raises(CheckpointError) as caught:
+        load_untrusted([("x.zip", _zip({"m/config.json": b"{}", "m/" + "/".join(["a" * 200] * 25) + "/../x": b""}))])
+    messages.append(str(caught.value))
+    assert all(len(m) < 500 and "\n" not in m for m in messages), [len(m) for m in messages]
+
+
 def test_a_folder_inside_whose_file_links_outside_is_refused(tmp_path):
     folder = bert_folder(tmp_path / "root" / "bert")
     (folder / "tokenizer.json").unlink()

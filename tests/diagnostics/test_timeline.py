@@ -123,6 +123,15 @@ def test_two_models_in_one_log_are_refused(log_text):
         parse_log(log_text + json.dumps(other) + "\n")
 
 
+def test_a_long_architecture_name_is_cut_in_the_message(log_text):
+    """A 10 MB log whose two records name 5 MB architectures made a 10 MB error line, shown whole by the app."""
+    first, second = (json.loads(line) for line in log_text.splitlines()[:2])
+    first["model"]["architecture"], second["model"]["architecture"] = "a" * 1_000_000, "b" * 1_000_000
+    with pytest.raises(InputError, match="two different models") as caught:
+        parse_log(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    assert len(str(caught.value)) < 600 and "aaa…" in str(caught.value)
+
+
 DAMAGE = {  # a change to the first record -> the error it gets (each crashed the Timeline with a raw error before)
     "huge step": (lambda r: r.update(step=None), "not JSON (ValueError)"),
     "heads not a list": (lambda r: r.update(heads={"0": 1}), "has no step or heads"),

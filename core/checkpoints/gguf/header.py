@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import CheckpointError
+from ...errors import CheckpointError, quoted
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 used 32-bit counts and is long gone
@@ -29,7 +29,6 @@ DEFAULT_ALIGNMENT = 32
 # took 270 s, under the lock every GGUF load of the process shares; 99,000 tensors took 9.7 s and +534 MB.
 MAX_TENSORS = 16_384  # a 405 B Llama has 1,138 tensors; mixture-of-experts files a few thousand
 MAX_KEYS = 1_024  # a real file has a few dozen keys (SmolLM2: 33)
-SHOWN_CHARS = 80  # of a key or tensor name quoted in a message: names are only bounded by the file
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_DEPTH = 2  # arrays of arrays exist (e.g. per-layer lists); deeper is corrupt
 # Metadata array items, all arrays of a group together (gguf.GGUFReader parses SmolLM2's 147,204 in 2.6 s, 160 MB).
@@ -53,11 +52,6 @@ COUNT = "{name} declares {n:,} {what}, more than the {limit:,} any model file ha
 NOT_UTF8 = "{name}: {what} at byte {at:,} is not UTF-8 text, as every GGUF string is; the file is corrupt"
 MANY_ITEMS = ("{name}: the metadata array {key} brings the {group} to {n:,} items, more than the {limit:,} "
               "a real model file holds (each costs time and memory to parse); the header is corrupt or hostile")
-
-
-def quoted(text: str) -> str:
-    """``text`` as a message quotes it: ``repr``, cut to ``SHOWN_CHARS`` (an 8 MB key made an 8 MB error line)."""
-    return repr(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…")
 
 
 @dataclass

@@ -33,11 +33,11 @@ import torch
 
 from ..archive import ENV_MAX_MODEL, Limits
 from ..build import MAX_LAYERS, token_vocabulary, uneven_head_groups
-from .header import DEFAULT_ALIGNMENT, GGUFHeader, quoted, read_gguf_header
+from .header import DEFAULT_ALIGNMENT, GGUFHeader, read_gguf_header
 from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
-from ...errors import CheckpointError, counted, first_line
+from ...errors import CheckpointError, counted, first_line, quoted
 from ...whole import is_size
 
 GGUF_SUFFIX = ".gguf"

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from ...errors import CheckpointError
+from ...errors import CheckpointError, quoted
 from ...whole import is_size
-from .header import GGUFHeader, quoted
+from .header import GGUFHeader
 
 # general.architecture values whose blk.N.attn_{q,k,v,output} and ffn_{gate,up,down} follow llama.cpp's Llama shapes
 LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "starcoder2",
