@@ -129,7 +129,7 @@ def parameter_count(config: TransformerConfig) -> int:
     """The numbers an ``AttnScopeTransformer`` of ``config`` holds (its output layer shares the token embeddings)."""
     d = config.d_model
     per_block = 4 * (d * d + d) + 2 * d * config.d_ff + config.d_ff + d + 4 * d
-    return (config.vocab_size + config.max_positions) * d + config.n_layers * per_block
+    return (config.vocab_size + config.max_positions) * d + config.n_layers * per_block + 2 * d  # + final norm
 
 
 def is_custom_config(config: dict) -> bool:

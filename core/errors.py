@@ -47,8 +47,7 @@ def quoted(text: str) -> str:
 def one_line(text: str, limit: int = 200) -> str:
     """A typed path or name as a one-line message shows it: cut to ``limit``, and as its ``repr`` when it holds a
     control or format character (a newline split the message in two, U+202E reversed what followed)."""
-    text = clipped(text, limit)
-    return text if text.isprintable() else repr(text)
+    return clipped(text, limit) if text.isprintable() else clipped(repr(text), limit)
 
 
 def counted(n: int, noun: str) -> str:

@@ -100,10 +100,11 @@ def pool_map(weights, max_cells: int) -> tuple[torch.Tensor, int, int]:
     bq, bk = pool_factor(q, max_cells), pool_factor(k, max_cells)
     if bq == 1 and bk == 1:
         return w, 1, 1
-    pq, pk = math.ceil(q / bq) * bq, math.ceil(k / bk) * bk
-    padded = torch.nn.functional.pad(w, (0, pk - k, 0, pq - q))  # (..., pq, pk), zero padding
-    blocks = padded.reshape(*w.shape[:-2], pq // bq, bq, pk // bk, bk)  # (..., pq/bq, bq, pk/bk, bk)
-    return blocks.amax(dim=(-3, -1)), bq, bk
+    # ceil_mode: the blocks at the far edges hold what is left; padding a copy of the maps to whole blocks doubled
+    # the server's peak for the overview of a long result (SmolLM2 at 1,086 tokens: +1.2 GiB)
+    flat = w.reshape(-1, 1, q, k)  # (N, 1, q, k): a view of contiguous maps
+    pooled = torch.nn.functional.max_pool2d(flat, (bq, bk), stride=(bq, bk), ceil_mode=True)  # (N, 1, q/bq, k/bk)
+    return pooled.reshape(*w.shape[:-2], *pooled.shape[-2:]), bq, bk
 
 
 def top_links(weights, k: int, min_weight: float = 0.0):

@@ -350,7 +350,7 @@ def from_checkpoints(folder, texts=None, progress=None, allowed_roots=None) -> T
             continue
         source = (loaded.model, loaded.tokenizer) if loaded.tokenizer is not None else loaded.model
         record = record_of(diagnose(source, texts, progress=progress_span(this, 0.2, 1.0)), step)
-        del loaded
+        del loaded, source  # one model alive at a time: the next one loads before this loop names it
         _same_model(records, record, chosen)
         records.append(record)
     tell(1.0, "done")

@@ -48,8 +48,9 @@ def load(kind, value) -> tuple[dict, list[str]]:
     try:  # stops between checkpoints and probes once the browser session has ended
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message),
                              session.stop_when_gone())
-        def waiting(held: int, count: int, limit: int) -> None:
-            bar.progress(0.0, text=sources.waiting_text(held, count, limit))
+
+        def waiting(held: int, count: int, limit: int) -> None:  # told while it waits: raises once the tab is gone
+            progress(0.0, sources.waiting_text(held, count, limit))
         with sources.run_models.places(1, sources.run_models_limit(), waiting):  # a checkpoint is loaded at a time
             return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}, []
     finally:

@@ -319,4 +319,5 @@ def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: s
         needed, fits = over
         raise core.InputError(f"this text is {tokens:,} tokens for this model, whose attention maps would take "
                               f"{needed / 1e9:.1f} GB, over the {result_budget_bytes() / 1e9:.1f} GB a result may "
-                              f"take on this server; shorten it to about {fits:,} tokens")
+                              f"take on this server; shorten it to about {fits:,} tokens (the server's operator "
+                              f"sets the limit with {ENV_RESULT_CACHE})")

@@ -14,9 +14,14 @@ import torch
 
 from app.views.plots import LOG_FLOOR
 from core.extraction.tokens import visible
+from core.views import pool_map
 from diagnostics.reports.exports import strict_json
 
 LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th one
+# Cells per side of an image: a 14-inch map at 150 dpi has ~2,000 pixels, and past them nearest-neighbour drawing
+# kept about one row and column a pixel and skipped the rest (a previous-token line at 4,007 tokens: 55 % drawn;
+# a key that took every query's weight: not drawn at all); longer maps are block-max pooled, as on the page
+EXPORT_CELLS = 1_500
 MIN_SIDE_IN = 4.0  # room for the labels, axis titles, title and colour bar of a map of a few queries or keys
 
 
@@ -55,8 +60,12 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
     ax = fig.add_subplot()
     top = float(np.nan_to_num(weights.numpy()).max(initial=0.0)) or 1.0
     scale = LogNorm(LOG_FLOOR, 1.0) if log_scale else Normalize(0.0, top)  # as on the page
-    shown = weights.clamp(min=LOG_FLOOR) if log_scale else weights
-    image = ax.imshow(shown.numpy(), cmap="viridis", interpolation="nearest", aspect="auto", norm=scale)
+    pooled, bq, bk = pool_map(weights, EXPORT_CELLS)  # (q/bq, k/bk)
+    shown = pooled.clamp(min=LOG_FLOOR) if log_scale else pooled
+    image = ax.imshow(shown.numpy(), cmap="viridis", interpolation="nearest", aspect="auto", norm=scale,
+                      extent=(-0.5, k - 0.5, q - 0.5, -0.5))  # in tokens, whatever the blocks: the labels stay put
+    if bq * bk > 1:
+        title += f" (each cell the largest weight of {bq}×{bk} tokens)"
     bar = fig.colorbar(image, ax=ax, fraction=0.04)
     if log_scale:
         bar.set_label(f"weight (log; below {LOG_FLOOR:g} drawn as {LOG_FLOOR:g})", fontsize=7)

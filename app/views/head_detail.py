@@ -130,7 +130,7 @@ def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
         bq, bk = views.pool_factor(q1 - q0, plots.MAX_CELLS), views.pool_factor(k1 - k0, plots.MAX_CELLS)
         if bq * bk > 1:
             st.caption(f"{q1 - q0} × {k1 - k0} tokens: each cell shows the largest weight of a {bq}×{bk} block. "
-                       "Narrow the zoom window for full detail; the exports hold every weight.")
+                       "Narrow the zoom window for full detail; the CSV, NPZ and JSON exports hold every weight.")
         elif tuple(weights.shape) != tuple(view.weights.shape):  # the exports are not what is shown
             st.caption(f"Zoomed to {q1 - q0} × {k1 - k0} of {len(view.queries)} × {len(view.keys)} tokens; "
                        "the exports hold the whole map.")

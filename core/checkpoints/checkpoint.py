@@ -131,7 +131,7 @@ def check_allowed(path: Path, roots: list[Path], wanted: str = MODEL_PATH) -> Pa
     Outside the roots, a missing path, a link out and an unreadable one get the same message (``OUTSIDE``).
     """
     if "\x00" in str(path):  # no file name can hold one; os.stat raises ValueError, not OSError
-        raise CheckpointError(NUL_BYTE.format(path=ascii(str(path))))
+        raise CheckpointError(NUL_BYTE.format(path=one_line(str(path))))
     try:
         resolved = expand_user(path).resolve()
         inside = any(resolved.is_relative_to(root) for root in roots)

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from ..custom_model import CONFIG_NAME
-from ..errors import CheckpointError
+from ..errors import CheckpointError, one_line
 from .state_dict import WEIGHT_SUFFIXES
 
 IGNORED_DIRS = ("__MACOSX", ".git", "__pycache__")
@@ -45,7 +45,7 @@ def model_root(top: Path, label: str, max_entries: int | None = None) -> Path:
         chosen = _one(sorted(candidates), top, label)
         if chosen is not None:
             return chosen
-    raise CheckpointError(NO_MODEL.format(name=label, count=len(files)))
+    raise CheckpointError(NO_MODEL.format(name=one_line(label), count=len(files)))
 
 
 def holds_model_files(top: Path, max_entries: int = 1000) -> bool:
@@ -62,7 +62,7 @@ def _one(folders: list[Path], top: Path, label: str) -> Path | None:
         folders = _current_snapshot(folders) or folders
     if len(folders) > 1:
         names = ", ".join((str(f.relative_to(top)) if f != top else ".") + "/" for f in folders[:4])
-        raise CheckpointError(SEVERAL_MODELS.format(name=label, folders=names))
+        raise CheckpointError(SEVERAL_MODELS.format(name=one_line(label), folders=names))
     return folders[0] if folders else None
 
 
@@ -101,5 +101,5 @@ def files_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
                 continue
             found.append(here / name)
             if max_entries is not None and len(found) > max_entries:
-                raise CheckpointError(TOO_MANY_FILES.format(name=label, limit=max_entries, depth=MAX_DEPTH))
+                raise CheckpointError(TOO_MANY_FILES.format(name=one_line(label), limit=max_entries, depth=MAX_DEPTH))
     return [p for p in found if p.is_file()]

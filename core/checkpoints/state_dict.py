@@ -54,8 +54,8 @@ NOT_WEIGHTS = ("{name} holds {key!r}, {why}; AttnScope reads plain dense weights
                "torch.save(model.state_dict(), ...) or as .safetensors")
 TOO_MANY = ("{name} holds {n:,} tensors; AttnScope reads at most {high:,} (a model's weights are a few hundred to a "
             "few thousand) — give the model's state dict alone")
-BIG_HEADER = ("{name}'s {what} is {size:,} bytes, more than the {limit:,} that naming "
-              f"{MAX_TORCH_RECORDS:,} tensors takes — give the model's state dict alone")
+BIG_HEADER = ("{name}'s {what} is {size:,} bytes, more than the {limit:,} AttnScope reads (a model's is a few MB "
+              "at most) — give the model's state dict alone")
 SEVERAL = "found several weight files ({names}) and no index naming which belong together; give one model at a time"
 
 

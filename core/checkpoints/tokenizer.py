@@ -32,7 +32,8 @@ MAX_TOKENIZER_FILE_BYTES = 64 * 10**6
 UNREADABLE = "the checkpoint's tokenizer files could not be loaded ({err}); "
 TOO_BIG = ("the checkpoint's {name} is {size:,} bytes, more than the {limit:,} a tokenizer file takes, so the "
            "tokenizer was not used; ")
-NOT_A_TOKENIZER = "the checkpoint's {file} names {named!r} as its tokenizer_class, which is no tokenizer, so it was not used; "
+NOT_A_TOKENIZER = ("the checkpoint's {file} names {named!r} as its tokenizer_class, which is no tokenizer, so it was "
+                   "not used; ")
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
 BACKTRACKS = ("the checkpoint's tokenizer.json splits text with the regex {pattern}, which repeats a group that can "
               "match the same text in several ways and took over {seconds:g} s on a few hundred characters, so it was "
@@ -119,6 +120,8 @@ def _is_tokenizer_class(name: str) -> bool:
         found = tokenizer_class_from_name(name)
     except Exception:  # noqa: BLE001 - transformers' lookup of a malformed name
         return False
+    if type(found).__name__ == "DummyObject":  # a tokenizer whose package is missing: transformers says which
+        return True
     return found is None or (isinstance(found, type) and issubclass(found, PreTrainedTokenizerBase))
 
 

@@ -213,3 +213,21 @@ def test_a_wide_map_s_image_keeps_room_for_its_labels():
         warnings.simplefilter("error")
         _, _, fig = _drawn(weights.T.contiguous(), [f"k{i}" for i in range(400)], ["a", "b", "c"])
     assert fig.get_figwidth() >= exports.MIN_SIDE_IN
+
+
+def test_an_image_of_a_long_map_draws_every_line_as_block_maxima():
+    """Past ~2,000 tokens an image has fewer pixels than tokens, and nearest-neighbour drawing skipped rows and
+    columns: a head that put every query's weight on key 1001 of 4,007 exported as an all-dark image."""
+    import matplotlib.image
+
+    n = 2_600
+    weights = torch.zeros(n, n)  # (q, k)
+    weights[:, 1001] = 1.0
+    image, _, fig = _drawn(weights, [f"t{i}" for i in range(n)], [f"t{i}" for i in range(n)])
+    assert max(image.get_array().shape) <= exports.EXPORT_CELLS and image.get_extent() == [-0.5, n - 0.5, n - 0.5, -0.5]
+    assert fig.axes[0].get_title() == "title (each cell the largest weight of 2×2 tokens)"
+    png = matplotlib.image.imread(io.BytesIO(exports.image_bytes(weights, [str(i) for i in range(n)],
+                                                                   [str(i) for i in range(n)], "t", "png")))
+    yellow = (png[..., 0] > 0.9) & (png[..., 1] > 0.8) & (png[..., 2] < 0.3)  # viridis at its top
+    rows_with_the_line = yellow.any(axis=1).sum()
+    assert rows_with_the_line > 1_000  # the line runs the whole height of the plot (before: no row)

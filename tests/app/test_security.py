@@ -735,6 +735,7 @@ def test_a_timeline_of_checkpoints_takes_a_place_of_the_models_loaded_at_once(mo
     """The Timeline loaded its checkpoints (up to 2 GB each) outside the cap: every session could hold one."""
     import time
 
+    import core
     from app.app_pages import timeline as page
     from app.server import sources
 
@@ -759,6 +760,18 @@ def test_a_timeline_of_checkpoints_takes_a_place_of_the_models_loaded_at_once(mo
     holder.join(5)
     runner.join(5)
     assert loaded == ["/runs/out"] and results == [({"out": "timeline"}, [])] and sources.run_models.held == 0
+    monkeypatch.setattr(page.session, "stop_when_gone", lambda: (lambda: True))  # its browser tab has closed
+    full.clear(), release.clear()
+    holder = threading.Thread(target=upload_run)
+    holder.start()
+    full.wait(5)
+    start = time.monotonic()
+    with pytest.raises(core.Cancelled):  # it stops waiting, as Diagnose does, instead of taking a place nobody wants
+        page.load(page.KINDS[2], "/runs/out")
+    assert time.monotonic() - start < 3 and loaded == ["/runs/out"]
+    release.set()
+    holder.join(5)
+    assert sources.run_models.held == 0 and not sources.run_models.queue
 
 
 def test_a_run_of_known_models_alone_takes_no_place_and_never_waits(monkeypatch):

@@ -273,6 +273,13 @@ def test_a_tokenizer_class_that_names_no_tokenizer_is_not_used(tmp_path, named, 
     assert tokenizer is None
 
 
+def test_a_tokenizer_whose_package_is_missing_is_named_by_transformers(tmp_path):
+    """transformers stands a placeholder in for a tokenizer class whose package is not installed; its own error
+    says which package (mistral_common), where "names no tokenizer" was wrong."""
+    assert checkpoint_tokenizer._is_tokenizer_class("MistralCommonBackend")
+    assert not checkpoint_tokenizer._is_tokenizer_class("BertModel")
+
+
 def test_a_tokenizer_file_over_the_cap_is_not_parsed(tmp_path, monkeypatch):
     """tokenizer.json is parsed whole at ~25 times its size: a 216 MB one padded to 12 M entries took 5.3 GB and 105 s
     before its length was compared with the model's 200 embeddings."""

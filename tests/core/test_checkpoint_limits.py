@@ -105,7 +105,7 @@ def test_a_safetensors_header_or_index_over_the_cap_is_not_parsed(tmp_path, monk
     parsed = []
     monkeypatch.setattr(state_dict, "json", SimpleNamespace(loads=lambda *a, **k: parsed.append(a)))
     with pytest.raises(CheckpointError, match=rf"^big.safetensors's header is {header:,} bytes, more than the "
-                                              rf"{header - 1:,} that naming 100,000 tensors takes"):
+                                              rf"{header - 1:,} AttnScope reads"):
         load_untrusted([("big.safetensors", weights)])
     folder = tmp_path / "root" / "bert"
     tiny_bert().save_pretrained(folder, max_shard_size="20KB")
@@ -174,7 +174,7 @@ def test_weights_too_few_for_the_config_are_refused_before_the_model_is_built(mo
                                               r"are missing from the weights \(e.g. embeddings.LayerNorm.bias\)"):
         load_untrusted([("config.json", json.dumps(config).encode()), ("model.safetensors", weights)])
     with pytest.raises(CheckpointError, match=r"^the weights do not match config.json: the model it describes has "
-                                              r"108,888,576 parameters, more than the weights hold \(1\)"):
+                                              r"108,890,112 parameters, more than the weights hold \(1\)"):
         load_untrusted([("config.json", json.dumps(custom).encode()), ("model.safetensors", weights)])
     assert not built
 
@@ -440,6 +440,14 @@ def test_typed_paths_urls_and_entry_names_are_one_short_line_in_messages(tmp_pat
     with pytest.raises(CheckpointError) as caught:
         load_untrusted([("x.zip", _zip({"m/config.json": b"{}", "m/" + "/".join(["a" * 200] * 25) + "/../x": b""}))])
     messages.append(str(caught.value))
+    root = tmp_path / "root"
+    (root / "a\nb").mkdir(parents=True)
+    (root / "a\nb" / "notes.txt").write_text("no model here")
+    for source in [str(root / "a\nb"), "/" + "a" * 5000 + "\x00"]:
+        with pytest.raises(CheckpointError) as caught:
+            load_untrusted(source)
+        messages.append(str(caught.value))
+    assert messages[-2].startswith("'a\\nb' holds no model") and "NUL byte" in messages[-1]
     assert all(len(m) < 500 and "\n" not in m for m in messages), [len(m) for m in messages]
 
 

@@ -253,6 +253,30 @@ def _checkpoint(folder, model, tokenizer=None):
         tokenizer.save_pretrained(folder)
 
 
+def test_checkpoints_are_held_one_at_a_time(tmp_path, monkeypatch):
+    """The last checkpoint's model stayed alive while the next one loaded: two models for one place of the app's
+    cap on models loaded at once."""
+    import gc
+    import weakref
+
+    import core
+
+    for step in (100, 200, 300):
+        _checkpoint(tmp_path / f"checkpoint-{step}", tiny_bert(), wordpiece_tokenizer())
+    alive, models, real = [], [], core.load_checkpoint
+
+    def counting(*args, **kwargs):
+        gc.collect()
+        alive.append(sum(m() is not None for m in models))
+        loaded = real(*args, **kwargs)
+        models.append(weakref.ref(loaded.model))
+        return loaded
+
+    monkeypatch.setattr(core, "load_checkpoint", counting)
+    from_checkpoints(tmp_path, texts=PROBES, allowed_roots=[tmp_path])
+    assert alive == [0, 0, 0]
+
+
 def test_a_checkpoint_that_does_not_load_is_skipped_with_a_note(tmp_path):
     """A save cut short (only trainer_state.json) threw the whole timeline away: one error, nothing drawn."""
     for step in (100, 200):
