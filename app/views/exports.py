@@ -62,8 +62,11 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
     scale = LogNorm(LOG_FLOOR, 1.0) if log_scale else Normalize(0.0, top)  # as on the page
     pooled, bq, bk = pool_map(weights, EXPORT_CELLS)  # (q/bq, k/bk)
     shown = pooled.clamp(min=LOG_FLOOR) if log_scale else pooled
+    rows, cols = shown.shape
     image = ax.imshow(shown.numpy(), cmap="viridis", interpolation="nearest", aspect="auto", norm=scale,
-                      extent=(-0.5, k - 0.5, q - 0.5, -0.5))  # in tokens, whatever the blocks: the labels stay put
+                      extent=(-0.5, cols * bk - 0.5, rows * bq - 0.5, -0.5))  # in tokens: each block over its own
+    ax.set_xlim(-0.5, k - 0.5)  # a ragged last block ends with the map
+    ax.set_ylim(q - 0.5, -0.5)
     if bq * bk > 1:
         title += f" (each cell the largest weight of {bq}×{bk} tokens)"
     bar = fig.colorbar(image, ax=ax, fraction=0.04)

@@ -117,6 +117,11 @@ def check_upload_size(name: str, size: int, limits: Limits, files: int = 1) -> N
                                              env=ENV_MAX_UPLOAD))
 
 
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (a newline, a tab, an escape): no model file's name does."""
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
 def is_archive(path: Path) -> bool:
     return path.name.lower().endswith(ARCHIVE_SUFFIXES)
 
@@ -126,6 +131,8 @@ def _safe_relpath(name: str, entry: str, raw: str) -> PurePosixPath:
     text = raw.replace("\\", "/")
     if "\x00" in text:
         raise CheckpointError(BAD_ENTRY.format(name=name, entry=clipped(entry), why="a name with a NUL byte"))
+    if has_control(text):  # a newline in a name split every message that named the file in two
+        raise CheckpointError(BAD_ENTRY.format(name=name, entry=clipped(entry), why="a name with a control character"))
     if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
         raise CheckpointError(BAD_ENTRY.format(name=name, entry=clipped(entry), why="an absolute path"))
     parts = [p for p in text.split("/") if p not in ("", ".")]

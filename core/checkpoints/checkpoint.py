@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .archive import Limits, check_upload_size, extract_archive, is_archive, write_loose_files
+from .archive import Limits, check_upload_size, extract_archive, has_control, is_archive, write_loose_files
 from .build import build_custom, build_hf, check_model_config, token_vocabulary
 from .gguf import is_gguf, load_gguf
 from .layout import IGNORED_DIRS, NO_MODEL, model_root
@@ -186,6 +186,8 @@ def _stage_file(path: Path, name: str, work: Path, limits: Limits) -> tuple[Path
     """Stage the checked file ``path`` under ``name``: a Hub cache blob (blobs/<sha256>) has no suffix of its own;
     a name that is not UTF-8 as ``readable_name(name)``, which the Rust readers open and messages show."""
     upload, name = work / "upload", readable_name(name)
+    if has_control(name):
+        raise CheckpointError(f"{one_line(name)} has a control character in its name; rename the file")
     check_upload_size(name, path.stat().st_size, limits)
     if is_archive(Path(name)):
         (work / name).symlink_to(path)  # the link's target is the resolved path checked against the roots
@@ -222,7 +224,8 @@ def _as_upload(item, roots, limits: Limits) -> Upload:
     if isinstance(item, (str, Path)):
         path = check_allowed(Path(item), roots)
         if not path.is_file():
-            raise CheckpointError(f"{item} is not a file; list the files of the model folder, or pass the folder")
+            raise CheckpointError(f"{one_line(str(item))} is not a file; list the files of the model folder, or pass "
+                                  "the folder")
         name = _file_name(expand_user(Path(item)), path)
         check_upload_size(name, path.stat().st_size, limits)
         return name, path  # copied in chunks by write_loose_files

@@ -120,8 +120,8 @@ def _is_tokenizer_class(name: str) -> bool:
         found = tokenizer_class_from_name(name)
     except Exception:  # noqa: BLE001 - transformers' lookup of a malformed name
         return False
-    if type(found).__name__ == "DummyObject":  # a tokenizer whose package is missing: transformers says which
-        return True
+    if type(found).__name__ == "DummyObject":  # a class whose package is missing: a tokenizer's error names it
+        return name.endswith(("Tokenizer", "TokenizerFast", "Backend"))  # not an image processor's (torchvision)
     return found is None or (isinstance(found, type) and issubclass(found, PreTrainedTokenizerBase))
 
 

@@ -230,4 +230,14 @@ def test_an_image_of_a_long_map_draws_every_line_as_block_maxima():
                                                                    [str(i) for i in range(n)], "t", "png")))
     yellow = (png[..., 0] > 0.9) & (png[..., 1] > 0.8) & (png[..., 2] < 0.3)  # viridis at its top
     rows_with_the_line = yellow.any(axis=1).sum()
-    assert rows_with_the_line > 1_000  # the line runs the whole height of the plot (before: no row)
+    assert rows_with_the_line > 1_000  # the line runs the whole height of the plot (before: 65, the colour bar's)
+
+
+def test_a_pooled_image_s_blocks_sit_over_their_own_tokens():
+    """A side of 1,501 tokens is 751 blocks of 2: stretched over 1,501 tokens, each block drifted from its labels,
+    by up to a block at the far edge; the last block, which holds one token, ends with the map."""
+    n = 1_501
+    weights = torch.zeros(n, n)  # (q, k)
+    image, _, fig = _drawn(weights, [f"t{i}" for i in range(n)], [f"t{i}" for i in range(n)])
+    assert image.get_array().shape == (751, 751) and image.get_extent() == [-0.5, 1501.5, 1501.5, -0.5]
+    assert fig.axes[0].get_xlim() == (-0.5, n - 0.5) and fig.axes[0].get_ylim() == (n - 0.5, -0.5)

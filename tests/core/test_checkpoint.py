@@ -278,6 +278,7 @@ def test_a_tokenizer_whose_package_is_missing_is_named_by_transformers(tmp_path)
     says which package (mistral_common), where "names no tokenizer" was wrong."""
     assert checkpoint_tokenizer._is_tokenizer_class("MistralCommonBackend")
     assert not checkpoint_tokenizer._is_tokenizer_class("BertModel")
+    assert not checkpoint_tokenizer._is_tokenizer_class("Llama4ImageProcessor")  # a placeholder here too
 
 
 def test_a_tokenizer_file_over_the_cap_is_not_parsed(tmp_path, monkeypatch):

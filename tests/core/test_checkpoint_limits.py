@@ -448,6 +448,14 @@ def test_typed_paths_urls_and_entry_names_are_one_short_line_in_messages(tmp_pat
             load_untrusted(source)
         messages.append(str(caught.value))
     assert messages[-2].startswith("'a\\nb' holds no model") and "NUL byte" in messages[-1]
+    (root / "w\n.safetensors").write_bytes(b"junk!")
+    for source in [str(root / "w\n.safetensors"), [("w\n.safetensors", b"junk!")], [str(root / "a\nb")]]:
+        with pytest.raises(CheckpointError) as caught:
+            load_untrusted(source)
+        messages.append(str(caught.value))
+    assert messages[-3] == "'w\\n.safetensors' has a control character in its name; rename the file"
+    assert messages[-2] == ("the upload contains 'w\\n.safetensors', a name with a control character; an archive of "
+                            "a model folder holds only plain files and folders")
     assert all(len(m) < 500 and "\n" not in m for m in messages), [len(m) for m in messages]
 
 
