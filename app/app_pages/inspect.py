@@ -56,6 +56,7 @@ def _submit() -> None:
     heads = int(s.get("model_heads") or 0) or None if s.model_kind == MODEL_KINDS[2] else None
     s.inputs = {"source": source.strip(), "text": s.text, "pair": s.pair, "target": s.target, "heads": heads}
     s.pop("failed", None)  # a fresh Run retries whatever failed before
+    s.pop("run_key", None)  # and reads a folder's files as they are then
 
 
 def attention_or_error():
@@ -67,7 +68,9 @@ def attention_or_error():
         errors.shown(failed[1])
         return None
     try:
-        key = cache.result_key(*args)
+        kept = st.session_state.get("run_key")  # the files as they were at Run: a folder saved again while the
+        key = kept[1] if kept and kept[0] == args else cache.result_key(*args)  # result shows is read on the next Run
+        st.session_state.run_key = (args, key)
         return cache.attention(key), key
     except Exception as err:  # noqa: BLE001  every error becomes a message on the page
         st.session_state.failed = (args, errors.message(err))

@@ -125,8 +125,17 @@ NO_HEADS = ("This log measured no heads (a monitor without a tokenizer on an enc
             "only); its findings are below.")
 
 
+def _kept(name, what, compute):
+    """``compute()`` once per loaded run (``name``) and ``what``, until the next Load: every widget change computed
+    them all again (a 250 MB log: 2 s a rerun, where a layer switch redraws one line chart)."""
+    kept = st.session_state.setdefault("tl_kept", {})
+    if (name, what) not in kept:
+        kept[(name, what)] = compute()
+    return kept[(name, what)]
+
+
 def charts_ui(name, timeline, metric, layer, part) -> None:
-    values = timeline.metric(metric, part)  # (steps, layers, heads)
+    values = _kept(name, ("metric", metric, part), lambda: timeline.metric(metric, part))  # (steps, layers, heads)
     st.plotly_chart(compare_plots.steps_heatmap_figure(values, timeline.steps, METRICS[metric]),
                     key=f"tl_heat_{name}", alt=f"{METRICS[metric]} of every head (rows) at each training step "
                                                "(columns); the findings table below says when each began")
@@ -138,14 +147,14 @@ def charts_ui(name, timeline, metric, layer, part) -> None:
 
 def findings_ui(name, timeline) -> None:
     st.markdown("**Findings: first step**")
-    findings = timeline.first_findings()
+    findings = _kept(name, "findings", timeline.first_findings)
     columns = ["part"] * (len(timeline.parts) > 1) + ["code", "severity", "first_step", "first_error_step", "last_step",
                                                       "message"]
     st.dataframe(pd.DataFrame(findings)[columns] if findings else pd.DataFrame(), hide_index=True,
                  key=f"tl_findings_{name}")
-    changes = timeline.pattern_changes()
+    changes = _kept(name, "changes", lambda: pd.DataFrame(timeline.pattern_changes()))
     with st.expander(f"Pattern and role changes ({len(changes)})"):
-        st.dataframe(pd.DataFrame(changes), hide_index=True, key=f"tl_changes_{name}")
+        st.dataframe(changes, hide_index=True, key=f"tl_changes_{name}")
 
 
 st.title("Training timeline")
@@ -155,6 +164,7 @@ source = inputs_ui()
 if st.button("Load", type="primary", key="tl_run"):
     st.session_state.pop("timelines", None)
     st.session_state.pop("tl_problems", None)
+    st.session_state.pop("tl_kept", None)
     if source is None:
         st.error("Upload a log, give a path or a folder first.", icon="⚠️")
     else:

@@ -155,10 +155,20 @@ class BoundedCache:
         """Drop the oldest until within bounds; the newest stays even alone above the budget (it is in use)."""
         while len(self._values) > 1 and (len(self._values) > self.max_items or self.total_bytes > self.max_bytes):
             key, (value, _) = self._values.popitem(last=False)
-            try:
-                self._dropped[key] = value
-            except TypeError:  # a value no weak reference can point at (a string in tests)
-                pass
+            self._drop(key, value)
+
+    def discard(self, which) -> None:
+        """Drop every kept value whose key ``which(key)`` picks (a caller that holds one keeps it alive)."""
+        with self._lock:
+            for key in [k for k in self._values if which(k)]:
+                self._drop(key, self._values.pop(key)[0])
+
+    def _drop(self, key, value) -> None:
+        """Let a dropped value be found again while a caller still holds it (under ``_lock``)."""
+        try:
+            self._dropped[key] = value
+        except TypeError:  # a value no weak reference can point at (a string in tests)
+            pass
 
     def _kept_again(self, key) -> bool:
         """Keep again a dropped value of ``key`` that is still alive (under ``_lock``)."""
@@ -236,11 +246,14 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
             raise core.InputError(f"the files of {source} changed since its attention was read; press Run to "
                                   "read them again")
         loaded = core.load_untrusted(source, n_heads=n_heads, progress=progress)
+        # its earlier files are gone: a copy of them kept would only push other sessions' models out
+        model_cache().discard(lambda key: key[0] == source and key[1] != files)
         return LoadedModel(loaded.model, loaded.tokenizer)
     source = canonical_name(source)  # 'Demo-BERT' and 'demo-bert' are one model, one lock
+    files = source_stamp(source) if stamp is None else stamp
     try:
         with st.spinner("Loading the model…"):  # shown after 0.5 s: not for a model already kept
-            return model_cache().get((source, source_stamp(source) if stamp is None else stamp, n_heads), load)
+            return model_cache().get((source, files, n_heads), load)
     finally:
         bar.empty()  # raises a click that waits, once the model is kept (or the load failed: the click goes first)
 

@@ -247,6 +247,27 @@ def test_timeline_shows_two_committed_logs_side_by_side():
     assert not at.exception and not _errors(at)
 
 
+def test_timeline_widgets_reuse_what_a_load_computed(monkeypatch):
+    """Every widget change computed each run's metric grid, findings and pattern changes again: 2 s a rerun on a
+    250 MB log, where a layer switch redraws one line chart."""
+    from diagnostics import timeline
+
+    calls = []
+    for name in ("metric", "first_findings", "pattern_changes"):
+        real = getattr(timeline.Timeline, name)
+        monkeypatch.setattr(timeline.Timeline, name, lambda self, *a, _real=real, _name=name, **k:
+                            calls.append(_name) or _real(self, *a, **k))
+    at = _timeline_of([(name, (LOGS / name).read_bytes()) for name in ("healthy.jsonl", "qk_x10.jsonl")])
+    assert sorted(calls) == sorted(["metric", "first_findings", "pattern_changes"] * 2)
+    calls.clear()
+    at.selectbox(key="tl_layer").set_value(1).run()
+    assert calls == [] and len(at.get("plotly_chart")) == 4
+    at.radio(key="tl_metric").set_value("sink_score").run()
+    assert calls == ["metric", "metric"]  # the new metric's grid, once per run
+    at.radio(key="tl_metric").set_value("entropy").run()
+    assert calls == ["metric", "metric"] and not at.exception and not _errors(at)
+
+
 def test_timeline_keeps_two_uploads_of_the_same_name_apart():
     """Two runs' attention.jsonl (docs/training.md logs to runs/<name>/attention.jsonl): one run was dropped."""
     at = _timeline_of([("attention.jsonl", (LOGS / name).read_bytes()) for name in ("healthy.jsonl", "qk_x10.jsonl")])

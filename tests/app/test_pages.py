@@ -267,10 +267,16 @@ def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
         for p in model.parameters():
             p.mul_(3.0)  # the same architecture, sharper attention
     model.save_pretrained(folder)
+    at.radio(key="model_kind").set_value("Known model").run()  # full reruns, no Run: the result shown stays
+    at.radio(key="model_kind").set_value("Local folder").run()
+    assert not _errors(at) and _charts(at)[-1].proto.spec == before[1]  # it was read again, unasked, on any rerun
     at = at.button(key="run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
     assert at.session_state["inputs"] == before[0]  # the same inputs...
     assert _charts(at)[-1].proto.spec != before[1]  # ...but the new weights' attention
+    from app.server import cache
+    kept = [key for key in cache.model_cache().keys() if key[0] == str(folder)]
+    assert len(kept) == 1 and kept[0][1] == cache.source_stamp(str(folder))  # the old files' copy is gone
 
 
 def test_inspect_names_the_model_by_its_folder_not_its_path(bert_folder):
