@@ -222,7 +222,7 @@ def extract_archive(path: Path, dest: Path, limits: Limits) -> None:
 def _extract_zip(path: Path, writer: _Writer) -> None:
     _check_zip_directory(path, writer)
     with zipfile.ZipFile(path) as archive:
-        infos = archive.infolist()
+        infos = [info for info in archive.infolist() if not has_control(info.filename)]  # macOS's "Icon\r"
         for info in infos:  # every check before the first byte is written
             writer.count_entry()
             mode = info.external_attr >> 16
@@ -291,6 +291,8 @@ def _unpack_tar(path: Path, writer: _Writer) -> None:
             if not (member.isreg() or member.isdir()):
                 raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=clipped(member.name),
                                                        why="a device or pipe"))
+            if has_control(member.name):  # no model file's name: skipped, as macOS's "Icon\r" is
+                continue
             _safe_relpath(writer.name, member.name, member.name)
             writer.declare(member.size)
             members.append(member)

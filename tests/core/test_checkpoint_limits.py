@@ -459,6 +459,20 @@ def test_typed_paths_urls_and_entry_names_are_one_short_line_in_messages(tmp_pat
     assert all(len(m) < 500 and "\n" not in m for m in messages), [len(m) for m in messages]
 
 
+def test_an_archive_entry_with_a_control_character_is_skipped(tmp_path):
+    """macOS writes a folder's custom icon as "Icon\\r"; no model file is named so, and the rest still loads."""
+    folder = bert_folder(tmp_path / "m")
+    entries = {f"m/{p.name}": p.read_bytes() for p in folder.iterdir()} | {"m/Icon\r": b"", "m/a\nb.json": b"{"}
+    assert load_untrusted([("m.zip", _zip(entries))]).model is not None
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    assert load_untrusted([("m.tar.gz", buffer.getvalue())]).model is not None
+
+
 def test_a_folder_inside_whose_file_links_outside_is_refused(tmp_path):
     folder = bert_folder(tmp_path / "root" / "bert")
     (folder / "tokenizer.json").unlink()
