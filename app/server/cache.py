@@ -246,8 +246,9 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
             raise core.InputError(f"the files of {source} changed since its attention was read; press Run to "
                                   "read them again")
         loaded = core.load_untrusted(source, n_heads=n_heads, progress=progress)
-        # its earlier files are gone: a copy of them kept would only push other sessions' models out
-        model_cache().discard(lambda key: key[0] == source and key[1] != files)
+        if files == source_stamp(source):  # the newest files (a slow load of older ones drops nothing)
+            # their earlier copies: no Run can ask for them again, and kept they push other sessions' models out
+            model_cache().discard(lambda key: key[0] == source and key[1] != files)
         return LoadedModel(loaded.model, loaded.tokenizer)
     source = canonical_name(source)  # 'Demo-BERT' and 'demo-bert' are one model, one lock
     files = source_stamp(source) if stamp is None else stamp

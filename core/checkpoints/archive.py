@@ -122,6 +122,13 @@ def has_control(text: str) -> bool:
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
 
 
+def _skipped(entry: str) -> bool:
+    """Whether an archive entry is left out: a file or folder whose own name holds a control character (macOS's
+    "Icon\\r"), which no model file has; a folder so named above a kept entry refuses the archive
+    (``_safe_relpath``)."""
+    return has_control(entry.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1])
+
+
 def is_archive(path: Path) -> bool:
     return path.name.lower().endswith(ARCHIVE_SUFFIXES)
 
@@ -222,7 +229,7 @@ def extract_archive(path: Path, dest: Path, limits: Limits) -> None:
 def _extract_zip(path: Path, writer: _Writer) -> None:
     _check_zip_directory(path, writer)
     with zipfile.ZipFile(path) as archive:
-        infos = [info for info in archive.infolist() if not has_control(info.filename)]  # macOS's "Icon\r"
+        infos = [info for info in archive.infolist() if not _skipped(info.filename)]
         for info in infos:  # every check before the first byte is written
             writer.count_entry()
             mode = info.external_attr >> 16
@@ -291,7 +298,7 @@ def _unpack_tar(path: Path, writer: _Writer) -> None:
             if not (member.isreg() or member.isdir()):
                 raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=clipped(member.name),
                                                        why="a device or pipe"))
-            if has_control(member.name):  # no model file's name: skipped, as macOS's "Icon\r" is
+            if _skipped(member.name):
                 continue
             _safe_relpath(writer.name, member.name, member.name)
             writer.declare(member.size)

@@ -121,7 +121,8 @@ def _is_tokenizer_class(name: str) -> bool:
     except Exception:  # noqa: BLE001 - transformers' lookup of a malformed name
         return False
     if type(found).__name__ == "DummyObject":  # a class whose package is missing: a tokenizer's error names it
-        return name.endswith(("Tokenizer", "TokenizerFast", "Backend"))  # not an image processor's (torchvision)
+        vision = {"torchvision", "vision", "PIL"} & set(getattr(found, "_backends", ()))  # an image processor's
+        return name.endswith(("Tokenizer", "TokenizerFast", "Backend")) and not vision
     return found is None or (isinstance(found, type) and issubclass(found, PreTrainedTokenizerBase))
 
 

@@ -774,6 +774,46 @@ def test_a_timeline_of_checkpoints_takes_a_place_of_the_models_loaded_at_once(mo
     assert sources.run_models.held == 0 and not sources.run_models.queue
 
 
+def test_a_folder_s_new_files_drop_its_old_copy_but_a_slow_load_of_old_files_drops_nothing(monkeypatch):
+    """Each save and Run kept another copy of a training folder, pushing other sessions' models out; dropping every
+    other copy after any load then let a slow load of the older files drop the newest copy and keep its own."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+
+    from app.server import cache
+
+    source, stamp, gate, reading = "/srv/runs/attnscope-race", {"now": ("S2",)}, threading.Event(), threading.Event()
+    monkeypatch.setattr(cache, "source_stamp", lambda name: stamp["now"] if name == source else ())
+    models = cache.BoundedCache(3, 10**9, cache.model_bytes)
+    monkeypatch.setattr(cache, "model_cache", lambda: models)
+    bar = SimpleNamespace(progress=lambda *a, **k: None, empty=lambda: None)  # no page: threads draw nothing
+    monkeypatch.setattr(cache.st, "empty", lambda: bar)
+    monkeypatch.setattr(cache.st, "spinner", lambda *a, **k: contextlib.nullcontext())
+
+    def load_untrusted(name, n_heads=None, progress=None):
+        if threading.current_thread().name == "slow":
+            stamp["now"] = ("S3",)  # the trainer saves again while this load reads S2's files
+            reading.set()
+            gate.wait(5)
+        return SimpleNamespace(model=torch.nn.Linear(1, 1), tokenizer=None)
+
+    monkeypatch.setattr(cache.core, "load_untrusted", load_untrusted)
+    stamps = lambda: sorted(key[1] for key in models.keys())  # noqa: E731
+    slow = threading.Thread(name="slow", target=lambda: cache.load_model(source, ("S2",)))
+    slow.start()
+    reading.wait(5)
+    cache.load_model(source, ("S3",))  # another session's Run reads the new files first
+    assert stamps() == [("S3",)]
+    gate.set()
+    slow.join(5)
+    assert stamps() == [("S2",), ("S3",)]  # the newest copy stays
+    stamp["now"] = ("S4",)
+    cache.load_model(source)
+    assert stamps() == [("S4",)]  # the next save's Run drops both
+
+
 def test_a_run_of_known_models_alone_takes_no_place_and_never_waits(monkeypatch):
     """Known models come from the shared cache: such a run waited in the queue behind runs of uploads, then failed
     with an IndexError (its wait message named the first of its no uploads)."""

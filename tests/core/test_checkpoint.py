@@ -279,6 +279,7 @@ def test_a_tokenizer_whose_package_is_missing_is_named_by_transformers(tmp_path)
     assert checkpoint_tokenizer._is_tokenizer_class("MistralCommonBackend")
     assert not checkpoint_tokenizer._is_tokenizer_class("BertModel")
     assert not checkpoint_tokenizer._is_tokenizer_class("Llama4ImageProcessor")  # a placeholder here too
+    assert not checkpoint_tokenizer._is_tokenizer_class("TorchvisionBackend")  # an image processor's backend
 
 
 def test_a_tokenizer_file_over_the_cap_is_not_parsed(tmp_path, monkeypatch):

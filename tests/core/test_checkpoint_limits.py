@@ -471,6 +471,9 @@ def test_an_archive_entry_with_a_control_character_is_skipped(tmp_path):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     assert load_untrusted([("m.tar.gz", buffer.getvalue())]).model is not None
+    in_folder = {name.replace("m/", "run\t1/"): data for name, data in entries.items()}  # a folder so named: refused
+    with pytest.raises(CheckpointError, match=r"^m.zip contains 'run\\t1/[a-z_.]+', a name with a control character"):
+        load_untrusted([("m.zip", _zip(in_folder))])
 
 
 def test_a_folder_inside_whose_file_links_outside_is_refused(tmp_path):
