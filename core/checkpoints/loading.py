@@ -23,7 +23,7 @@ from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
-from .build import check_config_sizes, load_dtype
+from .build import SHAPE, check_config_sizes, load_dtype
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
@@ -190,8 +190,24 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
                 local_files_only=offline, dtype=load_dtype(config), **extra,
             )
     except Exception as err:
-        raise ModelLoadError(f"could not load the weights of {path!r}: {first_line(err)}") from None
+        shape = "ignore_mismatched_sizes" in str(err) and _mismatched(path, config, offline, trust_remote_code)
+        raise ModelLoadError(shape or f"could not load the weights of {path!r}: {first_line(err)}") from None
     return model, _tokenizer_or_none(path, offline)
+
+
+def _mismatched(path: str, config, offline: bool, trust_remote_code: bool) -> str | None:
+    """``build.SHAPE`` for the first tensor the weights hold in another shape than ``config`` builds it: transformers
+    said only "look at the above report", which it had been told not to print. Loads the folder once more, the
+    mismatched tensors left as built."""
+    try:
+        with quiet_transformers():
+            _, info = AutoModel.from_pretrained(path, config=config, attn_implementation="eager",
+                                                trust_remote_code=trust_remote_code, local_files_only=offline,
+                                                ignore_mismatched_sizes=True, output_loading_info=True)
+        key, got, want = sorted(info["mismatched_keys"])[0]
+    except Exception:  # noqa: BLE001 - the first error's own message is said instead
+        return None
+    return SHAPE.format(key=key, got=list(got), want=list(want), model_type=config.model_type)
 
 
 def _not_found_message(path: str, local: bool, err: Exception) -> str:

@@ -11,9 +11,12 @@ a causal model.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from collections.abc import Mapping
 from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
 
 import torch
 from transformers.models.auto.modeling_auto import (
@@ -38,10 +41,27 @@ _CAUSAL = {"clip_text_model"}
 
 
 def reads_both_ways(config) -> bool:
-    """A decoder's architecture set to attend both ways: ``use_bidirectional_attention`` True (Gemma 3,
-    EmbeddingGemma) or "all" (Gemma 4, DiffusionGemma; "vision" reads only image tokens both ways)."""
-    value = getattr(config, "use_bidirectional_attention", None)
-    return value is True or value == "all"
+    """A decoder's architecture set to attend both ways, where its code reads the setting: ``is_causal`` False
+    (transformers' ``create_causal_mask`` then builds a bidirectional mask: LLM2Vec-style embedders) or
+    ``use_bidirectional_attention`` True (Gemma 3, EmbeddingGemma) or "all" (Gemma 4, DiffusionGemma; "vision" reads
+    only image tokens both ways). A flag its code never reads is ignored (Llama with ``use_bidirectional_attention``
+    stays causal, and was measured as an encoder)."""
+    model_type, value = getattr(config, "model_type", ""), getattr(config, "use_bidirectional_attention", None)
+    if (value is True or value == "all") and _code_reads(model_type, "use_bidirectional_attention"):
+        return True
+    return getattr(config, "is_causal", None) is False and _code_reads(model_type, "create_causal_mask")
+
+
+@lru_cache(maxsize=None)
+def _code_reads(model_type: str, name: str) -> bool:
+    """Whether transformers' modeling code of ``model_type`` names ``name`` (True when the code cannot be found)."""
+    if not isinstance(model_type, str) or not model_type.isidentifier():
+        return True
+    try:
+        spec = importlib.util.find_spec(f"transformers.models.{model_type}.modeling_{model_type}")
+        return spec is None or spec.origin is None or name in Path(spec.origin).read_text(encoding="utf-8")
+    except (ImportError, ValueError, OSError):
+        return True
 
 
 def is_causal_config(config) -> bool:

@@ -112,6 +112,17 @@ def test_custom_weights_of_the_wrong_shape_are_named_on_one_line(tmp_path):
     assert "\t" not in str(caught.value) and "[" not in str(caught.value).split(":")[1]
 
 
+def test_weights_of_another_shape_than_the_config_are_named(tmp_path):
+    """The CLI said "RuntimeError: You set `ignore_mismatched_sizes` to `False` … look at the above report!", a
+    report it had silenced; uploads of the same folder named the tensor."""
+    tiny.tiny_bert().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 16}))
+    with pytest.raises(ModelLoadError, match=r"^the weights do not match config.json: embeddings.position_embeddings"
+                                             r".weight is \[64, 32\] in the weights but \[16, 32\] in a bert model"):
+        load_model(str(tmp_path))
+
+
 def test_custom_folder_round_trip(tmp_path):
     torch.manual_seed(0)
     model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-encoder"], vocab_size=200)).eval()

@@ -81,6 +81,17 @@ def test_gemma4_set_to_attend_both_ways_is_read_both_ways():
     assert result.windows == [5, None]
 
 
+@pytest.mark.parametrize("flag, both_ways", [({"is_causal": False}, True), ({"use_bidirectional_attention": True}, False)])
+def test_a_decoder_is_read_both_ways_only_where_its_code_reads_the_flag(flag, both_ways):
+    """transformers builds a bidirectional mask for any decoder whose config says is_causal: false (LLM2Vec-style
+    embedders): it was refused as "its attention implementation does not mask later tokens". Llama never reads
+    use_bidirectional_attention: it stayed causal, and was measured as an encoder."""
+    from tiny_gguf import tiny_llama
+
+    result = extract_attention(tiny_llama(**flag), tiny.bpe_tokenizer(), TEXT)
+    assert result.causal == (not both_ways) and bool(result.attentions.triu(1).amax() > 0) == both_ways  # (L, H, T, T)
+
+
 class _Config:
     """A config of a hybrid model (convolution layers listed among its layer types) or one that raises when asked for
     a per-layer value, as transformers' heterogeneous configs do (NeoMME)."""
