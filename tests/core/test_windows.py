@@ -81,7 +81,8 @@ def test_gemma4_set_to_attend_both_ways_is_read_both_ways():
     assert result.windows == [5, None]
 
 
-@pytest.mark.parametrize("flag, both_ways", [({"is_causal": False}, True), ({"use_bidirectional_attention": True}, False)])
+@pytest.mark.parametrize("flag, both_ways", [({"is_causal": False}, True),
+                                             ({"use_bidirectional_attention": True}, False)])
 def test_a_decoder_is_read_both_ways_only_where_its_code_reads_the_flag(flag, both_ways):
     """transformers builds a bidirectional mask for any decoder whose config says is_causal: false (LLM2Vec-style
     embedders): it was refused as "its attention implementation does not mask later tokens". Llama never reads
