@@ -106,6 +106,8 @@ MANY_LABELS = ("config.json lists {n:,} labels in {key}; at most {high:,} are ac
 HEAVY = ("the weights' tensors take {mb:,.1f} MB (views of the same stored numbers under names the model does not "
          "have count each time), above twice the {stored:,.1f} MB the file stores or the {limit:,}-byte model limit; "
          "give the model's own state dict, or raise the limit with {env}")
+DROPPED = ("the {model_type} model built from config.json does not use {n} of the weights' tensors (e.g. {key}); "
+           "they were dropped, so the model read is not all of the one saved — check config.json's settings")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; give the config.json saved with these weights")
 NOT_REAL = ("{key} holds {got} numbers where the {model_type} model has real-valued weights: a quantized model's "
@@ -258,8 +260,9 @@ def _check_buffers(skeleton, limits: Limits) -> None:
                                                  limit=limits.max_model_bytes, env=ENV_MAX_MODEL))
 
 
-def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: Limits):
-    """Load a transformers model from ``config`` and ``state`` through the clean folder ``clean``."""
+def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: Limits, notes: list[str]):
+    """Load a transformers model from ``config`` and ``state`` through the clean folder ``clean``; a note in
+    ``notes`` names the weights of the model itself that it does not use (``dropped_note``)."""
     model_type = check_model_config(config, limits)
     if model_type not in CONFIG_MAPPING:
         raise CheckpointError(UNSUPPORTED.format(model_type=model_type))
@@ -294,7 +297,21 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
     if missing:
         total = len(model.state_dict())
         raise CheckpointError(MISSING.format(n=len(missing), total=total, key=missing[0]))
+    notes.extend(dropped_note(model, info.get("unexpected_keys", ())))
     return model.eval()
+
+
+def dropped_note(model, unexpected) -> list[str]:
+    """A note naming the tensors of the model itself that ``model``, built from config.json, does not use
+    (transformers' ``unexpected_keys``): a BERT saved with relative position embeddings (``distance_embedding``,
+    which transformers 5's BERT no longer has) was read without them and no word, another model than the one
+    trained. A task head beside the model (a masked-LM checkpoint's ``cls.``, a causal LM's ``lm_head``) is none
+    of its parts: only keys under one of the model's own modules (``encoder.``, ``h.``) are named."""
+    parts = {name for name, _ in model.named_children()}
+    prefix = f"{model.base_model_prefix}." if model.base_model_prefix else "\x00"
+    own = sorted(key for key in unexpected if key.removeprefix(prefix).split(".")[0] in parts)
+    model_type = getattr(model.config, "model_type", type(model).__name__)
+    return [DROPPED.format(n=len(own), model_type=model_type, key=own[0])] if own else []
 
 
 def _hidden_missing(model, state, unsaved) -> list[str]:

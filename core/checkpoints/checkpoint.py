@@ -275,7 +275,7 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
     else:
         if "auto_map" in config:
             notes.append(REMOTE_CODE_IGNORED.format(model_type=model_type))
-        model = build_hf(config, state, clean, limits)
+        model = build_hf(config, state, clean, limits, notes)
         vocab = token_vocabulary(model)
         causal = model_type in ("gpt2",) or bool(getattr(model.config, "is_decoder", False))
     tokenizer_dir = clean if copy_tokenizer_files(folder, clean) else None

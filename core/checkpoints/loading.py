@@ -23,7 +23,7 @@ from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
-from .build import SHAPE, check_config_sizes, load_dtype
+from .build import SHAPE, check_config_sizes, dropped_note, load_dtype
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
@@ -185,13 +185,15 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
     extra = {"device_map": device_map, "max_memory": max_memory} if device_map is not None else {}
     try:
         with quiet_transformers():
-            model = AutoModel.from_pretrained(
+            model, info = AutoModel.from_pretrained(
                 path, config=config, trust_remote_code=trust_remote_code, attn_implementation="eager",
-                local_files_only=offline, dtype=load_dtype(config), **extra,
+                local_files_only=offline, dtype=load_dtype(config), output_loading_info=True, **extra,
             )
     except Exception as err:
         shape = "ignore_mismatched_sizes" in str(err) and _mismatched(path, config, offline, trust_remote_code)
         raise ModelLoadError(shape or f"could not load the weights of {path!r}: {first_line(err)}") from None
+    for note in dropped_note(model, info.get("unexpected_keys", ())):  # said as for an upload of the folder
+        log.warning(note)
     return model, _tokenizer_or_none(path, offline)
 
 

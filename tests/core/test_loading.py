@@ -3,6 +3,7 @@
 import json
 import logging
 import logging.handlers
+import re
 import time
 from dataclasses import replace
 
@@ -121,6 +122,36 @@ def test_weights_of_another_shape_than_the_config_are_named(tmp_path):
     with pytest.raises(ModelLoadError, match=r"^the weights do not match config.json: embeddings.position_embeddings"
                                              r".weight is \[64, 32\] in the weights but \[16, 32\] in a bert model"):
         load_model(str(tmp_path))
+
+
+def test_weights_the_configured_model_drops_are_named_and_a_task_head_is_not(tmp_path, caplog, monkeypatch):
+    """A BERT saved with relative position embeddings loaded without them (transformers 5's BERT has none) and no
+    word: another model than the one trained was diagnosed."""
+    from safetensors.torch import load_file, save_file
+    from transformers import BertForMaskedLM
+
+    from core import load_untrusted
+
+    model = BertForMaskedLM(tiny.tiny_bert().config)
+    model.save_pretrained(tmp_path / "mlm")  # its cls.* head is beside the model, not a part of it
+    state = load_file(tmp_path / "mlm" / "model.safetensors")
+    state["bert.encoder.layer.0.attention.self.distance_embedding.weight"] = torch.zeros(127, 32)
+    (tmp_path / "rel").mkdir()
+    save_file(state, tmp_path / "rel" / "model.safetensors")
+    (tmp_path / "rel" / "config.json").write_text((tmp_path / "mlm" / "config.json").read_text())
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    note = re.compile(r"the bert model built from config.json does not use 1 of the weights' tensors \(e.g. "
+                      r"(bert\.)?encoder.layer.0.attention.self.distance_embedding.weight\); they were dropped")
+    assert note.match(load_untrusted(str(tmp_path / "rel")).notes[0])
+    assert not [n for n in load_untrusted(str(tmp_path / "mlm")).notes if "does not use" in n]
+    load_log = logging.getLogger("attnscope.load")
+    monkeypatch.setattr(load_log, "handlers", [caplog.handler])
+    monkeypatch.setattr(load_log, "propagate", False)
+    with caplog.at_level("WARNING", logger="attnscope.load"):
+        load_model(str(tmp_path / "rel"))
+        load_model(str(tmp_path / "mlm"))
+    dropped = [m for m in caplog.messages if "does not use" in m]
+    assert dropped == [caplog.messages[0]] and note.match(dropped[0])  # the folder with the relative weights only
 
 
 def test_custom_folder_round_trip(tmp_path):
