@@ -50,7 +50,7 @@ from transformers import PreTrainedModel
 from core.custom_model import AttnScopeTransformer
 from core.device import model_device
 from core.errors import ExtractionError, InputError, counted
-from core.extraction.hf_extract import eager_attention, map_windows, stack_layers, taken
+from core.extraction.hf_extract import causal_maps, eager_attention, map_windows, stack_layers, taken
 from core.extraction.module_extract import attention_modules
 from core.extraction.encode import max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal, module_ids_attention
@@ -458,7 +458,8 @@ def _run(model, ids):
     if isinstance(model, PreTrainedModel):
         with eager_attention(model), torch.no_grad():
             out = model(input_ids=ids, output_attentions=True, return_dict=True)
-        return stack_layers(taken(out, "attentions"), "self", model), model_is_causal(model)
+        attentions = stack_layers(taken(out, "attentions"), "self", model)  # (L, H, T, T)
+        return attentions, causal_maps(model, attentions)
     if isinstance(model, AttnScopeTransformer):
         with torch.no_grad():
             out = model(ids, output_attentions=True)

@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+from transformers.models.auto.configuration_auto import model_type_to_module_name
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     MODEL_FOR_MASKED_LM_MAPPING_NAMES,
@@ -54,14 +55,25 @@ def reads_both_ways(config) -> bool:
 
 @lru_cache(maxsize=None)
 def _code_reads(model_type: str, name: str) -> bool:
-    """Whether transformers' modeling code of ``model_type`` names ``name`` (True when the code cannot be found)."""
-    if not isinstance(model_type, str) or not model_type.isidentifier():
-        return True
+    """Whether transformers' modeling code of ``model_type`` names ``name`` (True when the code cannot be found:
+    the maps then tell, ``causal_maps``)."""
     try:
-        spec = importlib.util.find_spec(f"transformers.models.{model_type}.modeling_{model_type}")
+        module = model_type_to_module_name(model_type)  # "openai-gpt": openai; "gemma3_text": gemma3
+        spec = importlib.util.find_spec(f"transformers.models.{module}.modeling_{module}")
         return spec is None or spec.origin is None or name in Path(spec.origin).read_text(encoding="utf-8")
-    except (ImportError, ValueError, OSError):
+    except (ImportError, ValueError, OSError, TypeError, AttributeError):
         return True
+
+
+def causal_maps(model, attentions) -> bool:
+    """``is_causal_model``, or a decoder set to attend both ways whose maps ``[L, H, q, k]`` give no later token any
+    weight in any layer: its eager mask ignored the setting (Gemma 2 names ``use_bidirectional_attention`` only for
+    SDPA; Gemma 3 multimodal builds its own masks), and an unmasked softmax gives no exact 0."""
+    if is_causal_model(model):
+        return True
+    text = text_config(model)
+    return (text is not None and reads_both_ways(text) and attentions.shape[-1] > 1
+            and all(float(layer.triu(1).amax()) == 0 for layer in attentions))  # (H, q, k) each
 
 
 def is_causal_config(config) -> bool:
@@ -194,7 +206,7 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
         implementation = getattr(model.config, "_attn_implementation", None)  # as run, before it is switched back
     attentions = stack_layers(taken(out, "attentions"), "self", model)  # (L, H, T, T)
     _check_weights(attentions, model)
-    causal = is_causal_model(model)
+    causal = causal_maps(model, attentions)
     if causal:
         _refuse_later_tokens(attentions, model, implementation)
     ids = enc.input_ids[0].tolist()

@@ -93,6 +93,19 @@ def test_a_decoder_is_read_both_ways_only_where_its_code_reads_the_flag(flag, bo
     assert result.causal == (not both_ways) and bool(result.attentions.triu(1).amax() > 0) == both_ways  # (L, H, T, T)
 
 
+@pytest.mark.parametrize("config", [
+    tf.Gemma2Config(vocab_size=400, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=1, head_dim=16, use_bidirectional_attention=True),
+    tf.OpenAIGPTConfig(vocab_size=400, n_embd=64, n_layer=2, n_head=4, is_causal=False),
+], ids=["gemma2-bidirectional-flag", "openai-gpt-is-causal-false"])
+def test_a_flag_whose_eager_mask_stays_causal_is_read_by_the_maps(config):
+    """Gemma 2 names use_bidirectional_attention only for SDPA, and OpenAI GPT builds its own mask: their eager maps
+    stay causal, and they were measured as encoders."""
+    torch.manual_seed(0)
+    result = extract_attention(tf.AutoModel.from_config(config).eval(), tiny.bpe_tokenizer(), TEXT)
+    assert result.causal and float(result.attentions.triu(1).amax()) == 0  # (L, H, T, T)
+
+
 class _Config:
     """A config of a hybrid model (convolution layers listed among its layer types) or one that raises when asked for
     a per-layer value, as transformers' heterogeneous configs do (NeoMME)."""
