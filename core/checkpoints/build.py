@@ -306,10 +306,16 @@ def dropped_note(model, unexpected) -> list[str]:
     (transformers' ``unexpected_keys``): a BERT saved with relative position embeddings (``distance_embedding``,
     which transformers 5's BERT no longer has) was read without them and no word, another model than the one
     trained. A task head beside the model (a masked-LM checkpoint's ``cls.``, a causal LM's ``lm_head``) is none
-    of its parts: only keys under one of the model's own modules (``encoder.``, ``h.``) are named."""
-    parts = {name for name, _ in model.named_children()}
+    of its parts: only keys under one of the model's own modules (``encoder.``, ``h.``) are named, and of those not
+    a tensor held directly by a module with submodules, where transformers 4 saved constant mask buffers (GPT-2's
+    ``attn.masked_bias``, GPT-Neo's ``attn.attention.bias``): a weight sits in a module of its own."""
+    parts, modules = {name for name, _ in model.named_children()}, dict(model.named_modules())
     prefix = f"{model.base_model_prefix}." if model.base_model_prefix else "\x00"
-    own = sorted(key for key in unexpected if key.removeprefix(prefix).split(".")[0] in parts)
+
+    def dropped(key: str) -> bool:
+        parent = modules.get(key.rpartition(".")[0])
+        return key.split(".")[0] in parts and (parent is None or next(parent.children(), None) is None)
+    own = sorted(key for key in unexpected if dropped(key.removeprefix(prefix)))
     model_type = getattr(model.config, "model_type", type(model).__name__)
     return [DROPPED.format(n=len(own), model_type=model_type, key=own[0])] if own else []
 

@@ -19,7 +19,7 @@ from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from .encode import check_text, encode, max_positions
 from ..errors import AttnScopeError, ExtractionError, InputError, first_line
-from .hf_extract import extract_hf, is_causal_model, stack_layers, taken
+from .hf_extract import extract_hf, flag_ignored, is_causal_model, stack_layers, taken
 from .maps_budget import check_maps_fit
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
@@ -110,7 +110,7 @@ def model_is_causal(model) -> bool:
         return bool(config.causal)
     if config is None or getattr(config, "is_encoder_decoder", False):
         return False
-    return is_causal_model(model)
+    return is_causal_model(model) or isinstance(model, PreTrainedModel) and flag_ignored(model)
 
 
 def _model_name(model) -> str:

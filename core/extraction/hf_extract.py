@@ -68,12 +68,31 @@ def _code_reads(model_type: str, name: str) -> bool:
 def causal_maps(model, attentions) -> bool:
     """``is_causal_model``, or a decoder set to attend both ways whose maps ``[L, H, q, k]`` give no later token any
     weight in any layer: its eager mask ignored the setting (Gemma 2 names ``use_bidirectional_attention`` only for
-    SDPA; Gemma 3 multimodal builds its own masks), and an unmasked softmax gives no exact 0."""
-    if is_causal_model(model):
-        return True
+    SDPA; Gemma 3 multimodal builds its own masks), and an unmasked softmax gives no exact 0. Maps of one token
+    cannot tell: ``flag_ignored`` runs the model on a few."""
+    if is_causal_model(model) or not _set_both_ways(model):
+        return is_causal_model(model)
+    return _no_later_weight(attentions) if attentions.shape[-1] > 1 else flag_ignored(model)
+
+
+def flag_ignored(model) -> bool:
+    """Whether a decoder set to attend both ways (``reads_both_ways``) masks later tokens all the same, from its maps
+    of 8 token ids: the streamed path, which holds no whole map, asks so before it runs."""
+    if not _set_both_ways(model):
+        return False
+    ids = torch.arange(8).remainder(max(1, vocab_size(model) or 1)).unsqueeze(0).to(model_device(model))  # (1, 8)
+    with eager_attention(model), torch.no_grad():
+        out = _run(model, input_ids=ids)
+    return _no_later_weight(stack_layers(taken(out, "attentions"), "self", model))  # (L, H, 8, 8)
+
+
+def _set_both_ways(model) -> bool:
     text = text_config(model)
-    return (text is not None and reads_both_ways(text) and attentions.shape[-1] > 1
-            and all(float(layer.triu(1).amax()) == 0 for layer in attentions))  # (H, q, k) each
+    return text is not None and reads_both_ways(text)
+
+
+def _no_later_weight(attentions) -> bool:
+    return attentions.shape[-1] > 1 and all(float(layer.triu(1).amax()) == 0 for layer in attentions)  # (H, q, k)
 
 
 def is_causal_config(config) -> bool:

@@ -154,6 +154,19 @@ def test_weights_the_configured_model_drops_are_named_and_a_task_head_is_not(tmp
     assert dropped == [caplog.messages[0]] and note.match(dropped[0])  # the folder with the relative weights only
 
 
+def test_mask_buffers_that_transformers_4_saved_are_no_dropped_weights(tmp_path, monkeypatch):
+    """GPT-2's attn.masked_bias, a constant transformers 4 saved beside the weights, was named as a dropped weight."""
+    from safetensors.torch import load_file, save_file
+
+    from core import load_untrusted
+
+    tiny.tiny_gpt2().save_pretrained(tmp_path / "old")
+    state = load_file(tmp_path / "old" / "model.safetensors")
+    save_file({**state, "h.0.attn.masked_bias": torch.tensor(-1e4)}, tmp_path / "old" / "model.safetensors")
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    assert not [n for n in load_untrusted(str(tmp_path / "old")).notes if "does not use" in n]
+
+
 def test_custom_folder_round_trip(tmp_path):
     torch.manual_seed(0)
     model = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-encoder"], vocab_size=200)).eval()

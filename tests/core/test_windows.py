@@ -101,9 +101,14 @@ def test_a_decoder_is_read_both_ways_only_where_its_code_reads_the_flag(flag, bo
 def test_a_flag_whose_eager_mask_stays_causal_is_read_by_the_maps(config):
     """Gemma 2 names use_bidirectional_attention only for SDPA, and OpenAI GPT builds its own mask: their eager maps
     stay causal, and they were measured as encoders."""
+    from core.extraction.extract import model_is_causal
+
     torch.manual_seed(0)
-    result = extract_attention(tf.AutoModel.from_config(config).eval(), tiny.bpe_tokenizer(), TEXT)
+    model = tf.AutoModel.from_config(config).eval()
+    result = extract_attention(model, tiny.bpe_tokenizer(), TEXT)
     assert result.causal and float(result.attentions.triu(1).amax()) == 0  # (L, H, T, T)
+    assert model_is_causal(model)  # as the streamed path asks, before it runs: it had measured them as encoders
+    assert extract_attention(model, tiny.bpe_tokenizer(), "t").causal  # one token's map cannot tell; a run can
 
 
 class _Config:
