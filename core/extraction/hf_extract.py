@@ -70,8 +70,10 @@ def causal_maps(model, attentions) -> bool:
     weight in any layer: its eager mask ignored the setting (Gemma 2 names ``use_bidirectional_attention`` only for
     SDPA; Gemma 3 multimodal builds its own masks), and an unmasked softmax gives no exact 0. Maps of one token
     cannot tell: ``flag_ignored`` runs the model on a few."""
-    if is_causal_model(model) or not _set_both_ways(model):
-        return is_causal_model(model)
+    if is_causal_model(model):
+        return True
+    if not _set_both_ways(model):
+        return False
     return _no_later_weight(attentions) if attentions.shape[-1] > 1 else flag_ignored(model)
 
 
