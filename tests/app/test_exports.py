@@ -50,7 +50,14 @@ def test_markup_and_formula_tokens_stay_text():
     tokens = ["=cmd|' /C calc'!A0", "$x$", "<b>", "the"]
     rows = list(csv.reader(io.StringIO(exports.csv_text(_weights(), tokens, tokens))))
     assert rows[0][1] == "0 =cmd|' /C calc'!A0" and rows[1][0].startswith("0 ")  # no cell starts with "="
-    assert exports.image_bytes(_weights(), tokens, tokens, "cost $5 <b>", "svg")  # "$" is not read as math
+    assert exports.image_bytes(_weights(), tokens, tokens, "cost $5 <b>", "svg")
+
+
+def test_dollar_signs_in_tokens_are_drawn_not_read_as_math():
+    """matplotlib draws $x$ as math, in italic glyphs, with no "$"; escaped, the token is drawn as it is."""
+    tokens = ["$x$", "the", "$y$", "a"]
+    svg = exports.image_bytes(_weights(), tokens, tokens, "plain title", "svg").decode()
+    assert "<!-- 0 $x$ -->" in svg and "Oblique" not in svg  # no glyph of math italic
 
 
 def test_layer_views_export_no_head_of_their_own():

@@ -316,7 +316,12 @@ def test_real_bytes_are_counted_and_stop_at_the_budget(tmp_path):
     writer.declare(10)
 
     class Endless:
+        """Bytes without end, up to a bound: a writer that stops counting fails the test, not the disk."""
+        given = 0
+
         def read(self, size):
+            self.given += size
+            assert self.given <= 4 * limits.max_total_bytes, "the writer read on past its budget"
             return b"\0" * size
 
     with pytest.raises(CheckpointError, match="would unpack to more than 3,145,728 bytes"):
@@ -324,16 +329,30 @@ def test_real_bytes_are_counted_and_stop_at_the_budget(tmp_path):
     assert (tmp_path / "model.bin").stat().st_size <= limits.max_total_bytes
 
 
-def test_a_zip_whose_header_lies_about_sizes_is_refused(tmp_path):
-    """The central directory says 10 bytes; the data inflates to 5 MB: read only as declared, then refused."""
+def test_a_zip_whose_header_lies_about_sizes_is_refused(tmp_path, monkeypatch):
+    """The central directory says 10 bytes; the data inflates to 5 MB: zipfile hands over only the 10 declared
+    bytes, whose CRC is not the entry's, so the archive is refused unread past them."""
     data = bytearray(_zip({"model.safetensors": bytes(5 * MB)}))
     central = data.rindex(b"PK\x01\x02")
     data[central + 24:central + 28] = (10).to_bytes(4, "little")  # uncompressed size
     local = data.index(b"PK\x03\x04")
     data[local + 22:local + 26] = (10).to_bytes(4, "little")
     (tmp_path / "root" / "liar.zip").write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match="liar.zip"):
+    given, write = [], archive._Writer.write
+
+    class Counted:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def read(self, size):
+            chunk = self.stream.read(size)
+            given.append(len(chunk))
+            return chunk
+
+    monkeypatch.setattr(archive._Writer, "write", lambda self, rel, stream, n: write(self, rel, Counted(stream), n))
+    with pytest.raises(CheckpointError, match=r"^liar.zip is not a readable zip archive \(BadZipFile: Bad CRC"):
         load_untrusted(str(tmp_path / "root" / "liar.zip"))
+    assert sum(given) <= 10
 
 
 def test_a_tar_header_record_declaring_megabytes_is_refused_before_it_is_read(tmp_path):
