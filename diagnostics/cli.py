@@ -76,8 +76,8 @@ def _add_options(parser):
     parser.add_argument("--heads", type=positive_int, metavar="N",
                         help="attention heads per layer, for a bare state dict whose weights do not say it")
     parser.add_argument("--text", action="append", metavar="TEXT",
-                        help=f"probe text (repeatable), a paragraph each: findings from a probe under "
-                             f"{MIN_JUDGED_TOKENS} tokens are info only; default: AttnScope's seven built-in "
+                        help=f"probe text (repeatable), a paragraph each: a probe under {MIN_JUDGED_TOKENS} tokens "
+                             "judges no finding (only info where none is longer); default: AttnScope's seven built-in "
                              "probe paragraphs")
     parser.add_argument("--format", choices=FORMATS, default="markdown", help="report format (default: markdown)")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout (- for stdout)")

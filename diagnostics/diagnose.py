@@ -42,7 +42,7 @@ from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
     RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, default_probes, fitting_probes, random_probe, read_lengths,
-    probe_variety, repeated_probe, unfit_defaults_note, user_texts, verdict_cap, vocabulary_probe,
+    probe_fits, probe_variety, repeated_probe, unfit_defaults_note, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
@@ -107,11 +107,12 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     check_device_used(device, source)
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
-    probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer),
-                                              max_positions(model, tokenizer))
+    positions = max_positions(model, tokenizer)
+    probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer), positions)
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
     variety = probe_variety(tokenizer, probes, limit) if texts is not None else []  # the defaults are varied
-    worst, short_notes = verdict_cap(lengths, limit, unfit and texts is not None, variety)
+    fits = probe_fits(tokenizer, probes, positions) if unfit and texts is not None else None
+    worst, judged, short_notes = verdict_cap(lengths, limit, fits, variety)
     streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)
     if not streamed:
         _check_whole_maps(model, lengths)
@@ -132,7 +133,10 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     repeated, repeat_notes = _repeated(model, tokenizer, tell)
     heads, findings = [], fit_notes + short_notes + notes + repeat_notes + _truncation_notes(results)
     for part, measured in parts.items():
-        part_heads, part_findings = diagnose_part(part, measured, repeated if part == "self" else None)
+        copies = repeated if part == "self" else None
+        part_heads, part_findings = diagnose_part(part, measured, copies)
+        if judged is not None:  # every probe labels the heads; the findings come from those that can be judged
+            part_findings = diagnose_part(part, [m for m, ok in zip(measured, judged) if ok], copies)[1]
         heads += part_heads
         findings += cap_severity(part_findings, worst)
     tell(0.95, "checking weights")

@@ -62,7 +62,8 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
 # 11% of a layer's heads diffuse on any probe measured; demo-bert (4 heads a layer) 50%, 75% on random numbers.
 LAYER_SHARE = 0.75
 LAYER_CODES = ("diffuse_heads", "saturated_heads", "dead_heads")
-# Notes that say the probes cannot bear a verdict (too short; out of vocabulary): the findings from them are capped.
+# Notes that say probes cannot bear a verdict (too short; out of vocabulary): the findings come from the others or
+# are capped (``probes.verdict_cap``).
 INPUT_NOTES = ("probes_short", "probes_repetitive", "probes_unfit")
 # Findings those notes do not cap: NaN maps are broken on any probe.
 UNCAPPED = ("non_finite_attention", "non_finite_weights")

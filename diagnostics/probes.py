@@ -29,8 +29,9 @@ BPE, where its labels are steadier; an encoder such as MiniLM was trained on at 
 Per-head metrics are averaged over all of them, so one odd text cannot decide a finding.
 A caller's probe must be as long to be judged: below ``MIN_JUDGED_TOKENS`` healthy
 heads cross the findings' thresholds. ``fitting_probes`` keeps the probes that fit the
-vocabulary and ``verdict_cap`` is the highest severity the findings from them may have
-("info" for a short probe, "warning" for a caller's unfit texts); both give the notes that say so.
+vocabulary and ``verdict_cap`` says which probes the findings come from (those long, varied and fitting
+enough to judge) and how severe they may be ("info" where no probe is long enough, "warning" where only a
+caller's unfit texts are); both give the notes that say so.
 
 The repeated-sequence probe (``repeated_probe``) is the induction test of
 Olsson et al. 2022 ("In-context learning and induction heads") and of
@@ -290,7 +291,7 @@ def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES, limit=None):
     ``texts`` as ``user_texts`` gives them (None: ``defaults``, the model's ``default_probes``); ``limit``: the
     model's position limit (coverage is of the tokens it reads). Default probes below ``MIN_COVERAGE`` are dropped
     (``diagnose`` adds in-vocabulary probes in their place; ``unfit_defaults_note`` if they cannot run); the
-    caller's own texts are kept, and the findings they give are capped at "warning".
+    caller's own texts are kept (``probe_fits`` says which fit; ``verdict_cap`` judges the findings on those).
     """
     if tokenizer is None:
         return [], False, []
@@ -304,7 +305,14 @@ def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES, limit=None):
         probes = [p for p, c in zip(probes, coverage) if c >= MIN_COVERAGE]
         return probes, True, [_unfit_note(coverage, f"they were replaced by {VOCABULARY_PROBES} sequences of random "
                                                     "in-vocabulary tokens")]
-    return probes, True, [_unfit_note(coverage, "they were kept, and no finding from them is called an error")]
+    return probes, True, [_unfit_note(coverage, "they were kept; the findings come from the probes that fit where "
+                                                "one can be judged, and are otherwise called no error")]
+
+
+def probe_fits(tokenizer, probes, limit=None) -> list[bool]:
+    """Whether each probe's coverage reaches ``MIN_COVERAGE`` (``probe_coverage``; ``limit``: the model's position
+    limit)."""
+    return [probe_coverage(tokenizer, p, limit) >= MIN_COVERAGE for p in probes]
 
 
 def unfit_defaults_note(notes, error):
@@ -321,35 +329,54 @@ def _unfit_note(coverage, action):
     return note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage], threshold=MIN_COVERAGE)
 
 
-def verdict_cap(lengths, limit, unfit_kept, variety=()):
-    """``(worst, notes)``: the highest severity the probes' attention findings may have, and notes if capped.
+def verdict_cap(lengths, limit, fits=None, variety=()):
+    """``(worst, judged, notes)``: the highest severity the probes' attention findings may have, the probes they
+    are to come from (a bool per probe; None: all of them), and notes saying why some or all cannot be judged.
 
     ``lengths`` and ``limit`` are ``read_lengths``'s. A probe shorter than ``MIN_JUDGED_TOKENS`` (or than the
-    model's position limit, if that is less: no probe can be longer) caps them at "info", for the thresholds
-    do not hold on it (the default probes are longer); so does a caller's probe of fewer than
-    ``MIN_DISTINCT_TOKENS`` distinct tokens, or a quarter of the tokens the model reads of it if that is less
-    (``variety``, ``probe_variety``'s; of the probes long enough to judge): where every key is the same word,
-    near-uniform rows are right. Caller's probes that do not fit the vocabulary cap them at "warning"
-    (``fitting_probes``).
+    model's position limit, if that is less: no probe can be longer) cannot be judged, for the thresholds do not
+    hold on it (the default probes are longer); nor can a caller's probe of fewer than ``MIN_DISTINCT_TOKENS``
+    distinct tokens, or a quarter of the tokens the model reads of it if that is less (``variety``,
+    ``probe_variety``'s): where every key is the same word, near-uniform rows are right. Nor, at error severity,
+    a caller's probe that does not fit the vocabulary (``fits``, a bool per probe; None: all fit).
+    The findings come from the probes that can be judged, at any severity, so one short sentence beside a
+    paragraph does not hide what the paragraph shows; failing those, from the long and varied ones that do not
+    fit, at most "warning"; failing those too, from all of them, at most "info".
     """
     needed = min(MIN_JUDGED_TOKENS, limit or MIN_JUDGED_TOKENS)
-    short = sum(n < needed for n in lengths)
+    short = [n < needed for n in lengths]
+    # a model that reads few tokens needs fewer distinct ones (16 tokens: 4)
+    least = [min(MIN_DISTINCT_TOKENS, n // 4) for n in lengths]
+    repetitive = [not s and n < most for s, n, most in zip(short, variety, least)]  # no variety: none is
+    repetitive += [False] * (len(lengths) - len(repetitive))
+    varied = [not s and not r for s, r in zip(short, repetitive)]
+    fitting = [v and f for v, f in zip(varied, fits or [True] * len(lengths))]
+    if all(fitting):  # no probe (random ids, without a tokenizer) is none to doubt
+        return "error", None, []
+    worst, judged = ("error", fitting) if any(fitting) else ("warning", varied) if any(varied) else ("info", None)
+    judged = None if judged is None or all(judged) else judged
+    outcome = _outcome(worst, judged)
     notes = []
-    if short:
-        detail = (f"{short} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
-                  "too few for the thresholds, so no finding from them goes above info")
+    if any(short):
+        detail = (f"{sum(short)} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
+                  f"too few for the thresholds; {outcome}")
         notes.append(note("probes_short", detail=detail, tokens=lengths, threshold=needed))
-    # a short probe is noted as short; a model that reads few tokens needs fewer distinct ones (16 tokens: 4)
-    judged = [(n, min(MIN_DISTINCT_TOKENS, length // 4)) for n, length in zip(variety, lengths) if length >= needed]
-    repetitive = [n for n, least in judged if n < least]
-    if repetitive:
-        least = max(least for _, least in judged)
-        detail = (f"{len(repetitive)} of {len(variety)} probes repeat fewer than {least} distinct tokens "
-                  f"(fewest {min(repetitive)}), so no finding from them goes above info")
-        notes.append(note("probes_repetitive", detail=detail, distinct=list(variety), threshold=least))
-    if notes:
-        return "info", notes
-    return ("warning" if unfit_kept else "error"), []
+    if any(repetitive):
+        fewest = min(n for n, r in zip(variety, repetitive) if r)
+        most = max(m for m, s in zip(least, short) if not s)
+        detail = (f"{sum(repetitive)} of {len(variety)} probes repeat fewer than {most} distinct tokens "
+                  f"(fewest {fewest}); {outcome}")
+        notes.append(note("probes_repetitive", detail=detail, distinct=list(variety), threshold=most))
+    return worst, judged, notes
+
+
+def _outcome(worst, judged) -> str:
+    """What a probe note says became of the findings: which probes they come from, and how severe they may be."""
+    if judged is None:
+        return f"no finding goes above {worst}"
+    numbers = [str(i + 1) for i, ok in enumerate(judged) if ok]
+    which = f"probe {numbers[0]}" if len(numbers) == 1 else f"probes {', '.join(numbers)}"
+    return f"the findings come from {which} alone" + (f", at most {worst}" if worst != "error" else "")
 
 
 def probe_variety(tokenizer, probes, limit=None) -> list[int]:

@@ -318,8 +318,8 @@ FINDING_TEXTS = {
     "probes_short": FindingText(
         "Probes too short to judge",
         "On a probe of a sentence or less, healthy heads cross the thresholds that mark sinks, positional or "
-        "diffuse heads (a probe of a word or two reads as uniform), so these findings are shown as information "
-        "only.",
+        "diffuse heads (a probe of a word or two reads as uniform), so the findings come from the other probes, "
+        "or, where none is long enough, are shown as information only.",
         "Give probe texts of a short paragraph each, or leave them out to use AttnScope's seven default "
         "paragraphs.",
         "Probes too short to judge: {detail}.",
@@ -327,7 +327,8 @@ FINDING_TEXTS = {
     "probes_repetitive": FindingText(
         "Probes too repetitive to judge",
         "On a probe that repeats a word or two, every key is the same token, so even-handed rows are what a "
-        "healthy head gives; these findings are shown as information only.",
+        "healthy head gives; the findings come from the other probes, or, where none is varied enough, are shown "
+        "as information only.",
         "Give probe texts of varied wording, or leave them out to use AttnScope's seven default paragraphs.",
         "Probes too repetitive to judge: {detail}.",
     ),

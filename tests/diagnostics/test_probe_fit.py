@@ -181,11 +181,11 @@ def test_what_the_unfit_probes_would_have_said():
     texts = [p.text for p in DEFAULT_PROBES if p.text_pair is None]  # 104-114 words: not too short to judge
     report = diagnose((model, words), texts=texts)
     assert report.finding("diffuse_heads").severity == "info"  # an error but for the caps
-    assert "no finding from them is called an error" in report.finding("probes_unfit").message
+    assert "are otherwise called no error" in report.finding("probes_unfit").message
     assert max(report.finding("probes_repetitive").details["distinct"]) <= 4  # [UNK] and a few words
-    assert verdict_cap([100], None, True, [50]) == ("warning", [])  # unfit but varied: at most a warning
-    assert verdict_cap([100], None, True, [4])[0] == "info"  # a run of [UNK]s: at most information
-    assert verdict_cap([16] * 7, 16, False, [11] * 7) == ("error", [])  # a model that reads 16 tokens: 4 suffice
+    assert verdict_cap([100], None, [False], [50]) == ("warning", None, [])  # unfit but varied: at most a warning
+    assert verdict_cap([100], None, [False], [4])[0] == "info"  # a run of [UNK]s: at most information
+    assert verdict_cap([16] * 7, 16, None, [11] * 7) == ("error", None, [])  # a model that reads 16 tokens: 4 suffice
     words_seen = report.samples[0].tokens[1:-1]
     assert words_seen.count("[UNK]") >= 0.9 * len(words_seen)  # "two" is one of its words
 
@@ -231,11 +231,28 @@ def test_short_probes_show_what_they_measured_and_long_ones_judge_it():
             block.attn.c_attn.weight[:, :64] *= 100.0  # Q/K x 100: near one-hot rows
     sentence = "The quick brown fox jumps over the lazy dog."  # 32 tokens
     paragraph = sentence + " Attention is all you need, said the paper. The dog slept in the sun."  # 70 tokens
-    short = diagnose((model, bpe_tokenizer()), texts=[sentence, paragraph])
+    short = diagnose((model, bpe_tokenizer()), texts=[sentence])
     assert short.finding("saturated_heads").severity == "info" and short.finding("probes_short")
-    assert "1 of 2 probes" in short.finding("probes_short").message
     judged = diagnose((model, bpe_tokenizer()), texts=[paragraph])
     assert judged.finding("saturated_heads").severity == "error" and judged.finding("probes_short") is None
+    both = diagnose((model, bpe_tokenizer()), texts=[sentence, paragraph])  # the sentence hid the error, exit 0
+    assert both.finding("saturated_heads").severity == "error"
+    assert both.finding("saturated_heads").heads == judged.finding("saturated_heads").heads  # the paragraph's
+    assert "1 of 2 probes" in both.finding("probes_short").message
+    assert both.finding("probes_short").message.endswith("the findings come from probe 2 alone.")
+    assert {sum(h.metrics["votes"].values()) for h in both.heads} == {2}  # both probes label the heads
+
+
+def test_verdict_is_judged_on_the_probes_that_can_be():
+    """One short, repetitive or unfit probe beside a paragraph no longer caps what the paragraph shows."""
+    assert verdict_cap([110, 16], None, None, [80, 10])[:2] == ("error", [True, False])
+    assert verdict_cap([110, 150], None, None, [80, 1])[:2] == ("error", [True, False])  # "the" x 150
+    assert verdict_cap([110, 120], None, [True, False], [80, 60]) == ("error", [True, False], [])
+    worst, judged, notes = verdict_cap([100, 20], None, [False, True], [50, 10])  # long one unfit, fit one short
+    assert (worst, judged) == ("warning", [True, False]) and notes[0].message.endswith("probe 1 alone, at most warning.")
+    worst, judged, notes = verdict_cap([20, 30], None, None, [10, 10])
+    assert (worst, judged) == ("info", None) and notes[0].message.endswith("no finding goes above info.")
+    assert verdict_cap([], None, None, []) == ("error", None, [])  # random ids, no tokenizer: nothing to doubt
 
 
 def test_a_probe_as_long_as_the_model_reads_is_judged():
