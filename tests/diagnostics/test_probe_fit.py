@@ -249,7 +249,8 @@ def test_verdict_is_judged_on_the_probes_that_can_be():
     assert verdict_cap([110, 150], None, None, [80, 1])[:2] == ("error", [True, False])  # "the" x 150
     assert verdict_cap([110, 120], None, [True, False], [80, 60]) == ("error", [True, False], [])
     worst, judged, notes = verdict_cap([100, 20], None, [False, True], [50, 10])  # long one unfit, fit one short
-    assert (worst, judged) == ("warning", [True, False]) and notes[0].message.endswith("probe 1 alone, at most warning.")
+    assert (worst, judged) == ("warning", [True, False])
+    assert notes[0].message.endswith("probe 1 alone, at most warning.")
     worst, judged, notes = verdict_cap([20, 30], None, None, [10, 10])
     assert (worst, judged) == ("info", None) and notes[0].message.endswith("no finding goes above info.")
     assert verdict_cap([], None, None, []) == ("error", None, [])  # random ids, no tokenizer: nothing to doubt
