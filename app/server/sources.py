@@ -106,7 +106,8 @@ def probes_ui(key: str):
                           help=f"Give a paragraph per line: a probe of fewer than {MIN_JUDGED_TOKENS} tokens labels "
                                "the heads but judges no finding (only information where no probe is longer), "
                                f"since healthy heads cross the thresholds on a sentence. At most {MAX_PROBES} probes "
-                               f"and {MAX_PROBE_CHARS:,} characters in all (a long probe is read up to the model's position limit).")
+                               f"and {MAX_PROBE_CHARS:,} characters in all (a long probe is read up to the model's "
+                               "position limit).")
     return [line for line in probes.splitlines() if line.strip()] or None
 
 
