@@ -18,6 +18,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .errors import InputError, ModelLoadError, first_line
+from .whole import is_probability, is_size
 
 MODEL_TYPE = "attnscope"
 CONFIG_NAME = "config.json"
@@ -40,13 +41,13 @@ class TransformerConfig:
         whose extraction blamed the attention implementation)."""
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_size(value):
                 raise InputError(f"{name} must be a whole number of at least 1, not {value!r}")
         if self.d_model % self.n_heads:
             raise InputError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if not isinstance(self.causal, bool):  # bool("false") is True: an encoder built causal
             raise InputError(f"causal must be true or false, not {self.causal!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout <= 1:
+        if not is_probability(self.dropout):
             raise InputError(f"dropout must be a number from 0 to 1, not {self.dropout!r}")
 
     @classmethod

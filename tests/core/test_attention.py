@@ -134,3 +134,62 @@ def test_sizes_that_cannot_build_a_model_are_one_input_error(changes):
         TransformerConfig(**{"d_model": 32, "n_heads": 4, **changes})
     with pytest.raises(InputError, match="at least 1"):
         MultiHeadAttention(8, 0)
+
+
+def _bad_calls():
+    q, k, v = _qkv()  # (2, 3, 5, 8) each
+    return {
+        "int tensors": ((q.long(), k.long(), v.long()), "query must be a floating-point tensor"),  # all-zero before
+        "mixed dtypes": ((q, k.double(), v.half()), "must share one dtype"),
+        "a list": ((q.tolist(), k, v), "query must be a tensor, not list"),
+        "d_k": ((q, k[..., :6], v), r"do not fit: they are \[2, 3, 5, 8\], \[2, 3, 5, 6\]"),
+        "lengths": ((q, k, v[..., :4, :]), "do not fit"),
+        "3 query heads, 2 key heads": ((q, k[:, :2], v[:, :2]), r"repeat them per group first"),
+        "mask of one more dimension": ((q, k, v, torch.ones(2, 1, 1, 5, 5, dtype=torch.bool)),  # a 5-D result before
+                                       r"the attention mask is \[2, 1, 1, 5, 5\], which does not broadcast"),
+        "mask of other lengths": ((q, k, v, torch.ones(6, 5, dtype=torch.bool)), "does not broadcast"),
+        "dropout 2": ((q, k, v, None, 2.0), "dropout_p must be a number from 0 to 1"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_calls()))
+def test_arguments_that_do_not_fit_are_one_input_error_naming_them(case):
+    args, message = _bad_calls()[case]
+    with pytest.raises(InputError, match=message):
+        scaled_dot_product_attention(*args)
+
+
+def test_one_key_head_for_all_query_heads_still_broadcasts():
+    """Multi-query attention: one K/V head is read by every query head, as torch's kernel reads it."""
+    q, k, v = _qkv()
+    out, weights = scaled_dot_product_attention(q, k[:, :1], v[:, :1])
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k[:, :1], v[:, :1]), atol=ATOL, rtol=0)
+    assert weights.shape == (2, 3, 5, 5)
+
+
+@pytest.mark.parametrize("q_len,k_len", [(3, 7), (1, 7), (7, 3)])
+def test_causal_mask_aligns_the_last_query_with_the_last_key(q_len, k_len):
+    """As a decoder reading its cache: the last query sees every key (SDPA's is_causal aligns the first ones)."""
+    q, k, v = _qkv(q_len, k_len)
+    out, _ = scaled_dot_product_attention(q, k, v, causal_mask(q_len, k_len))
+    full = causal_mask(k_len, k_len)[-q_len:] if q_len <= k_len else None
+    if full is not None:
+        torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, full)[0])
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(q_len, k_len).tril(k_len - q_len).bool())
+    torch.testing.assert_close(out.nan_to_num(), reference.nan_to_num(), atol=ATOL, rtol=0)
+
+
+def test_mha_refuses_padding_masks_and_inputs_that_do_not_fit():
+    module = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 5, 8)
+    float_mask = torch.tensor([[0.0, 0, 0, 1, 1]] * 2)  # torch's module adds it to the scores; it was read as bool
+    with pytest.raises(InputError, match="key_padding_mask must be bool"):
+        module(x, key_padding_mask=float_mask)
+    with pytest.raises(InputError, match=r"key_padding_mask must be \[batch, k\] = \[2, 5\], not \[2, 6\]"):
+        module(x, key_padding_mask=torch.zeros(2, 6, dtype=torch.bool))
+    with pytest.raises(InputError, match=r"query must be a tensor \[batch, length, d_model=8\], not \[5, 8\]"):
+        module(x[0])
+    with pytest.raises(InputError, match="share the batch"):
+        module(x, x[:1])
+    with pytest.raises(InputError, match="dropout must be a number from 0 to 1"):
+        MultiHeadAttention(8, 2, dropout=2.0)  # failed at the first forward in training only
