@@ -21,6 +21,7 @@ import math
 import torch
 
 from .errors import InputError
+from .whole import is_size
 
 
 def _as_maps(attn, min_dim: int, what: str) -> torch.Tensor:
@@ -96,6 +97,8 @@ def pool_map(weights, max_cells: int) -> tuple[torch.Tensor, int, int]:
     (not the mean) keeps a one-token-wide diagonal or sink visible.
     """
     w = _as_maps(weights, 2, "pool_map")
+    if not is_size(max_cells):
+        raise InputError(f"pool_map needs max_cells of at least 1, not {max_cells!r}")
     q, k = w.shape[-2:]
     bq, bk = pool_factor(q, max_cells), pool_factor(k, max_cells)
     if bq == 1 and bk == 1:
@@ -118,6 +121,8 @@ def top_links(weights, k: int, min_weight: float = 0.0):
     w = _as_maps(weights, 2, "top_links")
     if w.dim() != 2:
         raise InputError(f"top_links takes one [q, k] map; got shape {tuple(w.shape)}")
+    if not is_size(k):
+        raise InputError(f"top_links needs k of at least 1, not {k!r}")
     values, keys = w.topk(min(k, w.shape[-1]), dim=-1)  # (q, k), (q, k)
     queries = torch.arange(w.shape[0]).unsqueeze(1).expand_as(keys)  # (q, k)
     keep = values > min_weight

@@ -102,8 +102,11 @@ class CompareReport(Exports):
 
     def distance_grid(self, part=None):
         """``[layers][heads]`` JS distances of ``part`` (default: the first)."""
-        part = part or self.heads[0].part
+        parts = list(dict.fromkeys(h.part for h in self.heads))
+        part = part or (parts[0] if parts else "self")
         chosen = [h for h in self.heads if h.part == part]
+        if not chosen:
+            raise InputError(f"this comparison has no part {part!r}; it has {parts}")
         grid = [[0.0] * (max(h.head for h in chosen) + 1) for _ in range(max(h.layer for h in chosen) + 1)]
         for h in chosen:
             grid[h.layer][h.head] = h.js_distance

@@ -404,6 +404,8 @@ def layer_metrics(attn, causal=False, special=None, padding=None, windows=None):
     per layer, None for a global layer; ``AttentionResult.windows``): each local layer is measured on its own."""
     if windows is None or all(w is None for w in windows):
         return head_metrics(attn, causal, special, padding)
+    if len(windows) != len(attn):  # zip measured the layers that had a window
+        raise InputError(f"layer_metrics needs one window per layer: {len(windows)} for {len(attn)} layers")
     per_layer = [head_metrics(layer, causal, special, padding, window=w) for layer, w in zip(attn, windows)]
     return stack_metrics(per_layer)
 

@@ -37,6 +37,7 @@ import math
 
 import torch
 
+from core.errors import InputError
 from core.extraction.scratch import Scratch
 from diagnostics.measure import row_stats
 from diagnostics.findings import make_finding
@@ -175,7 +176,7 @@ def js_distance(attn, causal=False, padding=None, max_rows=JS_ROWS):
     attn: ``[L, H, q, k]`` (queries are the last q keys, as in ``metrics``).
     One ``PairwiseJS`` per layer, fed the whole layer as one chunk; ``max_rows`` as there.
     """
-    attn = torch.as_tensor(attn)
+    attn = _maps(attn, "js_distance")
     q, k = attn.shape[-2:]
     out = []
     for layer_maps in attn:  # (H, q, k)
@@ -187,7 +188,10 @@ def js_distance(attn, causal=False, padding=None, max_rows=JS_ROWS):
 
 def paired_js_distance(attn_a, attn_b, causal=False, padding=None):
     """JS distance between head h of ``attn_a`` and head h of ``attn_b``, both ``[L, H, q, k]``: ``[L, H]``."""
-    attn_a, attn_b = torch.as_tensor(attn_a), torch.as_tensor(attn_b)
+    attn_a, attn_b = _maps(attn_a, "paired_js_distance"), _maps(attn_b, "paired_js_distance")
+    if attn_a.shape != attn_b.shape:  # zip dropped the layers one of them lacked
+        raise InputError(f"paired_js_distance compares maps of one shape, not {list(attn_a.shape)} and "
+                         f"{list(attn_b.shape)}")
     q, k = attn_a.shape[-2:]
     out = []
     for layer_a, layer_b in zip(attn_a, attn_b):  # (H, q, k) each
@@ -195,6 +199,14 @@ def paired_js_distance(attn_a, attn_b, causal=False, padding=None):
         js.update(layer_a, layer_b, k - q)
         out.append(js.finalize())  # (H,)
     return torch.stack(out)  # (L, H)
+
+
+def _maps(attn, what) -> torch.Tensor:
+    """``attn`` as a ``[L, H, q, k]`` tensor with no more queries than keys, or InputError."""
+    attn = torch.as_tensor(attn)
+    if attn.dim() != 4 or attn.shape[-2] > attn.shape[-1]:
+        raise InputError(f"{what} takes maps [layers, heads, q, k] with q <= k; got shape {tuple(attn.shape)}")
+    return attn
 
 
 def redundant_pairs(distance, exclude=None, threshold=REDUNDANT_JS):

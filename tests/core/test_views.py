@@ -108,3 +108,11 @@ def test_hide_positions_divides_each_row_by_its_own_sum_however_small():
     w, _, _ = hide_positions(torch.tensor([[1.0, 2e-13, 2e-13], [1.0, 0.0, 0.0]]), [False, False],
                              [True, False, False])  # (q, k) float32, as maps are
     torch.testing.assert_close(w, torch.tensor([[0.5, 0.5], [0.0, 0.0]]))
+
+
+def test_sizes_of_nothing_are_an_input_error():
+    """pool_map(m, 0) was a ZeroDivisionError, top_links(w, 0) an IndexError."""
+    w = torch.softmax(torch.randn(4, 4), -1)
+    for call in (lambda: pool_map(w, 0), lambda: top_links(w, 0), lambda: top_links(w, -1)):
+        with pytest.raises(InputError, match="of at least 1"):
+            call()

@@ -285,3 +285,16 @@ def test_streamed_distances_move_the_progress_bar_probe_by_probe(monkeypatch):
     assert report.streamed
     assert [(f, m) for f, m in calls if m.startswith("measuring distances:")] == [
         (0.8, "measuring distances: probe 1/2"), (0.9, "measuring distances: probe 2/2")]
+
+
+def test_the_distance_grid_of_a_part_the_comparison_lacks_is_an_input_error():
+    """Report.pattern_grid names the parts there are; distance_grid was a bare ValueError (or IndexError)."""
+    from diagnostics.compare import CompareReport, HeadChange
+
+    change = HeadChange("self", 1, 2, 0.25, True, ["distance"], {}, {})
+    report = CompareReport(None, None, heads=[change], appeared=[], disappeared=[], streamed=False)
+    assert report.distance_grid() == [[0.0] * 3, [0.0, 0.0, 0.25]]
+    with pytest.raises(InputError, match=r"no part 'decoder'; it has \['self'\]"):
+        report.distance_grid("decoder")
+    with pytest.raises(InputError, match=r"no part 'self'; it has \[\]"):
+        CompareReport(None, None, heads=[], appeared=[], disappeared=[], streamed=False).distance_grid()

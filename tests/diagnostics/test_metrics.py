@@ -236,3 +236,18 @@ def test_bad_shapes_raise_input_errors():
         head_metrics(torch.eye(4), padding=torch.zeros(3, dtype=torch.bool))
     with pytest.raises(InputError, match="chunk"):
         MetricAccumulator(4, False).update(torch.ones(2, 5), 0)
+
+
+def test_maps_of_other_shapes_are_an_input_error_not_fewer_layers():
+    """zip() stopped at the shorter input: two layers measured of four, without a word."""
+    from diagnostics.measure.metrics import layer_metrics
+    from diagnostics.measure.redundancy import js_distance, paired_js_distance
+
+    maps = torch.softmax(torch.randn(4, 3, 6, 6), -1)  # (L, H, q, k)
+    with pytest.raises(InputError, match="one window per layer: 2 for 4 layers"):
+        layer_metrics(maps, windows=[2, None])
+    with pytest.raises(InputError, match=r"maps of one shape, not \[4, 3, 6, 6\] and \[2, 3, 6, 6\]"):
+        paired_js_distance(maps, maps[:2])
+    with pytest.raises(InputError, match=r"js_distance takes maps \[layers, heads, q, k\]"):
+        js_distance(maps[0])  # a RuntimeError of torch's before
+    assert paired_js_distance(maps, maps).shape == (4, 3) and js_distance(maps).shape == (4, 3, 3)
