@@ -110,6 +110,14 @@ def pool_map(weights, max_cells: int) -> tuple[torch.Tensor, int, int]:
     return pooled.reshape(*w.shape[:-2], *pooled.shape[-2:]), bq, bk
 
 
+def pool_signed(change, max_cells: int) -> tuple[torch.Tensor, int, int]:
+    """``pool_map`` of a map of signed changes (B − A): each cell holds its block's largest change in size, with
+    that change's sign (a block where one weight fell by 0.4 and another rose by 0.1 is −0.4)."""
+    size, bq, bk = pool_map(torch.as_tensor(change).abs(), max_cells)  # (..., q/bq, k/bk)
+    rise, _, _ = pool_map(torch.as_tensor(change).clamp(min=0), max_cells)  # (..., q/bq, k/bk)
+    return torch.where(rise >= size, size, -size), bq, bk
+
+
 def top_links(weights, k: int, min_weight: float = 0.0):
     """The ``k`` strongest keys of every query of ``weights [q, k_len]``.
 

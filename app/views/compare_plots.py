@@ -11,9 +11,9 @@ import plotly.graph_objects as go
 
 from app.plain import for_plotly
 
-from core.views import pool_map
+from core.views import pool_map, pool_signed
 from diagnostics.reports.compare_report import number_text
-from app.views.plots import MAX_CELLS
+from app.views.plots import MAX_CELLS, axis_labels
 
 
 def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure:
@@ -40,26 +40,20 @@ def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure
     return fig
 
 
-def _labels(tokens, block):
-    safe = [for_plotly(str(t)) for t in tokens]
-    if block == 1:
-        return [f"{i} {t}" for i, t in enumerate(safe)]
-    return [f"{i}–{min(i + block, len(safe)) - 1} {safe[i]}…" for i in range(0, len(safe), block)]
-
-
 def map_figure(weights, queries, keys, title: str, difference: bool = False) -> go.Figure:
     """One ``[q, k]`` map (or a difference B − A, in a diverging scale), queries down, keys across."""
-    if difference:  # pool |B − A| blocks by their largest absolute change, keeping the sign
-        pooled_abs, bq, bk = pool_map(weights.abs(), MAX_CELLS)
-        pooled_pos, _, _ = pool_map(weights.clamp(min=0), MAX_CELLS)
-        z = np.where(pooled_pos.numpy() >= pooled_abs.numpy(), pooled_abs.numpy(), -pooled_abs.numpy())
+    if difference:
+        pooled, bq, bk = pool_signed(weights, MAX_CELLS)
+        z = pooled.numpy()
         top = float(np.abs(z).max()) or 1.0
         trace = dict(zmin=-top, zmax=top, colorscale="RdBu_r")
     else:
         pooled, bq, bk = pool_map(weights, MAX_CELLS)
         z, trace = pooled.numpy(), dict(zmin=0, colorscale="Viridis")
     value = "B − A %{z:+.4f}" if difference else f"{for_plotly(title)} %{{z:.4f}}"
-    fig = go.Figure(go.Heatmap(z=z.astype(np.float32), x=_labels(keys, bk), y=_labels(queries, bq), **trace,
+    x, y = (axis_labels([str(t) for t in tokens], block, range(len(tokens)))
+            for tokens, block in ((keys, bk), (queries, bq)))
+    fig = go.Figure(go.Heatmap(z=z.astype(np.float32), x=x, y=y, **trace,
                                hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{value}<extra></extra>"))
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(type="category", autorange="reversed")

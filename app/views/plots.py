@@ -140,7 +140,7 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
     return fig
 
 
-def _axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str]:
+def axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str]:
     """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled, numbered by
     ``positions``, each token's position in the whole input (a zoom window, hidden special tokens).
 
@@ -159,7 +159,7 @@ def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], l
     pooled, bq, bk = pool_map(weights, MAX_CELLS)
     z = pooled.numpy().astype(np.float32)
     q_at, k_at = positions or (range(len(queries)), range(len(keys)))
-    heat = dict(x=_axis_labels(keys, bk, list(k_at)), y=_axis_labels(queries, bq, list(q_at)), colorscale="Viridis")
+    heat = dict(x=axis_labels(keys, bk, list(k_at)), y=axis_labels(queries, bq, list(q_at)), colorscale="Viridis")
     if log_scale:
         ticks = np.arange(np.log10(LOG_FLOOR), 0.5)
         trace = go.Heatmap(z=np.log10(np.maximum(z, LOG_FLOOR)).astype(np.float32), customdata=z, zmin=ticks[0], zmax=0,

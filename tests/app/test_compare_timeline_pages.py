@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
 from app_runner import started_app
@@ -404,3 +406,16 @@ def test_timeline_paths_missing_or_listed_twice(monkeypatch, tmp_path):
 
     assert _errors(at) == [for_markdown(f"nope.jsonl: {tmp_path}/nope.jsonl does not exist; give the path of the "
                                         ".jsonl written by AttentionMonitor")]
+
+
+def test_a_difference_map_keeps_each_blocks_largest_change_and_escapes_tokens():
+    from app.views import compare_plots
+    from app.views.plots import MAX_CELLS
+
+    n = 2 * MAX_CELLS  # pooled in blocks of 2
+    change = torch.zeros(n, n)  # (q, k)
+    change[0, 0], change[1, 1] = -0.4, 0.1
+    tokens = ["<b>x</b>"] + ["t"] * (n - 1)
+    heat = compare_plots.map_figure(change, tokens, tokens, "B − A", difference=True).data[0]
+    assert heat.z[0][0] == pytest.approx(-0.4) and heat.zmin == pytest.approx(-0.4)
+    assert heat.x[0] == heat.y[0] == "0–1 &lt;b&gt;x&lt;/b&gt;…"

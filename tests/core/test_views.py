@@ -116,3 +116,16 @@ def test_sizes_of_nothing_are_an_input_error():
     for call in (lambda: pool_map(w, 0), lambda: top_links(w, 0), lambda: top_links(w, -1)):
         with pytest.raises(InputError, match="of at least 1"):
             call()
+
+
+def test_signed_changes_pool_to_the_largest_with_its_sign():
+    """A block where one weight fell by 0.4 and another rose by 0.1 shows -0.4, not +0.1 or 0.4."""
+    from core.views import pool_signed
+
+    change = torch.zeros(4, 4)  # (q, k)
+    change[0, 0], change[1, 1] = -0.4, 0.1  # block (0, 0)
+    change[2, 3], change[3, 2] = 0.3, -0.2  # block (1, 1)
+    pooled, bq, bk = pool_signed(change, 2)
+    assert (bq, bk) == (2, 2)
+    torch.testing.assert_close(pooled, torch.tensor([[-0.4, 0.0], [0.0, 0.3]]))
+    assert pool_signed(change, 4)[0].equal(change)  # nothing to pool
