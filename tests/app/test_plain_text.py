@@ -67,7 +67,9 @@ def test_compare_maps_show_quotes_as_quotes():
     """html.escape turned '"' into &quot;, which plotly shows as those six characters."""
     from app.views import compare_plots
 
-    assert compare_plots._labels(['"', "<b>", "it's"], 1) == ['0 "', "1 &lt;b&gt;", "2 it's"]
+    tokens = ['"', "<b>", "it's"]
+    heat = compare_plots.map_figure(torch.eye(3), tokens, tokens, "A").data[0]
+    assert list(heat.x) == list(heat.y) == ['0 "', "1 &lt;b&gt;", "2 it's"]
 
 
 def test_json_for_html_round_trips():
