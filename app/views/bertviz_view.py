@@ -22,6 +22,7 @@ What changes is how the page is put together:
 from __future__ import annotations
 
 import html
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -80,8 +81,9 @@ def _map_json(weights: torch.Tensor) -> str:
 
 
 def _vectors_json(vectors: torch.Tensor) -> str:
-    """Query or key vectors ``(t, d)`` as compact JSON, 3 decimals."""
-    return str((torch.round(vectors.double() * 1000) / 1000).tolist()).replace(" ", "")
+    """Query or key vectors ``(t, d)`` as compact JSON, 3 decimals; a non-finite one as JavaScript reads it (NaN,
+    Infinity: Python's repr gave nan and inf, names the page's script stopped at)."""
+    return json.dumps((torch.round(vectors.double() * 1000) / 1000).tolist(), separators=(",", ":"))
 
 
 def _bounded(attentions: torch.Tensor, layers: list[int], heads: list[int], budget: int):

@@ -105,3 +105,12 @@ def test_thumbnail_captions_give_the_pattern_and_the_roles_short_names():
     first = fig.data[0].text[0]
     assert first.startswith(f"{patterns[0][0].label}<br>") and "prev" in first.split("<br>")[1]
     assert plots.caption(None) == "" and plots.caption(patterns[0][1]).split("<br>")[0] == patterns[0][1].label
+
+
+def test_neuron_view_vectors_are_numbers_javascript_reads():
+    """Python's repr wrote nan and inf, names the page's script stopped at; JSON's NaN and Infinity are numbers."""
+    from app.views import bertviz_view
+
+    vectors = torch.tensor([[1.23456, float("nan")], [float("inf"), -2.0]])  # (t, d)
+    page = bertviz_view.neuron_view_page(torch.eye(2), vectors, vectors, ["a", "b"], ["a", "b"], causal=False)
+    assert "[[[[1.235,NaN],[Infinity,-2.0]]]]" in page and "nan" not in page.replace("NaN", "")
