@@ -7,11 +7,9 @@ import streamlit as st
 
 from app import errors
 from app.plain import for_markdown
-from app.server import session, sources, uploads
+from app.server import logs, session, sources, uploads
 from app.views import compare_plots
 from core.cancel import stoppable
-from core.checkpoints.checkpoint import check_allowed, resolve_roots
-from core.errors import AttnScopeError, InputError
 from diagnostics import timeline as tl
 
 KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
@@ -40,10 +38,9 @@ def load(kind, value) -> tuple[dict, list[str]]:
     still load (one empty log among three showed none, and did not say which); checkpoints are diagnosed one by
     one under a progress bar."""
     if kind == KINDS[0]:
-        return _each(zip(_distinct([f.name for f in value]), value), _parse_upload, lambda f: f.size)
+        return logs.read_uploaded(value)
     if kind == KINDS[1]:
-        paths = list(dict.fromkeys(value))  # a path listed twice is one run
-        return _each([(_short(path, paths), path) for path in paths], tl.read_log, _file_size)
+        return logs.read_paths(value)
     bar = st.progress(0.0, text="Loading checkpoints…")
     try:  # stops between checkpoints and probes once the browser session has ended
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message),
@@ -55,59 +52,6 @@ def load(kind, value) -> tuple[dict, list[str]]:
             return {Path(value).name or value: tl.from_checkpoints(value, progress=progress)}, []
     finally:
         bar.empty()
-
-
-def _file_size(path) -> int:
-    """Bytes of the log ``read_log`` reads (``~`` expanded, links followed, as it does), or 0 for a path it refuses:
-    measured before the roots were checked, a large file outside them was told apart from a missing one."""
-    try:
-        return check_allowed(Path(path), resolve_roots(None)).stat().st_size
-    except (AttnScopeError, OSError):  # outside the roots, missing, or gone: ``read_log`` says which, in its words
-        return 0
-
-
-def _parse_upload(file) -> "tl.Timeline":
-    """A log as uploaded, refused by its size before a byte of it is copied."""
-    if file.size > tl.MAX_LOG_BYTES:
-        raise InputError(f"the log is over {tl.MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
-    return tl.parse_log(file.getvalue())
-
-
-def _each(named, read, size) -> tuple[dict, list[str]]:
-    """``read`` each ``(name, item)``: ``({name: Timeline}, ["name: why"])``. The logs kept together are at most
-    ``tl.MAX_LOG_BYTES`` by ``size``, checked before each is read (the session holds what the Timeline reads of their
-    records, up to ~4.2 × the file; 3 logs of 64 MB took 0.9 GB before, and nothing bounded how many)."""
-    runs, problems, kept = {}, [], 0
-    for name, item in named:
-        if kept and kept + size(item) > tl.MAX_LOG_BYTES:  # before it is read (one alone over: ``read`` says so)
-            problems.append(f"{name}: not loaded: with the logs above it, over {tl.MAX_LOG_BYTES // 2**20} MB of logs "
-                            "in all; load fewer at a time")
-            continue
-        try:
-            runs[name] = read(item)
-        except AttnScopeError as err:
-            problems.append(f"{name}: {err}")
-            continue
-        kept += size(item)
-    return runs, problems
-
-
-def _distinct(names) -> list[str]:
-    """Upload names made distinct: two runs' ``attention.jsonl`` are "attention.jsonl" and "attention.jsonl (2)"."""
-    out = []
-    for name in names:
-        label, copy = name, 1
-        while label in out:
-            copy += 1
-            label = f"{name} ({copy})"
-        out.append(label)
-    return out
-
-
-def _short(path, paths) -> str:
-    """The file name, or the path where two logs share a name: runs are named, server paths not shown."""
-    name = Path(path).name
-    return name if sum(Path(p).name == name for p in paths) == 1 else path
 
 
 def run_ui(name, timeline, metric, layer, part) -> None:
