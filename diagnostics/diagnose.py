@@ -35,14 +35,14 @@ from core.extraction.head_weights import attention_weights
 from core.errors import InputError
 from core.extraction.streaming import can_stream
 from diagnostics.findings import (
-    Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
+    UNCAPPED, Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
 )
 from diagnostics.measure.metrics import HeadMetrics, finite_head, layer_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
     RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, default_probes, fitting_probes, random_probe, read_lengths,
-    probe_fits, probe_variety, repeated_probe, unfit_defaults_note, user_texts, verdict_cap, vocabulary_probe,
+    probe_variety, repeated_probe, unfit_defaults_note, user_texts, verdict_cap, vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
@@ -107,13 +107,13 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     check_device_used(device, source)
     model, tokenizer, name = _resolve(source, device, n_heads, tell)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
-    positions = max_positions(model, tokenizer)
-    probes, unfit, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer), positions)
+    probes, coverage, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer),
+                                                 max_positions(model, tokenizer))
+    replaced = bool(fit_notes)  # unfit default probes, replaced by in-vocabulary ones
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
     variety = probe_variety(tokenizer, probes, limit) if texts is not None else []  # the defaults are varied
-    fits = probe_fits(tokenizer, probes, positions) if unfit and texts is not None else None
-    worst, judged, short_notes = verdict_cap(lengths, limit, fits, variety)
-    streamed = not (unfit and texts is None) and _streams(model, tokenizer, lengths, stream)
+    worst, judged, short_notes = verdict_cap(lengths, limit, coverage if texts is not None else None, variety)
+    streamed = not replaced and _streams(model, tokenizer, lengths, stream)
     if not streamed:
         _check_whole_maps(model, lengths)
     layers = attention_weights(model)
@@ -122,7 +122,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
             results = [_stream_probe(model, tokenizer, probe, i, len(probes), tell) for i, probe in enumerate(probes)]
             samples, parts, notes = [], {"self": [_measured(r) for r in results]}, []
         else:
-            samples, notes = _run_probes(model, tokenizer, probes, tell, fit_notes if unfit and texts is None else None,
+            samples, notes = _run_probes(model, tokenizer, probes, tell, fit_notes or None,
                                          unread=len(texts or []), weights_known=bool(layers))
             fit_notes = [n for n in fit_notes if n.code not in {m.code for m in notes}]  # the later note says more
             results = samples
@@ -135,8 +135,10 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     for part, measured in parts.items():
         copies = repeated if part == "self" else None
         part_heads, part_findings = diagnose_part(part, measured, copies)
-        if judged is not None:  # every probe labels the heads; the findings come from those that can be judged
-            part_findings = diagnose_part(part, [m for m, ok in zip(measured, judged) if ok], copies)[1]
+        if judged is not None:  # every probe labels the heads; the findings come from those that can be judged,
+            judged_findings = diagnose_part(part, [m for m, ok in zip(measured, judged) if ok], copies)[1]
+            part_findings = ([f for f in part_findings if f.code in UNCAPPED]  # but NaN maps are broken on any
+                             + [f for f in judged_findings if f.code not in UNCAPPED])
         heads += part_heads
         findings += cap_severity(part_findings, worst)
     tell(0.95, "checking weights")

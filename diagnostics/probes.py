@@ -193,7 +193,8 @@ VOCABULARY_PROBES = 4  # random in-vocabulary sequences that replace unfit defau
 # whole ones; at 4-8 tokens demo-gpt2 looks diffuse, and two tokens read as uniform (`diffuse_heads: error`).
 # The default probes were clean for all four shipped models from 40 tokens, but windows of the held-out
 # real-model texts still gave SmolLM2 a sink warning at 48 tokens (1 of 11); none did at 64 (0 of 8).
-# Findings from a caller's probe shorter than this (or than the model's position limit) are info only.
+# A caller's probe shorter than this (or than the model's position limit) judges no finding where a longer one
+# can, and caps them at info where none can (``verdict_cap``).
 MIN_JUDGED_TOKENS = 64
 # ... and from one of fewer distinct tokens than this ("the" x 150: every key the same word, so near-uniform rows
 # are right; healthy demo-bert and SmolLM2 got a diffuse_heads error on it). The default probes hold 76-195.
@@ -286,33 +287,24 @@ def reads_as_decoder(model, tokenizer) -> bool:
 
 
 def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES, limit=None):
-    """``(probes, unfit, notes)``: the probes to run, whether some did not fit the vocabulary, and a note saying so.
+    """``(probes, coverage, notes)``: the probes to run, the coverage of each, and a note on default probes that did
+    not fit the vocabulary.
 
     ``texts`` as ``user_texts`` gives them (None: ``defaults``, the model's ``default_probes``); ``limit``: the
     model's position limit (coverage is of the tokens it reads). Default probes below ``MIN_COVERAGE`` are dropped
     (``diagnose`` adds in-vocabulary probes in their place; ``unfit_defaults_note`` if they cannot run); the
-    caller's own texts are kept (``probe_fits`` says which fit; ``verdict_cap`` judges the findings on those).
+    caller's own texts are kept, and ``verdict_cap`` notes them, with what became of the findings.
     """
     if tokenizer is None:
-        return [], False, []
+        return [], [], []
     probes = as_probes(texts, defaults)
     check_probes(tokenizer, probes)  # before any is tokenized: an unreadable one is named ("probe 3 of 3: ...")
     coverage = [probe_coverage(tokenizer, p, limit) for p in probes]
-    low = [c for c in coverage if c < MIN_COVERAGE]
-    if not low:
-        return probes, False, []
-    if texts is None:
-        probes = [p for p, c in zip(probes, coverage) if c >= MIN_COVERAGE]
-        return probes, True, [_unfit_note(coverage, f"they were replaced by {VOCABULARY_PROBES} sequences of random "
-                                                    "in-vocabulary tokens")]
-    return probes, True, [_unfit_note(coverage, "they were kept; the findings come from the probes that fit where "
-                                                "one can be judged, and are otherwise called no error")]
-
-
-def probe_fits(tokenizer, probes, limit=None) -> list[bool]:
-    """Whether each probe's coverage reaches ``MIN_COVERAGE`` (``probe_coverage``; ``limit``: the model's position
-    limit)."""
-    return [probe_coverage(tokenizer, p, limit) >= MIN_COVERAGE for p in probes]
+    if texts is not None or min(coverage, default=1.0) >= MIN_COVERAGE:
+        return probes, coverage, []
+    kept = [(p, c) for p, c in zip(probes, coverage) if c >= MIN_COVERAGE]
+    note = _unfit_note(coverage, f"they were replaced by {VOCABULARY_PROBES} sequences of random in-vocabulary tokens")
+    return [p for p, _ in kept], [c for _, c in kept], [note]
 
 
 def unfit_defaults_note(notes, error):
@@ -329,7 +321,7 @@ def _unfit_note(coverage, action):
     return note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage], threshold=MIN_COVERAGE)
 
 
-def verdict_cap(lengths, limit, fits=None, variety=()):
+def verdict_cap(lengths, limit, coverage=None, variety=()):
     """``(worst, judged, notes)``: the highest severity the probes' attention findings may have, the probes they
     are to come from (a bool per probe; None: all of them), and notes saying why some or all cannot be judged.
 
@@ -338,7 +330,7 @@ def verdict_cap(lengths, limit, fits=None, variety=()):
     hold on it (the default probes are longer); nor can a caller's probe of fewer than ``MIN_DISTINCT_TOKENS``
     distinct tokens, or a quarter of the tokens the model reads of it if that is less (``variety``,
     ``probe_variety``'s): where every key is the same word, near-uniform rows are right. Nor, at error severity,
-    a caller's probe that does not fit the vocabulary (``fits``, a bool per probe; None: all fit).
+    a caller's probe that does not fit the vocabulary (``coverage`` under ``MIN_COVERAGE``; None: all fit).
     The findings come from the probes that can be judged, at any severity, so one short sentence beside a
     paragraph does not hide what the paragraph shows; failing those, from the long and varied ones that do not
     fit, at most "warning"; failing those too, from all of them, at most "info".
@@ -350,13 +342,14 @@ def verdict_cap(lengths, limit, fits=None, variety=()):
     repetitive = [not s and n < most for s, n, most in zip(short, variety, least)]  # no variety: none is
     repetitive += [False] * (len(lengths) - len(repetitive))
     varied = [not s and not r for s, r in zip(short, repetitive)]
-    fitting = [v and f for v, f in zip(varied, fits or [True] * len(lengths))]
+    fits = [c >= MIN_COVERAGE for c in coverage] if coverage else [True] * len(lengths)
+    fitting = [v and f for v, f in zip(varied, fits)]
     if all(fitting):  # no probe (random ids, without a tokenizer) is none to doubt
         return "error", None, []
     worst, judged = ("error", fitting) if any(fitting) else ("warning", varied) if any(varied) else ("info", None)
     judged = None if judged is None or all(judged) else judged
     outcome = _outcome(worst, judged)
-    notes = []
+    notes = [] if all(fits) else [_unfit_note(coverage, f"they were kept; {outcome}")]
     if any(short):
         detail = (f"{sum(short)} of {len(lengths)} probes have fewer than {needed} tokens (shortest {min(lengths)}), "
                   f"too few for the thresholds; {outcome}")

@@ -76,8 +76,8 @@ def test_coverage_counts_characters_a_tokenizer_without_an_unknown_token_drops()
     assert probe_coverage(dropping, Probe("the cat", "the dog")) == 10 / 12
     assert max(probe_coverage(dropping, p) for p in DEFAULT_PROBES) < MIN_COVERAGE
     assert probe_coverage(dropping, Probe("the cat dog"), limit=2) == 1.0  # what the model does not read is not counted
-    probes, unfit, _ = fitting_probes(dropping, None)
-    assert unfit and not probes
+    probes, _, notes = fitting_probes(dropping, None)
+    assert notes and not probes
 
 
 def test_characters_a_tokenizer_means_to_leave_out_are_not_counted_as_dropped():
@@ -181,10 +181,10 @@ def test_what_the_unfit_probes_would_have_said():
     texts = [p.text for p in DEFAULT_PROBES if p.text_pair is None]  # 104-114 words: not too short to judge
     report = diagnose((model, words), texts=texts)
     assert report.finding("diffuse_heads").severity == "info"  # an error but for the caps
-    assert "are otherwise called no error" in report.finding("probes_unfit").message
+    assert "they were kept; no finding goes above info" in report.finding("probes_unfit").message
     assert max(report.finding("probes_repetitive").details["distinct"]) <= 4  # [UNK] and a few words
-    assert verdict_cap([100], None, [False], [50]) == ("warning", None, [])  # unfit but varied: at most a warning
-    assert verdict_cap([100], None, [False], [4])[0] == "info"  # a run of [UNK]s: at most information
+    assert verdict_cap([100], None, [0.5], [50])[:2] == ("warning", None)  # unfit but varied: at most a warning
+    assert verdict_cap([100], None, [0.5], [4])[0] == "info"  # a run of [UNK]s: at most information
     assert verdict_cap([16] * 7, 16, None, [11] * 7) == ("error", None, [])  # a model that reads 16 tokens: 4 suffice
     words_seen = report.samples[0].tokens[1:-1]
     assert words_seen.count("[UNK]") >= 0.9 * len(words_seen)  # "two" is one of its words
@@ -247,10 +247,13 @@ def test_verdict_is_judged_on_the_probes_that_can_be():
     """One short, repetitive or unfit probe beside a paragraph no longer caps what the paragraph shows."""
     assert verdict_cap([110, 16], None, None, [80, 10])[:2] == ("error", [True, False])
     assert verdict_cap([110, 150], None, None, [80, 1])[:2] == ("error", [True, False])  # "the" x 150
-    assert verdict_cap([110, 120], None, [True, False], [80, 60]) == ("error", [True, False], [])
-    worst, judged, notes = verdict_cap([100, 20], None, [False, True], [50, 10])  # long one unfit, fit one short
+    worst, judged, notes = verdict_cap([110, 120], None, [1.0, 0.5], [80, 60])
+    assert (worst, judged) == ("error", [True, False]) and notes[0].code == "probes_unfit"
+    assert notes[0].message.endswith("they were kept; the findings come from probe 1 alone.")
+    worst, judged, notes = verdict_cap([100, 20], None, [0.5, 1.0], [50, 10])  # long one unfit, fit one short
     assert (worst, judged) == ("warning", [True, False])
-    assert notes[0].message.endswith("probe 1 alone, at most warning.")
+    assert [n.code for n in notes] == ["probes_unfit", "probes_short"]
+    assert notes[1].message.endswith("probe 1 alone, at most warning.")
     worst, judged, notes = verdict_cap([20, 30], None, None, [10, 10])
     assert (worst, judged) == ("info", None) and notes[0].message.endswith("no finding goes above info.")
     assert verdict_cap([], None, None, []) == ("error", None, [])  # random ids, no tokenizer: nothing to doubt
@@ -273,8 +276,8 @@ def test_coverage_is_of_the_tokens_the_model_reads():
     text = " ".join(["cat"] * 60 + ["alpha"] * 800)
     words = word_tokenizer()
     assert probe_coverage(words, Probe(text)) > 0.9 and probe_coverage(words, Probe(text), limit=64) < 0.1
-    probes, unfit, notes = fitting_probes(words, [text], limit=64)
-    assert unfit and notes[0].details["coverage"][0] < 0.1
+    probes, coverage, notes = fitting_probes(words, [text], limit=64)
+    assert coverage[0] < 0.1 and not notes  # kept: the diagnosis's verdict_cap notes it
     report = diagnose((healthy_word_model(), words), texts=[text])
     assert report.finding("probes_unfit") and report.finding("probe_truncated")
     assert "error" not in {f.severity for f in report.findings}
@@ -328,3 +331,18 @@ def test_a_small_vocabulary_gets_shorter_copies_and_none_says_why():
     skipped = report.finding("repeated_probe_skipped")
     assert skipped.severity == "info" and "only 3 ordinary tokens" in skipped.message
     assert diagnose((healthy_word_model(), word_tokenizer())).finding("repeated_probe_skipped") is None
+
+
+def test_nan_maps_of_a_probe_too_short_to_judge_are_still_an_error():
+    """NaN maps are broken on any probe: beside a paragraph, a short probe's NaN had dropped out of the findings."""
+    model = tiny_gpt2()
+    tokenizer = bpe_tokenizer()
+    paragraph = ("The quick brown fox jumps over the lazy dog. Attention is all you need, said the paper. "
+                 "The dog slept in the sun.")
+    broken = tokenizer("z")["input_ids"][0]
+    assert broken not in tokenizer(paragraph)["input_ids"]
+    with torch.no_grad():
+        model.wte.weight[broken] = 3e38 * (torch.arange(model.wte.weight.shape[1]) % 2 * 2 - 1)  # inf once scaled
+    report = diagnose((model, tokenizer), texts=[paragraph, "zq the fox"])
+    assert report.finding("probes_short") and report.finding("non_finite_attention").severity == "error"
+    assert diagnose((model, tokenizer), texts=[paragraph]).finding("non_finite_attention") is None
