@@ -133,12 +133,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     repeated, repeat_notes = _repeated(model, tokenizer, tell)
     heads, findings = [], fit_notes + short_notes + notes + repeat_notes + _truncation_notes(results)
     for part, measured in parts.items():
-        copies = repeated if part == "self" else None
-        part_heads, part_findings = diagnose_part(part, measured, copies)
-        if judged is not None:  # every probe labels the heads; the findings come from those that can be judged,
-            judged_findings = diagnose_part(part, [m for m, ok in zip(measured, judged) if ok], copies)[1]
-            part_findings = ([f for f in part_findings if f.code in UNCAPPED]  # but NaN maps are broken on any
-                             + [f for f in judged_findings if f.code not in UNCAPPED])
+        part_heads, part_findings = _judged_part(part, measured, repeated if part == "self" else None, judged)
         heads += part_heads
         findings += cap_severity(part_findings, worst)
     tell(0.95, "checking weights")
@@ -337,6 +332,16 @@ def diagnose_part(part, measured, repeated=None):
                           Counter(r.role for p in probe_roles for r in p[l][h]))
              for l in range(n_layers) for h in range(n_heads)]
     return heads, findings + ([redundant] if redundant else [])
+
+
+def _judged_part(part, measured, repeated, judged):
+    """``diagnose_part``, its findings from the probes ``verdict_cap`` judges by (``judged``; None: all), its heads
+    labelled by every probe; non-finite maps are broken on any probe."""
+    heads, findings = diagnose_part(part, measured, repeated)
+    if judged is None:
+        return heads, findings
+    judged_findings = diagnose_part(part, [m for m, ok in zip(measured, judged) if ok], repeated)[1]
+    return heads, [f for f in findings if f.code in UNCAPPED] + [f for f in judged_findings if f.code not in UNCAPPED]
 
 
 def _repeated_roles(repeated):
