@@ -65,6 +65,9 @@ LAYER_CODES = ("diffuse_heads", "saturated_heads", "dead_heads")
 # Notes that say probes cannot bear a verdict (too short; out of vocabulary): the findings come from the others or
 # are capped (``probes.verdict_cap``).
 INPUT_NOTES = ("probes_short", "probes_repetitive", "probes_unfit")
+# Findings whose message gives each head's number: a weight's scale is read against its threshold (SmolLM2's L0H3 is
+# 10.3 against 10); the attention findings' numbers are in ``details`` (their heads' maps show them).
+VALUED = ("qk_scale_small", "qk_scale_large", "large_qk_scores")
 # Findings those notes do not cap: NaN maps are broken on any probe.
 UNCAPPED = ("non_finite_attention", "non_finite_weights")
 
@@ -124,10 +127,12 @@ def severity_rank(severity):
     return SEVERITIES.index(severity)
 
 
-def head_names(heads, part="self", limit=12):
-    """``L0H1, L2H3, …`` (prefixed by the part of encoder-decoder models), at most ``limit``."""
+def head_names(heads, part="self", limit=12, values=None):
+    """``L0H1, L2H3, …`` (prefixed by the part of encoder-decoder models), at most ``limit``; with ``values``
+    (``{"L0H1": number}``) each name is followed by its number: ``L0H3 (10.3)``."""
     prefix = "" if part == "self" else f"{part} "
-    names = [f"{prefix}L{layer}H{head}" for layer, head in heads[:limit]]
+    shown = (lambda name: f" ({values[name]:.3g})" if name in values else "") if values else (lambda name: "")
+    names = [f"{prefix}L{layer}H{head}{shown(f'L{layer}H{head}')}" for layer, head in heads[:limit]]
     more = f", … and {len(heads) - limit} more" if len(heads) > limit else ""
     return ", ".join(names) + more
 
@@ -143,8 +148,9 @@ def make_finding(code, heads, total, part="self", details=None, layer_heads=None
     of one layer, for the codes a broken layer makes a warning (``LAYER_CODES``)."""
     heads = sorted([int(layer), int(head)] for layer, head in heads)
     text = FINDING_TEXTS[code]
+    numbers = (details or {}).get("values") if code in VALUED else None  # the number each head crossed the line by
     values = {"count": len(heads), "total": total, "percent": percent(len(heads), total),
-              "heads": head_names(heads, part), **fields}
+              "heads": head_names(heads, part, values=numbers), **fields}
     finding = Finding(code, severity_for(code, len(heads), total), heads, text.message.format(**values),
                       text.suggestion, details or {}, part)
     broken = _broken_layers(heads, layer_heads) if code in LAYER_CODES else []
@@ -235,12 +241,13 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
 
 
 def explain_diffuse(finding, weight_numbers):
-    """``finding``, with a second suggestion if it is a ``diffuse_heads`` above info whose heads have Q/K weights as
-    large as the part's other heads (``weight_numbers``: ``check_weights``'s per-head numbers): then Q/K did not
-    make them uniform, what reaches them did (a zeroed LayerNorm makes every later layer's heads uniform,
-    and "check the Q/K initialisation" pointed at weights of normal scale). When (nearly) every head is uniform
-    there are too few others to compare with (compared with themselves, Q/K x 0.1 everywhere was said to be "not
-    Q/K"): the suggestion then names the causes it cannot tell apart, an untrained model first."""
+    """``finding``, its suggestion told by the Q/K weights of its heads if it is a ``diffuse_heads`` above info
+    (``weight_numbers``: ``check_weights``'s per-head numbers). As large as the part's other heads': Q/K did not
+    make them uniform, what reaches them did (a zeroed norm), and the suggestion says where to look instead of
+    "check the Q/K initialisation … candidates for pruning", which pointed at weights of normal scale. Much
+    smaller: a re-initialised layer of a trained model, to restore rather than prune. When (nearly) every head is
+    uniform there are too few others to compare with (compared with themselves, Q/K x 0.1 everywhere was said to
+    be "not Q/K"): the suggestion then names the causes it cannot tell apart, an untrained model first."""
     if finding.code != "diffuse_heads" or finding.severity == "info":
         return finding
     scale = {(layer, head): n["qk_scale"] for (part, layer, head), n in weight_numbers.items()
@@ -251,15 +258,21 @@ def explain_diffuse(finding, weight_numbers):
     marked = {(layer, head) for layer, head in finding.heads}
     others = torch.tensor([value for key, value in scale.items() if key not in marked])
     flagged = torch.tensor(flagged)
-    if flagged.median() <= 0 or (len(others) and flagged.median() < ORDINARY_QK * others.median()):
-        return finding  # Q/K x 0, or smaller than the other heads': "check the Q/K initialisation" says it
     first = min(layer for layer, _ in finding.heads)
-    before = f"the LayerNorm and the layer just before layer {first}" if first else "the embeddings and their LayerNorm"
     text = FINDING_TEXTS["diffuse_heads"]
+    numbers = dict(low=float(flagged.min()), high=float(flagged.max()), layer=first, left=len(others),
+                   total=len(scale), before=f"the output norm of layer {first - 1}" if first else
+                   "the embeddings' norm")
     few = len(others) < FEW_OTHERS * len(scale)  # Q/K x 0.3 everywhere left MiniLM 4 of 72: "not Q/K", they said
-    finding.suggestion += " " + (text.everywhere if few else text.upstream).format(
-        low=float(flagged.min()), high=float(flagged.max()), before=before, layer=first, left=len(others),
-        total=len(scale))
+    if flagged.median() <= 0:
+        return finding  # Q/K x 0: qk_scale_small says it, and "check the Q/K initialisation"
+    if few:
+        finding.suggestion += " " + text.everywhere.format(**numbers)
+    elif flagged.median() < ORDINARY_QK * others.median():  # a layer re-initialised in a trained model
+        finding.suggestion += " " + text.shrunk.format(**numbers, median=float(others.median()),
+                                                       ratio=float(others.median() / flagged.median()))
+    else:  # not Q/K: the advice to check Q/K and prune would point away from the cause
+        finding.suggestion = text.upstream.format(**numbers)
     return finding
 
 

@@ -43,8 +43,9 @@ class FindingText:
     meaning: str  # what the finding says about the model
     suggestion: str  # a concrete next step
     message: str  # str.format template; fields: count, total, percent, heads, plus per-code extras
-    upstream: str = ""  # diffuse_heads only: the suggestion added when their Q/K weights are of ordinary scale
+    upstream: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are of ordinary scale
     everywhere: str = ""  # diffuse_heads only: the suggestion added when (nearly) every head is near uniform
+    shrunk: str = ""  # diffuse_heads only: the suggestion added when their Q/K weights are smaller than the others'
 
 
 PATTERN_TEXTS = {
@@ -193,26 +194,35 @@ FINDING_TEXTS = {
         "Near-uniform heads",
         "These heads spread attention almost evenly over the input, so they pass on an average of it and "
         "select nothing (attention failure).",
-        "Check the Q/K initialisation (std ≈ 1/√d_k) and that the attention weights receive non-zero "
-        "gradients; a learnable softmax temperature can help. If the model is trained and the heads stay "
-        "uniform, they are candidates for pruning (Michel et al. 2019).",
+        "Check the Q/K initialisation (std ≈ 1/√d_in, fan-in) and that the attention weights receive non-zero "
+        "gradients; a learnable softmax temperature can help. In a trained model a few uniform heads are common "
+        "and can be pruned (Michel et al. 2019); many of them, or a whole layer, are a broken model: compare it "
+        "with an earlier checkpoint (python -m diagnostics compare OLD NEW).",
         "{count} of {total} heads ({percent}) are near uniform (their rows differ from uniform by at most "
         "{threshold} nats of KL divergence): {heads}.",
         "Their Q/K weights are as large as the model's other heads' (RMS·√d_in {low:.2g}–{high:.2g}), so it is "
-        "what reaches them that has no structure left, not Q/K: look at {before} (a zeroed or diverged "
-        "LayerNorm makes every later head uniform; the first layer they are in is {layer}).",
+        "what reaches them that has no structure left, not Q/K: look at the normalisation that feeds layer "
+        "{layer}, its own input norm in a pre-LN model (GPT-2's ln_1, Llama's input_layernorm) or {before} in a "
+        "post-LN one (BERT), and restore it from a good checkpoint: a zeroed or diverged norm flattens what "
+        "follows it.",
         "{left} of the {total} heads are not near uniform, too few to compare their Q/K weights with (RMS·√d_in "
         "{low:.2g}–{high:.2g}): a Q/K shrunk everywhere shrinks those too. An untrained (randomly initialised) "
         "model looks like this. If this one was trained, compare its Q/K weights with an earlier checkpoint's: "
-        "smaller ones point at Q/K, as above; ones of the same size at {before} (a zeroed or diverged LayerNorm "
-        "makes every later head uniform).",
+        "smaller ones point at Q/K, as above; ones of the same size at the normalisation that feeds layer "
+        "{layer} (its input norm, or {before}).",
+        "Their Q/K weights are {ratio:.2g}× smaller than the model's other heads' (RMS·√d_in {low:.2g}–{high:.2g} "
+        "against a median of {median:.2g}): in a trained model, W_Q/W_K of these heads were re-initialised or "
+        "damaged; restore them from a good checkpoint rather than prune them.",
     ),
     "saturated_heads": FindingText(
         "Saturated heads (entropy collapse)",
         "These heads put nearly all their mass on a single key on almost every row, whatever the input: "
         "the softmax is saturated, a sign of attention entropy collapse.",
-        "Constrain the Q/K scale: σReparam or spectral normalisation of W_Q/W_K (Zhai et al. 2023), clamp the "
-        "scaled scores (e.g. to ±5), lower the learning rate and add warm-up.",
+        "In a checkpoint that was sound before, look for what scaled the scores up: W_Q/W_K rescaled or converted "
+        "wrongly, or a missing 1/√d_k (GPT-2's scale_attn_weights, a custom attention); compare it with the "
+        "earlier checkpoint (python -m diagnostics compare OLD NEW). While training, constrain the Q/K scale: "
+        "σReparam or spectral normalisation of W_Q/W_K (Zhai et al. 2023), clamp the scaled scores (e.g. to ±5), "
+        "lower the learning rate and add warm-up.",
         "{count} of {total} heads ({percent}) are near one-hot (mean normalised entropy ≤ {threshold}, "
         "mean row max ≥ {confidence}): {heads}.",
     ),
@@ -220,8 +230,10 @@ FINDING_TEXTS = {
         "Redundant heads",
         "Pairs of heads in the same layer produce nearly the same attention maps on the probe texts, so "
         "one of each pair adds little.",
-        "Prune one head of each pair (Michel et al. 2019; Voita et al. 2019), or add an orthogonality "
-        "penalty on the per-head Q/K/V projections while training.",
+        "Heads trained apart that converged: prune one head of each pair (Michel et al. 2019; Voita et al. 2019), "
+        "or add an orthogonality penalty on the per-head Q/K/V projections while training. Many exact copies "
+        "(distance ≈ 0) are a copying or conversion bug: restore the heads from the source checkpoint, or "
+        "re-initialise them and train with that penalty.",
         "{count} of {total} heads ({percent}) form {n_pairs} near-identical pair(s) (Jensen–Shannon distance "
         "< {threshold}): {pairs}.",
     ),
@@ -239,7 +251,8 @@ FINDING_TEXTS = {
         f"These heads attend to a fixed offset (up to {max(OFFSETS)} tokens either side: most often themselves, "
         "the previous or the next token) whatever the content (Clark et al. 2019).",
         "Fine for a few heads. If most heads are positional, check that position information is not "
-        "overwhelming content; for quality drops on long inputs, try relative position encodings.",
+        "overwhelming content; for quality drops on inputs longer than the training ones, a model with absolute "
+        "positions can move to relative ones (RoPE, ALiBi).",
         "{count} of {total} heads ({percent}) are positional (≥ {threshold} of their mass on one offset): "
         "{heads}.",
     ),
@@ -264,8 +277,10 @@ FINDING_TEXTS = {
         "Q/K weights too large",
         "The query/key weights are far above the usual scale, so attention scores are huge and the softmax "
         "saturates (entropy collapse).",
-        "Rescale or re-initialise W_Q/W_K (std ≈ 1/√d), use σReparam/spectral normalisation (Zhai et al. "
-        "2023), clamp the scaled scores (e.g. to ±5), lower the learning rate.",
+        "Where these heads are saturated too (or a whole layer is flagged), rescale or re-initialise W_Q/W_K (std "
+        "≈ 1/√d_in), use σReparam/spectral normalisation (Zhai et al. 2023), clamp the scaled scores (e.g. to "
+        "±5), lower the learning rate. A head or two just over the line with a sound map needs nothing (healthy "
+        "SmolLM2's L0H3 is 10.3).",
         "{count} of {total} heads ({percent}) have Q/K weights with RMS·√d_in > {threshold}: {heads}.",
     ),
     "large_qk_scores": FindingText(
@@ -273,8 +288,9 @@ FINDING_TEXTS = {
         "The queries and keys these heads produce on the probes are long enough that a query aligned with a key "
         "would score far beyond what a softmax can spread (exp(−104) is already 0 in fp32): an early warning "
         "of attention entropy collapse (Zhai et al. 2023).",
-        "Watch these heads' entropy while training; σReparam/spectral normalisation of Q/K, QK-LayerNorm, a "
-        "lower learning rate and warm-up keep the scores in check.",
+        "Where these heads are saturated already, see that finding and check the scale the model puts on its "
+        "scores (1/√d_k); otherwise watch their entropy while training: σReparam/spectral normalisation of Q/K, "
+        "QK-LayerNorm, a lower learning rate and warm-up keep the scores in check.",
         "{count} of {total} heads ({percent}) can reach attention scores above {threshold} (scale · max‖q‖ · "
         "max‖k‖ on the probes): {heads}.",
     ),
@@ -282,8 +298,10 @@ FINDING_TEXTS = {
         "Near-identical head weights",
         "Pairs of heads in one layer have nearly the same Q·Kᵀ weight product, so they attend alike on any "
         "input.",
-        "Prune one head of each pair (Michel et al. 2019; Voita et al. 2019), or add an orthogonality "
-        "penalty on the per-head projections; if heads were copied on purpose, re-initialise them.",
+        "Heads trained apart that converged: prune one head of each pair (Michel et al. 2019; Voita et al. "
+        "2019), or add an orthogonality penalty on the per-head projections. Exact copies (cosine ≈ 1) that "
+        "nobody made on purpose are a copying or conversion bug: restore the heads from the source checkpoint, "
+        "or re-initialise them.",
         "{count} of {total} heads ({percent}) form {n_pairs} pair(s) whose Q·Kᵀ weights have cosine "
         "similarity > {threshold}: {pairs}.",
     ),

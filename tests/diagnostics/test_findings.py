@@ -60,8 +60,12 @@ def test_a_collapse_after_the_first_layer_points_at_what_comes_before():
         return explain_diffuse(finding, numbers).suggestion
 
     later = [[layer, h] for layer in (1, 2) for h in range(4)]  # layers 1-2 uniform, layer 0 healthy
-    assert "not Q/K: look at the LayerNorm and the layer just before layer 1" in suggestion(later, lambda _: 1.5)
-    assert "what reaches them" not in suggestion(later, lambda layer: 0.2 if layer else 1.5)  # their Q/K shrank
+    upstream = suggestion(later, lambda _: 1.5)
+    assert "not Q/K: look at the normalisation that feeds layer 1" in upstream
+    assert "the output norm of layer 0 in a post-LN one" in upstream and "pruned" not in upstream  # no Q/K advice
+    shrunk = suggestion(later, lambda layer: 0.2 if layer else 1.5)  # their Q/K shrank: a layer re-initialised
+    assert "what reaches them" not in shrunk and "Check the Q/K initialisation" in shrunk
+    assert "7.5× smaller than the model's other heads' (RMS·√d_in 0.2–0.2 against a median of 1.5)" in shrunk
 
 
 def test_when_every_head_is_uniform_the_suggestion_says_it_cannot_tell_q_k_from_what_reaches_them():
@@ -74,7 +78,7 @@ def test_when_every_head_is_uniform_the_suggestion_says_it_cannot_tell_q_k_from_
     numbers = {("self", layer, head): {"qk_scale": 0.15} for layer, head in every}
     text = explain_diffuse(finding, numbers).suggestion
     assert "what reaches them" not in text and "An untrained (randomly initialised) model looks like this" in text
-    assert "compare its Q/K weights with an earlier checkpoint's" in text and "the embeddings and their" in text
+    assert "compare its Q/K weights with an earlier checkpoint's" in text and "or the embeddings' norm" in text
     numbers[("self", 2, 0)] = numbers[("self", 2, 1)] = {"qk_scale": 0.2}  # 2 of 10 left, shrunk alike
     text = explain_diffuse(make_finding("diffuse_heads", every, 10, threshold=0.1), numbers).suggestion
     assert text.count("An untrained") == 1 and "2 of the 10 heads are not near uniform, too few" in text
@@ -232,3 +236,17 @@ def test_a_share_under_half_a_percent_reads_under_one_percent_not_zero():
 
     assert [percent(0, 270), percent(1, 270), percent(2, 270), percent(7, 8)] == ["0%", "<1%", "1%", "88%"]
     assert "1 of 270 heads (<1%)" in make_finding("qk_scale_large", [[0, 3]], 270, threshold=10.0).message
+
+
+def test_weight_findings_give_each_heads_number_and_advice_for_a_broken_checkpoint():
+    """Healthy SmolLM2's L0H3 was told to re-initialise its Q/K without its 10.3 against the line of 10 shown; a
+    saturated checkpoint was only told how to train, and copied heads to prune one of each pair."""
+    from diagnostics.findings import make_finding
+
+    large = make_finding("qk_scale_large", [[0, 3]], 270, details={"values": {"L0H3": 10.2634}}, threshold=10.0)
+    assert large.message.endswith("> 10.0: L0H3 (10.3).") and "needs nothing" in large.suggestion
+    assert "1/√d_k" in make_finding("saturated_heads", [[0, 0]], 4, threshold=0.1, confidence=0.9).suggestion
+    copies = make_finding("redundant_heads", [[0, 0], [0, 1]], 4, threshold=0.1, n_pairs=1, pairs="L0H0–L0H1")
+    assert "restore the heads from the source checkpoint" in copies.suggestion
+    diffuse = make_finding("diffuse_heads", [[0, 0]], 4, details={"values": {"L0H0": 0.01}}, threshold=0.1)
+    assert diffuse.message.endswith(": L0H0.")  # attention findings keep their numbers in details
