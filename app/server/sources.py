@@ -13,6 +13,7 @@ from the server's shared model cache. ``probes_ui(key)`` is the probe-text box, 
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import deque
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -101,14 +102,22 @@ def run_models_limit() -> int:
 
 
 def probes_ui(key: str):
-    """The caller's probe texts, one per line, or None for AttnScope's default probes."""
-    probes = st.text_area("Probe texts, one per line (empty: AttnScope's seven default paragraphs)", key=key,
-                          help=f"Give a paragraph per line: a probe of fewer than {MIN_JUDGED_TOKENS} tokens labels "
+    """The caller's probe texts, or None for AttnScope's default probes (``probe_texts``)."""
+    probes = st.text_area("Probe texts, a blank line between two (empty: AttnScope's seven default paragraphs)",
+                          key=key,
+                          help=f"Give a paragraph each, a blank line between them; a paragraph's own line breaks "
+                               f"keep it one probe, as one --text on the command line. A probe of fewer than {MIN_JUDGED_TOKENS} tokens labels "
                                "the heads but judges no finding (only information where no probe is longer), "
                                f"since healthy heads cross the thresholds on a sentence. At most {MAX_PROBES} probes "
                                f"and {MAX_PROBE_CHARS:,} characters in all (a long probe is read up to the model's "
                                "position limit).")
-    return [line for line in probes.splitlines() if line.strip()] or None
+    return probe_texts(probes)
+
+
+def probe_texts(box: str) -> list[str] | None:
+    """The paragraphs of ``box``, split at blank lines (a paragraph pasted from a PDF or an e-mail, wrapped at
+    every line, had become seven probes of a line each, each too short to judge), or None where it holds none."""
+    return [p.strip() for p in re.split(r"\n[ \t]*\n", box) if p.strip()] or None
 
 
 def probes_problem(texts) -> str | None:

@@ -29,7 +29,8 @@ def _built_in(at: AppTest, side: str, name: str) -> None:
 
 
 def _demo_bert_with_itself(probes: str) -> AppTest:
-    """The Compare page after comparing demo-bert with itself on ``probes`` (one per line), checked free of errors."""
+    """The Compare page after comparing demo-bert with itself on ``probes`` (a blank line between two), checked free
+    of errors."""
     at = _page("compare")
     _built_in(at, "a", "demo-bert")
     _built_in(at, "b", "demo-bert")
@@ -60,7 +61,7 @@ def test_compare_keeps_only_the_maps_its_budget_allows(monkeypatch):
     """Compare held both models' maps of every probe in its session, outside every budget (6 MiniLM probes of ~500
     tokens: 867 MB): the same probes' maps of both are kept within it, and the distances still cover every one."""
     monkeypatch.setenv("ATTNSCOPE_REPORT_MAPS_BYTES", "1")
-    at = _demo_bert_with_itself("The cat sat on the mat.\nA dog barked at the moon.")
+    at = _demo_bert_with_itself("The cat sat on the mat.\n\nA dog barked at the moon.")
     report = at.session_state["comparison"]
     assert report.a.samples == [] and report.b.samples == [] and len(report.a.probes) == 2
     infos = [i.value for i in at.info]
@@ -121,7 +122,7 @@ def test_compare_refuses_more_probe_text_than_the_server_runs():
     at = _page("compare")
     _built_in(at, "a", "demo-bert")
     _built_in(at, "b", "demo-bert")
-    at.text_area(key="cmp_probes").set_value("\n".join(["the cat sat on the mat"] * (MAX_PROBES + 1)))
+    at.text_area(key="cmp_probes").set_value("\n\n".join(["the cat sat on the mat"] * (MAX_PROBES + 1)))
     at = at.button(key="cmp_run").click().run()
     assert not at.exception and "comparison" not in at.session_state
     assert [e for e in _errors(at) if e.startswith(f"Not run: {MAX_PROBES + 1} probe texts")], _errors(at)

@@ -425,7 +425,7 @@ def test_a_report_keeps_only_the_maps_its_budget_allows(bert_zip, monkeypatch):
     def diagnosed():
         at = _app()
         at.switch_page("app_pages/diagnose.py").run()
-        at.text_area(key="diag_probes").set_value("\n".join(["the cat sat on the red mat"] * 3))
+        at.text_area(key="diag_probes").set_value("\n\n".join(["the cat sat on the red mat"] * 3))
         at.file_uploader[0].upload("tiny-bert.zip", bert_zip).run()
         at = at.button(key="diag_run").click().run()
         assert not at.exception and not _errors(at), _errors(at)
@@ -608,7 +608,7 @@ def test_diagnose_refuses_more_probe_text_than_the_server_runs(bert_zip):
     at = _diagnose(_app(), "tiny-bert.zip", bert_zip)
     assert at.session_state["report"] is not None
     for probes in (["the cat sat on the mat"] * (MAX_PROBES + 1), ["word " * (MAX_PROBE_CHARS // 5 + 1)]):
-        at.text_area(key="diag_probes").set_value("\n".join(probes))
+        at.text_area(key="diag_probes").set_value("\n\n".join(probes))
         at = at.button(key="diag_run").click().run()
         assert not at.exception
         assert any(e.startswith("Not run: ") for e in _errors(at)), _errors(at)
@@ -734,3 +734,14 @@ def test_a_long_cross_map_zooms_queries_and_keys_apart():
     spec = at.get("plotly_chart")[0].proto.spec
     assert '"100 e100"' in spec and '"199 e199"' in spec  # ... until the key window narrows them
     assert [c.value for c in at.caption] == ["Zoomed to 10 × 100 of 300 × 300 tokens; the exports hold the whole map."]
+
+
+def test_a_wrapped_paragraph_is_one_probe_as_on_the_command_line():
+    """Split at every line, a paragraph wrapped at 70 characters became 7 probes too short to judge (a broken
+    model's diffuse_heads error became info); paragraphs are split at blank lines, as one --text each."""
+    from app.server.sources import probe_texts
+
+    wrapped = "The cat sat on the mat\nand watched the birds\nfly over the garden."
+    assert probe_texts(wrapped) == [wrapped]
+    assert probe_texts(f"{wrapped}\n\n  \nA second one.\n") == [wrapped, "A second one."]
+    assert probe_texts("\n \n") is None
