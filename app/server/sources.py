@@ -105,9 +105,10 @@ def probes_ui(key: str):
     """The caller's probe texts, or None for AttnScope's default probes (``probe_texts``)."""
     probes = st.text_area("Probe texts, a blank line between two (empty: AttnScope's seven default paragraphs)",
                           key=key,
-                          help=f"Give a paragraph each, a blank line between them; a paragraph's own line breaks "
-                               f"keep it one probe, as one --text on the command line. A probe of fewer than {MIN_JUDGED_TOKENS} tokens labels "
-                               "the heads but judges no finding (only information where no probe is longer), "
+                          help="Give a paragraph each, a blank line between them; a paragraph's own line breaks "
+                               "keep it one probe, as one --text on the command line. A probe of fewer than "
+                               f"{MIN_JUDGED_TOKENS} tokens labels the heads but judges no finding (only information "
+                               "where no probe is longer), "
                                f"since healthy heads cross the thresholds on a sentence. At most {MAX_PROBES} probes "
                                f"and {MAX_PROBE_CHARS:,} characters in all (a long probe is read up to the model's "
                                "position limit).")
