@@ -30,7 +30,7 @@ from .gguf import is_gguf, load_gguf
 from .layout import IGNORED_DIRS, NO_MODEL, model_root
 from .paths import readable_name
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
-from ..custom_model import CONFIG_NAME, MODEL_TYPE
+from ..custom_model import CONFIG_NAME, MODEL_TYPE, AttnScopeTransformer
 from ..device import pick_device
 from ..errors import CheckpointError, one_line
 from .infer_arch import infer_architecture
@@ -271,16 +271,23 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
     model_type = config.get("model_type", MODEL_TYPE)
     if model_type == MODEL_TYPE:
         model = build_custom(config, state, limits)
-        vocab, causal = model.config.vocab_size, model.config.causal
     else:
         if "auto_map" in config:
             notes.append(REMOTE_CODE_IGNORED.format(model_type=model_type))
         model = build_hf(config, state, clean, limits, notes)
-        vocab = token_vocabulary(model)
-        causal = model_type in ("gpt2",) or bool(getattr(model.config, "is_decoder", False))
     tokenizer_dir = clean if copy_tokenizer_files(folder, clean) else None
-    tokenizer = choose_tokenizer(tokenizer_dir, vocab, causal, notes)
+    tokenizer = choose_tokenizer(tokenizer_dir, *token_reading(model), notes)
     return LoadedCheckpoint(model, tokenizer, notes, model_type)
+
+
+def token_reading(model) -> tuple[int, bool]:
+    """``(vocab, causal)`` a tokenizer is chosen by (``choose_tokenizer``): the token ids ``model`` embeds, and
+    whether it reads them causally (a demo decoder's tokenizer is tried first then); CheckpointError for a model
+    that reads no tokens."""
+    if isinstance(model, AttnScopeTransformer):
+        return model.config.vocab_size, model.config.causal
+    causal = model.config.model_type in ("gpt2",) or bool(getattr(model.config, "is_decoder", False))
+    return token_vocabulary(model), causal
 
 
 def gguf_in_folder(folder: Path, label: str) -> Path | None:

@@ -21,17 +21,17 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
-from ..errors import ModelLoadError, first_line
+from ..errors import CheckpointError, ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
 from .build import SHAPE, check_config_sizes, dropped_note, load_dtype
-from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint
+from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint, token_reading
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
 from .paths import is_utf8, readable, utf8_path
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
-from .tokenizer import TOKENIZER_FILES, UNREADABLE, has_vocabulary, unusable_files
+from .tokenizer import TOKENIZER_FILES, UNREADABLE, choose_tokenizer, has_vocabulary, unusable_files
 
 log = logging.getLogger("attnscope.load")  # what a checkpoint load inferred, borrowed or ignored (the CLI prints it)
 
@@ -86,7 +86,8 @@ def load_model(
             for note in heads_ignored(config, n_heads):  # said as for an archive of the same folder
                 log.warning(note)
         if is_custom_config(config):
-            model, tokenizer = load_custom_model(path, config), _tokenizer_or_none(path)
+            model = load_custom_model(path, config)
+            tokenizer = _tokenizer_or_none(path) or _borrowed_tokenizer(model)
             return model.to(pick_device(device)), tokenizer
     elif Path(path).is_file():
         raise ModelLoadError(f"{path} is a file AttnScope does not read: give a model folder, an archive "
@@ -194,7 +195,22 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
         raise ModelLoadError(shape or f"could not load the weights of {path!r}: {first_line(err)}") from None
     for note in dropped_note(model, info.get("unexpected_keys", ())):  # said as for an upload of the folder
         log.warning(note)
-    return model, _tokenizer_or_none(path, offline)
+    return model, _tokenizer_or_none(path, offline) or (_borrowed_tokenizer(model) if local else None)
+
+
+def _borrowed_tokenizer(model):
+    """A folder without a tokenizer gets one as its upload would (``choose_tokenizer``): a demo model's where the
+    vocabulary sizes match, with the note saying so (the app and an archive of the folder borrowed it; the command
+    line probed the same folder with random ids, and gave it other findings); else None."""
+    try:
+        vocab, causal = token_reading(model)
+    except CheckpointError:  # a model that reads no tokens
+        return None
+    notes = []
+    tokenizer = choose_tokenizer(None, vocab, causal, notes)
+    if tokenizer is not None:
+        log.warning(notes[-1])
+    return tokenizer
 
 
 def _mismatched(path: str, config, offline: bool, trust_remote_code: bool) -> str | None:

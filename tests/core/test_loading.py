@@ -313,3 +313,24 @@ def test_checkpoints_named_in_latin1_load_and_are_named_with_a_replacement_chara
     for load in (lambda path: load_model(path, n_heads=4, device="cpu")[0],
                  lambda path: load_checkpoint(path, n_heads=4, allowed_roots=[tmp_path]).model):
         assert torch.equal(extract_attention(load(str(long_name)), tok, TEXT).attentions, expected)
+
+
+def test_a_folder_without_a_tokenizer_borrows_the_one_its_upload_would(tmp_path, monkeypatch, caplog):
+    """The app and an archive of the folder borrowed demo-bert's tokenizer (the vocabulary sizes match); the command
+    line probed the same folder with random ids, and gave it other findings."""
+    from core.checkpoints import tokenizer as checkpoint_tokenizer
+
+    words = tiny.wordpiece_tokenizer()
+    words.save_pretrained(tmp_path / "demo-bert")
+    monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {"demo-bert": tmp_path / "demo-bert"})
+    config = tiny.tiny_bert().config
+    config.vocab_size = len(words)
+    transformers.BertModel(config).save_pretrained(tmp_path / "model")  # config.json and weights, no tokenizer
+    with caplog.at_level(logging.WARNING):
+        model, tokenizer = load_model(str(tmp_path / "model"))
+    assert tokenizer is not None and len(tokenizer) == len(words)
+    assert any("using demo-bert's tokenizer because the vocabulary sizes match" in r.getMessage()
+               for r in caplog.records)
+    config.vocab_size = len(words) + 1  # no demo tokenizer of its size: none, as before
+    transformers.BertModel(config).save_pretrained(tmp_path / "other")
+    assert load_model(str(tmp_path / "other"))[1] is None
