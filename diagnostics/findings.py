@@ -131,10 +131,18 @@ def head_names(heads, part="self", limit=12, values=None):
     """``L0H1, L2H3, …`` (prefixed by the part of encoder-decoder models), at most ``limit``; with ``values``
     (``{"L0H1": number}``) each name is followed by its number: ``L0H3 (10.3)``."""
     prefix = "" if part == "self" else f"{part} "
-    shown = (lambda name: f" ({values[name]:.3g})" if name in values else "") if values else (lambda name: "")
+    shown = (lambda name: f" ({number(values[name])})" if name in values else "") if values else (lambda name: "")
     names = [f"{prefix}L{layer}H{head}{shown(f'L{layer}H{head}')}" for layer, head in heads[:limit]]
     more = f", … and {len(heads) - limit} more" if len(heads) > limit else ""
     return ", ".join(names) + more
+
+
+def number(value: float) -> str:
+    """A finding's number, precise enough to read against its threshold (10.04 against 10, not "10") and without an
+    exponent (4,463, not 4.46e+03)."""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.2g}"
 
 
 def percent(count: int, total: int) -> str:

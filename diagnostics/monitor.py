@@ -13,7 +13,8 @@ It warns through ``logging`` (logger ``attnscope.monitor``) the first time an
 error finding other than near-uniform heads appears, e.g. entropy collapse (Zhai et al. 2023: most heads
 saturate at once and training diverges), and once when heads are still near
 uniform ``uniform_after`` steps in: the usual sign of a Q/K initialisation
-far below 1/√d_k or of no gradient reaching Q/K. It also warns once when the
+far below 1/√d_in or of no gradient reaching Q/K (the warning gives the finding's own advice, which says when
+their Q/K are as large as the other heads' and what feeds them is at fault). It also warns once when the
 probes cannot bear a verdict (``findings.INPUT_NOTES``: too short, too repetitive, out of vocabulary).
 
 Under torch.distributed / accelerate every process measures (a sharded model
@@ -214,8 +215,9 @@ class AttentionMonitor:
         if diffuse and record["step"] >= self.uniform_after and not self._warned_uniform:
             self._warned_uniform = True
             count = len(diffuse["heads"])
-            log.warning(MONITOR_TEXTS["still_uniform"].format(step=record["step"], message=diffuse["message"],
-                                                              heads=f"{count} head{'s' * (count != 1)}"))
+            log.warning(MONITOR_TEXTS["still_uniform"].format(  # the finding's own advice: Q/K, or what feeds them
+                step=record["step"], message=diffuse["message"], heads=f"{count} head{'s' * (count != 1)}",
+                suggestion=diffuse["suggestion"]))
 
 
 def unwrap(model):

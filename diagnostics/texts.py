@@ -73,7 +73,7 @@ PATTERN_TEXTS = {
         "A broad head that averages its input (Clark et al. 2019); common in trained models. Only rows near "
         "uniform over every key (the diffuse_heads finding) point at an attention failure.",
         "Nothing to do unless the diagnosis names the head among its near-uniform heads; then check that "
-        "gradients reach Q/K and how Q/K were initialised (std ≈ 1/√d_k).",
+        "gradients reach Q/K and how Q/K were initialised (std ≈ 1/√d_in, fan-in).",
         "#BAB0AC",
     ),
     "sparse": PatternText(
@@ -376,9 +376,7 @@ SEVERITY_TITLES = {"error": "Error", "warning": "Warning", "info": "Info"}
 # What the training monitor (``diagnostics.monitor``) logs; fields in braces.
 MONITOR_TEXTS = {
     "error_appeared": "attention monitor, step {step}: {message} {suggestion}",
-    "still_uniform": ("attention monitor, step {step}: {heads} still near uniform ({message}) – check "
-                      "the Q/K initialisation (std ≈ 1/√d_k), that gradients reach the Q/K weights, or add a "
-                      "learnable temperature"),
+    "still_uniform": "attention monitor, step {step}: {heads} still near uniform ({message}) – {suggestion}",
     "measure_failed": "attention monitor, step {step}: the measurement failed and was skipped ({error}){where}; "
                       "training goes on",
     "no_tensorboard": "attention monitor: tensorboard is not installed, so no TensorBoard scalars are written "

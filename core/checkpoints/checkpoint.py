@@ -31,6 +31,7 @@ from .layout import IGNORED_DIRS, NO_MODEL, model_root
 from .paths import readable_name
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE, AttnScopeTransformer
+from ..extraction.hf_extract import is_causal_model
 from ..device import pick_device
 from ..errors import CheckpointError, one_line
 from .infer_arch import infer_architecture
@@ -286,8 +287,7 @@ def token_reading(model) -> tuple[int, bool]:
     that reads no tokens."""
     if isinstance(model, AttnScopeTransformer):
         return model.config.vocab_size, model.config.causal
-    causal = model.config.model_type in ("gpt2",) or bool(getattr(model.config, "is_decoder", False))
-    return token_vocabulary(model), causal
+    return token_vocabulary(model), is_causal_model(model)  # Llama too: "gpt2 or is_decoder" read it as an encoder
 
 
 def gguf_in_folder(folder: Path, label: str) -> Path | None:

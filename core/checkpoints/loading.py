@@ -87,7 +87,7 @@ def load_model(
                 log.warning(note)
         if is_custom_config(config):
             model = load_custom_model(path, config)
-            tokenizer = _tokenizer_or_none(path) or _borrowed_tokenizer(model)
+            tokenizer = _tokenizer_for(path, model)
             return model.to(pick_device(device)), tokenizer
     elif Path(path).is_file():
         raise ModelLoadError(f"{path} is a file AttnScope does not read: give a model folder, an archive "
@@ -127,22 +127,49 @@ def _read_json(path: Path) -> dict:
         raise ModelLoadError(f"{path} is not valid JSON ({first_line(err)})") from None
 
 
-def _tokenizer_or_none(path: str, offline: bool = True):
-    """The folder's (or cached Hub model's) tokenizer; None without one. transformers builds an empty tokenizer
-    from config.json's model_type alone (BERT: its 5 special tokens), which turned every probe into [CLS] [SEP]:
-    a tokenizer of special tokens only is none. Tokenizer files that do not load are a note, as for an upload."""
-    why = unusable_files(Path(path)) if Path(path).is_dir() else ""
-    if why:
-        log.warning(why + "the model is used without a tokenizer")
-        return None
+def _tokenizer_for(path: str, model, offline: bool = True, local: bool = True):
+    """The folder's (or cached Hub model's) tokenizer; failing that, for a local folder, the demo tokenizer its upload
+    would borrow (``choose_tokenizer``: the app and an archive of the folder borrowed it, the command line probed the
+    same folder with random ids and gave it other findings); else None. Why, in one warning, as an upload's note."""
+    tokenizer, why = _own_tokenizer(path, offline)
+    if tokenizer is not None:
+        return tokenizer
+    borrowed, note = _borrowed_tokenizer(model) if local else (None, "")
+    if why or borrowed is not None:
+        log.warning(why + (note if borrowed is not None else "the model is used without a tokenizer"))
+    return borrowed
+
+
+def _own_tokenizer(path: str, offline: bool) -> tuple:
+    """``(tokenizer or None, why not: a note's prefix or "")`` from the folder's own files. transformers builds a
+    tokenizer from config.json's model_type alone (BERT: its 5 special tokens, which turned every probe into
+    [CLS] [SEP]; T5: 103 special tokens and "▁", every word <unk>): a local folder without tokenizer files, or a
+    tokenizer of special tokens only, has none. Tokenizer files that do not load are a note, as for an upload."""
+    folder = Path(path)
+    if folder.is_dir():
+        why = unusable_files(folder)
+        if why or not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            return None, why
     try:
         with quiet_transformers():  # AttnScope's own config.json was "a model of type 'attnscope' … not supported"
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
     except Exception as err:  # noqa: BLE001  a custom model may ship without tokenizer files
-        if any((Path(path) / name).is_file() for name in TOKENIZER_FILES):  # there, but broken: say so
-            log.warning(UNREADABLE.format(err=first_line(err, 120)) + "the model is used without a tokenizer")
-        return None
-    return tokenizer if isinstance(tokenizer, PreTrainedTokenizerBase) and has_vocabulary(tokenizer) else None
+        broken = any((folder / name).is_file() for name in TOKENIZER_FILES)  # there, but broken: say so
+        return None, UNREADABLE.format(err=first_line(err, 120)) if broken else ""
+    usable = isinstance(tokenizer, PreTrainedTokenizerBase) and has_vocabulary(tokenizer)
+    return (tokenizer if usable else None), ""
+
+
+def _borrowed_tokenizer(model) -> tuple:
+    """``(tokenizer or None, the note saying so)``: the demo tokenizer ``choose_tokenizer`` gives a model of no
+    tokenizer of its own (the vocabulary sizes match), or None."""
+    try:
+        vocab, causal = token_reading(model)
+    except CheckpointError:  # a model that reads no tokens
+        return None, ""
+    notes = []
+    tokenizer = choose_tokenizer(None, vocab, causal, notes)
+    return tokenizer, notes[-1]
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
@@ -195,22 +222,7 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
         raise ModelLoadError(shape or f"could not load the weights of {path!r}: {first_line(err)}") from None
     for note in dropped_note(model, info.get("unexpected_keys", ())):  # said as for an upload of the folder
         log.warning(note)
-    return model, _tokenizer_or_none(path, offline) or (_borrowed_tokenizer(model) if local else None)
-
-
-def _borrowed_tokenizer(model):
-    """A folder without a tokenizer gets one as its upload would (``choose_tokenizer``): a demo model's where the
-    vocabulary sizes match, with the note saying so (the app and an archive of the folder borrowed it; the command
-    line probed the same folder with random ids, and gave it other findings); else None."""
-    try:
-        vocab, causal = token_reading(model)
-    except CheckpointError:  # a model that reads no tokens
-        return None
-    notes = []
-    tokenizer = choose_tokenizer(None, vocab, causal, notes)
-    if tokenizer is not None:
-        log.warning(notes[-1])
-    return tokenizer
+    return model, _tokenizer_for(path, model, offline, local)
 
 
 def _mismatched(path: str, config, offline: bool, trust_remote_code: bool) -> str | None:

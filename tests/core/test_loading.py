@@ -334,3 +334,34 @@ def test_a_folder_without_a_tokenizer_borrows_the_one_its_upload_would(tmp_path,
     config.vocab_size = len(words) + 1  # no demo tokenizer of its size: none, as before
     transformers.BertModel(config).save_pretrained(tmp_path / "other")
     assert load_model(str(tmp_path / "other"))[1] is None
+
+
+def test_a_folder_of_broken_or_no_tokenizer_files_says_it_once_and_borrows_as_its_upload(tmp_path, monkeypatch,
+                                                                                         caplog):
+    """A T5 folder without tokenizer files got a tokenizer of 103 special tokens and "▁" built from its
+    model_type (every word <unk>, 0 heads measured) where its archive borrowed demo-bert's; broken files gave two
+    warnings, "used without a tokenizer" then "using demo-bert's tokenizer"; a Llama was read as an encoder."""
+    from core.checkpoints import tokenizer as checkpoint_tokenizer
+
+    words = tiny.wordpiece_tokenizer()
+    words.save_pretrained(tmp_path / "demo-bert")
+    bpe = tiny.bpe_tokenizer()
+    bpe.save_pretrained(tmp_path / "demo-gpt2")
+    monkeypatch.setattr(checkpoint_tokenizer, "DEMO_MODELS", {"demo-bert": tmp_path / "demo-bert",
+                                                              "demo-gpt2": tmp_path / "demo-gpt2"})
+    t5 = transformers.T5Config(vocab_size=len(words), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4)
+    transformers.T5Model(t5).save_pretrained(tmp_path / "t5")
+    assert len(load_model(str(tmp_path / "t5"))[1]) == len(words)  # demo-bert's, as the archive's
+    config = tiny.tiny_bert().config
+    config.vocab_size = len(words)
+    transformers.BertModel(config).save_pretrained(tmp_path / "broken")
+    (tmp_path / "broken" / "tokenizer.json").write_text("{not json")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert load_model(str(tmp_path / "broken"))[1] is not None
+    notes = [r.getMessage() for r in caplog.records if "tokenizer" in r.getMessage()]
+    assert len(notes) == 1 and "could not be loaded" in notes[0] and "using demo-bert's tokenizer" in notes[0]
+    llama = transformers.LlamaConfig(vocab_size=len(bpe), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=4)
+    transformers.LlamaModel(llama).save_pretrained(tmp_path / "llama")
+    assert len(load_model(str(tmp_path / "llama"))[1]) == len(bpe)  # a decoder: demo-gpt2's first

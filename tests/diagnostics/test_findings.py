@@ -244,7 +244,12 @@ def test_weight_findings_give_each_heads_number_and_advice_for_a_broken_checkpoi
     from diagnostics.findings import make_finding
 
     large = make_finding("qk_scale_large", [[0, 3]], 270, details={"values": {"L0H3": 10.2634}}, threshold=10.0)
-    assert large.message.endswith("> 10.0: L0H3 (10.3).") and "needs nothing" in large.suggestion
+    assert large.message.endswith("> 10.0: L0H3 (10.26).") and "needs nothing" in large.suggestion
+    scores = make_finding("large_qk_scores", [[0, 3], [1, 0]], 270, details={"values": {"L0H3": 128.4, "L1H0": 4463.2}},
+                          threshold=128.0)
+    assert scores.message.endswith(": L0H3 (128), L1H0 (4,463).")  # not 4.46e+03
+    small = make_finding("qk_scale_small", [[0, 0]], 4, details={"values": {"L0H0": 0.0099}}, threshold=0.01)
+    assert small.message.endswith(": L0H0 (0.0099).")
     assert "1/√d_k" in make_finding("saturated_heads", [[0, 0]], 4, threshold=0.1, confidence=0.9).suggestion
     copies = make_finding("redundant_heads", [[0, 0], [0, 1]], 4, threshold=0.1, n_pairs=1, pairs="L0H0–L0H1")
     assert "restore the heads from the source checkpoint" in copies.suggestion

@@ -411,3 +411,21 @@ def test_reading_the_log_back_never_hangs_or_raises(tmp_path):
     edge.write_text("x" * 50 + "\n" + record + "\n")  # the record and its newline: the last len(record) + 1 bytes
     size = len(record) + 1  # one chunk reads exactly the record and stops there
     assert monitor_module._last_shape(edge, chunk=size, most=size) == "A: no heads"
+
+
+def test_the_still_uniform_warning_gives_the_findings_own_advice(caplog):
+    """demo-gpt2 with layer 1's ln_1 zeroed: the report said "not Q/K: look at the normalisation that feeds layer
+    1", while the monitor warned "check the Q/K initialisation", the cause the report had ruled out."""
+    import core
+
+    model, tokenizer = core.load_model("demo-gpt2")
+    with torch.no_grad():
+        model.h[1].ln_1.weight.zero_()
+        model.h[1].ln_1.bias.zero_()
+    monitor = AttentionMonitor(tokenizer=tokenizer, every=1, uniform_after=0)
+    with caplog.at_level(logging.WARNING, logger="attnscope.monitor"):
+        record = monitor.on_step(model, 5)
+    diffuse = next(f for f in record["findings"] if f["code"] == "diffuse_heads")
+    warned = [r.getMessage() for r in caplog.records if "still near uniform" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].endswith(diffuse["suggestion"])
+    assert "not Q/K: look at the normalisation that feeds layer 1" in warned[0]
