@@ -139,9 +139,9 @@ def head_names(heads, part="self", limit=12, values=None):
 
 def number(value: float) -> str:
     """A finding's number, precise enough to read against its threshold (10.04 against 10, not "10") and without an
-    exponent (4,463, not 4.46e+03)."""
+    exponent (4,463.2, not 4.46e+03)."""
     if abs(value) >= 100:
-        return f"{value:,.0f}"
+        return f"{value:,.1f}"
     return f"{value:.2f}" if abs(value) >= 1 else f"{value:.2g}"
 
 
@@ -276,9 +276,9 @@ def explain_diffuse(finding, weight_numbers):
         return finding  # Q/K x 0: qk_scale_small says it, and "check the Q/K initialisation"
     if few:
         finding.suggestion += " " + text.everywhere.format(**numbers)
-    elif flagged.median() < ORDINARY_QK * others.median():  # a layer re-initialised in a trained model
-        finding.suggestion += " " + text.shrunk.format(**numbers, median=float(others.median()),
-                                                       ratio=float(others.median() / flagged.median()))
+    elif flagged.median() < ORDINARY_QK * others.median():  # a layer re-initialised in a trained model: not to prune
+        finding.suggestion = text.shrunk.format(**numbers, median=float(others.median()),
+                                                ratio=number(float(others.median() / flagged.median())))
     else:  # not Q/K: the advice to check Q/K and prune would point away from the cause
         finding.suggestion = text.upstream.format(**numbers)
     return finding

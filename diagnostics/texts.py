@@ -45,7 +45,7 @@ class FindingText:
     message: str  # str.format template; fields: count, total, percent, heads, plus per-code extras
     upstream: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are of ordinary scale
     everywhere: str = ""  # diffuse_heads only: the suggestion added when (nearly) every head is near uniform
-    shrunk: str = ""  # diffuse_heads only: the suggestion added when their Q/K weights are smaller than the others'
+    shrunk: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are far smaller than the others'
 
 
 PATTERN_TEXTS = {
@@ -210,9 +210,10 @@ FINDING_TEXTS = {
         "model looks like this. If this one was trained, compare its Q/K weights with an earlier checkpoint's: "
         "smaller ones point at Q/K, as above; ones of the same size at the normalisation that feeds layer "
         "{layer} (its input norm, or {before}).",
-        "Their Q/K weights are {ratio:.2g}× smaller than the model's other heads' (RMS·√d_in {low:.2g}–{high:.2g} "
+        "Their Q/K weights are {ratio}× smaller than the model's other heads' (RMS·√d_in {low:.2g}–{high:.2g} "
         "against a median of {median:.2g}): in a trained model, W_Q/W_K of these heads were re-initialised or "
-        "damaged; restore them from a good checkpoint rather than prune them.",
+        "damaged, so restore them from a good checkpoint (these are no heads to prune); while training, check "
+        "their initialisation (std ≈ 1/√d_in, fan-in) and that gradients reach them.",
     ),
     "saturated_heads": FindingText(
         "Saturated heads (entropy collapse)",

@@ -31,7 +31,7 @@ from .layout import IGNORED_DIRS, NO_MODEL, model_root
 from .paths import readable_name
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE, AttnScopeTransformer
-from ..extraction.hf_extract import is_causal_model
+from ..extraction.extract import model_is_causal
 from ..device import pick_device
 from ..errors import CheckpointError, one_line
 from .infer_arch import infer_architecture
@@ -287,7 +287,7 @@ def token_reading(model) -> tuple[int, bool]:
     that reads no tokens."""
     if isinstance(model, AttnScopeTransformer):
         return model.config.vocab_size, model.config.causal
-    return token_vocabulary(model), is_causal_model(model)  # Llama too: "gpt2 or is_decoder" read it as an encoder
+    return token_vocabulary(model), model_is_causal(model)  # Llama too: "gpt2 or is_decoder" read it as an encoder
 
 
 def gguf_in_folder(folder: Path, label: str) -> Path | None:

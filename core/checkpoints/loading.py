@@ -143,13 +143,12 @@ def _tokenizer_for(path: str, model, offline: bool = True, local: bool = True):
 def _own_tokenizer(path: str, offline: bool) -> tuple:
     """``(tokenizer or None, why not: a note's prefix or "")`` from the folder's own files. transformers builds a
     tokenizer from config.json's model_type alone (BERT: its 5 special tokens, which turned every probe into
-    [CLS] [SEP]; T5: 103 special tokens and "▁", every word <unk>): a local folder without tokenizer files, or a
-    tokenizer of special tokens only, has none. Tokenizer files that do not load are a note, as for an upload."""
+    [CLS] [SEP]; T5: 103 special tokens and "▁", every word <unk>): such a tokenizer is none (``has_vocabulary``).
+    Tokenizer files that do not load are a note, as for an upload."""
     folder = Path(path)
-    if folder.is_dir():
-        why = unusable_files(folder)
-        if why or not any((folder / name).is_file() for name in TOKENIZER_FILES):
-            return None, why
+    why = unusable_files(folder) if folder.is_dir() else ""
+    if why:
+        return None, why
     try:
         with quiet_transformers():  # AttnScope's own config.json was "a model of type 'attnscope' … not supported"
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)

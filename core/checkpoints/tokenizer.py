@@ -22,6 +22,8 @@ from ..errors import first_line
 from .regex_risk import TIME_LIMIT_S, slow_pattern
 from .registry import DEMO_MODELS
 
+# Tokens besides the special ones that make a vocabulary: a tokenizer built from a model_type alone has 0 or 1.
+MIN_ORDINARY_TOKENS = 8
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                    "tokenizer.model")
@@ -127,9 +129,10 @@ def _is_tokenizer_class(name: str) -> bool:
 
 
 def has_vocabulary(tokenizer) -> bool:
-    """Whether ``tokenizer`` holds more than its special tokens: transformers builds one from a
-    ``tokenizer_config.json`` or a ``model_type`` alone (BERT's 5 special tokens), which reads every word as [UNK]."""
-    return len(tokenizer) > len(set(tokenizer.all_special_ids))
+    """Whether ``tokenizer`` holds words besides its special tokens: transformers builds one from a
+    ``tokenizer_config.json`` or a ``model_type`` alone (BERT's 5 special tokens; T5's 103 and "▁"), which reads
+    every word as [UNK]. A byte-level vocabulary alone has 256 tokens."""
+    return len(tokenizer) - len(set(tokenizer.all_special_ids)) >= MIN_ORDINARY_TOKENS
 
 
 def _without_limit(tokenizer):

@@ -365,3 +365,9 @@ def test_a_folder_of_broken_or_no_tokenizer_files_says_it_once_and_borrows_as_it
                                      num_attention_heads=4)
     transformers.LlamaModel(llama).save_pretrained(tmp_path / "llama")
     assert len(load_model(str(tmp_path / "llama"))[1]) == len(bpe)  # a decoder: demo-gpt2's first
+    from core.checkpoints.checkpoint import token_reading
+
+    pegasus = transformers.PegasusConfig(vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1,
+                                         encoder_attention_heads=4, decoder_attention_heads=4,
+                                         encoder_ffn_dim=64, decoder_ffn_dim=64)
+    assert token_reading(transformers.PegasusModel(pegasus)) == (64, False)  # an encoder-decoder reads its encoder

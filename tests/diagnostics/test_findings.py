@@ -64,8 +64,8 @@ def test_a_collapse_after_the_first_layer_points_at_what_comes_before():
     assert "not Q/K: look at the normalisation that feeds layer 1" in upstream
     assert "the output norm of layer 0 in a post-LN one" in upstream and "pruned" not in upstream  # no Q/K advice
     shrunk = suggestion(later, lambda layer: 0.2 if layer else 1.5)  # their Q/K shrank: a layer re-initialised
-    assert "what reaches them" not in shrunk and "Check the Q/K initialisation" in shrunk
-    assert "7.5× smaller than the model's other heads' (RMS·√d_in 0.2–0.2 against a median of 1.5)" in shrunk
+    assert "what reaches them" not in shrunk and "prune them" not in shrunk and "restore them" in shrunk
+    assert "7.50× smaller than the model's other heads' (RMS·√d_in 0.2–0.2 against a median of 1.5)" in shrunk
 
 
 def test_when_every_head_is_uniform_the_suggestion_says_it_cannot_tell_q_k_from_what_reaches_them():
@@ -247,7 +247,7 @@ def test_weight_findings_give_each_heads_number_and_advice_for_a_broken_checkpoi
     assert large.message.endswith("> 10.0: L0H3 (10.26).") and "needs nothing" in large.suggestion
     scores = make_finding("large_qk_scores", [[0, 3], [1, 0]], 270, details={"values": {"L0H3": 128.4, "L1H0": 4463.2}},
                           threshold=128.0)
-    assert scores.message.endswith(": L0H3 (128), L1H0 (4,463).")  # not 4.46e+03
+    assert scores.message.endswith(": L0H3 (128.4), L1H0 (4,463.2).")  # not 128 (the threshold) or 4.46e+03
     small = make_finding("qk_scale_small", [[0, 0]], 4, details={"values": {"L0H0": 0.0099}}, threshold=0.01)
     assert small.message.endswith(": L0H0 (0.0099).")
     assert "1/√d_k" in make_finding("saturated_heads", [[0, 0]], 4, threshold=0.1, confidence=0.9).suggestion
