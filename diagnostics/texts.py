@@ -50,7 +50,7 @@ class FindingText:
 
 PATTERN_TEXTS = {
     "diagonal": PatternText(
-        "Diagonal (positional)",
+        "Diagonal (fixed offset)",  # not "positional": the positional_heads finding measures the whole map
         "Besides its sink, mass on one diagonal offset: each token looks at a token a fixed distance away "
         f"(up to {max(OFFSETS)} either side), most often itself, the previous or the next token.",
         "A positional head (Clark et al. 2019). If it dominates many heads the model may lean too much on "
@@ -84,7 +84,7 @@ PATTERN_TEXTS = {
         "#54A24B",
     ),
     "vertical": PatternText(
-        "Vertical (sink)",
+        "Vertical (key stripes)",  # not "sink": the sink role and the sink_heads finding count other heads
         f"At least {PURE_SINK} of the mass on the sink ([CLS], [SEP] or the first token), or, besides it, most queries "
         "on the same one or two other keys (punctuation, a repeated word). A head with a smaller sink is "
         "labelled by what it does with the rest, and has the sink role.",

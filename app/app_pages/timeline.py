@@ -84,7 +84,8 @@ def charts_ui(name, timeline, metric, layer, part) -> None:
                     key=f"tl_heat_{name}", alt=f"{METRICS[metric]} of every head (rows) at each training step "
                                                "(columns); the findings table below says when each began")
     if layer < values.shape[1]:
-        st.plotly_chart(compare_plots.steps_lines_figure(values, timeline.steps, layer, f"Layer {layer}"),
+        st.plotly_chart(compare_plots.steps_lines_figure(values, timeline.steps, layer, f"Layer {layer}",
+                                                         METRICS[metric]),
                         key=f"tl_lines_{name}", alt=f"{METRICS[metric]} of each head of layer {layer} over the "
                                                     "training steps, one line per head")
 

@@ -45,6 +45,9 @@ MAX_DRAWN = 2**18
 NEURON_PER_PAIR = 8
 MODEL_VIEW_MAX_TOKENS = math.isqrt(MAX_DRAWN)  # 512: one head of a square map
 NEURON_VIEW_MAX_TOKENS = math.isqrt(MAX_DRAWN // NEURON_PER_PAIR)  # 181
+# The neuron view's five columns (query, key, q × k, q · k, softmax) need ~1,010 px; its SVG takes the frame's width,
+# so in a narrower frame (a 1,280 px window gives 820) the last two were cut off: the page scrolls sideways instead.
+NEURON_VIEW_WIDTH = 1040
 PERCENT = 100  # weights are sent as integers 0..PERCENT: "7" instead of "0.07"
 # Rebuilds one map's dense rows (what bertviz reads) from its sparse percent rows.
 _DENSE = """function attnscopeDense(rows, n) {
@@ -177,7 +180,8 @@ def neuron_view_page(weights: torch.Tensor, queries: torch.Tensor, keys: torch.T
               .replace('"KEYS"', f"[[{vectors[1]}]]", 1))  # numbers only: nothing to escape
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>{html.escape(title) or 'BertViz neuron view'}</title></head><body style='margin:4px'>"
-            "<div id='bertviz' style=\"font-family:'Helvetica Neue', Helvetica, Arial, sans-serif;\">"
+            f"<div id='bertviz' style=\"min-width:{NEURON_VIEW_WIDTH}px; font-family:'Helvetica Neue', Helvetica, "
+            "Arial, sans-serif;\">"
             "<span style='display:none'><select id='layer'></select><select id='att_head'></select></span>"
             f"<div id='vis'></div></div>\n{_script(inline)}<script>{_bertviz_js(params, 'neuron_view')}</script>"
             "</body></html>")

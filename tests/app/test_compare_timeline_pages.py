@@ -420,3 +420,14 @@ def test_a_difference_map_keeps_each_blocks_largest_change_and_escapes_tokens():
     heat = compare_plots.map_figure(change, tokens, tokens, "B − A", difference=True).data[0]
     assert heat.z[0][0] == pytest.approx(-0.4) and heat.zmin == pytest.approx(-0.4)
     assert heat.x[0] == heat.y[0] == "0–1 &lt;b&gt;x&lt;/b&gt;…"
+
+
+def test_timeline_lines_share_one_named_axis_from_0_to_1():
+    """Runs side by side had axes of 0.85-1 and 0-2, unnamed: a flat line at 1.0 was drawn mid-axis."""
+    import numpy as np
+
+    from app.views import compare_plots
+
+    values = np.full((3, 2, 4), 1.0, dtype=np.float32)  # (steps, layers, heads)
+    fig = compare_plots.steps_lines_figure(values, [0, 10, 20], 1, "Layer 1", "Entropy <0-1>")
+    assert tuple(fig.layout.yaxis.range) == (-0.02, 1.02) and fig.layout.yaxis.title.text == "Entropy &lt;0-1&gt;"

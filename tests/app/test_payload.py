@@ -114,3 +114,4 @@ def test_neuron_view_vectors_are_numbers_javascript_reads():
     vectors = torch.tensor([[1.23456, float("nan")], [float("inf"), -2.0]])  # (t, d)
     page = bertviz_view.neuron_view_page(torch.eye(2), vectors, vectors, ["a", "b"], ["a", "b"], causal=False)
     assert "[[[[1.235,NaN],[Infinity,-2.0]]]]" in page and "nan" not in page.replace("NaN", "")
+    assert f"min-width:{bertviz_view.NEURON_VIEW_WIDTH}px" in page  # its five columns scroll, not cut off at 820 px
