@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import errors
+from app.names import file_stem
 from app.plain import for_markdown
 from core.extraction.tokens import visible
 from app.views import compare_plots, picking
@@ -98,11 +99,14 @@ def maps_ui(report, part, layer, head) -> None:
 
 
 def downloads_ui(report) -> None:
+    """The report in three formats, named after both models (the shown names: never a server path)."""
+    stem = file_stem(report.a.model["name"], "vs", report.b.model["name"])
     cols = st.columns(3)
     for col, (label, data, mime, ext) in zip(cols, (("JSON", report.to_json(), "application/json", "json"),
                                                   ("Markdown", report.to_markdown(), "text/markdown", "md"),
                                                   ("HTML", report.to_html(), "text/html", "html"))):
-        col.download_button(f"Comparison ({label})", data, f"attnscope-compare.{ext}", mime, key=f"cmp_dl_{ext}")
+        col.download_button(f"Comparison ({label})", data, f"attnscope-compare_{stem}.{ext}", mime,
+                            key=f"cmp_dl_{ext}")
 
 
 st.title("Compare two models")

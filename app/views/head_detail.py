@@ -121,10 +121,14 @@ def heatmap_ui(prefix: str, view: MapView, log_scale: bool) -> None:
         st.info(note)
     weights, (q0, q1), (k0, k1) = view.weights, (0, len(view.queries)), (0, len(view.keys))
     if max(weights.shape) > plots.MAX_CELLS:  # zoom windows are input positions: hiding tokens keeps them
-        window = _window("Zoom to query tokens", view.lengths[0], f"{prefix}window")
+        cross = view.part == "cross"  # queries are decoder tokens, keys encoder tokens: each axis its own window
+        # the labels say what is cut: "query tokens" zoomed the keys of self-attention too (a causal head's earlier
+        # keys, its sink among them, left the rows), and the end is the first token not shown
+        window = _window("Zoom to query tokens [from, to)" if cross else "Zoom to tokens [from, to), queries and keys",
+                         view.lengths[0], f"{prefix}window")
         q0, q1 = _shown_between(view.query_positions, *window)
-        if view.part == "cross":  # queries are decoder tokens, keys encoder tokens: each axis its own window
-            window = _window("Zoom to key tokens", view.lengths[1], f"{prefix}key_window")
+        if cross:
+            window = _window("Zoom to key tokens [from, to)", view.lengths[1], f"{prefix}key_window")
         k0, k1 = _shown_between(view.key_positions, *window)  # self-attention: the same tokens on both axes
         weights = weights[q0:q1, k0:k1]  # (q', k')
         bq, bk = views.pool_factor(q1 - q0, plots.MAX_CELLS), views.pool_factor(k1 - k0, plots.MAX_CELLS)
