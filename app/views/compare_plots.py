@@ -13,7 +13,7 @@ from app.plain import for_plotly
 
 from core.views import pool_map, pool_signed
 from diagnostics.reports.compare_report import number_text
-from app.views.plots import MAX_CELLS, axis_labels
+from app.views.plots import MAX_CELLS, axis_labels, title_lines
 
 
 def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure:
@@ -57,7 +57,9 @@ def map_figure(weights, queries, keys, title: str, difference: bool = False) -> 
                                hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{value}<extra></extra>"))
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(type="category", autorange="reversed")
-    fig.update_layout(title=for_plotly(title), height=min(700, 200 + 12 * len(z)), margin=dict(l=10, r=10, t=40, b=10))
+    text, lines = title_lines(title)
+    fig.update_layout(title=text, height=min(700, 200 + 12 * len(z)) + 20 * (lines - 1),
+                      margin=dict(l=10, r=10, t=20 + 20 * lines, b=10))
     return fig
 
 

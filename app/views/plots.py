@@ -152,6 +152,23 @@ def axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str
             for i in range(0, len(tokens), block)]
 
 
+# Characters of a chart title's line: plotly does not wrap titles, and a longer one was cut at the chart's edge
+# ("…Layer 1, head 8 (special tok" in a 1,280 px window), the layer and the hidden-tokens note lost.
+TITLE_CHARS = 60
+
+
+def title_lines(title: str) -> tuple[str, int]:
+    """``(title for plotly, lines)``: escaped (``for_plotly``) and broken at spaces into lines of at most
+    ``TITLE_CHARS`` characters where it can be."""
+    lines = []
+    for word in str(title).split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= TITLE_CHARS:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(for_plotly(line) for line in lines), len(lines)
+
+
 def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], log_scale: bool = False,
                    title: str = "", positions: tuple[list[int], list[int]] | None = None) -> go.Figure:
     """Heatmap of one ``[q, k]`` map, queries down, keys across; hover names both tokens and the weight.
@@ -172,7 +189,8 @@ def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], l
     fig.update_xaxes(type="category", title="key", tickangle=-60)
     fig.update_yaxes(type="category", title="query", autorange="reversed")
     side = min(900, 220 + 14 * len(heat["y"]))
-    fig.update_layout(title=for_plotly(title), height=side, margin=dict(l=10, r=10, t=40, b=10))
+    text, lines = title_lines(title)
+    fig.update_layout(title=text, height=side + 20 * (lines - 1), margin=dict(l=10, r=10, t=20 + 20 * lines, b=10))
     return fig
 
 

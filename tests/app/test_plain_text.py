@@ -132,3 +132,12 @@ def test_a_diverged_head_s_distance_reads_n_a_on_the_page_as_in_the_reports():
 
     heat, cells = distance_grid_figure([[0.1, float("nan")]]).data
     assert list(heat.text[0]) == ["0.100", "n/a"] and cells.hovertext[1] == "layer 0, head 1<br>JS distance n/a"
+
+
+def test_long_chart_titles_break_into_lines_instead_of_being_cut():
+    """plotly does not wrap titles: "…Layer 1, head 8 (special tok" was all a 1,280 px window showed."""
+    title = "sentence-transformers/all-MiniLM-L6-v2: Layer 1, head 8 (special tokens hidden) <b>"
+    fig = plots.heatmap_figure(torch.eye(3), ["a", "b", "c"], ["a", "b", "c"], title=title)
+    assert fig.layout.title.text == ("sentence-transformers/all-MiniLM-L6-v2: Layer 1, head 8<br>(special tokens "
+                                     "hidden) &lt;b&gt;")
+    assert fig.layout.margin.t == 60  # room for both lines
