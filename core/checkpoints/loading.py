@@ -31,7 +31,9 @@ from .paths import is_utf8, readable, utf8_path
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import WEIGHT_SUFFIXES
-from .tokenizer import TOKENIZER_FILES, UNREADABLE, choose_tokenizer, has_vocabulary, unusable_files
+from .tokenizer import (
+    NO_VOCABULARY, TOKENIZER_FILES, UNREADABLE, choose_tokenizer, has_vocabulary, special_count, unusable_files,
+)
 
 log = logging.getLogger("attnscope.load")  # what a checkpoint load inferred, borrowed or ignored (the CLI prints it)
 
@@ -155,8 +157,10 @@ def _own_tokenizer(path: str, offline: bool) -> tuple:
     except Exception as err:  # noqa: BLE001  a custom model may ship without tokenizer files
         broken = any((folder / name).is_file() for name in TOKENIZER_FILES)  # there, but broken: say so
         return None, UNREADABLE.format(err=first_line(err, 120)) if broken else ""
-    usable = isinstance(tokenizer, PreTrainedTokenizerBase) and has_vocabulary(tokenizer)
-    return (tokenizer if usable else None), ""
+    if isinstance(tokenizer, PreTrainedTokenizerBase) and has_vocabulary(tokenizer):
+        return tokenizer, ""
+    files = folder.is_dir() and any((folder / name).is_file() for name in TOKENIZER_FILES)  # none: built from config
+    return None, NO_VOCABULARY.format(n=special_count(tokenizer)) if files and tokenizer is not None else ""
 
 
 def _borrowed_tokenizer(model) -> tuple:

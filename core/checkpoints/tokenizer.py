@@ -22,8 +22,6 @@ from ..errors import first_line
 from .regex_risk import TIME_LIMIT_S, slow_pattern
 from .registry import DEMO_MODELS
 
-# Tokens besides the special ones that make a vocabulary: a tokenizer built from a model_type alone has 0 or 1.
-MIN_ORDINARY_TOKENS = 8
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                    "tokenizer.model")
@@ -62,7 +60,7 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
     tokenizer, prefix = _own_tokenizer(clean) if clean is not None else (None, "")
     if tokenizer is not None:
         if not has_vocabulary(tokenizer):  # tokenizer_config.json alone: every word would be [UNK]
-            prefix = NO_VOCABULARY.format(n=len(tokenizer))
+            prefix = NO_VOCABULARY.format(n=special_count(tokenizer))
         elif len(tokenizer) <= vocab_size:
             return tokenizer
         else:
@@ -129,10 +127,16 @@ def _is_tokenizer_class(name: str) -> bool:
 
 
 def has_vocabulary(tokenizer) -> bool:
-    """Whether ``tokenizer`` holds words besides its special tokens: transformers builds one from a
-    ``tokenizer_config.json`` or a ``model_type`` alone (BERT's 5 special tokens; T5's 103 and "▁"), which reads
-    every word as [UNK]. A byte-level vocabulary alone has 256 tokens."""
-    return len(tokenizer) - len(set(tokenizer.all_special_ids)) >= MIN_ORDINARY_TOKENS
+    """Whether ``tokenizer`` spells anything besides its special tokens: transformers builds one from a
+    ``tokenizer_config.json`` or a ``model_type`` alone (BERT's 5 special tokens; T5's 103 and a lone "▁", a word
+    boundary that spells nothing), which reads every word as [UNK]. A DNA tokenizer's A, C, G, T is a vocabulary."""
+    special = set(tokenizer.all_special_ids)
+    pieces = tokenizer.convert_ids_to_tokens([i for i in range(len(tokenizer)) if i not in special])
+    return any(isinstance(piece, str) and piece.strip("▁Ġ \t\n") for piece in pieces)
+
+
+def special_count(tokenizer) -> int:
+    return len(set(tokenizer.all_special_ids))
 
 
 def _without_limit(tokenizer):

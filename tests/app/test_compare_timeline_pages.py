@@ -431,3 +431,14 @@ def test_timeline_lines_share_one_named_axis_from_0_to_1():
     values = np.full((3, 2, 4), 1.0, dtype=np.float32)  # (steps, layers, heads)
     fig = compare_plots.steps_lines_figure(values, [0, 10, 20], 1, "Layer 1", "Entropy <0-1>")
     assert tuple(fig.layout.yaxis.range) == (-0.02, 1.02) and fig.layout.yaxis.title.text == "Entropy &lt;0-1&gt;"
+
+
+def test_negative_sink_scores_of_learned_sinks_stay_on_the_axis():
+    """A model with learned sinks (GPT-OSS) has rows that sum to less than 1, and sink scores below 0."""
+    import numpy as np
+
+    from app.views import compare_plots
+
+    values = np.full((2, 1, 2), -0.027, dtype=np.float32)  # (steps, layers, heads)
+    fig = compare_plots.steps_lines_figure(values, [0, 10], 0, "Layer 0", "Sink score")
+    assert fig.layout.yaxis.range[0] < -0.027 and fig.layout.yaxis.range[1] == 1.02

@@ -371,3 +371,22 @@ def test_a_folder_of_broken_or_no_tokenizer_files_says_it_once_and_borrows_as_it
                                          encoder_attention_heads=4, decoder_attention_heads=4,
                                          encoder_ffn_dim=64, decoder_ffn_dim=64)
     assert token_reading(transformers.PegasusModel(pegasus)) == (64, False)  # an encoder-decoder reads its encoder
+
+
+def test_a_small_real_vocabulary_is_a_vocabulary_and_a_lone_word_boundary_is_not():
+    """T5 built from model_type alone (103 special tokens and "▁") reads every word as <unk>; a DNA tokenizer of
+    A, C, G, T, N spells its texts, and a rule of "8 ordinary tokens" had thrown it away."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from core.checkpoints.tokenizer import has_vocabulary
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "A", "C", "G", "T", "N"])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    dna = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]",
+                                               cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    assert has_vocabulary(dna) and dna.tokenize("ACGT") == ["A", "C", "G", "T"]
+    only = {t: i for i, t in enumerate(["<pad>", "</s>", "<unk>", "▁"])}
+    boundary = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(only, "<unk>")),
+                                                    unk_token="<unk>", pad_token="<pad>", eos_token="</s>")
+    assert not has_vocabulary(boundary)
