@@ -326,7 +326,10 @@ def test_a_folder_without_a_tokenizer_borrows_the_one_its_upload_would(tmp_path,
     config = tiny.tiny_bert().config
     config.vocab_size = len(words)
     transformers.BertModel(config).save_pretrained(tmp_path / "model")  # config.json and weights, no tokenizer
-    with caplog.at_level(logging.WARNING):
+    load_log = logging.getLogger("attnscope.load")
+    monkeypatch.setattr(load_log, "handlers", [caplog.handler])  # not a CLI test's handler, left on its stderr
+    monkeypatch.setattr(load_log, "propagate", False)  # heard once, whether or not a CLI test ran before
+    with caplog.at_level(logging.WARNING, logger="attnscope.load"):
         model, tokenizer = load_model(str(tmp_path / "model"))
     assert tokenizer is not None and len(tokenizer) == len(words)
     assert any("using demo-bert's tokenizer because the vocabulary sizes match" in r.getMessage()
@@ -356,8 +359,11 @@ def test_a_folder_of_broken_or_no_tokenizer_files_says_it_once_and_borrows_as_it
     config.vocab_size = len(words)
     transformers.BertModel(config).save_pretrained(tmp_path / "broken")
     (tmp_path / "broken" / "tokenizer.json").write_text("{not json")
+    load_log = logging.getLogger("attnscope.load")
+    monkeypatch.setattr(load_log, "handlers", [caplog.handler])  # not a CLI test's handler, left on its stderr
+    monkeypatch.setattr(load_log, "propagate", False)  # heard once, whether or not a CLI test ran before
     caplog.clear()
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="attnscope.load"):
         assert load_model(str(tmp_path / "broken"))[1] is not None
     notes = [r.getMessage() for r in caplog.records if "tokenizer" in r.getMessage()]
     assert len(notes) == 1 and "could not be loaded" in notes[0] and "using demo-bert's tokenizer" in notes[0]

@@ -93,7 +93,7 @@ def test_q_k_times_0_is_blamed_on_q_k_and_a_collapsed_layer_norm_on_what_comes_b
     with zeroed_output_norm(pair[0], 1):
         collapsed = diagnose(pair, texts=SHORT).finding("diffuse_heads")
     assert collapsed.severity == "error" and min(layer for layer, _ in collapsed.heads) == 2
-    assert "what reaches them" in collapsed.suggestion and "just before layer 2" in collapsed.suggestion
+    assert "what reaches them" in collapsed.suggestion and "the output norm of layer 1" in collapsed.suggestion
 
 
 def test_q_k_shrunk_everywhere_is_not_blamed_on_what_reaches_the_heads(loaded):
