@@ -136,6 +136,7 @@ def has_vocabulary(tokenizer) -> bool:
 
 
 def special_count(tokenizer) -> int:
+    """How many distinct special tokens ``tokenizer`` has (the NO_VOCABULARY note's count)."""
     return len(set(tokenizer.all_special_ids))
 
 
