@@ -157,10 +157,12 @@ def _own_tokenizer(path: str, offline: bool) -> tuple:
     except Exception as err:  # noqa: BLE001  a custom model may ship without tokenizer files
         broken = any((folder / name).is_file() for name in TOKENIZER_FILES)  # there, but broken: say so
         return None, UNREADABLE.format(err=first_line(err, 120)) if broken else ""
-    if isinstance(tokenizer, PreTrainedTokenizerBase) and has_vocabulary(tokenizer):
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        return None, ""
+    if has_vocabulary(tokenizer):
         return tokenizer, ""
     files = folder.is_dir() and any((folder / name).is_file() for name in TOKENIZER_FILES)  # none: built from config
-    return None, NO_VOCABULARY.format(n=special_count(tokenizer)) if files and tokenizer is not None else ""
+    return None, NO_VOCABULARY.format(n=special_count(tokenizer)) if files else ""
 
 
 def _borrowed_tokenizer(model) -> tuple:
