@@ -130,9 +130,9 @@ def severity_rank(severity):
 def head_names(heads, part="self", limit=12, values=None):
     """``L0H1, L2H3, …`` (prefixed by the part of encoder-decoder models), at most ``limit``; with ``values``
     (``{"L0H1": number}``) each name is followed by its number: ``L0H3 (10.3)``."""
-    prefix = "" if part == "self" else f"{part} "
-    shown = (lambda name: f" ({number(values[name])})" if name in values else "") if values else (lambda name: "")
-    names = [f"{prefix}L{layer}H{head}{shown(f'L{layer}H{head}')}" for layer, head in heads[:limit]]
+    prefix, values = ("" if part == "self" else f"{part} "), values or {}
+    names = [f"L{layer}H{head}" for layer, head in heads[:limit]]
+    names = [prefix + name + (f" ({number(values[name])})" if name in values else "") for name in names]
     more = f", … and {len(heads) - limit} more" if len(heads) > limit else ""
     return ", ".join(names) + more
 
