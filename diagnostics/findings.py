@@ -111,6 +111,12 @@ class Finding:
     def title(self):
         return FINDING_TEXTS[self.code].title
 
+    @property
+    def body(self):
+        """The message to show under its title: a note's message starts with the title so that it reads alone (in
+        the JSON, a log line), and beside the title it would say it twice."""
+        return self.message.removeprefix(f"{self.title}: ")
+
     def to_dict(self):
         return {"code": self.code, "severity": self.severity, "part": self.part, "heads": self.heads,
                 "message": self.message, "suggestion": self.suggestion, "details": self.details}

@@ -51,8 +51,8 @@ def summary_ui(report, notes) -> None:
     cols[2].metric("Findings disappeared", len(report.disappeared))
     for title, findings in (("Appeared in B", report.appeared), ("Disappeared from A", report.disappeared)):
         for f in findings:
-            st.markdown(f"**{title}** · {f.severity}: `{f.code}`")
-            st.text(f.message)  # plain text: messages name heads and tokens
+            st.markdown(f"**{title}** · {f.severity}: {f.title} (`{f.code}`)")
+            st.text(f.body)  # plain text: messages name heads and tokens
 
 
 def grid_ui(report, part) -> tuple[int, int]:

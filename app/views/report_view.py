@@ -10,6 +10,7 @@ from app.views import head_detail, picking, plots
 from app.names import file_stem
 from app.plain import for_markdown
 from core.extraction.tokens import visible
+from diagnostics.findings import head_names
 from diagnostics.texts import PATTERN_TEXTS, borderline_note
 
 SEVERITY_BADGE = {"error": ":red-badge[:material/error: error]", "warning": ":orange-badge[:material/warning: warning]",
@@ -57,11 +58,12 @@ def findings_ui(report) -> None:
     if not report.findings:
         st.success("No findings: every check passed.")
     for i, f in enumerate(report.findings):  # already most severe first
-        part = "" if f.part == "self" else f"{f.part} "  # an encoder-decoder's three parts have alike findings
-        heads = ", ".join(f"{part}L{l}H{h}" for l, h in f.heads[:24]) + (" …" if len(f.heads) > 24 else "")
         with st.container(border=True, key=f"finding_{i}"):
-            st.markdown(f"{SEVERITY_BADGE.get(f.severity, f.severity)} **{f.title}** — {for_markdown(f.message)}")
-            st.markdown(f"**Suggestion:** {for_markdown(f.suggestion)}" + (f"  \nHeads: {heads}" if heads else ""))
+            st.markdown(f"{SEVERITY_BADGE.get(f.severity, f.severity)} **{f.title}** — {for_markdown(f.body)}")
+            st.markdown(f"**Suggestion:** {for_markdown(f.suggestion)}")
+            if f.heads:  # the message names the first few; this, folded, every one
+                with st.expander(f"All {len(f.heads)} heads"):
+                    st.text(head_names(f.heads, f.part, limit=len(f.heads)))
 
 
 def report_key(report, part: str, sample: int = 0) -> str:

@@ -63,7 +63,7 @@ def _findings_markdown(title, findings):
     lines = [f"## {title} ({len(findings)})", ""]
     for f in findings:
         title = md(FINDING_TEXTS[f.code].title)
-        lines.append(f"- **{SEVERITY_TITLES[f.severity]}**: {title} (`{f.code}`): {md(f.message)}")
+        lines.append(f"- **{SEVERITY_TITLES[f.severity]}**: {title} (`{f.code}`): {md(f.body)}")
     return lines + ([""] if findings else ["None.", ""])
 
 
@@ -94,7 +94,7 @@ def render_html(report):
 
 def _findings_html(title, findings):
     items = "".join(f"<li><strong>{SEVERITY_TITLES[f.severity]}</strong>: {plain(FINDING_TEXTS[f.code].title)} "
-                    f"(<code>{plain(f.code)}</code>): {plain(f.message)}</li>" for f in findings)
+                    f"(<code>{plain(f.code)}</code>): {plain(f.body)}</li>" for f in findings)
     return [f"<h2>{plain(title)} ({len(findings)})</h2>", f"<ul>{items}</ul>" if items else "<p>None.</p>"]
 
 

@@ -71,7 +71,7 @@ def _finding(report, f):
     maps = _finding_maps(report, f)
     return (f"<div class='finding' style='border-color:{color}'><h3><span class='badge' style='background:{color}'>"
             f"{SEVERITY_TITLES[f.severity]}</span>{plain(text.title)} <code>{f.code}</code></h3>"
-            f"<p>{plain(f.message)}</p><p><em>What it means:</em> {plain(text.meaning)}</p>"
+            f"<p>{plain(f.body)}</p><p><em>What it means:</em> {plain(text.meaning)}</p>"
             f"<p><em>What to do:</em> {plain(f.suggestion)}</p>{maps}</div>")
 
 

@@ -50,7 +50,7 @@ def render_markdown(report):
         lines += ["No findings: every head looks ordinary on the probe texts.", ""]
     for f in report.findings:
         lines += [f"### {SEVERITY_TITLES[f.severity]}: {FINDING_TEXTS[f.code].title} (`{f.code}`)", "",
-                  md(f.message), "", f"*What it means:* {FINDING_TEXTS[f.code].meaning}", "",
+                  md(f.body), "", f"*What it means:* {FINDING_TEXTS[f.code].meaning}", "",
                   f"*What to do:* {md(f.suggestion)}", ""]
     for part in report.parts:
         lines += _pattern_table(report, part)

@@ -552,9 +552,26 @@ def test_an_encoder_decoder_s_findings_name_the_part_of_their_heads(bart_folder)
 
     at = _diagnose(_app(), "bart.zip", zip_folder(bart_folder))
     assert not at.exception and not _errors(at), _errors(at)
-    heads = [m.value.split("Heads: ")[1] for m in at.markdown if "Heads: " in m.value]
+    heads = [e.text[0].value for e in at.expander if e.label.startswith("All ")]  # a finding's heads, folded
     parts = {f.part for f in at.session_state["report"].findings if f.heads}
     assert len(parts) > 1 and {h.split(" ")[0] for h in heads} == parts, heads
+
+
+def test_a_finding_says_its_title_and_names_its_heads_once(bart_folder):
+    """A note read "**Probe text truncated** — Probe text truncated: …", and a finding named its heads in its
+    message and again in a "Heads:" line under it."""
+    from tiny_checkpoints import zip_folder
+
+    at = _diagnose(_app(), "bart.zip", zip_folder(bart_folder))
+    report = at.session_state["report"]
+    assert any(not f.heads for f in report.findings)  # a note, whose message begins with its title
+    shown = [m.value.split(" — ", 1) for m in at.markdown if "-badge[" in m.value]
+    assert len(shown) == len(report.findings)
+    for badge_title, message in shown:
+        assert badge_title.split("**")[1] not in message, message
+    assert not any("Heads: " in m.value for m in at.markdown)
+    assert [e.label for e in at.expander if e.label.startswith("All ")] == [
+        f"All {len(f.heads)} heads" for f in report.findings if f.heads]
 
 
 def test_heads_without_a_pattern_keep_their_square_when_no_maps_are_kept(tmp_path, monkeypatch):

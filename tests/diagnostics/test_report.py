@@ -205,6 +205,17 @@ def test_an_encoder_decoder_probe_cut_to_the_limit_counts_once():
     assert report.finding("probe_truncated").message.startswith("Probe text truncated: 1 of 2 probes; ")
 
 
+def test_a_note_s_title_is_said_once_beside_its_message():
+    """Reports read "### Information: Probe text truncated …" then "Probe text truncated: 1 of 2 probes"; the
+    JSON keeps the whole message, which reads alone."""
+    report = diagnose((tiny_bart(), wordpiece_tokenizer()), ["the cat sat", "the cat sat on the mat " * 30])
+    note = report.finding("probe_truncated")
+    assert note.message.startswith("Probe text truncated: ") and note.body.startswith("1 of 2 probes; ")
+    assert report.to_markdown().count("Probe text truncated") == 1
+    assert report.to_html().count("Probe text truncated") == 1
+    assert any(f["message"] == note.message for f in report.to_dict()["findings"])
+
+
 @pytest.mark.parametrize("bad, why", [("\u200b", "its text gives no tokens besides the tokenizer's own"),
                                       ("  ", "its text is empty")])
 def test_a_probe_the_model_cannot_read_is_named(bad, why):
