@@ -27,6 +27,7 @@ import core
 from core.checkpoints.paths import readable
 from core.cancel import progress_span
 from core.checkpoints.registry import canonical_name
+from core.checkpoints.tokenizer import borrowed_from
 from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
 from core.extraction.extract import check_weights_loaded
@@ -436,5 +437,6 @@ def _model_summary(model, tokenizer, name, measured, weight_numbers, elapsed):
         "causal": bool(measured["self"][0].causal) if "self" in measured else False,
         "device": str(model_device(model)),
         "tokenizer": tokenizer is not None,
+        "borrowed_tokenizer": borrowed_from(tokenizer),
         "elapsed_s": round(elapsed, 3),
     }

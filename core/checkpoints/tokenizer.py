@@ -70,9 +70,16 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
         tokenizer = _demo_tokenizer(str(DEMO_MODELS.get(demo, "")))
         if tokenizer is not None and len(tokenizer) == vocab_size:
             notes.append(prefix + BORROWED.format(demo=demo, vocab=vocab_size))
-            return _without_limit(tokenizer)
+            borrowed = _without_limit(tokenizer)
+            borrowed.attnscope_borrowed_from = demo  # the reports say whose tokens the probes were (``borrowed_from``)
+            return borrowed
     notes.append(prefix + NONE.format(vocab=vocab_size))
     return None
+
+
+def borrowed_from(tokenizer) -> str | None:
+    """The demo model whose tokenizer ``choose_tokenizer`` lent a model without one, or None."""
+    return getattr(tokenizer, "attnscope_borrowed_from", None)
 
 
 def _own_tokenizer(clean: Path):

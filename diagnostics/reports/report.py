@@ -65,9 +65,11 @@ class Report(Exports):
     def probed_with(self) -> str:
         """What the model was probed with, for the summaries: probe texts (and whether they were streamed, which
         keeps no maps: the HTML report then has no heatmaps), random token ids, or nothing."""
+        borrowed = self.model.get("borrowed_tokenizer")
+        lent = f", in {borrowed}'s tokens (borrowed: the model came without a tokenizer)" if borrowed else ""
         if self.probes:
-            return f"{len(self.probes)}, streamed (no attention maps kept)" if self.model.get("streamed") else (
-                str(len(self.probes)))
+            streamed = ", streamed (no attention maps kept)" if self.model.get("streamed") else ""
+            return f"{len(self.probes)}{streamed}{lent}"
         return "random token ids" if self.heads else "none (weights only)"
 
     def pattern_grid(self, part=None):

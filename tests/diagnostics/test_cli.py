@@ -213,6 +213,28 @@ def test_what_loading_inferred_is_a_note_on_stderr(tmp_path, capsys):
     assert any("demo-gpt2's tokenizer" in n for n in notes)
 
 
+def test_a_report_says_whose_tokenizer_it_borrowed(tmp_path):
+    """The borrowed tokenizer was a note on stderr only: the report (what one keeps, or downloads from the app) read
+    like one of the model's own tokens."""
+    from safetensors.torch import save_file
+
+    import core
+
+    model, _ = core.load_model("demo-gpt2", device="cpu")
+    weights = tmp_path / "weights.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    for ext, form in (("json", "json"), ("md", "markdown"), ("html", "html")):
+        assert cli.main([str(weights), "--heads", "4", "--quiet", "--text", "the cat sat on the mat",
+                         "--format", form, "--out", str(tmp_path / f"r.{ext}")]) in (0, 1)
+    assert json.loads((tmp_path / "r.json").read_text())["model"]["borrowed_tokenizer"] == "demo-gpt2"
+    said = "1, in demo-gpt2's tokens (borrowed: the model came without a tokenizer)"
+    assert f"| probes | {said} |" in (tmp_path / "r.md").read_text()
+    assert f"<th>probes</th><td>{said.replace(chr(39), '&#x27;')}</td>" in (tmp_path / "r.html").read_text()
+    assert cli.main(["demo-gpt2", "--quiet", "--text", "the cat sat on the mat", "--format", "json",
+                     "--out", str(tmp_path / "o.json")]) in (0, 1)
+    assert json.loads((tmp_path / "o.json").read_text())["model"]["borrowed_tokenizer"] is None
+
+
 def test_heads_that_a_model_folder_overrides_are_a_note(tmp_path, capsys):
     """The same model as a zip said "n_heads=2 ignored: config.json says 4"; as a folder, nothing."""
     from tiny_checkpoints import save_tiny_bert
