@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -114,6 +115,8 @@ NOT_REAL = ("{key} holds {got} numbers where the {model_type} model has real-val
             "integer codes are not its weights; give its floating-point weights (dequantize it first)")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
            "(e.g. {key}); give the weights saved with this config.json")
+UNWRAPPED = ("the weights' names start with {prefix!r} (a training wrapper's, as DDP or Lightning save them); read "
+             "without it")
 SHORT = ("the weights do not match config.json: the model it describes has {need:,} parameters, more than the weights "
          "hold ({given:,}); give the weights saved with this config.json")
 
@@ -278,6 +281,7 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         _check_numel(sum(p.numel() for p in skeleton.parameters()), limits)
         _check_buffers(skeleton, limits)
         token_vocabulary(skeleton)  # a speech or vision model is refused before its weights are read
+        state = _unwrapped(state, skeleton, notes)
         _check_shapes(skeleton, state, model_type)
         unsaved = _never_saved(hf_config, skeleton)
         _check_present(skeleton, state, unsaved)
@@ -292,13 +296,46 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
                 trust_remote_code=False, local_files_only=True, use_safetensors=True, output_loading_info=True)
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
+    check_missing(model, hf_config, info, _hidden_missing(model, state, unsaved))
+    notes.extend(dropped_note(model, info.get("unexpected_keys", ())))
+    return model.eval()
+
+
+def wrapper_prefix(names, model) -> str:
+    """The prefix a training wrapper put before every tensor name of ``model`` in ``names`` (``module.`` of DDP,
+    ``model.`` of a Lightning module), or "" when the names are the model's own (with or without its base model's
+    prefix, a task model's ``bert.``) or none of them is."""
+    base = f"{model.base_model_prefix}." if model.base_model_prefix else ""
+    own = set(model.state_dict()) | {base + name for name in model.state_dict()}
+    prefixes = Counter()
+    for name in names:
+        if name in own:
+            return ""
+        cut = next((i for i, c in enumerate(name) if c == "." and name[i + 1:] in own), None)
+        if cut is not None:
+            prefixes[name[:cut + 1]] += 1
+    return prefixes.most_common(1)[0][0] if prefixes else ""
+
+
+def _unwrapped(state: dict, skeleton, notes: list[str]) -> dict:
+    """``state`` without the prefix a training wrapper put before its names (``wrapper_prefix``), said in a note."""
+    prefix = wrapper_prefix(state, skeleton)
+    if not prefix:
+        return state
+    notes.append(UNWRAPPED.format(prefix=prefix))
+    return {name.removeprefix(prefix): tensor for name, tensor in state.items()}
+
+
+def check_missing(model, hf_config, info: dict, hidden=()) -> None:
+    """CheckpointError (``MISSING``) when the weights ``from_pretrained`` read (its ``output_loading_info``) left
+    tensors of ``model`` as built, random, besides the ones no checkpoint holds (BERT's pooler, ``_never_saved``);
+    ``hidden``: the missing ones its class tells transformers not to report (``_hidden_missing``)."""
+    unsaved = _never_saved(hf_config, model)
     missing = [k for k in info.get("missing_keys", ()) if not k.startswith(_OPTIONAL) and not unsaved(k)]
-    missing = sorted({*missing, *_hidden_missing(model, state, unsaved)})
+    missing = sorted({*missing, *hidden})
     if missing:
         total = len(model.state_dict())
         raise CheckpointError(MISSING.format(n=len(missing), total=total, key=missing[0]))
-    notes.extend(dropped_note(model, info.get("unexpected_keys", ())))
-    return model.eval()
 
 
 def dropped_note(model, unexpected) -> list[str]:

@@ -23,7 +23,7 @@ from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import CheckpointError, ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
-from .build import SHAPE, check_config_sizes, dropped_note, load_dtype
+from .build import SHAPE, check_config_sizes, check_missing, dropped_note, load_dtype, wrapper_prefix
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint, token_reading
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
@@ -225,9 +225,24 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
     except Exception as err:
         shape = "ignore_mismatched_sizes" in str(err) and _mismatched(path, config, offline, trust_remote_code)
         raise ModelLoadError(shape or f"could not load the weights of {path!r}: {first_line(err)}") from None
+    try:
+        check_missing(model, config, info)  # refused as its upload is, not left random
+    except CheckpointError:
+        if not (local and wrapper_prefix(info.get("unexpected_keys", ()), model)):
+            raise
+        return _load_unwrapped(path)
     for note in dropped_note(model, info.get("unexpected_keys", ())):  # said as for an upload of the folder
         log.warning(note)
     return model, _tokenizer_for(path, model, offline, local)
+
+
+def _load_unwrapped(path: str):
+    """A folder whose weights' names carry a training wrapper's prefix (``module.``), which ``from_pretrained`` does
+    not strip, read as an upload of it is (``build.wrapper_prefix``)."""
+    loaded = load_checkpoint(path, allowed_roots=[Path(path).resolve().anchor])
+    for note in loaded.notes:
+        log.warning(note)
+    return loaded.model, loaded.tokenizer
 
 
 def _mismatched(path: str, config, offline: bool, trust_remote_code: bool) -> str | None:

@@ -396,3 +396,48 @@ def test_a_small_real_vocabulary_is_a_vocabulary_and_a_lone_word_boundary_is_not
     boundary = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(only, "<unk>")),
                                                     unk_token="<unk>", pad_token="<pad>", eos_token="</s>")
     assert not has_vocabulary(boundary)
+
+
+def _bert_folder(path, state, config):
+    from safetensors.torch import save_file
+
+    path.mkdir()
+    config.save_pretrained(path)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path / "model.safetensors"))
+    return path
+
+
+@pytest.mark.parametrize("case", ["one tensor missing", "another family's weights"])
+def test_a_folder_whose_weights_lack_tensors_is_refused_as_its_upload_is(tmp_path, case):
+    """load_model (the command line) read such a folder with the missing tensors left random, and no word; a zip
+    of it, or the app, refused it."""
+    bert = tiny.tiny_bert()
+    state = {k: v for k, v in bert.state_dict().items() if k != "encoder.layer.1.attention.self.query.weight"}
+    if case == "another family's weights":
+        state = tiny.tiny_gpt2().state_dict()
+    folder = _bert_folder(tmp_path / "bert", state, bert.config)
+    for load in (load_model, lambda path: load_checkpoint(path, allowed_roots=[tmp_path])):
+        with pytest.raises(ModelLoadError, match=r"^the weights do not match config\.json: \d+ of the model's "):
+            load(str(folder))
+
+
+@pytest.mark.parametrize("prefix", ["module.", "model."])
+def test_weights_saved_under_a_training_wrapper_s_prefix_are_read_without_it(tmp_path, prefix, caplog, monkeypatch):
+    """DDP's module. and Lightning's model. were stripped from bare weights only: with config.json beside them a zip
+    was refused as "37 of the model's 39 tensors are missing" (they were all there) and a folder read as random."""
+    from tiny_checkpoints import zip_folder
+
+    bert = tiny.tiny_bert()
+    folder = _bert_folder(tmp_path / "bert", {prefix + k: v for k, v in bert.state_dict().items()}, bert.config)
+    (tmp_path / "bert.zip").write_bytes(zip_folder(folder))
+    load_log = logging.getLogger("attnscope.load")
+    monkeypatch.setattr(load_log, "handlers", [caplog.handler])
+    monkeypatch.setattr(load_log, "propagate", False)
+    with caplog.at_level(logging.WARNING, logger="attnscope.load"):
+        from_folder = load_model(str(folder), device="cpu")[0]
+    assert any(f"the weights' names start with '{prefix}'" in r.getMessage() for r in caplog.records)
+    zipped = load_checkpoint(str(tmp_path / "bert.zip"), allowed_roots=[tmp_path])
+    assert any(f"start with '{prefix}'" in note for note in zipped.notes)
+    for model in (from_folder, zipped.model):
+        loaded = model.state_dict()
+        assert all(torch.equal(loaded[k], v) for k, v in bert.state_dict().items())
