@@ -230,6 +230,26 @@ def test_inputs_keep_their_values_while_their_widgets_are_not_drawn(bert_folder)
                                                                                              "A probe of mine.")
 
 
+def test_a_page_round_trip_keeps_the_head_and_view_chosen_on_a_result(bert_folder):
+    """The result was kept, but its Layer, Head, Probe and Log colour scale went back to their defaults."""
+    from tiny_checkpoints import zip_folder
+
+    at = _inspect(_app(), str(bert_folder), "A text of my own.")
+    at.selectbox(key="layer").set_value(1).run()
+    at.selectbox(key="head").set_value(2).run()
+    at.checkbox(key="inspect_log_scale").check().run()
+    at = _diagnose(at, "bert.zip", zip_folder(bert_folder))
+    at.selectbox(key="diag_head").set_value(3).run()
+    at.selectbox(key="diag_sample").set_value(2).run()
+    at.switch_page("app_pages/guide.py").run()
+    at.switch_page("app_pages/inspect.py").run()
+    assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (1, 2)
+    assert at.checkbox(key="inspect_log_scale").value
+    at.switch_page("app_pages/diagnose.py").run()
+    assert (at.selectbox(key="diag_head").value, at.selectbox(key="diag_sample").value) == (3, 2)
+    assert not at.exception and not _errors(at)
+
+
 def test_inspect_text_over_the_limit_says_so_and_runs_nothing(bert_folder):
     at = _inspect(_app(), str(bert_folder), text="word " * 2000)
     assert not at.exception

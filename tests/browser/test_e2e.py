@@ -109,6 +109,19 @@ def test_overview_click_selects_a_head(page):
     click_point(page, points.nth(1), page.get_by_role("heading", name="Layer 0, head 1"), tries=1)
 
 
+def test_text_typed_and_not_yet_run_outlives_a_rerun_of_the_page(page):
+    """Every run wrote the sidebar form's values back to their widgets (to keep them across pages), and each write
+    reached the browser as a forced value: switching the Model kind put the last Run's text over the one typed."""
+    heatmap(page).first.wait_for(timeout=COLD_START_MS)
+    idle(page)
+    text = page.get_by_label("Text", exact=True)
+    text.fill("Typed, not yet run.")
+    path_box = page.locator(".st-key-model_path input")
+    until_shown(page, page.locator(".st-key-model_kind").get_by_text("Local folder", exact=True).click, path_box)
+    idle(page)
+    assert page.get_by_label("Text", exact=True).input_value() == "Typed, not yet run."
+
+
 def test_markup_tokens_show_as_text(page, tmp_path):
     folder = save_markup_bert(tmp_path / "markup-bert")
     heatmap(page).first.wait_for(timeout=COLD_START_MS)
