@@ -30,7 +30,7 @@ from .layout import holds_model_files
 from .paths import is_utf8, readable, utf8_path
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
-from .state_dict import WEIGHT_SUFFIXES
+from .state_dict import PICKLE_CODE, WEIGHT_SUFFIXES, pickled_code
 from .tokenizer import (
     NO_VOCABULARY, TOKENIZER_FILES, UNREADABLE, choose_tokenizer, has_vocabulary, special_count, unusable_files,
 )
@@ -223,6 +223,10 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
                 local_files_only=offline, dtype=load_dtype(config), output_loading_info=True, **extra,
             )
     except Exception as err:
+        code = pickled_code(err)  # torch's refusal told the user how to load the pickle anyway
+        if code:
+            name = f"{readable(path)}'s weights file"
+            raise CheckpointError(PICKLE_CODE.format(name=name, what=f"it calls {code}")) from None
         shape = "ignore_mismatched_sizes" in str(err) and _mismatched(path, config, offline, trust_remote_code)
         raise ModelLoadError(shape or f"could not load the weights of {path!r}: {first_line(err)}") from None
     try:

@@ -125,6 +125,13 @@ def _check_safetensors_header(name: str, data: bytes, size: int) -> None:
         raise CheckpointError(TRUNCATED.format(name=name, end=end, size=size))
 
 
+def pickled_code(err) -> str | None:
+    """The callable a pickle names that ``torch.load(weights_only=True)`` refused to call (``builtins.eval``, a
+    whole model's class), from its error; None for another error."""
+    code = re.search(r"GLOBAL ([\w.]+)", str(err))
+    return code.group(1) if code else None
+
+
 def read_pickle(path: Path) -> dict[str, torch.Tensor]:
     if zipfile.is_zipfile(path):
         _check_torch_zip(path)
@@ -132,11 +139,11 @@ def read_pickle(path: Path) -> dict[str, torch.Tensor]:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all mean "not loadable safely"
         text = str(err)
-        code = re.search(r"GLOBAL ([\w.]+)", text)
-        if code and _cut_in_global(path, code.group(1)):
+        code = pickled_code(err)
+        if code and _cut_in_global(path, code):
             raise CheckpointError(CUT_SHORT.format(name=path.name)) from None
         if code:
-            raise CheckpointError(PICKLE_CODE.format(name=path.name, what=f"it calls {code.group(1)}")) from None
+            raise CheckpointError(PICKLE_CODE.format(name=path.name, what=f"it calls {code}")) from None
         detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
         why = f"{type(err).__name__}: {detail.group(1).strip()[:120]}" if detail else _first_line(err)
         raise CheckpointError(NOT_PICKLE.format(name=path.name, why=why)) from None

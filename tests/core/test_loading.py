@@ -441,3 +441,16 @@ def test_weights_saved_under_a_training_wrapper_s_prefix_are_read_without_it(tmp
     for model in (from_folder, zipped.model):
         loaded = model.state_dict()
         assert all(torch.equal(loaded[k], v) for k, v in bert.state_dict().items())
+
+
+def test_a_folder_s_pickled_model_is_refused_in_one_line_without_torch_s_advice(tmp_path):
+    """torch.save(model) as a folder's pytorch_model.bin gave torch's refusal: terminal escape codes and "you have two
+    options" to load it anyway; its zip gets AttnScope's line."""
+    bert = tiny.tiny_bert()
+    bert.config.save_pretrained(tmp_path)
+    torch.save(bert, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError) as refused:
+        load_model(str(tmp_path))
+    said = str(refused.value)
+    assert "is a pickle that would run code (it calls transformers.models.bert.modeling_bert.BertModel)" in said
+    assert "\x1b" not in said and "two options" not in said and "\n" not in said
