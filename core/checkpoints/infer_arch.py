@@ -29,10 +29,11 @@ NOT_MATRIX = ("the {arch} weights are malformed: {key} has shape {shape}, not [r
               "saved from the model")
 
 # (family, anchor key regex, per-layer key regex); the anchor's prefix is stripped from every key.
+_NAMES = {"bert": "BERT", "gpt2": "GPT-2", MODEL_TYPE: "AttnScope"}
 _LAYOUTS = [
-    ("bert", r"^(.*?)embeddings\.word_embeddings\.weight$", r"encoder\.layer\.(\d+)\.attention\.self\.query\.weight$"),
-    ("gpt2", r"^(.*?)wte\.weight$", r"h\.(\d+)\.attn\.c_attn\.weight$"),
-    (MODEL_TYPE, r"^(.*?)tok_emb\.weight$", r"blocks\.(\d+)\.attn\.q_proj\.weight$"),
+    ("bert", r"^(.*?)embeddings\.word_embeddings\.weight$", r"encoder\.layer\.(\d+)\."),
+    ("gpt2", r"^(.*?)wte\.weight$", r"h\.(\d+)\."),
+    (MODEL_TYPE, r"^(.*?)tok_emb\.weight$", r"blocks\.(\d+)\."),
 ]
 
 
@@ -52,10 +53,29 @@ def infer_architecture(state: dict[str, torch.Tensor], n_heads: int | None) -> I
             continue
         prefix = match.group(1)
         stripped = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-        layers = {int(m.group(1)) for k in stripped if (m := re.match(layer, k))}
-        return _BUILDERS[family](stripped, len(layers), n_heads, prefix)
+        layers = _layer_count(stripped, layer, _NAMES[family])
+        return _BUILDERS[family](stripped, layers, n_heads, prefix)
     keys = ", ".join(sorted(state)[:3])
     raise CheckpointError(UNKNOWN.format(keys=keys))
+
+
+def _layer_count(state, layer: str, arch: str) -> int:
+    """Layers up to the last one a tensor names, each holding every tensor another holds (``INCOMPLETE`` names the
+    first one lacking): counting the layers that held a query weight read a model without its last one's as a
+    model of one layer fewer."""
+    held = {}  # layer -> (its names' prefix, the rest of each name)
+    for key in state:
+        if match := re.match(layer, key):
+            held.setdefault(int(match.group(1)), (match.group(0), set()))[1].add(key[match.end():])
+    if not held:
+        return 0
+    every = set().union(*(rests for _, rests in held.values()))
+    some_prefix = next(iter(held.values()))[0]
+    for index in range(max(held) + 1):
+        prefix, rests = held.get(index, (re.sub(r"\d+", str(index), some_prefix, count=1), set()))
+        if every - rests:
+            raise CheckpointError(INCOMPLETE.format(arch=arch, key=prefix + min(every - rests)))
+    return max(held) + 1
 
 
 def check_heads(arch: str, d_model: int, layers: int, n_heads) -> int:

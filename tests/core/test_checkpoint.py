@@ -154,6 +154,19 @@ def test_bare_gpt2_lm_head_state_dict_with_prefix_and_tied_weights(tmp_path):
     assert_same_attention(lm.transformer, bpe_tokenizer(), loaded.model)
 
 
+@pytest.mark.parametrize("build, lacking", [
+    (tiny_bert, "encoder.layer.1.attention.self.query.weight"), (tiny_gpt2, "h.1.attn.c_attn.weight"),
+    (tiny_bert, "encoder.layer.0.output.dense.bias"), (tiny_gpt2, "h.0.ln_1.weight")])
+def test_a_bare_state_dict_missing_one_layer_tensor_names_it(tmp_path, build, lacking):
+    """The layers were counted by their query weights: without the last one's, the model read was a layer shorter
+    and the only note blamed a config.json there was none of."""
+    weights = {k: v for k, v in state(build()).items() if k != lacking}
+    save_file(weights, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match=rf"^the (BERT|GPT-2) weights are incomplete: {re.escape(lacking)} is "
+                                              "missing; give the full state dict$"):
+        load(tmp_path / "model.safetensors", n_heads=4)
+
+
 def test_bare_prefixed_roberta_state_dict(tmp_path):
     torch.manual_seed(0)
     config = RobertaConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
