@@ -34,10 +34,11 @@ from ..custom_model import CONFIG_NAME, MODEL_TYPE, AttnScopeTransformer
 from ..extraction.extract import model_is_causal
 from ..device import pick_device
 from ..errors import CheckpointError, one_line
-from .infer_arch import infer_architecture
+from .infer_arch import ADAPTER, infer_architecture
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 
 ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
+ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter's folder
 
 NOT_FOUND = "{path} does not exist; give the path of {wanted}"
 MODEL_PATH = "a model folder, an archive or a weights file"
@@ -265,6 +266,7 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
         state = _read_weights(folder, label, limits)
         notes.extend(heads_ignored(config, n_heads))
     else:
+        _check_not_adapter(folder, label)
         state = _read_weights(folder, label, limits)
         inferred = infer_architecture(state, n_heads)
         config, state = inferred.config, inferred.state
@@ -300,6 +302,17 @@ def gguf_in_folder(folder: Path, label: str) -> Path | None:
     if len(found) > 1:
         raise CheckpointError(SEVERAL_GGUF.format(names=", ".join(p.name for p in found[:5])))
     return found[0] if found else None
+
+
+def _check_not_adapter(folder: Path, label: str) -> None:
+    """CheckpointError (``ADAPTER``, naming its base model) for a PEFT adapter's folder: its weights alone were read
+    as a bare state dict of unknown names."""
+    if not (folder / ADAPTER_CONFIG).is_file():
+        return
+    config = _read_config(folder / ADAPTER_CONFIG)
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    named = f" for {str(base)[:100]!r}" if base else ""
+    raise CheckpointError(ADAPTER.format(name=label, base=named))
 
 
 def _read_config(path: Path):

@@ -24,6 +24,9 @@ NEED_HEADS = ("recognised {arch} weights (d_model {d_model}, {layers} layers), b
 BAD_HEADS = "n_heads={n_heads} does not divide d_model {d_model}; pass a divisor of {d_model}, e.g. {examples}"
 UNKNOWN = ("cannot tell the architecture from the weight names (e.g. {keys}); bare state dicts are supported for "
            "BERT, RoBERTa, GPT-2 and AttnScope models — for another model give its folder with config.json")
+ADAPTER = ("{name} is a LoRA/PEFT adapter{base}: it holds changes to a base model's weights, not a model; merge it "
+           "into its base model (PeftModel.from_pretrained(base, adapter).merge_and_unload(), then save_pretrained) "
+           "and give that folder")
 INCOMPLETE = "the {arch} weights are incomplete: {key} is missing; give the full state dict"
 NOT_MATRIX = ("the {arch} weights are malformed: {key} has shape {shape}, not [rows, columns]; give the state dict "
               "saved from the model")
@@ -47,6 +50,8 @@ class Inferred:
 
 def infer_architecture(state: dict[str, torch.Tensor], n_heads: int | None) -> Inferred:
     """Config for ``state``'s architecture, or CheckpointError saying what is missing."""
+    if any(".lora_" in key for key in state):  # PEFT names its adapters' tensors lora_A, lora_B, lora_embedding_A
+        raise CheckpointError(ADAPTER.format(name="the checkpoint", base=""))
     for family, anchor, layer in _LAYOUTS:
         match = next((m for k in state if (m := re.match(anchor, k))), None)
         if match is None:

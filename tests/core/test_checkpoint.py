@@ -167,6 +167,23 @@ def test_a_bare_state_dict_missing_one_layer_tensor_names_it(tmp_path, build, la
         load(tmp_path / "model.safetensors", n_heads=4)
 
 
+def test_a_lora_adapter_is_named_as_one_with_its_base_model(tmp_path):
+    """A PEFT adapter folder was "cannot tell the architecture from the weight names (…lora_A.weight…)", or, with
+    its embeddings saved too, "the BERT weights are incomplete"; its base model was never named."""
+    name = "base_model.model.encoder.layer.0.attention.self.query.lora_{}.weight"
+    adapter = {name.format("A"): torch.zeros(2, 32), name.format("B"): torch.zeros(32, 2),
+               "base_model.model.embeddings.word_embeddings.weight": torch.zeros(200, 32)}
+    folder = tmp_path / "my-adapter"
+    folder.mkdir()
+    save_file(adapter, folder / "adapter_model.safetensors")
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "org/b"}))
+    adapter_for = r"^my-adapter is a LoRA/PEFT adapter for 'org/b': .*merge_and_unload\(\)"
+    with pytest.raises(CheckpointError, match=adapter_for):
+        load(folder, n_heads=4)
+    with pytest.raises(CheckpointError, match=r"^the checkpoint is a LoRA/PEFT adapter: "):
+        load(folder / "adapter_model.safetensors", n_heads=4)
+
+
 def test_bare_prefixed_roberta_state_dict(tmp_path):
     torch.manual_seed(0)
     config = RobertaConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
