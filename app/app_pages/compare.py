@@ -20,6 +20,7 @@ def run(source_a, source_b, texts, n_heads=None) -> None:
     The work stops (``core.Cancelled``) between layers and probes once the browser session has ended."""
     st.session_state.pop("comparison", None)
     st.session_state.pop("comparison_notes", None)
+    st.session_state.comparison_source = _sources_key(source_a, source_b)
     bar = st.progress(0.0, text="Loading model A…")
     should_stop = session.stop_when_gone()
     progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
@@ -98,6 +99,10 @@ def maps_ui(report, part, layer, head) -> None:
                          alt=f"{title}: attention map of layer {layer}, head {head}, queries (rows) by keys (columns)")
 
 
+def _sources_key(source_a, source_b) -> str:
+    return f"{sources.source_key(source_a)} | {sources.source_key(source_b)}"
+
+
 def downloads_ui(report) -> None:
     """The report in three formats, named after both models (the shown names: never a server path)."""
     stem = file_stem(report.a.model["name"], "vs", report.b.model["name"])
@@ -134,6 +139,7 @@ with st.empty().container():
             run(source_a, source_b, texts, int(n_heads) or None)
 comparison = st.session_state.get("comparison")
 if comparison is not None:
+    sources.stale_note_ui(st.session_state.get("comparison_source"), _sources_key(source_a, source_b), "Compare")
     try:
         summary_ui(comparison, st.session_state.get("comparison_notes", []))
         parts = list(dict.fromkeys(h.part for h in comparison.heads))

@@ -20,6 +20,7 @@ def options_ui():
 def run(inputs, name, texts, n_heads) -> None:
     """Load and diagnose with a progress bar; the report (or the error) goes into session state."""
     st.session_state.pop("report", None)
+    st.session_state.report_source = sources.source_key((inputs, name))
     bar = st.progress(0.0, text="Loading the checkpoint…")
     should_stop = session.stop_when_gone()
     try:
@@ -51,6 +52,7 @@ if st.button("Diagnose", type="primary", key="diag_run"):
     else:
         run(*source, texts, n_heads)
 if st.session_state.get("report") is not None:
+    sources.stale_note_ui(st.session_state.get("report_source"), sources.source_key(source), "Diagnose")
     try:
         report_view.report_ui(st.session_state.report, st.session_state.get("report_name", ""),
                               st.session_state.get("report_notes", []))

@@ -186,6 +186,23 @@ def upload_ui(prefix: str):
     return staged, upload_name(staged.names)  # the name shown: the file's, not the server's staging folder
 
 
+def source_key(source) -> str | None:
+    """What ``source_ui`` returned, as a key that changes with the checkpoint chosen: a new upload of the same name
+    is another (each is staged in a folder of its own), a path or a known model its text."""
+    if source is None:
+        return None
+    inputs = source[0]
+    return f"upload:{inputs.folder}" if isinstance(inputs, uploads.Staged) else f"path:{inputs}"
+
+
+def stale_note_ui(shown_for: str | None, chosen: str | None, action: str) -> None:
+    """A line over a result whose checkpoint is no longer the one chosen (a new upload of the same name showed the
+    old report with nothing to say so)."""
+    if shown_for is not None and chosen != shown_for:
+        st.info(f"This result is of the checkpoint chosen before: press {action} for the one chosen now.",
+                icon=":material/history:")
+
+
 def load_source(inputs, n_heads: int | None = None, progress=None) -> core.LoadedCheckpoint:
     """What ``source_ui`` returned, loaded: ``LoadedCheckpoint`` (model, tokenizer, notes)."""
     with inputs.opened() if isinstance(inputs, uploads.Staged) else nullcontext(inputs) as source:

@@ -55,6 +55,10 @@ def test_compare_demo_model_with_itself_draws_the_grid_and_three_maps():
     at.run()
     assert not at.exception and at.subheader[-1].value == "Layer 3, head 2"
     assert {b.label for b in at.download_button} == {"Comparison (JSON)", "Comparison (Markdown)", "Comparison (HTML)"}
+    stale = "This result is of the checkpoint chosen before"
+    assert not any(stale in i.value for i in at.info)
+    _built_in(at, "b", "demo-gpt2")  # model B changed: the comparison shown is of the one before
+    assert any(stale in i.value for i in at.info)
 
 
 def test_compare_keeps_only_the_maps_its_budget_allows(monkeypatch):

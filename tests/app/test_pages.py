@@ -250,6 +250,22 @@ def test_a_page_round_trip_keeps_the_head_and_view_chosen_on_a_result(bert_folde
     assert not at.exception and not _errors(at)
 
 
+def test_a_report_says_so_once_its_checkpoint_is_no_longer_the_one_chosen(bert_folder):
+    """A new upload of the same name left the old report on the page, under the same title, with nothing to say
+    that it was of the file replaced."""
+    from tiny_checkpoints import zip_folder
+
+    stale = "This result is of the checkpoint chosen before"
+    at = _diagnose(_app(), "model.zip", zip_folder(bert_folder))
+    assert at.session_state["report"] is not None and not any(stale in i.value for i in at.info)
+    at.file_uploader[0].upload("model.zip", zip_folder(bert_folder)).run()  # the same name, a new upload
+    assert any(stale in i.value for i in at.info)
+    at.button(key="diag_run").click().run()
+    assert not any(stale in i.value for i in at.info)
+    at.radio(key="diag_kind").set_value("Known model").run()
+    assert any(stale in i.value for i in at.info)
+
+
 def test_inspect_text_over_the_limit_says_so_and_runs_nothing(bert_folder):
     at = _inspect(_app(), str(bert_folder), text="word " * 2000)
     assert not at.exception
