@@ -30,7 +30,7 @@ from .layout import holds_model_files
 from .paths import is_utf8, readable, utf8_path
 from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
-from .state_dict import PICKLE_CODE, WEIGHT_SUFFIXES, pickled_code
+from .state_dict import PICKLE_CODE, PREFERRED, WEIGHT_SUFFIXES, pickled_code
 from .tokenizer import (
     NO_VOCABULARY, TOKENIZER_FILES, UNREADABLE, choose_tokenizer, has_vocabulary, special_count, unusable_files,
 )
@@ -75,12 +75,8 @@ def load_model(
         if getattr(model.config, "name_or_path", None) == str(openable):  # named as given, not by the private link
             model.config.name_or_path = readable(path)
         return model, tokenizer
-    if is_checkpoint_path(Path(path)):  # the local user is trusted: any path they can read (docs/checkpoints.md)
-        anywhere = [Path(path).resolve().anchor]
-        loaded = load_checkpoint(path, n_heads=n_heads, device=device, allowed_roots=anywhere, progress=progress)
-        for note in loaded.notes:  # load_model returns (model, tokenizer): the notes go to the log
-            log.warning(note)
-        return loaded.model, loaded.tokenizer
+    if is_checkpoint_path(Path(path)):
+        return _load_as_upload(path, n_heads, device, progress)
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
         if isinstance(config, dict):
@@ -91,6 +87,9 @@ def load_model(
             model = load_custom_model(path, config)
             tokenizer = _tokenizer_for(path, model)
             return model.to(pick_device(device)), tokenizer
+        if not any((Path(path) / name).is_file() for name in PREFERRED):  # a model.pt or last.ckpt beside it, or
+            # no weights: transformers reads only its own file names ("no file named model.safetensors")
+            return _load_as_upload(path, n_heads, device, progress)
     elif Path(path).is_file():
         raise ModelLoadError(f"{path} is a file AttnScope does not read: give a model folder, an archive "
                              f"({', '.join(ARCHIVE_SUFFIXES)}), a weights file ({', '.join(WEIGHT_SUFFIXES)}) "
@@ -234,16 +233,17 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
     except CheckpointError:
         if not (local and wrapper_prefix(info.get("unexpected_keys", ()), model)):
             raise
-        return _load_unwrapped(path)
+        return _load_as_upload(path)  # it strips the prefix from the names, where from_pretrained does not
     for note in dropped_note(model, info.get("unexpected_keys", ())):  # said as for an upload of the folder
         log.warning(note)
     return model, _tokenizer_for(path, model, offline, local)
 
 
-def _load_unwrapped(path: str):
-    """A folder whose weights' names carry a training wrapper's prefix (``module.``), which ``from_pretrained`` does
-    not strip, read as an upload of it is (``build.wrapper_prefix``)."""
-    loaded = load_checkpoint(path, allowed_roots=[Path(path).resolve().anchor])
+def _load_as_upload(path: str, n_heads=None, device=None, progress=None):
+    """``path`` read by ``load_checkpoint``, as an upload of it is; the local user is trusted: any path they can read
+    (docs/checkpoints.md). ``load_model`` returns ``(model, tokenizer)``: the notes go to the log."""
+    anywhere = [Path(path).resolve().anchor]
+    loaded = load_checkpoint(path, n_heads=n_heads, device=device, allowed_roots=anywhere, progress=progress)
     for note in loaded.notes:
         log.warning(note)
     return loaded.model, loaded.tokenizer

@@ -454,3 +454,15 @@ def test_a_folder_s_pickled_model_is_refused_in_one_line_without_torch_s_advice(
     said = str(refused.value)
     assert "is a pickle that would run code (it calls transformers.models.bert.modeling_bert.BertModel)" in said
     assert "\x1b" not in said and "two options" not in said and "\n" not in said
+
+
+def test_a_folder_of_config_json_and_weights_of_another_name_loads_as_its_upload_does(tmp_path):
+    """config.json beside a model.pt was "no file named model.safetensors" (transformers' words), config.json alone
+    transformers' error too; a zip of either folder was read, or refused in AttnScope's line."""
+    bert = tiny.tiny_bert()
+    bert.config.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match=r"has a config\.json but no weights \(model\.safetensors, "):
+        load_model(str(tmp_path))
+    torch.save(bert.state_dict(), tmp_path / "model.pt")
+    loaded = load_model(str(tmp_path), device="cpu")[0].state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in bert.state_dict().items())
