@@ -10,6 +10,7 @@ from app.plain import for_markdown
 from app.server import logs, session, sources, uploads
 from app.views import compare_plots
 from core.cancel import stoppable
+from core.extraction.tokens import visible
 from diagnostics import timeline as tl
 
 KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
@@ -20,10 +21,7 @@ def inputs_ui():
     """``(kind, value)`` of what to load, or None."""
     kind = st.radio("Source", KINDS, key="tl_kind", horizontal=True)
     if kind == KINDS[0]:
-        round_key = st.session_state.setdefault("tl_upload_round", 0)
-        files = st.file_uploader("Monitor logs (.jsonl written by diagnostics.monitor.AttentionMonitor); read when "
-                                 "you press Load, then dropped from the uploader", type=["jsonl"],
-                                 accept_multiple_files=True, key=f"tl_upload_{round_key}")
+        files = uploaded_ui()
         return (kind, files) if files else None
     if kind == KINDS[1]:
         text = st.text_area("One .jsonl path per line", key="tl_paths", placeholder="/runs/baseline/attention.jsonl")
@@ -31,6 +29,35 @@ def inputs_ui():
         return (kind, paths) if paths else None
     folder = st.text_input("Trainer output folder (holds checkpoint-<step>/ folders)", key="tl_folder")
     return (kind, folder.strip()) if folder.strip() else None
+
+
+def uploaded_ui() -> list:
+    """The logs uploaded, held by the page until Load or Clear: the uploader's own value went with a visit to
+    another page, with no word."""
+    s = st.session_state
+    round_key = s.setdefault("tl_upload_round", 0)
+    files = st.file_uploader("Monitor logs (.jsonl written by diagnostics.monitor.AttentionMonitor); read when you "
+                             "press Load, then dropped; a new upload replaces the last", type=["jsonl"],
+                             accept_multiple_files=True, key=f"tl_upload_{round_key}")
+    if files:
+        drop_uploaded()
+        s.tl_uploaded = list(files)
+        s.tl_upload_round += 1  # a fresh, empty uploader: the page holds the files
+        st.rerun()
+    held = s.get("tl_uploaded") or []
+    if held:
+        cols = st.columns([4, 1])
+        names = ", ".join(visible(f.name, spaces=False) for f in held)
+        cols[0].text(f"Uploaded: {names} ({sum(f.size for f in held) / 1e6:,.1f} MB)")  # st.text: names as text
+        if cols[1].button("Clear", key="tl_clear"):
+            drop_uploaded()
+            st.rerun()
+    return held
+
+
+def drop_uploaded() -> None:
+    """Streamlit's copies of the held logs dropped (2 × 300 MB held for the session: +0.6 GB)."""
+    uploads.release(st.session_state.pop("tl_uploaded", None) or [])
 
 
 def load(kind, value) -> tuple[dict, list[str]]:
@@ -117,9 +144,8 @@ if st.button("Load", type="primary", key="tl_run"):
             st.session_state.timelines, st.session_state.tl_problems = load(*source)
         except Exception as err:  # noqa: BLE001  every error becomes a message on the page
             st.session_state.tl_problems = [errors.message(err)]
-        if source[0] == KINDS[0]:  # Streamlit held every uploaded log for the session, refused ones too (2 x 300 MB:
-            uploads.release(source[1])  # +0.6 GB): drop them, and draw the uploader empty at once
-            st.session_state.tl_upload_round += 1
+        if source[0] == KINDS[0]:  # read: dropped, refused ones too, and the page drawn again without them
+            drop_uploaded()
             st.rerun()
 for problem in st.session_state.get("tl_problems", []):  # the logs that could not be read, while the rest show
     errors.shown(problem)

@@ -196,6 +196,24 @@ def test_timeline_refuses_a_log_over_the_cap_by_its_size_and_drops_the_uploads(m
     assert [u.key for u in at.get("file_uploader")] == ["tl_upload_1"] and at.session_state["timelines"] == {}
 
 
+def test_timeline_uploads_outlive_a_visit_to_another_page_until_load_or_clear():
+    """Diagnose and Compare keep an upload across pages; the Timeline's uploader emptied on a visit to another page
+    before Load, with no word."""
+    healthy = (LOGS / "healthy.jsonl").read_bytes()
+    at = _page("timeline")
+    at.file_uploader(key="tl_upload_0").upload("run-a.jsonl", healthy).run()
+    assert [t.value for t in at.text if t.value.startswith("Uploaded")] == [
+        f"Uploaded: run-a.jsonl ({len(healthy) / 1e6:,.1f} MB)"]
+    at.switch_page("app_pages/guide.py").run()
+    at.switch_page("app_pages/timeline.py").run()
+    at = at.button(key="tl_run").click().run()
+    assert not at.exception and [h.value for h in at.subheader] == ["run-a.jsonl"], _errors(at)
+    assert "tl_uploaded" not in at.session_state and not any(t.value.startswith("Uploaded") for t in at.text)
+    at.file_uploader(key="tl_upload_1").upload("run-b.jsonl", healthy).run()
+    at.button(key="tl_clear").click().run()
+    assert "tl_uploaded" not in at.session_state and not any(t.value.startswith("Uploaded") for t in at.text)
+
+
 def test_timeline_keeps_at_most_the_cap_of_logs_in_all(monkeypatch, tmp_path):
     """Each log was capped, but not how many: the session held ~4.6 × their size (3 × 64 MB: 0.9 GB) until it
     ended. Uploads and paths alike keep the logs that fit, in order, and name the others."""
