@@ -149,6 +149,7 @@ def role_label(roles, short=False) -> str:
 
 _BORDERLINE_READING = ("The pattern shown is the one most texts give; the roles come from the scores averaged "
                        "over all texts.")
+BORDERLINE_MARK = "?"  # after a borderline head's pattern in the pattern maps: "sparse?"
 BORDERLINE_TEXT = ("The probe texts disagree on these heads' pattern or roles: each sits near a threshold. "
                    + _BORDERLINE_READING)
 

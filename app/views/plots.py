@@ -18,7 +18,7 @@ from PIL import Image
 
 from app.plain import for_plotly
 from core.views import pool_map
-from diagnostics.texts import PATTERN_TEXTS, role_label, vote_label
+from diagnostics.texts import BORDERLINE_MARK, PATTERN_TEXTS, role_label, vote_label
 
 MAX_CELLS = 128  # heatmap cells per side sent to the browser; bigger maps are pooled
 THUMB_PX = 40  # side of one head's thumbnail, in pixels
@@ -93,11 +93,13 @@ def _pattern_text(pattern) -> str:
 
 
 def caption(pattern) -> str:
-    """A thumbnail's caption: its pattern, and under it its roles' short names ("prev, sink"), as plain text."""
+    """A thumbnail's caption: its pattern ("sparse?" where the probes disagreed on it: borderline), and under it its
+    roles' short names ("prev, sink"), as plain text."""
     if pattern is None:
         return ""
     roles = role_label(getattr(pattern, "roles", []), short=True)
-    return pattern_label(pattern) + (f"<br>{roles}" if roles else "")
+    mark = BORDERLINE_MARK if getattr(pattern, "borderline", False) else ""
+    return pattern_label(pattern) + mark + (f"<br>{roles}" if roles else "")
 
 
 def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],

@@ -11,7 +11,7 @@ from app.names import file_stem
 from app.plain import for_markdown
 from core.extraction.tokens import visible
 from diagnostics.findings import head_names
-from diagnostics.texts import PATTERN_TEXTS, borderline_note
+from diagnostics.texts import BORDERLINE_MARK, PATTERN_TEXTS, borderline_note
 
 SEVERITY_BADGE = {"error": ":red-badge[:material/error: error]", "warning": ":orange-badge[:material/warning: warning]",
                   "info": ":blue-badge[:material/info: info]"}
@@ -50,7 +50,7 @@ def pattern_counts_ui(report, part: str) -> None:
     borderline = len(report.borderline_heads(part))
     if borderline:
         st.caption(f"{borderline} of {len(labels)} heads are borderline: the probe texts disagree on their pattern "
-                   "or roles (the head explorer names them; Guide → Borderline heads).")
+                   f"or roles (marked {BORDERLINE_MARK} in the pattern map; Guide → Borderline heads).")
 
 
 def findings_ui(report) -> None:

@@ -11,7 +11,7 @@ from html import escape
 from core.extraction.tokens import visible
 from diagnostics.reports.markdown_report import severity_counts
 from diagnostics.texts import (
-    BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
+    BORDERLINE_MARK, BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
 
 HEATMAPS_PER_FINDING = 4
@@ -125,8 +125,9 @@ def _grid(report, part):
             offset = f" {head.offset:+d}" if head.offset is not None else ""
             color = PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else "#777"
             short = f"<br><small>{plain(role_label(head.roles, short=True))}</small>" if head.roles else ""
-            cells.append(f"<td style='background:{color}' title='{_tip(head)}'>{label or 'no label'}{offset}{short}"
-                         "</td>")
+            mark = BORDERLINE_MARK if head.borderline else ""
+            cells.append(f"<td style='background:{color}' title='{_tip(head)}'>{label or 'no label'}{mark}{offset}"
+                         f"{short}</td>")
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
     return f"<h2>{plain(title)}</h2><table class='grid'>{head_row}{''.join(rows)}</table>{_borderline(report, part)}"
 
@@ -146,7 +147,8 @@ def _borderline(report, part):
     if not heads:
         return ""
     items = "".join(f"<li>L{h.layer}H{h.head}: {plain(vote_label(h.metrics))}</li>" for h in heads)
-    return f"<p><strong>Borderline heads ({len(heads)}).</strong> {plain(BORDERLINE_TEXT)}</p><ul>{items}</ul>"
+    return (f"<p><strong>Borderline heads ({len(heads)}, marked {BORDERLINE_MARK} in the map).</strong> "
+            f"{plain(BORDERLINE_TEXT)}</p><ul>{items}</ul>")
 
 
 def _legend():

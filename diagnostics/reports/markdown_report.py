@@ -10,7 +10,7 @@ import re
 from core.errors import counted
 from core.extraction.tokens import visible
 from diagnostics.texts import (
-    BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
+    BORDERLINE_MARK, BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
 
 
@@ -76,10 +76,11 @@ def _pattern_table(report, part):
             head = report.head(layer, h, part)
             offset = f" {head.offset:+d}" if head.offset is not None else ""
             roles = f" ({role_label(head.roles, short=True)})" if head.roles else ""
-            cells.append(f"{label or 'no label'}{offset}{roles}")
+            cells.append(f"{label or 'no label'}{BORDERLINE_MARK if head.borderline else ''}{offset}{roles}")
         lines.append(f"| L{layer} | " + " | ".join(cells) + " |")
     borderline = report.borderline_heads(part)
     if borderline:
-        lines += ["", f"**Borderline heads ({len(borderline)}).** {BORDERLINE_TEXT}", ""]
+        lines += ["", f"**Borderline heads ({len(borderline)}, marked {BORDERLINE_MARK} in the map).** "
+                  f"{BORDERLINE_TEXT}", ""]
         lines += [f"- L{h.layer}H{h.head}: {vote_label(h.metrics)}" for h in borderline]
     return lines + [""]

@@ -439,6 +439,8 @@ def test_diagnose_says_when_the_probes_disagree_on_a_head(bert_zip):
     assert any(c.startswith(f"Borderline ({head.pattern} 4/7, ") for c in captions), captions
     assert f"1 of {len(report.heads)} heads are borderline" in " ".join(captions)
     assert "layer 0, head 0: " in _charts(at)[0].proto.spec and "borderline: " in _charts(at)[0].proto.spec
+    marks = [t.split("<br>")[0] for t in json.loads(_charts(at)[0].proto.spec)["data"][0]["text"]]
+    assert marks[0] == f"{head.pattern}?" and not any(m.endswith("?") for m in marks[1:]), marks  # in the map
 
 
 def test_diagnose_a_sentence_says_first_that_it_is_too_short_to_judge(bert_zip):

@@ -90,10 +90,14 @@ def test_borderline_heads_are_listed_with_their_votes(report):
     torn = replace(steady, heads=heads)
     assert torn.borderline_heads() == [heads[1], heads[2]]
     markdown = torn.to_markdown()
-    assert "**Borderline heads (2).**" in markdown and "- L0H1: sparse 4/7, vertical 3/7\n" in markdown
+    assert "**Borderline heads (2, marked ? in the map).**" in markdown
+    assert "- L0H1: sparse 4/7, vertical 3/7\n" in markdown
+    grid_row = next(line for line in markdown.splitlines() if line.startswith("| L0 |")).split(" | ")
+    assert grid_row[2].startswith("sparse?") and not grid_row[1].split(" ")[0].endswith("?")
     assert f"- L0H2: {heads[2].pattern} 7/7; roles: sink 4/7\n" in markdown  # only the roles some probes lack
     html = torn.to_html()
     assert "<li>L0H1: sparse 4/7, vertical 3/7</li>" in html and "borderline: sparse 4/7, vertical 3/7" in html
+    assert ">sparse?" in html and "marked ? in the map" in html
 
 
 def test_html_shows_heatmaps_of_finding_heads():
