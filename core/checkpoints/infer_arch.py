@@ -33,6 +33,7 @@ NOT_MATRIX = ("the {arch} weights are malformed: {key} has shape {shape}, not [r
 
 # (family, anchor key regex, per-layer key regex); the anchor's prefix is stripped from every key.
 _NAMES = {"bert": "BERT", "gpt2": "GPT-2", MODEL_TYPE: "AttnScope"}
+_MASKS = ("attn.bias", "attn.masked_bias")  # GPT-2's causal-mask buffers (transformers 4), rebuilt by the model
 _LAYOUTS = [
     ("bert", r"^(.*?)embeddings\.word_embeddings\.weight$", r"encoder\.layer\.(\d+)\."),
     ("gpt2", r"^(.*?)wte\.weight$", r"h\.(\d+)\."),
@@ -70,6 +71,8 @@ def _layer_count(state, layer: str, arch: str) -> int:
     model of one layer fewer."""
     held = {}  # layer -> (its names' prefix, the rest of each name)
     for key in state:
+        if key.endswith(_MASKS):  # constant masks some files of a model carry in some layers only: not read
+            continue
         if match := re.match(layer, key):
             held.setdefault(int(match.group(1)), (match.group(0), set()))[1].add(key[match.end():])
     if not held:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
@@ -23,7 +24,7 @@ from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import CheckpointError, ModelLoadError, first_line
 from .archive import ARCHIVE_SUFFIXES, is_archive
-from .build import SHAPE, check_config_sizes, check_missing, dropped_note, load_dtype, wrapper_prefix
+from .build import SHAPE, UNWRAPPED, check_config_sizes, check_missing, dropped_note, load_dtype, wrapper_prefix
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint, token_reading
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
@@ -215,28 +216,34 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
         raise ModelLoadError(_not_found_message(path, local, err)) from None
     check_config_sizes(config.to_dict())
     extra = {"device_map": device_map, "max_memory": max_memory} if device_map is not None else {}
+    extra.update(config=config, trust_remote_code=trust_remote_code, local_files_only=offline)
+    model, info = _from_pretrained(path, extra)
+    prefix = wrapper_prefix(info.get("unexpected_keys", ()), model) if info.get("missing_keys") else ""
+    if prefix:  # read again, the names without it, as an upload of the folder is (``build._unwrapped``)
+        model, info = _from_pretrained(path, {**extra, "key_mapping": {f"^{re.escape(prefix)}": ""}})
+        log.warning(UNWRAPPED.format(prefix=prefix))
+    check_missing(model, config, info)  # refused as its upload is, not left random
+    for note in dropped_note(model, info.get("unexpected_keys", ())):  # said as for an upload of the folder
+        log.warning(note)
+    return model, _tokenizer_for(path, model, offline, local)
+
+
+def _from_pretrained(path: str, options: dict):
+    """``(model, loading info)`` of ``AutoModel.from_pretrained(path, **options)``, eager attention in the checkpoint's
+    dtype; its errors as ModelLoadError, in AttnScope's words."""
+    config = options["config"]
     try:
         with quiet_transformers():
-            model, info = AutoModel.from_pretrained(
-                path, config=config, trust_remote_code=trust_remote_code, attn_implementation="eager",
-                local_files_only=offline, dtype=load_dtype(config), output_loading_info=True, **extra,
-            )
+            return AutoModel.from_pretrained(path, attn_implementation="eager", dtype=load_dtype(config),
+                                             output_loading_info=True, **options)
     except Exception as err:
         code = pickled_code(err)  # torch's refusal told the user how to load the pickle anyway
         if code:
             name = f"{readable(path)}'s weights file"
             raise CheckpointError(PICKLE_CODE.format(name=name, what=f"it calls {code}")) from None
-        shape = "ignore_mismatched_sizes" in str(err) and _mismatched(path, config, offline, trust_remote_code)
+        shape = "ignore_mismatched_sizes" in str(err) and _mismatched(
+            path, config, options["local_files_only"], options["trust_remote_code"])
         raise ModelLoadError(shape or f"could not load the weights of {path!r}: {first_line(err)}") from None
-    try:
-        check_missing(model, config, info)  # refused as its upload is, not left random
-    except CheckpointError:
-        if not (local and wrapper_prefix(info.get("unexpected_keys", ()), model)):
-            raise
-        return _load_as_upload(path)  # it strips the prefix from the names, where from_pretrained does not
-    for note in dropped_note(model, info.get("unexpected_keys", ())):  # said as for an upload of the folder
-        log.warning(note)
-    return model, _tokenizer_for(path, model, offline, local)
 
 
 def _load_as_upload(path: str, n_heads=None, device=None, progress=None):

@@ -167,6 +167,16 @@ def test_a_bare_state_dict_missing_one_layer_tensor_names_it(tmp_path, build, la
         load(tmp_path / "model.safetensors", n_heads=4)
 
 
+def test_a_bare_gpt2_with_mask_buffers_in_some_layers_only_loads(tmp_path):
+    """The constant masks transformers 4 saved (attn.bias, attn.masked_bias) are rebuilt, not read: one layer with
+    them and one without is no incomplete model."""
+    model = tiny_gpt2()
+    weights = {**state(model), "h.0.attn.bias": torch.tril(torch.ones(1, 1, 8, 8)), "h.0.attn.masked_bias":
+               torch.tensor(-1e4)}
+    save_file(weights, tmp_path / "gpt2.safetensors")
+    assert_same_attention(model, bpe_tokenizer(), load(tmp_path / "gpt2.safetensors", n_heads=4).model)
+
+
 def test_a_lora_adapter_is_named_as_one_with_its_base_model(tmp_path):
     """A PEFT adapter folder was "cannot tell the architecture from the weight names (…lora_A.weight…)", or, with
     its embeddings saved too, "the BERT weights are incomplete"; its base model was never named."""

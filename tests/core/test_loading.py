@@ -430,6 +430,8 @@ def test_weights_saved_under_a_training_wrapper_s_prefix_are_read_without_it(tmp
     bert = tiny.tiny_bert()
     folder = _bert_folder(tmp_path / "bert", {prefix + k: v for k, v in bert.state_dict().items()}, bert.config)
     (tmp_path / "bert.zip").write_bytes(zip_folder(folder))
+    _bert_folder(folder / "checkpoint-100", bert.state_dict(), bert.config)  # a training run's: no upload rule
+    # (one model a folder) applies to the folder given; read with the same options as one without the prefix
     load_log = logging.getLogger("attnscope.load")
     monkeypatch.setattr(load_log, "handlers", [caplog.handler])
     monkeypatch.setattr(load_log, "propagate", False)
