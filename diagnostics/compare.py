@@ -136,10 +136,10 @@ def compare(a, b, texts=None, device=None, progress=None, n_heads=None) -> Compa
     tell = progress or (lambda fraction, message: None)
     texts = user_texts(texts)  # once: a generator would feed A's diagnosis and leave B the default probes
     check_device_used(device, a, b)  # for the one loaded by name, if either is
-    tell(0.0, "loading model A")
-    model_a, tok_a, name_a = _resolve(a, device, n_heads)
-    tell(0.05, "loading model B")
-    model_b, tok_b, name_b = _resolve(b, device, n_heads)
+    loading = [progress_span(tell, start, start + 0.05, f"model {side}") if progress else None
+               for side, start in (("A", 0.0), ("B", 0.05))]
+    model_a, tok_a, name_a = _resolve(a, device, n_heads, loading[0])
+    model_b, tok_b, name_b = _resolve(b, device, n_heads, loading[1])
     tokenizer = shared_tokenizer(tok_a, tok_b, model_a, model_b)
     _check_limits(model_a, model_b)
     source_a, source_b = ((model_a, tokenizer), (model_b, tokenizer)) if tokenizer else (model_a, model_b)
@@ -249,14 +249,17 @@ def _map_distances(samples_a, samples_b):
 
 
 def _streamed_distances(model_a, model_b, tokenizer, texts, tell):
-    """``[L, H]`` mean over probes of the lockstep-streamed distance; ``tell(fraction, message)`` as each starts."""
+    """``[L, H]`` mean over probes of the lockstep-streamed distance; ``tell(fraction, message)`` as each probe and
+    each of its layers starts."""
     limit = max_positions(model_a, tokenizer)  # model_b's too (_check_limits)
     distances, probes = [], as_probes(texts)
     for i, probe in enumerate(probes):
-        tell(i / len(probes), f"probe {i + 1}/{len(probes)}")
-        enc = encode(tokenizer, probe.text, probe.text_pair, limit,
-                     vocab_size=vocab_size(model_a))
-        distances.append(stream_paired_js(model_a, model_b, enc.input_ids, token_type_ids=enc.token_type_ids))  # (L, H)
+        step = f"probe {i + 1}/{len(probes)}"
+        tell(i / len(probes), step)
+        enc = encode(tokenizer, probe.text, probe.text_pair, limit, vocab_size=vocab_size(model_a))
+        layers = progress_span(tell, i / len(probes), (i + 1) / len(probes), step)
+        distances.append(stream_paired_js(model_a, model_b, enc.input_ids, token_type_ids=enc.token_type_ids,
+                                          progress=layers))  # (L, H)
     return torch.stack(distances).mean(0)
 
 

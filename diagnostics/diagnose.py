@@ -104,9 +104,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     """
     start = time.perf_counter()
     tell = progress or (lambda fraction, message: None)
-    tell(0.0, "loading the model")
     check_device_used(device, source)
-    model, tokenizer, name = _resolve(source, device, n_heads, tell)
+    model, tokenizer, name = _resolve(source, device, n_heads, progress_span(tell, 0.0, 0.05) if progress else None)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
     probes, coverage, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer),
                                                  max_positions(model, tokenizer))
@@ -159,6 +158,8 @@ def check_device_used(device, *sources) -> None:
 
 
 def _resolve(source, device, n_heads=None, progress=None):
+    """``(model, tokenizer, name)`` of a diagnose source; ``progress(fraction, message)``: how loading one by name
+    advances."""
     if isinstance(source, (tuple, list)):
         if len(source) != 2 or not isinstance(source[0], nn.Module):
             raise InputError("source must be a (model, tokenizer) pair, a model, or a model name or folder")
@@ -171,8 +172,9 @@ def _resolve(source, device, n_heads=None, progress=None):
     if not isinstance(source, (str, Path)):
         raise InputError(f"cannot diagnose a {type(source).__name__}; pass a model name, a folder or "
                          "(model, tokenizer)")
-    loading = (lambda fraction, message: progress(0.05 * fraction, message)) if progress else None
-    model, tokenizer = core.load_model(source, device=device, n_heads=n_heads, progress=loading)
+    if progress:  # a model given loaded is not said to be loading
+        progress(0.0, "loading the model")
+    model, tokenizer = core.load_model(source, device=device, n_heads=n_heads, progress=progress)
     return model, tokenizer, readable(canonical_name(source))  # an alias: its Hub id; not UTF-8: with U+FFFD
 
 

@@ -21,10 +21,12 @@ import threading
 
 import torch
 
+from core.cancel import layer_progress
 from core.errors import InputError
 from core.extraction.streaming import CHUNK_FLOATS, stream_attention, streaming_kernels
 from diagnostics.measure.redundancy import PairedJS
 from core.extraction.extract import eval_mode, model_is_causal
+from core.extraction.maps_budget import config_size
 from core.extraction.text_config import text_config
 
 HANDOFF_TIMEOUT_S = 600  # a side that waits this long for the other is stuck, not slow
@@ -88,9 +90,11 @@ class _Receiver:
         self.js.update(chunk_a, chunk, q_start)
 
 
-def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_ids=None) -> torch.Tensor:
+def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_ids=None,
+                     progress=None) -> torch.Tensor:
     """``[L, H]`` JS distance between each head of ``model_a`` and the same head of ``model_b``
-    on ``input_ids`` (1, T) (and a pair's segment ids ``token_type_ids``)."""
+    on ``input_ids`` (1, T) (and a pair's segment ids ``token_type_ids``); ``progress(fraction, "layer 3/30")`` as
+    each layer starts (a probe of 4,000 tokens streams two SmolLM2 for minutes)."""
     input_ids = torch.as_tensor(input_ids)
     causal = model_is_causal(model_a)
     if model_is_causal(model_b) != causal:
@@ -113,8 +117,10 @@ def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_id
         worker = threading.Thread(target=run_a, name="attnscope-compare-a", daemon=True)
         worker.start()
         try:
-            streamed = stream_attention(model_b, input_ids, lambda layer, h, k: _Receiver(handoff, layer, k, causal),
-                                        chunk_rows=rows, token_type_ids=token_type_ids)
+            receiver = lambda layer, h, k: _Receiver(handoff, layer, k, causal)  # noqa: E731
+            with layer_progress(model_b, progress, config_size(model_b, "num_hidden_layers", "n_layers")):
+                streamed = stream_attention(model_b, input_ids, receiver, chunk_rows=rows,
+                                            token_type_ids=token_type_ids)
             handoff.finish()
         finally:
             handoff.stopped.set()

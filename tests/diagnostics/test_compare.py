@@ -275,16 +275,20 @@ def test_a_vision_language_model_is_compared_and_probed_as_its_language_model():
     assert len(heads) == 12 and heads == [(h.layer, h.head, h.pattern) for h in diagnose(alone).heads]
 
 
-def test_streamed_distances_move_the_progress_bar_probe_by_probe(monkeypatch):
-    """After both diagnoses the lockstep streams ran with the bar at "measuring distances" until the end."""
+def test_streamed_distances_move_the_progress_bar_probe_by_probe_and_layer_by_layer(monkeypatch):
+    """After both diagnoses the lockstep streams ran with the bar at "measuring distances" until the end; then they
+    told once a probe (two SmolLM2 on a probe of 4,000 tokens sat at 80 % for 170 s)."""
     model, tokenizer = tiny_gpt2(), bpe_tokenizer()
     monkeypatch.setattr(importlib.import_module("diagnostics.diagnose"), "STREAM_ABOVE_TOKENS", 4)
     calls = []
     report = compare((model, tokenizer), (qk_scaled(model, 3.0), tokenizer), ["the cat sat", "a dog barked"],
                      progress=lambda fraction, message: calls.append((fraction, message)))
     assert report.streamed
-    assert [(f, m) for f, m in calls if m.startswith("measuring distances:")] == [
-        (0.8, "measuring distances: probe 1/2"), (0.9, "measuring distances: probe 2/2")]
+    steps = [(round(f, 3), m.removeprefix("measuring distances: ")) for f, m in calls
+             if m.startswith("measuring distances:")]
+    assert steps == [(0.8, "probe 1/2"), (0.8, "probe 1/2: layer 1/2"), (0.85, "probe 1/2: layer 2/2"),
+                     (0.9, "probe 2/2"), (0.9, "probe 2/2: layer 1/2"), (0.95, "probe 2/2: layer 2/2")]
+    assert [f for f, _ in calls] == sorted(f for f, _ in calls)  # the bar only moves forward
 
 
 def test_the_distance_grid_of_a_part_the_comparison_lacks_is_an_input_error():
@@ -298,3 +302,16 @@ def test_the_distance_grid_of_a_part_the_comparison_lacks_is_an_input_error():
         report.distance_grid("decoder")
     with pytest.raises(InputError, match=r"no part 'self'; it has \[\]"):
         CompareReport(None, None, heads=[], appeared=[], disappeared=[], streamed=False).distance_grid()
+
+
+def test_models_loaded_by_name_report_their_loading_and_loaded_ones_do_not():
+    """compare loaded A and B with no word of it (SmolLM2's GGUF: 10 s each at 0 % and 5 %), then said "model A:
+    loading the model" of a model it had loaded."""
+    seen = []
+    compare("demo-bert", "demo-bert", ["the quick brown fox jumps over the lazy dog"],
+            progress=lambda f, m: seen.append((f, m)))
+    said = [m for _, m in seen]
+    assert said[0] == "model A: loading the model" and "model B: loading the model" in said
+    probing = said.index("model A: probe 1/1")
+    assert "model B: loading the model" in said[:probing] and not any("loading" in m for m in said[probing:])
+    assert [f for f, _ in seen] == sorted(f for f, _ in seen)
