@@ -18,7 +18,6 @@ if str(ROOT) not in sys.path:  # streamlit puts only app/ on the path; core/ and
 # deadlock ("_DeadlockError ... diagnostics.classify.patterns", seen once in the browser test on a busy machine).
 import core  # noqa: E402,F401
 import diagnostics  # noqa: E402,F401
-from app.kept import keep_inputs  # noqa: E402
 
 PAGES = Path(__file__).parent / "app_pages"
 FAVICON = Path(__file__).parent / "static" / "favicon.png"  # a file: a ":material/…:" icon is fetched from Google
@@ -31,5 +30,4 @@ navigation = st.navigation([
     st.Page(PAGES / "timeline.py", title="Timeline", icon=":material/timeline:"),
     st.Page(PAGES / "guide.py", title="Guide", icon=":material/menu_book:"),
 ])
-keep_inputs()  # before any page draws: a value whose widget was not drawn last run is kept
 navigation.run()

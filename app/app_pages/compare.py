@@ -9,6 +9,7 @@ from app.plain import for_markdown
 from core.extraction.tokens import visible
 from app.views import compare_plots, picking
 from app.server import cache, session, sources
+from app.kept import KEEP
 from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.compare import compare
 from diagnostics.reports.compare_report import pattern_name
@@ -67,8 +68,8 @@ def grid_ui(report, part) -> tuple[int, int]:
                        "every head, by layer (rows) and head (columns), its number in each cell; the table below "
                        "lists the heads that changed")
     cols = st.columns(2)  # the keyboard's way to a head: the grid's points take a mouse
-    layer = cols[0].selectbox("Layer", range(len(grid)), key="cmp_layer")
-    head = cols[1].selectbox("Head", range(len(grid[0])), key="cmp_head")
+    layer = cols[0].selectbox("Layer", range(len(grid)), key="cmp_layer", persist_state=KEEP)
+    head = cols[1].selectbox("Head", range(len(grid[0])), key="cmp_head", persist_state=KEEP)
     rows = [{"head": f"L{h.layer}H{h.head}", "distance": h.js_distance, "why": ", ".join(h.reasons),
              "pattern": f"{pattern_name(h.before)} → {pattern_name(h.after)}", "Δ entropy": h.entropy_delta,
              "Δ sink": h.sink_delta,
@@ -89,7 +90,7 @@ def maps_ui(report, part, layer, head) -> None:
         return
     probes = [p["text"] for p in report.a.probes] or [f"random ids {i}" for i in range(len(report.a.samples))]
     i = st.selectbox("Probe", range(len(report.a.samples)), format_func=lambda i: visible(probes[i][:80], spaces=False),
-                     key="cmp_probe")
+                     key="cmp_probe", persist_state=KEEP)
     sa, sb = report.a.samples[i].part(part), report.b.samples[i].part(part)
     map_a, map_b = sa.attentions[layer, head], sb.attentions[layer, head]  # (q, k) each
     # one map per tab, at the page's width: three columns left a 190-token map 64 px wide at 1280 px
@@ -123,7 +124,7 @@ with columns[1]:
     source_b = sources.source_ui("cmp_b", "Model B (after)", known=True)
 texts = sources.probes_ui("cmp_probes")
 n_heads = st.number_input("Heads per layer (only for bare weights files without a config)", 0, 256,
-                          key="cmp_heads")
+                          key="cmp_heads", persist_state=KEEP)
 clicked = st.button("Compare", type="primary", key="cmp_run")
 # what a run draws (its bar, an error) goes in a slot every run makes: drawn in the page's flow, it moved what
 # follows down one place on the run's page only, and the next rerun rebuilt the Layer and Head boxes (a keyboard
@@ -143,7 +144,8 @@ if comparison is not None:
     try:
         summary_ui(comparison, st.session_state.get("comparison_notes", []))
         parts = list(dict.fromkeys(h.part for h in comparison.heads))
-        part = st.radio("Attention", parts, key="cmp_part", horizontal=True) if len(parts) > 1 else parts[0]
+        part = (st.radio("Attention", parts, key="cmp_part", persist_state=KEEP, horizontal=True) if len(parts) > 1
+                else parts[0])
         maps_ui(comparison, part, *grid_ui(comparison, part))
         downloads_ui(comparison)
     except Exception as err:  # noqa: BLE001

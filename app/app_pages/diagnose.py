@@ -5,6 +5,7 @@ import streamlit as st
 from app import errors
 from app.views import report_view
 from app.server import cache, session, sources
+from app.kept import KEEP
 from core.cancel import stop_between_layers, stoppable
 from diagnostics.diagnose import diagnose
 
@@ -13,7 +14,7 @@ def options_ui():
     with st.expander("Options"):
         texts = sources.probes_ui("diag_probes")
         heads = st.number_input("Heads per layer (only for a bare weights file without a config)", 0, 256,
-                                key="diag_heads")
+                                key="diag_heads", persist_state=KEEP)
     return texts, int(heads) or None
 
 
@@ -25,7 +26,9 @@ def run(inputs, name, texts, n_heads) -> None:
     should_stop = session.stop_when_gone()
     try:
         budget = cache.report_maps_bytes()  # a bad ATTNSCOPE_REPORT_MAPS_BYTES is told before the work, not after
-        loading = lambda fraction, message: bar.progress(min(1.0, fraction), text=f"Loading: {message}")  # noqa: E731
+
+        def loading(fraction, message):  # the bar's first 5 %, as in diagnose() of a model by name (it went to
+            bar.progress(0.05 * min(1.0, fraction), text=f"Loading: {message}")  # 100 %, then back to 0)
         progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
         opened = sources.opened_models([inputs], n_heads, [stoppable(loading, should_stop)])
         with opened as [(model, tokenizer, notes)], stop_between_layers(model, should_stop):  # may end mid-probe

@@ -10,6 +10,7 @@ import core
 from app import errors
 from app.server import cache
 from app.views.inspect_view import results_ui
+from app.kept import KEEP
 
 EXAMPLE = "The cat sat on the mat because it was tired."
 MODEL_KINDS = ("Known model", "Hugging Face id", "Local folder")
@@ -22,22 +23,22 @@ INTRO = ("Run a model on a sentence and see where every attention head looks: cl
 def inputs_ui() -> None:
     """Model and texts; "Run" stores them in ``st.session_state.inputs``."""
     st.session_state.setdefault("inputs", {"source": core.DEFAULT_MODEL, "text": EXAMPLE, "pair": "", "target": ""})
-    kind = st.radio("Model", MODEL_KINDS, key="model_kind")
+    kind = st.radio("Model", MODEL_KINDS, key="model_kind", persist_state=KEEP)
     with st.form("inputs_form", border=False):
         if kind == MODEL_KINDS[0]:  # the two real models first, then the demo models
-            st.selectbox("Known model", core.MODEL_CHOICES, key="demo_model",
+            st.selectbox("Known model", core.MODEL_CHOICES, key="demo_model", persist_state=KEEP,
                          format_func=lambda name: f"{name} — {core.describe_model(name)}")
         else:
             hint = "e.g. bert-base-uncased" if kind == "Hugging Face id" else "e.g. /models/my-bert or model.gguf"
-            st.text_input(kind, key="model_path", placeholder=hint)
+            st.text_input(kind, key="model_path", persist_state=KEEP, placeholder=hint)
         if kind == MODEL_KINDS[2]:  # bare weights name no head count (Diagnose and the CLI ask for it too)
             st.number_input("Heads per layer (only for a bare weights file without a config)", 0, 256,
-                            key="model_heads")
+                            key="model_heads", persist_state=KEEP)
         st.session_state.setdefault("text", EXAMPLE)
-        st.text_area("Text", key="text", help=f"Up to {MAX_CHARS:,} characters")
+        st.text_area("Text", key="text", persist_state=KEEP, help=f"Up to {MAX_CHARS:,} characters")
         with st.expander("Second sentence / target text"):
-            st.text_input("Second sentence (pair models such as BERT)", key="pair")
-            st.text_input("Target text (encoder-decoder models; default: the text)", key="target")
+            st.text_input("Second sentence (pair models such as BERT)", key="pair", persist_state=KEEP)
+            st.text_input("Target text (encoder-decoder models; default: the text)", key="target", persist_state=KEEP)
         st.form_submit_button("Run", type="primary", key="run", on_click=_submit)
 
 

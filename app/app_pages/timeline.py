@@ -9,6 +9,7 @@ from app import errors
 from app.plain import for_markdown
 from app.server import logs, session, sources, uploads
 from app.views import compare_plots
+from app.kept import KEEP
 from core.cancel import stoppable
 from core.extraction.tokens import visible
 from diagnostics import timeline as tl
@@ -19,15 +20,17 @@ METRICS = {"entropy": "Entropy (0 = one-hot, 1 = uniform)", "sink_score": "Sink 
 
 def inputs_ui():
     """``(kind, value)`` of what to load, or None."""
-    kind = st.radio("Source", KINDS, key="tl_kind", horizontal=True)
+    kind = st.radio("Source", KINDS, key="tl_kind", persist_state=KEEP, horizontal=True)
     if kind == KINDS[0]:
         files = uploaded_ui()
         return (kind, files) if files else None
     if kind == KINDS[1]:
-        text = st.text_area("One .jsonl path per line", key="tl_paths", placeholder="/runs/baseline/attention.jsonl")
+        text = st.text_area("One .jsonl path per line", key="tl_paths", persist_state=KEEP,
+                            placeholder="/runs/baseline/attention.jsonl")
         paths = [line.strip() for line in text.splitlines() if line.strip()]
         return (kind, paths) if paths else None
-    folder = st.text_input("Trainer output folder (holds checkpoint-<step>/ folders)", key="tl_folder")
+    folder = st.text_input("Trainer output folder (holds checkpoint-<step>/ folders)", key="tl_folder",
+                           persist_state=KEEP)
     return (kind, folder.strip()) if folder.strip() else None
 
 
@@ -154,11 +157,14 @@ if timelines:
     try:
         parts = list(dict.fromkeys(part for t in timelines.values() for part in t.parts))
         cols = st.columns(3 if len(parts) > 1 else 2)
-        metric = cols[0].radio("Metric", list(METRICS), format_func=METRICS.get, key="tl_metric", horizontal=True)
-        part = (cols[2].radio("Part", parts, format_func=for_markdown, key="tl_part", horizontal=True)  # log's names
+        metric = cols[0].radio("Metric", list(METRICS), format_func=METRICS.get, key="tl_metric", persist_state=KEEP,
+                               horizontal=True)
+        part = (cols[2].radio("Part", parts, format_func=for_markdown, key="tl_part", persist_state=KEEP,  # log's names
+                              horizontal=True)
                 if len(parts) > 1 else (parts or [None])[0])
         layers = max((t.shape(part)[0] for t in timelines.values() if part in t.parts), default=0)
-        layer = cols[1].selectbox("Layer for the lines", range(layers), key="tl_layer") if layers else 0
+        layer = (cols[1].selectbox("Layer for the lines", range(layers), key="tl_layer", persist_state=KEEP) if layers
+                 else 0)
         for column, (name, timeline) in zip(st.columns(len(timelines)), timelines.items()):
             with column:
                 run_ui(name, timeline, metric, layer, part)

@@ -24,6 +24,7 @@ import core
 from app import errors
 from app.server import cache, uploads
 from app.names import display_name, upload_name
+from app.kept import KEEP
 from core.checkpoints.archive import env_count
 from core.extraction.tokens import visible
 from diagnostics.probes import MIN_JUDGED_TOKENS
@@ -104,7 +105,7 @@ def run_models_limit() -> int:
 def probes_ui(key: str):
     """The caller's probe texts, or None for AttnScope's default probes (``probe_texts``)."""
     probes = st.text_area("Probe texts, a blank line between two (empty: AttnScope's seven default paragraphs)",
-                          key=key,
+                          key=key, persist_state=KEEP,
                           help="Give a paragraph each, a blank line between them; a paragraph's own line breaks "
                                "keep it one probe, as one --text on the command line. A probe of fewer than "
                                f"{MIN_JUDGED_TOKENS} tokens labels the heads but judges no finding (only information "
@@ -137,14 +138,14 @@ def probes_problem(texts) -> str | None:
 def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
     """Upload or folder path (or, with ``known``, a known model); returns ``(input, name to show)`` or None."""
     kinds = ["Upload", "Local folder"] + (["Known model"] if known else [])
-    kind = st.radio(label, kinds, key=f"{prefix}_kind", horizontal=True)
+    kind = st.radio(label, kinds, key=f"{prefix}_kind", persist_state=KEEP, horizontal=True)
     if kind == "Known model":
-        name = st.selectbox(f"{label}: known model", core.MODEL_CHOICES, key=f"{prefix}_known",
+        name = st.selectbox(f"{label}: known model", core.MODEL_CHOICES, key=f"{prefix}_known", persist_state=KEEP,
                             format_func=lambda n: f"{n} — {core.describe_model(n)}")
         return name, name
     if kind == "Upload":
         return upload_ui(prefix)
-    path = st.text_input("Model folder, archive, weights or .gguf file", key=f"{prefix}_path",
+    path = st.text_input("Model folder, archive, weights or .gguf file", key=f"{prefix}_path", persist_state=KEEP,
                          placeholder="/models/my-bert")
     return (path.strip(), display_name(path)) if path.strip() else None
 

@@ -21,6 +21,7 @@ from app.views import derived, exports, plots
 from app.views.head_view import frame_height
 from app.names import file_stem
 from app.plain import for_markdown
+from app.kept import KEEP
 from core import views
 from diagnostics.measure.metrics import SINK_REFERENCE_KEYS
 from diagnostics.texts import PATTERN_TEXTS, ROLE_TEXTS
@@ -92,9 +93,9 @@ def options_ui(prefix: str, result: core.AttentionResult, columns=None) -> dict:
     # rollout multiplies self-attention maps; a cross map is square whenever the decoder text is the encoder's
     rollout_ok = result.kind != "cross" and result.attentions.shape[-1] == result.attentions.shape[-2]
     modes = [m for m in MODES if m != "rollout" or rollout_ok]
-    mode = cols[0].radio("Show", modes, format_func=MODES.get, key=f"{prefix}mode", horizontal=True)
-    hide = cols[1].checkbox("Hide special tokens", key=f"{prefix}hide_special")
-    log = cols[2].checkbox("Log colour scale", key=f"{prefix}log_scale")
+    mode = cols[0].radio("Show", modes, format_func=MODES.get, key=f"{prefix}mode", persist_state=KEEP, horizontal=True)
+    hide = cols[1].checkbox("Hide special tokens", key=f"{prefix}hide_special", persist_state=KEEP)
+    log = cols[2].checkbox("Log colour scale", key=f"{prefix}log_scale", persist_state=KEEP)
     return {"mode": mode, "hide_special": hide, "log_scale": log}
 
 

@@ -12,6 +12,7 @@ from app import errors
 from app.names import display_name
 from app.plain import for_markdown
 from app.views import bertviz_ui, derived, head_detail, picking, plots
+from app.kept import KEEP
 
 EXTRA_VIEWS = ("Head view", "BertViz model view", "BertViz neuron view", "None")
 HEAD_VIEW_FIRST_UP_TO = 128  # tokens; a longer input opens with no extra view: a 512-row head view is hard to
@@ -21,7 +22,7 @@ HEAD_VIEW_FIRST_UP_TO = 128  # tokens; a longer input opens with no extra view: 
 def part_ui(result: core.AttentionResult) -> tuple[str, core.AttentionResult]:
     if result.encoder is None:
         return "self", result
-    part = st.radio("Attention", ["encoder", "decoder", "cross"], key="part", horizontal=True)
+    part = st.radio("Attention", ["encoder", "decoder", "cross"], key="part", persist_state=KEEP, horizontal=True)
     return part, result.part(part)
 
 
@@ -32,8 +33,8 @@ def selectors_ui(result: core.AttentionResult, columns) -> tuple[int, int]:
     for key, count in (("layer", result.n_layers), ("head", result.n_heads)):
         if s.get(key, 0) >= count:
             s[key] = count - 1
-    layer = columns[0].selectbox("Layer", range(result.n_layers), key="layer")
-    head = columns[1].selectbox("Head", range(result.n_heads), key="head")
+    layer = columns[0].selectbox("Layer", range(result.n_layers), key="layer", persist_state=KEEP)
+    head = columns[1].selectbox("Head", range(result.n_heads), key="head", persist_state=KEEP)
     return layer, head
 
 

@@ -9,6 +9,7 @@ from app import errors
 from app.views import head_detail, picking, plots
 from app.names import file_stem
 from app.plain import for_markdown
+from app.kept import KEEP
 from core.extraction.tokens import visible
 from diagnostics.findings import head_names
 from diagnostics.texts import BORDERLINE_MARK, PATTERN_TEXTS, borderline_note
@@ -21,7 +22,8 @@ def report_ui(report, name: str = "", notes: list[str] = ()) -> None:
     """Everything a ``diagnostics.Report`` holds, for the part the user picks."""
     summary_ui(report, name, list(notes))
     parts = report.parts  # none when nothing was probed (an encoder-decoder without a tokenizer)
-    part = st.radio("Part", parts, key="diag_part", horizontal=True) if len(parts) > 1 else next(iter(parts), None)
+    part = (st.radio("Part", parts, key="diag_part", persist_state=KEEP, horizontal=True) if len(parts) > 1
+            else next(iter(parts), None))
     if part is not None:
         pattern_counts_ui(report, part)
     findings_ui(report)
@@ -126,8 +128,8 @@ def explorer_ui(report, part: str | None) -> None:
 def head_ui(report, part: str, heads) -> None:
     """One head (or layer view) of one probe; a change here reruns only this."""
     cols = st.columns(3)
-    layer = cols[0].selectbox("Layer", range(len(heads)), key="diag_layer")
-    head = cols[1].selectbox("Head", range(len(heads[0])), key="diag_head")
+    layer = cols[0].selectbox("Layer", range(len(heads)), key="diag_layer", persist_state=KEEP)
+    head = cols[1].selectbox("Head", range(len(heads[0])), key="diag_head", persist_state=KEEP)
     if not report.samples:  # what the report knows of the head needs no map
         st.subheader(head_detail.heading("head", layer, head, len(heads[0]), part))
         _head_summary_ui(heads[layer][head], [])
@@ -135,7 +137,8 @@ def head_ui(report, part: str, heads) -> None:
         return
     texts = [p.get("text", "") for p in report.probes] or [f"sample {i}" for i in range(len(report.samples))]
     sample = cols[2].selectbox("Probe text", range(len(report.samples)),
-                               format_func=lambda i: visible(texts[i][:60], spaces=False), key="diag_sample")
+                               format_func=lambda i: visible(texts[i][:60], spaces=False), key="diag_sample",
+                               persist_state=KEEP)
     result = report.samples[sample].part(part) if part != "self" else report.samples[sample]
     options = head_detail.options_ui("diag_", result)
     model = report.model.get("name", "model")

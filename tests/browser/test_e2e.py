@@ -122,6 +122,28 @@ def test_text_typed_and_not_yet_run_outlives_a_rerun_of_the_page(page):
     assert page.get_by_label("Text", exact=True).input_value() == "Typed, not yet run."
 
 
+def test_a_page_round_trip_keeps_what_the_page_showed(page):
+    """Values written back to their widgets each run reached the server, not the browser: after a visit to Diagnose
+    the Text box was empty (the next Run said "text is empty") and a head picked in the explorer was lost."""
+    heatmap(page).first.wait_for(timeout=COLD_START_MS)
+    idle(page)
+    page.get_by_label("Text", exact=True).fill(SENTENCE)
+    example_tokens = token_labels(page)
+    page.get_by_role("button", name="Run").click()
+    page.wait_for_function(TOKENS_CHANGED, arg=example_tokens)
+
+    def choose_head_2():
+        page.locator(".st-key-head").click()
+        page.get_by_role("option", name="2", exact=True).click()
+    until_shown(page, choose_head_2, page.get_by_role("heading", name="Layer 0, head 2"))
+    until_shown(page, page.get_by_role("link", name="Diagnose").click, page.locator(".st-key-diag_kind"))
+    until_shown(page, page.get_by_role("link", name="Inspect").click, heatmap(page).first)
+    idle(page)
+    assert page.get_by_label("Text", exact=True).input_value() == SENTENCE
+    assert page.locator(".st-key-head input").input_value() == "2"
+    assert page.get_by_role("heading", name="Layer 0, head 2").count() == 1
+
+
 def test_markup_tokens_show_as_text(page, tmp_path):
     folder = save_markup_bert(tmp_path / "markup-bert")
     heatmap(page).first.wait_for(timeout=COLD_START_MS)
