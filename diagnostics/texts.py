@@ -319,7 +319,7 @@ FINDING_TEXTS = {
         "Weight checks skipped",
         "AttnScope does not know where this architecture keeps its per-head Q/K/V/O weights.",
         "Nothing to fix in the model; the attention-map findings still apply.",
-        "Weight checks were skipped: {reason}.",
+        "Weight checks skipped: {reason}.",
     ),
     "probe_truncated": FindingText(
         "Probe text truncated",

@@ -394,6 +394,25 @@ def _diagnose(at: AppTest, name: str, data: bytes) -> AppTest:
     return at.button(key="diag_run").click().run()
 
 
+def test_the_diagnose_bar_only_moves_forward(tmp_path, monkeypatch):
+    """Loading (a GGUF's dequantisation) filled the bar to 100 %, then the diagnosis started it again at 0 % "loading
+    the model"."""
+    import streamlit.elements.progress as progress_element
+    from tiny_gguf import write_llama_gguf
+
+    values, draw = [], progress_element.ProgressMixin.progress
+    monkeypatch.setattr(progress_element.ProgressMixin, "progress",
+                        lambda self, value, text=None, **kw: values.append((value, text)) or draw(self, value, text,
+                                                                                                   **kw))
+    gguf = write_llama_gguf(tmp_path / "tiny.gguf")
+    at = _diagnose(_app(), "tiny.gguf", gguf.read_bytes())
+    assert not at.exception and at.session_state["report"] is not None, _errors(at)
+    assert any(t.startswith("Loading") for _, t in values)
+    fractions = [v for v, _ in values]
+    assert fractions == sorted(fractions) and all(f <= 0.05 for f, t in values if t.startswith("Loading")), values
+    assert not any(t == "loading the model" for _, t in values)
+
+
 def test_diagnose_upload_zip_gives_a_report(bert_zip):
     at = _diagnose(_app(), "tiny-bert.zip", bert_zip)
     assert not at.exception and not _errors(at), _errors(at)

@@ -209,6 +209,16 @@ def test_an_encoder_decoder_probe_cut_to_the_limit_counts_once():
     assert report.finding("probe_truncated").message.startswith("Probe text truncated: 1 of 2 probes; ")
 
 
+def test_every_note_that_opens_with_its_title_has_a_body_without_it():
+    """"Weight checks were skipped: …" under the title "Weight checks skipped" said it twice."""
+    from diagnostics.findings import note
+    from diagnostics.texts import FINDING_TEXTS
+
+    for code, text in FINDING_TEXTS.items():
+        fields = dict.fromkeys(re.findall(r"{(\w+)", text.message), "x")
+        assert note(code, **fields).body[:10].lower() != text.title[:10].lower(), code
+
+
 def test_a_note_s_title_is_said_once_beside_its_message():
     """Reports read "### Information: Probe text truncated …" then "Probe text truncated: 1 of 2 probes"; the
     JSON keeps the whole message, which reads alone."""
