@@ -318,6 +318,16 @@ def test_progress_reports_dequantisation_in_order(tmp_path):
     assert any(m.startswith("dequantising tensor 1/") for _, m in calls)
 
 
+def test_a_stop_asked_while_dequantising_is_a_stop_not_a_broken_file(tmp_path):
+    """Cancelled, raised by the progress callback between tensors, became "transformers could not build a model
+    from gpt2.gguf (Cancelled: …); the GGUF may be from a newer llama.cpp"."""
+    def stop(fraction, message):
+        if message.startswith("dequantising tensor ") and not message.startswith("dequantising tensor 1/"):
+            raise core.Cancelled("stopped: the session that asked for this work has ended")
+    with pytest.raises(core.Cancelled, match="^stopped"):
+        core.load_model(write_gpt2_gguf(tmp_path / "gpt2.gguf"), progress=stop)
+
+
 def test_the_header_is_checked_before_transformers_reads_the_file(tmp_path, monkeypatch):
     path = write_llama_gguf(tmp_path / "cut.gguf")
     path.write_bytes(path.read_bytes()[:-100])

@@ -37,7 +37,7 @@ from .header import DEFAULT_ALIGNMENT, GGUFHeader, read_gguf_header
 from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
-from ...errors import CheckpointError, counted, first_line, quoted
+from ...errors import Cancelled, CheckpointError, counted, first_line, quoted
 from ...whole import is_size
 
 GGUF_SUFFIX = ".gguf"
@@ -211,6 +211,8 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
             model, info = auto.from_pretrained(
                 path.parent, gguf_file=path.name, config=config, attn_implementation="eager", trust_remote_code=False,
                 local_files_only=True, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
+        except Cancelled:  # asked to stop (a progress callback, between tensors): no fault of the file
+            raise
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
             raise CheckpointError(LOAD_FAILED.format(name=name, err=_reason(err, path, name, 120))) from None
         _check_loading_info(info, model, name)
