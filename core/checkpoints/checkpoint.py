@@ -90,10 +90,13 @@ def load_checkpoint(inputs, *, n_heads: int | None = None, limits: Limits | None
     ``n_heads`` is needed only for a bare state dict (the weights do not hold
     it). ``allowed_roots`` bounds local paths (default: ``$ATTNSCOPE_ALLOWED_ROOTS``
     or the current folder and the home folder). ``progress(fraction, message)``
-    is told how a slow load (GGUF dequantisation) advances.
+    is told as each step starts (unpacking, reading the weights, building the model, the tokenizer; a GGUF's
+    dequantisation tensor by tensor): a 400 MB zip took seconds a step with no word.
     """
     limits = limits or Limits()
     roots = resolve_roots(allowed_roots)
+    if progress is not None:  # each step also a place to stop (``core.cancel.stoppable``)
+        progress(0.0, "unpacking the checkpoint")
     with private_dir() as work:
         folder, label, notes = _stage(inputs, work, limits, roots)
         loaded = _load_folder(folder, label, work / "clean", n_heads, limits, notes, progress)
@@ -259,6 +262,8 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
     if gguf is not None:
         model, tokenizer, gguf_notes = load_gguf(gguf, limits, progress)
         return LoadedCheckpoint(model, tokenizer, notes + gguf_notes, model.config.model_type)
+    tell = progress or (lambda fraction, message: None)  # the steps of a large zip: seconds each
+    tell(0.3, "reading the weights")
     config_path = folder / CONFIG_NAME
     if config_path.is_file():
         config = _read_config(config_path)
@@ -272,14 +277,17 @@ def _load_folder(folder: Path, label: str, clean: Path, n_heads, limits: Limits,
         config, state = inferred.config, inferred.state
         notes.extend(inferred.notes)
     model_type = config.get("model_type", MODEL_TYPE)
+    tell(0.6, "building the model")
     if model_type == MODEL_TYPE:
         model = build_custom(config, state, limits)
     else:
         if "auto_map" in config:
             notes.append(REMOTE_CODE_IGNORED.format(model_type=model_type))
         model = build_hf(config, state, clean, limits, notes)
+    tell(0.95, "reading the tokenizer")
     tokenizer_dir = clean if copy_tokenizer_files(folder, clean) else None
     tokenizer = choose_tokenizer(tokenizer_dir, *token_reading(model), notes)
+    tell(1.0, "loaded")
     return LoadedCheckpoint(model, tokenizer, notes, model_type)
 
 

@@ -177,6 +177,26 @@ def test_a_bare_gpt2_with_mask_buffers_in_some_layers_only_loads(tmp_path):
     assert_same_attention(model, bpe_tokenizer(), load(tmp_path / "gpt2.safetensors", n_heads=4).model)
 
 
+def test_a_zip_s_load_tells_each_step_and_stops_between_them(tmp_path):
+    """Unpacking, reading and building a 400 MB zip took 3-8 s with no progress call, so nothing could stop it."""
+    from core.cancel import stoppable
+
+    model, tok = tiny_bert(), wordpiece_tokenizer()
+    folder = hf_folder(tmp_path, model, tok)
+    archive = tmp_path / "bert.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in folder.iterdir():
+            zipped.write(path, f"bert/{path.name}")
+    seen = []
+    load_checkpoint(archive, allowed_roots=[tmp_path], progress=lambda f, m: seen.append((f, m)))
+    assert [m for _, m in seen] == ["unpacking the checkpoint", "reading the weights", "building the model",
+                                    "reading the tokenizer", "loaded"]
+    assert [f for f, _ in seen] == sorted(f for f, _ in seen)
+    asked = iter([False, True])
+    with pytest.raises(core.Cancelled):
+        load_checkpoint(archive, allowed_roots=[tmp_path], progress=stoppable(lambda f, m: None, lambda: next(asked)))
+
+
 def test_a_lora_adapter_is_named_as_one_with_its_base_model(tmp_path):
     """A PEFT adapter folder was "cannot tell the architecture from the weight names (…lora_A.weight…)", or, with
     its embeddings saved too, "the BERT weights are incomplete"; its base model was never named."""
