@@ -89,7 +89,7 @@ def extra_views_ui(result_id: str, result: core.AttentionResult, layer: int, hea
     # a long input has a control of its own: the one key kept the short example's head view, and the default was
     # never read (a 1,320-token text opened with a 337 kB head view)
     shown = st.segmented_control("More views", EXTRA_VIEWS, default="None" if long else EXTRA_VIEWS[0],
-                                 key="inspect_extra_view_long" if long else "inspect_extra_view")
+                                 key="inspect_extra_view_long" if long else "inspect_extra_view", persist_state=KEEP)
     if shown == "Head view":
         head_detail.head_view_ui("inspect_", result_id, result, layer, head, model)
     elif shown == "BertViz model view":

@@ -51,8 +51,9 @@ def pattern_counts_ui(report, part: str) -> None:
                    "(see the findings).")
     borderline = len(report.borderline_heads(part))
     if borderline:
+        where = f"marked {BORDERLINE_MARK} in the pattern map" if report.samples else "the pattern map's hover says so"
         st.caption(f"{borderline} of {len(labels)} heads are borderline: the probe texts disagree on their pattern "
-                   f"or roles (marked {BORDERLINE_MARK} in the pattern map; Guide → Borderline heads).")
+                   f"or roles ({where}; Guide → Borderline heads).")
 
 
 def findings_ui(report) -> None:

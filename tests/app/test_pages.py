@@ -238,6 +238,7 @@ def test_a_page_round_trip_keeps_the_head_and_view_chosen_on_a_result(bert_folde
     at.selectbox(key="layer").set_value(1).run()
     at.selectbox(key="head").set_value(2).run()
     at.checkbox(key="inspect_log_scale").check().run()
+    at.segmented_control(key="inspect_extra_view").set_value("BertViz model view").run()
     at = _diagnose(at, "bert.zip", zip_folder(bert_folder))
     at.selectbox(key="diag_head").set_value(3).run()
     at.selectbox(key="diag_sample").set_value(2).run()
@@ -245,6 +246,7 @@ def test_a_page_round_trip_keeps_the_head_and_view_chosen_on_a_result(bert_folde
     at.switch_page("app_pages/inspect.py").run()
     assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (1, 2)
     assert at.checkbox(key="inspect_log_scale").value
+    assert at.segmented_control(key="inspect_extra_view").value == "BertViz model view"
     at.switch_page("app_pages/diagnose.py").run()
     assert (at.selectbox(key="diag_head").value, at.selectbox(key="diag_sample").value) == (3, 2)
     assert not at.exception and not _errors(at)
