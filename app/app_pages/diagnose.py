@@ -6,7 +6,7 @@ from app import errors
 from app.views import report_view
 from app.server import cache, session, sources
 from app.kept import KEEP
-from core.cancel import stop_between_layers, stoppable
+from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.diagnose import diagnose
 
 
@@ -26,11 +26,10 @@ def run(inputs, name, texts, n_heads) -> None:
     should_stop = session.stop_when_gone()
     try:
         budget = cache.report_maps_bytes()  # a bad ATTNSCOPE_REPORT_MAPS_BYTES is told before the work, not after
-
-        def loading(fraction, message):  # the bar's first 5 %, as in diagnose() of a model by name (it went to
-            bar.progress(0.05 * min(1.0, fraction), text=f"Loading: {message}")  # 100 %, then back to 0)
-        progress = stoppable(lambda fraction, message: bar.progress(min(1.0, fraction), text=message), should_stop)
-        opened = sources.opened_models([inputs], n_heads, [stoppable(loading, should_stop)])
+        to_bar = lambda fraction, message: bar.progress(min(1.0, fraction), text=message)  # noqa: E731
+        progress = stoppable(to_bar, should_stop)
+        # loading is the bar's first 5 %, as in diagnose() of a model by name (it went to 100 %, then back to 0)
+        opened = sources.opened_models([inputs], n_heads, [progress_span(progress, 0.0, 0.05, "Loading")])
         with opened as [(model, tokenizer, notes)], stop_between_layers(model, should_stop):  # may end mid-probe
             report = diagnose((model, tokenizer), texts, progress=progress)
         report.model["name"] = name  # the upload's file or the folder's name, never the server's temp path

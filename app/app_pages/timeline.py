@@ -11,7 +11,6 @@ from app.server import logs, session, sources, uploads
 from app.views import compare_plots
 from app.kept import KEEP
 from core.cancel import stoppable
-from core.extraction.tokens import visible
 from diagnostics import timeline as tl
 
 KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
@@ -48,13 +47,9 @@ def uploaded_ui() -> list:
         s.tl_upload_round += 1  # a fresh, empty uploader: the page holds the files
         st.rerun()
     held = s.get("tl_uploaded") or []
-    if held:
-        cols = st.columns([4, 1])
-        names = ", ".join(visible(f.name, spaces=False) for f in held)
-        cols[0].text(f"Uploaded: {names} ({sum(f.size for f in held) / 1e6:,.1f} MB)")  # st.text: names as text
-        if cols[1].button("Clear", key="tl_clear"):
-            drop_uploaded()
-            st.rerun()
+    if held and sources.held_ui([f.name for f in held], sum(f.size for f in held), "tl_clear"):
+        drop_uploaded()
+        st.rerun()
     return held
 
 

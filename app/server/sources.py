@@ -177,14 +177,19 @@ def upload_ui(prefix: str):
     staged = s.get(staged_key)
     if staged is None:
         return None
-    names = ", ".join(visible(name, spaces=False) for name in staged.names)
-    cols = st.columns([4, 1])
-    cols[0].text(f"Uploaded: {names} ({staged.size / 1e6:,.1f} MB)")  # st.text: file names stay plain text
-    if cols[1].button("Clear", key=f"{prefix}_clear"):
+    if held_ui(staged.names, staged.size, f"{prefix}_clear"):
         staged.remove()
         del s[staged_key]
         st.rerun()
     return staged, upload_name(staged.names)  # the name shown: the file's, not the server's staging folder
+
+
+def held_ui(names, size: int, clear_key: str) -> bool:
+    """The line naming the uploaded files a page holds, and its Clear button: True when it is pressed."""
+    cols = st.columns([4, 1])
+    shown = ", ".join(visible(name, spaces=False) for name in names)
+    cols[0].text(f"Uploaded: {shown} ({size / 1e6:,.1f} MB)")  # st.text: file names stay plain text
+    return cols[1].button("Clear", key=clear_key)
 
 
 def source_key(source) -> str | None:
