@@ -54,7 +54,7 @@ def smollm2_model():
 def long_probe(tokenizer, tokens: int) -> str:
     """The default probe texts, repeated until the tokenizer makes ``tokens`` tokens of them, and cut there: the
     diagnosis reads the tokens the plain forward does (SmolLM2, whose limit is 8,192, read 2,109 of 2,048)."""
-    from diagnostics.probes import DEFAULT_PROBES
+    from diagnostics.probe_texts import DEFAULT_PROBES
 
     sentences = [" ".join(filter(None, (p.text, p.text_pair))) for p in DEFAULT_PROBES]
     text, i = "", 0

@@ -1,4 +1,4 @@
-"""How long a probe must be for the findings' thresholds to hold (``probes.MIN_JUDGED_TOKENS``).
+"""How long a probe must be for the findings' thresholds to hold (``probe_texts.MIN_JUDGED_TOKENS``).
 
     python -m benchmarks.short_probes [--models minilm smollm2 demo-bert demo-gpt2] [--lengths 8 16 ...]
                                       [--half heldout|tuning] [--random]
@@ -34,7 +34,7 @@ WINDOWS = 12
 def probe_texts(tokenizer, n: int, half: str) -> dict[str, list[str]]:
     """The tuning and held-out probes of ``n`` tokens (before the tokenizer's special tokens), as text."""
     from diagnostics.classify.real_truth import HELDOUT, TEXTS, TUNING
-    from diagnostics.probes import DEFAULT_PROBES
+    from diagnostics.probe_texts import DEFAULT_PROBES
 
     def ids(text):
         return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]

@@ -1,47 +1,38 @@
 """AttnScope diagnostics: per-head attention metrics, pattern labels, findings and reports.
 
-Pure Python/torch; never imports streamlit.
+Pure Python/torch; never imports streamlit. Each public name below imports its module (and torch) on first use
+(``core.lazy``).
 """
 
 import sys
+import types
 
-try:
-    from diagnostics.diagnose import diagnose
-    from diagnostics.compare import CompareReport, HeadChange, compare
-    from diagnostics.findings import Finding
-    from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator, head_metrics
-    from diagnostics.classify.patterns import PATTERNS, HeadPattern, classify_head, classify_heads, classify_metrics
-    from diagnostics.reports.report import Report
-    from diagnostics.streaming import StreamResult, stream_statistics, stream_token_statistics
-    from diagnostics.classify.roles import ROLES, Role
-    from diagnostics.texts import FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS
-except KeyboardInterrupt:  # Ctrl-C while torch and transformers import (seconds): under `python -m` (argv[0] is
-    if sys.argv[:1] != ["-m"]:  # "-m" while the package imports) one line and 130, as the CLI ends later;
-        raise  # a program importing diagnostics gets it as it was
-    print("error: interrupted", file=sys.stderr)
-    raise SystemExit(130) from None
+from core.lazy import lazy_names
 
-__all__ = [
-    "CompareReport",
-    "FINDING_TEXTS",
-    "PATTERNS",
-    "PATTERN_TEXTS",
-    "ROLES",
-    "ROLE_TEXTS",
-    "Role",
-    "Finding",
-    "HeadChange",
-    "HeadMetrics",
-    "HeadPattern",
-    "MetricAccumulator",
-    "Report",
-    "StreamResult",
-    "classify_head",
-    "classify_heads",
-    "classify_metrics",
-    "compare",
-    "diagnose",
-    "head_metrics",
-    "stream_statistics",
-    "stream_token_statistics",
-]
+_WHERE = {
+    "diagnose": ".diagnose",
+    "CompareReport": ".compare", "HeadChange": ".compare", "compare": ".compare",
+    "Finding": ".findings",
+    "HeadMetrics": ".measure.metrics", "MetricAccumulator": ".measure.metrics", "head_metrics": ".measure.metrics",
+    "PATTERNS": ".classify.patterns", "HeadPattern": ".classify.patterns", "classify_head": ".classify.patterns",
+    "classify_heads": ".classify.patterns", "classify_metrics": ".classify.patterns",
+    "Report": ".reports.report",
+    "StreamResult": ".streaming", "stream_statistics": ".streaming", "stream_token_statistics": ".streaming",
+    "ROLES": ".classify.roles", "Role": ".classify.roles",
+    "FINDING_TEXTS": ".texts", "PATTERN_TEXTS": ".texts", "ROLE_TEXTS": ".texts",
+}
+__all__ = list(_WHERE)
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)
+
+
+class _Package(types.ModuleType):
+    """``diagnostics.diagnose`` and ``diagnostics.compare`` are the functions, as ``from diagnostics import
+    diagnose`` promises, although modules of the same names exist: the import system sets a submodule as its
+    package's attribute when it first imports it, and this keeps that from replacing the function."""
+
+    def __setattr__(self, name, value):
+        if not (name in ("diagnose", "compare") and isinstance(value, types.ModuleType)):
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -2,6 +2,11 @@
 
 import sys
 
-from diagnostics.cli import main
+try:
+    from diagnostics.cli import main
 
-sys.exit(main())
+    status = main()
+except KeyboardInterrupt:  # Ctrl-C before main() catches it (torch and transformers take seconds to import)
+    print("error: interrupted", file=sys.stderr)
+    status = 130
+sys.exit(status)

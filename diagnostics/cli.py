@@ -24,7 +24,7 @@ from pathlib import Path
 from core.checkpoints.paths import readable
 from core.errors import AttnScopeError, InputError
 from core.extraction.tokens import visible
-from diagnostics.probes import MIN_JUDGED_TOKENS
+from diagnostics.probe_texts import MIN_JUDGED_TOKENS
 from diagnostics.reports.exports import unwritable
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import core  # noqa: E402
 import diagnostics  # noqa: E402
-from diagnostics.probes import DEFAULT_PROBES  # noqa: E402
+from diagnostics.probe_texts import DEFAULT_PROBES  # noqa: E402
 
 
 def peak_gb() -> float:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 
 from app_driver import idle, open_page, start_app, stop_app  # noqa: E402
-from diagnostics.probes import DEFAULT_PROBES  # noqa: E402
+from diagnostics.probe_texts import DEFAULT_PROBES  # noqa: E402
 from scripts.app_server import launch_chromium  # noqa: E402
 
 CHARS = 4990  # under the Inspect page's 5,000-character limit

@@ -33,7 +33,8 @@ from core.checkpoints.archive import env_size
 from core.checkpoints.checkpoint import expand_user
 from core.checkpoints.layout import files_under
 from core.checkpoints.registry import canonical_name
-from diagnostics.probes import Probe, read_lengths
+from diagnostics.probe_texts import Probe
+from diagnostics.probes import read_lengths
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
 PROGRESS_STEPS = 20  # loading-bar updates at most

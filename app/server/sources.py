@@ -27,7 +27,7 @@ from app.names import display_name, upload_name
 from app.kept import KEEP
 from core.checkpoints.archive import env_count
 from core.extraction.tokens import visible
-from diagnostics.probes import MIN_JUDGED_TOKENS
+from diagnostics.probe_texts import MIN_JUDGED_TOKENS
 
 # What one Diagnose or Compare run may ask of a shared server: SmolLM2 diagnoses 10,000 characters (2,132
 # tokens) in 9.9 s here, so the cap is about a minute of its work; the default probes are 7 and 3,956

@@ -23,8 +23,6 @@ import re
 import unicodedata
 from functools import lru_cache
 
-from transformers.convert_slow_tokenizer import bytes_to_unicode
-
 WORD_START = "▁"  # SentencePiece's own marker: the one readers of tokenizer output already know
 _REPLACEMENTS = {"▁": WORD_START, "\n": "⏎", "\t": "⇥"}
 _FALLBACK_BYTE = re.compile(r"<0x([0-7][0-9A-F])>")  # SentencePiece's byte-fallback piece of one ASCII character
@@ -116,4 +114,6 @@ def _byte_level_step(component, steps: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _unicode_to_byte() -> dict[str, int]:
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # transformers takes a second to import
+
     return {ch: byte for byte, ch in bytes_to_unicode().items()}

@@ -13,7 +13,7 @@ For each model of the evaluation set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct, d
   self, sink), by ``real_truth``'s own definitions on each probe alone, against the diagnosis's same four:
   how steady the roles are by definition, before any classifier. The same on texts the probes were
   never chosen on: the 8 paragraphs of 4 consecutive texts of each half (``text_groups``; a decoder reads
-  them after ``probes.DECODER_OPENER``, as it reads its default probes). And the
+  them after ``probe_texts.DECODER_OPENER``, as it reads its default probes). And the
   diagnosis itself: pattern and roles from the 16 tuning texts against those from the 16 held-out
   texts.
 - block: how many heads are block on one long text (the 32 texts joined, twice).
@@ -38,7 +38,8 @@ from diagnostics.classify.real_truth import (
 from diagnostics.classify.roles import SINK_MIN, head_roles, role_scores
 from diagnostics.diagnose import _repeated, _repeated_roles, diagnose_part, measure
 from diagnostics.measure.metrics import head_metrics
-from diagnostics.probes import Probe, decoder_probe, default_probes, reads_as_decoder
+from diagnostics.probe_texts import Probe, decoder_probe
+from diagnostics.probes import default_probes, reads_as_decoder
 
 TARGET_ROLES = ("previous_token", "next_token", "induction", "sink")
 REPORTED_ROLES = TARGET_ROLES + ("self", "duplicate_token")
@@ -75,7 +76,7 @@ def _diagnosed(model, tokenizer, indices, repeated):
 
 def text_groups(size=4, decoder=False):
     """Probes of ``size`` consecutive texts of each half joined: paragraphs about as long as the default probes; a
-    ``decoder`` reads them as it reads its default probes (``probes.decoder_probe``: after ``DECODER_OPENER``)."""
+    ``decoder`` reads them as it reads its default probes (``probe_texts.decoder_probe``: after ``DECODER_OPENER``)."""
     groups = [Probe(" ".join(TEXTS[i] for i in half[start:start + size]))
               for half in (TUNING, HELDOUT) for start in range(0, len(half), size)]
     return [decoder_probe(p) for p in groups] if decoder else groups

@@ -390,16 +390,30 @@ def test_ctrl_c_is_one_line_and_130(monkeypatch, capsys):
 
 def test_ctrl_c_while_the_packages_import_is_one_line_and_130(tmp_path):
     """torch and transformers take seconds to import, before main() runs: Ctrl-C then printed a 53-line traceback.
-    A torch that raises KeyboardInterrupt as it imports stands in for the keypress; a program importing diagnostics
-    still gets the KeyboardInterrupt."""
+    A torch that raises KeyboardInterrupt as it imports stands in for the keypress; a program importing diagnose
+    still gets the KeyboardInterrupt (``import diagnostics`` alone imports no torch)."""
     (tmp_path / "torch.py").write_text("raise KeyboardInterrupt\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(cli.__file__).parents[1])])}
     run = subprocess.run([sys.executable, "-m", "diagnostics", "demo-bert"], env=env, capture_output=True, text=True,
                          timeout=60)
     assert (run.returncode, run.stderr) == (130, "error: interrupted\n")
-    run = subprocess.run([sys.executable, "-c", "import diagnostics"], env=env, capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run([sys.executable, "-c", "from diagnostics import diagnose"], env=env, capture_output=True,
+                         text=True, timeout=60)
     assert run.returncode == -2 and run.stderr.rstrip().endswith("KeyboardInterrupt")  # killed by SIGINT, as before
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["demo-bert", "--format", "xml"]])
+def test_help_and_a_bad_option_answer_before_torch_and_transformers_import(argv):
+    """`python -m diagnostics --help` took 5-7 s, and so did a typo's one-line usage error: importing the packages
+    imported torch and transformers before the parser ran."""
+    code = ("import runpy, sys\nsys.argv = ['diagnostics', *sys.argv[1:]]\ntry:\n"
+            "    runpy.run_module('diagnostics', run_name='__main__')\nexcept SystemExit as end:\n"
+            "    print(end.code, sorted({'torch', 'transformers'} & set(sys.modules)))\n")
+    run = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=60)
+    status = 0 if argv == ["--help"] else cli.EXIT_BAD_INPUT
+    assert run.stdout.splitlines()[-1] == f"{status} []", run.stderr
+    assert ("usage:" in run.stdout) if status == 0 else run.stderr.startswith("error: usage:")
 
 
 @pytest.mark.parametrize("heads", ["0", "-4", "2.5"])

@@ -11,7 +11,7 @@ import core
 from core.extraction.streaming import can_stream
 from broken_checkpoints import structured_bert
 from diagnostics import diagnose
-from diagnostics.probes import DEFAULT_PROBES
+from diagnostics.probe_texts import DEFAULT_PROBES
 from tiny import bpe_tokenizer, tiny_bart, tiny_gpt2, wordpiece_tokenizer
 
 diagnose_module = importlib.import_module("diagnostics.diagnose")  # the package re-exports the function

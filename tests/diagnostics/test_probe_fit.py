@@ -15,10 +15,13 @@ from diagnostics.monitor import AttentionMonitor
 from core.checkpoints.registry import resolve_source
 from core.errors import ExtractionError
 from core.extraction.encode import PAIR_JOINED
-from diagnostics.probes import (
+from diagnostics.probe_texts import (
     CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MIN_COVERAGE, MIN_DISTINCT_TOKENS, MIN_JUDGED_TOKENS,
-    PROBE_MAX_TOKENS, RANDOM_LENGTH, REPEAT_HALF, Probe, default_probes, fitting_probes, probe_coverage, probe_tokens,
-    repeated_probe, verdict_cap, vocabulary_probe,
+    PROBE_MAX_TOKENS, Probe,
+)
+from diagnostics.probes import (
+    RANDOM_LENGTH, REPEAT_HALF, default_probes, fitting_probes, probe_coverage, probe_tokens, repeated_probe,
+    verdict_cap, vocabulary_probe,
 )
 from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bart, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
@@ -121,7 +124,7 @@ def test_a_normalizer_that_makes_spaces_visible_is_counted_on_both_sides():
 
 def test_default_probes_stay_within_the_length_minilm_was_trained_on():
     """all-MiniLM-L6-v2 saw at most 128 tokens in training; past that its previous-token head drifts
-    (L0H2: 0.99 of its mass on the previous token at 128 tokens, 0.78 at 256; probes.PROBE_MAX_TOKENS)."""
+    (L0H2: 0.99 of its mass on the previous token at 128 tokens, 0.78 at 256; probe_texts.PROBE_MAX_TOKENS)."""
     minilm = AutoTokenizer.from_pretrained(resolve_source("minilm"))
     lengths = [len(minilm(p.text, p.text_pair)["input_ids"]) for p in DEFAULT_PROBES]  # [CLS] and [SEP]s included
     assert PROBE_MAX_TOKENS == 128 and max(lengths) <= PROBE_MAX_TOKENS and min(lengths) >= 100, lengths

@@ -31,7 +31,8 @@ def test_decoder_probe_is_causal_rows_sum_to_one_and_model_mode_is_restored():
 
 def test_one_string_is_one_probe_and_an_empty_list_means_the_defaults():
     from diagnostics import diagnose
-    from diagnostics.probes import DEFAULT_PROBES, as_probes, user_texts
+    from diagnostics.probe_texts import DEFAULT_PROBES
+    from diagnostics.probes import as_probes, user_texts
 
     assert user_texts("The cat sat.") == ["The cat sat."] and user_texts([]) is None and user_texts(None) is None
     assert as_probes([]) == as_probes(None) == list(DEFAULT_PROBES)

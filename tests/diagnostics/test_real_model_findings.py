@@ -12,7 +12,8 @@ import pytest
 import core
 from diagnostics import diagnose
 from diagnostics.findings import SATURATED_CONFIDENCE, SATURATED_ENTROPY
-from diagnostics.probes import CAUSAL_PROBES, DEFAULT_PROBES, PROBE_MAX_TOKENS, RANDOM_LENGTH, probe_tokens
+from diagnostics.probe_texts import CAUSAL_PROBES, DEFAULT_PROBES, PROBE_MAX_TOKENS
+from diagnostics.probes import RANDOM_LENGTH, probe_tokens
 from diagnostics.weights.weight_checks import SCORE_LIMIT
 from pathologies import copied_heads, scaled_qk, zeroed_output_norm
 

@@ -9,7 +9,7 @@ import pytest
 from broken_checkpoints import structured_bert
 from diagnostics import PATTERN_TEXTS, ROLE_TEXTS, ROLES, Report, diagnose
 from diagnostics.classify.patterns import PATTERNS
-from diagnostics.probes import DEFAULT_PROBES
+from diagnostics.probe_texts import DEFAULT_PROBES
 import core
 from tiny import tiny_bart, tiny_gpt2, wordpiece_tokenizer
 from tiny import tiny_bert as tiny_bert_model

@@ -3,7 +3,7 @@
 import pytest
 
 from benchmarks import short_probes
-from diagnostics.probes import MIN_JUDGED_TOKENS
+from diagnostics.probe_texts import MIN_JUDGED_TOKENS
 
 
 def _rows(capsys, models, lengths):
