@@ -130,6 +130,7 @@ def eager_attention(model):
     setting adds its boolean mask to the scores as 0 and 1 when weights are asked for, masking nothing."""
     config = model.config
     previous = getattr(config, "_attn_implementation", None)
+    saved = implementations(config)
     switch = previous not in (None, "eager")
     if switch:
         model.set_attn_implementation("eager")
@@ -143,7 +144,19 @@ def eager_attention(model):
         if forced:
             config._attn_implementation = previous
         elif switch:
-            model.set_attn_implementation(previous)
+            model.set_attn_implementation(saved)
+
+
+def implementations(config) -> str | dict[str, str]:
+    """What ``set_attn_implementation`` takes to put back the attention implementation of every part of a model: one
+    name, or where parts differ (a vision tower may run another kernel than the text model) a dict of them by
+    sub-config, the model's own under ""."""
+    parts = {"": getattr(config, "_attn_implementation", None)}
+    for key in getattr(config, "sub_configs", {}):
+        implementation = getattr(getattr(config, key, None), "_attn_implementation", None)
+        if implementation is not None:
+            parts[key] = implementation
+    return parts if len(set(parts.values())) > 1 else parts[""]
 
 
 @contextmanager
@@ -297,7 +310,7 @@ def _run(model, **inputs):
 def _decoder_ids(model, tokenizer, target: str, limit: int | None) -> tuple[list[int], list[bool], list[str]]:
     """Teacher-forced decoder input: the start token followed by the target shifted right; its special marks (as
     the encoder's: a typed [UNK] stands for words); and the target's warnings (its truncation)."""
-    encoded = encode(tokenizer, target, limit=limit, vocab_size=vocab_size(model))
+    encoded = encode(tokenizer, target, limit=limit, vocab_size=vocab_size(model), name="target text")
     labels = encoded.input_ids[0].tolist()
     config = model.config
     start = getattr(config, "decoder_start_token_id", None)

@@ -39,6 +39,7 @@ from ..device import model_device
 from ..errors import ExtractionError, InputError
 from .encode import check_vocab, max_positions, segment_inputs
 from .extract import eval_mode
+from .hf_extract import implementations
 from .scratch import Scratch, buffer, release_freed_memory
 from .text_config import text_config, vocab_size
 
@@ -254,7 +255,7 @@ def _check_ids(model, input_ids) -> None:
 def streaming_kernels(model):
     """Route every attention layer of ``model`` through the streaming function; undo it after."""
     if isinstance(model, PreTrainedModel):
-        previous = model.config._attn_implementation
+        previous = implementations(model.config)
         model.set_attn_implementation(STREAM_IMPLEMENTATION)
         try:
             yield

@@ -10,6 +10,7 @@ from core import ExtractionError, extract_attention
 from core.extraction import hf_extract
 from core.extraction.extract import model_is_causal
 from core.extraction.hf_extract import eager_attention
+from core.extraction.streaming import STREAM_IMPLEMENTATION, streaming_kernels
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -37,6 +38,26 @@ def test_falcon_weights_are_those_of_its_own_forward(layout):
     assert model.config._attn_implementation == "sdpa"  # restored
     result = extract_attention(model, tiny.bpe_tokenizer(), TEXT)
     assert result.causal and result.attentions.triu(1).max() == 0
+
+
+def test_each_part_of_a_model_gets_its_own_attention_implementation_back():
+    """A vision-language model may run its vision tower on another kernel than its text model; extracting set
+    every part to the top-level setting, so the vision tower ran SDPA ever after (stop-51 determinism audit)."""
+    model, _ = tiny.tiny_gemma3_pair()
+    model.set_attn_implementation({"": "sdpa", "text_config": "sdpa", "vision_config": "eager"})
+    config = model.config
+
+    def parts():
+        return [c._attn_implementation for c in (config, config.text_config, config.vision_config)]
+
+    with eager_attention(model):
+        assert parts() == ["eager", "eager", "eager"]
+    assert parts() == ["sdpa", "sdpa", "eager"]
+    extract_attention(model, tiny.bpe_tokenizer(), TEXT)
+    assert parts() == ["sdpa", "sdpa", "eager"]
+    with streaming_kernels(model):
+        assert parts()[0] == STREAM_IMPLEMENTATION
+    assert parts() == ["sdpa", "sdpa", "eager"]
 
 
 def test_a_causal_model_whose_weights_reach_later_tokens_is_refused(monkeypatch):
