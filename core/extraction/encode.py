@@ -26,13 +26,26 @@ class Encoded:
 
 
 def check_text(text, name: str = "text") -> str:
-    """``text`` when it is a non-blank str; InputError saying which it is not (a list or ids were "empty")."""
+    """``text`` when it is a non-blank str of Unicode characters; InputError saying which it is not (a list or ids
+    were "empty"; a lone surrogate was the tokenizer's TypeError)."""
     if not isinstance(text, str):
         raise InputError(f"{name} must be one text (a str), not {repr(text)[:40]} ({type(text).__name__}); pass one "
                          "text per call (token ids go to diagnostics.stream_token_statistics)")
     if not text.strip():
         raise InputError(f"{name} is empty; type a sentence to inspect")
+    if not is_utf8(text):
+        raise InputError(f"{name} is not UTF-8: it holds a lone surrogate (a file read in another encoding, or a "
+                         "broken \\ud800 escape); convert it, e.g. iconv -f latin1 -t utf-8")
     return text
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: no lone surrogates (``surrogateescape``'s undecodable bytes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # The words every truncation warning carries (``AttentionResult.warnings``), for callers that count them.
@@ -67,15 +80,19 @@ def position_offset(model: nn.Module) -> int:
 
 
 def encode(
-    tokenizer, text: str, text_pair: str | None = None, limit: int | None = None, vocab_size: int | None = None
+    tokenizer, text: str, text_pair: str | None = None, limit: int | None = None, vocab_size: int | None = None,
+    name: str = "text",
 ) -> Encoded:
     """Tokenize ``text`` (and ``text_pair``) into one batch, truncated to ``limit`` tokens.
 
-    ``vocab_size`` is the model's: ids beyond it mean the tokenizer does not belong to the model.
+    ``vocab_size`` is the model's: ids beyond it mean the tokenizer does not belong to the model. ``name`` is what
+    the messages call ``text`` ("target text": an encoder-decoder's decoder input).
     """
-    check_text(text)
-    if text_pair is not None and not text_pair.strip():
+    check_text(text, name)
+    if text_pair is not None and isinstance(text_pair, str) and not text_pair.strip():
         text_pair = None
+    if text_pair is not None:
+        check_text(text_pair, "text_pair")
     # verbose=False: transformers would warn that a long text "will result in indexing errors"; it is cut below
     # a pair's segment ids even where the tokenizer does not list them among its inputs (ALBERT's, in transformers 5)
     ask_segments = {"return_token_type_ids": True} if text_pair is not None else {}
@@ -96,13 +113,13 @@ def encode(
     if truncate:
         warnings.append(f"input has {full_length} tokens; {TRUNCATED} of {limit}")
     if batch["input_ids"].numel() == 0:
-        raise InputError("the text produced no tokens; type a sentence with words in it")
+        raise InputError(f"the {name} produced no tokens; type a sentence with words in it")
     check_vocab(batch["input_ids"], vocab_size)
     special = special_marks(tokenizer, batch["input_ids"][0].tolist(), batch["special_tokens_mask"][0].tolist())
     if all(special):  # e.g. only a zero-width space, which the tokenizer drops: [CLS] [SEP]
         own = counted(len(special), "special token")
-        raise InputError(f"the text gives no tokens besides the tokenizer's own ({own}); type a sentence with words "
-                         "in it")
+        raise InputError(f"the {name} gives no tokens besides the tokenizer's own ({own}); type a sentence with "
+                         "words in it")
     segments = batch.get("token_type_ids")  # (1, T); all 0 is what the model assumes when given none
     return Encoded(batch["input_ids"], special, warnings, segments if segments is not None and segments.any() else None)
 

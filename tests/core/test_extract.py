@@ -354,6 +354,24 @@ def test_text_of_only_special_tokens_is_an_input_error(text):
         extract_attention(tiny.tiny_bert(), tiny.wordpiece_tokenizer(), text)
 
 
+def test_a_target_of_no_tokens_is_named_as_the_target():
+    """A target of a zero-width space alone was refused as "the text gives no tokens": the Text box, which was
+    fine, not the Target box (stop-51 text audit)."""
+    with pytest.raises(InputError, match=r"^the target text gives no tokens besides the tokenizer's own"):
+        extract_attention(tiny.tiny_bart(), tiny.wordpiece_tokenizer(), "the fox", target="\u200b")
+
+
+@pytest.mark.parametrize("where", ["text", "text_pair", "target"])
+def test_a_lone_surrogate_is_an_input_error_naming_the_input(where):
+    """json.loads of a broken "\\ud800" escape, or argv read with surrogateescape, gave the tokenizer's TypeError
+    ("TextEncodeInput must be Union[...]") from the Python API."""
+    texts = {"text": "the fox", where: "the fox \udce9"}
+    model = tiny.tiny_bart() if where == "target" else tiny.tiny_bert()
+    name = "target text" if where == "target" else where
+    with pytest.raises(InputError, match=f"^{name} is not UTF-8: it holds a lone surrogate"):
+        extract_attention(model, tiny.wordpiece_tokenizer(), **texts)
+
+
 @pytest.mark.parametrize("text", ["", "   "])
 def test_empty_text_is_value_error(text):
     with pytest.raises(ValueError, match="empty"):
