@@ -42,12 +42,24 @@ def prettify_token(token: str) -> str:
     byte = chr(int(fallback.group(1), 16)) if fallback else ""
     if byte.isspace():  # a newline: ⏎, not <0x0A>
         token = byte
-    return _spaces_shown("".join(_REPLACEMENTS.get(ch) or _visible(ch) for ch in token))
+    return _standalone("".join(_REPLACEMENTS.get(ch) or _visible(ch) for ch in token))
 
 
-def _spaces_shown(text: str) -> str:
-    """``text``, or one ``␣`` per character when it is word-start marks or spaces only (a token of spaces)."""
-    return text if text.strip(WORD_START + " ") else "␣" * len(text)
+def _standalone(text: str) -> str:
+    """``text`` as a label of its own: one ``␣`` per character when it is word-start marks or spaces only (a token
+    of spaces); combining marks with nothing to sit on (an Arabic vowel, a Devanagari vowel sign) on a dotted
+    circle, Unicode's way of showing one alone; a lone variation selector (the U+FE0F after "❤") as its escape."""
+    if not text.strip(WORD_START + " "):
+        return "␣" * len(text)
+    if not all(unicodedata.category(ch) in ("Mn", "Mc", "Me") for ch in text):
+        return text
+    if all(_is_variation_selector(ch) for ch in text):
+        return "".join(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}" for ch in text)
+    return "◌" + text
+
+
+def _is_variation_selector(ch: str) -> bool:
+    return 0xFE00 <= ord(ch) <= 0xFE0F or 0xE0100 <= ord(ch) <= 0xE01EF
 
 
 def visible(text: str, spaces: bool = True) -> str:
@@ -82,7 +94,7 @@ def byte_level_token(piece: str) -> str:
     if not piece or any(ch not in to_byte for ch in piece):
         return prettify_token(piece)
     text = bytes(to_byte[ch] for ch in piece).decode("utf-8", errors="surrogateescape")
-    return _spaces_shown("".join(_BYTE_LEVEL_MARKS.get(ch) or _shown_byte(ch) for ch in text))
+    return _standalone("".join(_BYTE_LEVEL_MARKS.get(ch) or _shown_byte(ch) for ch in text))
 
 
 _BYTE_LEVEL_MARKS = {" ": WORD_START, "\n": "⏎", "\t": "⇥"}

@@ -195,6 +195,26 @@ def test_byte_level_pieces_show_the_text_their_bytes_encode(piece, shown):
     assert byte_level_token(piece) == shown
 
 
+def _byte_alphabet(text: str) -> str:
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    alphabet = bytes_to_unicode()
+    return "".join(alphabet[b] for b in text.encode("utf-8"))
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("\ufe0f", "\\ufe0f"), ("\U000e0100", "\\U000e0100"),  # variation selectors: "❤️" splits after the heart
+    ("\u064e", "◌\u064e"), ("\u0652\u064e", "◌\u0652\u064e"), ("\u093e", "◌\u093e"),  # Arabic, Devanagari signs
+    ("\u20dd", "◌\u20dd"),  # an enclosing mark
+    ("\u0645\u064e", "\u0645\u064e"), ("e\u0301", "e\u0301"), ("\u2764\ufe0f", "\u2764\ufe0f"),  # marks on a base
+])
+def test_a_token_of_marks_alone_is_drawn_where_a_label_shows_it(text, shown):
+    """SmolLM2 splits "I ❤️ you" after the heart and Arabic before its vowel marks: the token U+FE0F gave the label
+    "4 " and a fatha sat on the label's space, "1 َ", blank-looking labels on the maps (stop-51 text audit)."""
+    assert prettify_token(text) == shown
+    assert byte_level_token(_byte_alphabet(text)) == shown
+
+
 def test_byte_level_tokens_stay_distinct_and_only_byte_level_tokenizers_are_decoded():
     tok = tiny.bpe_tokenizer()
     ids = list(range(len(tok)))
