@@ -34,7 +34,7 @@ from core.checkpoints.checkpoint import expand_user
 from core.checkpoints.layout import files_under
 from core.checkpoints.registry import canonical_name
 from diagnostics.probe_texts import Probe
-from diagnostics.probes import read_lengths
+from diagnostics.probes import probe_tokens, read_lengths
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
 PROGRESS_STEPS = 20  # loading-bar updates at most
@@ -328,11 +328,15 @@ def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: s
     """Refuse, before the forward pass, a text whose attention maps would not fit the result budget: characters
     do not bound tokens (5,000 digits are 5,000 SmolLM2 tokens, 27 GB of maps)."""
     inputs = [Probe(text, text_pair or None)] + ([Probe(target)] if target else [])
-    tokens = max(read_lengths(loaded.model, loaded.tokenizer, inputs)[0], default=0)  # none without a tokenizer
+    lengths = read_lengths(loaded.model, loaded.tokenizer, inputs)[0]  # none without a tokenizer
+    tokens = max(lengths, default=0)
     over = maps_over_budget(loaded.model, [tokens], result_budget_bytes())
     if over is not None:
         needed, fits = over
-        raise core.InputError(f"this text is {tokens:,} tokens for this model, whose attention maps would take "
-                              f"{needed / 1e9:.1f} GB, over the {result_budget_bytes() / 1e9:.1f} GB a result may "
-                              f"take on this server; shorten it to about {fits:,} tokens (the server's operator "
+        longest = lengths.index(tokens)
+        whole = probe_tokens(loaded.tokenizer, inputs[longest])
+        read = f"{whole:,} tokens for this model" + (f", which reads the first {tokens:,}" if whole > tokens else "")
+        raise core.InputError(f"{'the target text' if longest else 'this text'} is {read}; the attention maps would "
+                              f"take {needed / 1e9:.1f} GB, over the {result_budget_bytes() / 1e9:.1f} GB a result "
+                              f"may take on this server; shorten it to about {fits:,} tokens (the server's operator "
                               f"sets the limit with {ENV_RESULT_CACHE})")

@@ -279,15 +279,32 @@ def test_inspect_text_over_the_limit_says_so_and_runs_nothing(bert_folder):
 
 
 def test_inspect_text_whose_maps_would_pass_the_result_budget_is_refused_before_running(bert_folder, monkeypatch):
-    """5,000 characters of digits are 5,000 SmolLM2 tokens, 27 GB of maps: characters did not bound the result."""
+    """5,000 characters of digits are 5,000 SmolLM2 tokens, 27 GB of maps: characters did not bound the result.
+    The count is the text's own, not the model's limit ("8,192 tokens" of a 20,000-token text: cutting it to the
+    size asked still passed the limit)."""
     monkeypatch.setenv("ATTNSCOPE_RESULT_CACHE_BYTES", "100000")  # tiny BERT, 2 x 4 heads: 55 tokens fit
     at = _inspect(_app(), str(bert_folder), text="1 " * 200)
     assert not at.exception and not _charts(at)
+    assert any(e.startswith("this text is 202 tokens for this model, which reads the first 64;") for e in _errors(at))
     assert any("over the 0.0 GB a result may take" in e and "shorten it to about 55 tokens" in e
                and "sets the limit with ATTNSCOPE\\_RESULT\\_CACHE\\_BYTES" in e for e in _errors(at)), _errors(at)
     at.text_area(key="text").set_value("Short again.")
     at.button(key="run").click().run()
     assert not _errors(at) and len(_charts(at)) == 2
+
+
+def test_a_target_text_too_long_for_the_result_budget_is_named(monkeypatch):
+    """An encoder-decoder's longer input is its target: the refusal said "this text", the Text box."""
+    import pytest
+
+    import core
+    from app.server import cache
+    from tiny import tiny_bart, wordpiece_tokenizer
+
+    monkeypatch.setenv("ATTNSCOPE_RESULT_CACHE_BYTES", "100000")
+    loaded = cache.LoadedModel(tiny_bart(), wordpiece_tokenizer())
+    with pytest.raises(core.InputError, match="^the target text is 202 tokens for this model, which reads the first"):
+        cache._check_result_size(loaded, "the fox", "", "1 " * 200)
 
 
 def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
