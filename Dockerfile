@@ -4,6 +4,8 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     HF_HUB_DISABLE_TELEMETRY=1 STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 
+# Noto CJK: the PNG/SVG exports draw Chinese, Japanese and Korean tokens with it (app/views/export_fonts.py).
+RUN apt-get update && apt-get install -y --no-install-recommends fonts-noto-cjk && rm -rf /var/lib/apt/lists/*
 RUN useradd --create-home --uid 1000 attnscope
 WORKDIR /app
 

@@ -12,6 +12,7 @@ import io
 import numpy as np
 import torch
 
+from app.views import export_fonts
 from app.views.plots import LOG_FLOOR
 from core.extraction.tokens import visible
 from core.views import pool_map
@@ -88,9 +89,18 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
 def image_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], title: str, fmt: str, positions=None,
                 log_scale: bool = False) -> bytes:
     """The heatmap as ``fmt`` ("png" or "svg") bytes; ``positions`` as ``csv_text``'s, ``log_scale`` as the page's."""
+    import matplotlib
+
     buf = io.BytesIO()
-    _figure(weights, queries, keys, title, positions, log_scale).savefig(buf, format=fmt, dpi=150)
+    with matplotlib.rc_context({"font.family": list(export_fonts.families())}):  # drawn at savefig: both inside
+        _figure(weights, queries, keys, title, positions, log_scale).savefig(buf, format=fmt, dpi=150)
     return buf.getvalue()
+
+
+def undrawn_characters(queries: list[str], keys: list[str], title: str) -> list[str]:
+    """The characters of the images' labels and title that no export font has: the PNG and SVG draw them as
+    boxes (``export_fonts``)."""
+    return export_fonts.undrawn(_mpl_text(text) for text in (*queries, *keys, title))
 
 
 def csv_text(weights: torch.Tensor, queries: list[str], keys: list[str], positions=None) -> str:

@@ -23,6 +23,7 @@ from app.names import file_stem
 from app.plain import for_markdown
 from app.kept import KEEP
 from core import views
+from core.errors import counted
 from diagnostics.measure.metrics import SINK_REFERENCE_KEYS
 from diagnostics.texts import PATTERN_TEXTS, ROLE_TEXTS
 
@@ -32,6 +33,7 @@ BADGES = {"diagonal": "blue", "block": "orange", "diffuse": "gray", "sparse": "g
 ROLLOUT_NOTE = ("Rollout (Abnar & Zuidema 2020): per layer the heads are averaged, the identity is added for the "
                 "residual path, rows are renormalised, and the layers are multiplied up to this one.")
 HIDDEN_TITLE = " (special tokens hidden, rows renormalised)"  # a map whose weights are no longer the model's
+UNDRAWN_SHOWN = 12  # characters the export caption lists
 HIDDEN_STEM = "no-special"  # its export names: not to be taken for (or saved over) the full map
 AVERAGE_NOTE = "The mean of every head's map in this layer; no single head's pattern or metrics apply to it."
 
@@ -233,3 +235,10 @@ def exports_ui(prefix: str, view: MapView, info: dict, log_scale: bool = False) 
     for col, (label, ext, mime, make) in zip(st.columns(len(files)), files):
         col.download_button(label, make, file_name=f"{name}.{ext}", mime=mime, key=f"{prefix}export_{ext}",
                             on_click="ignore")
+    missing = exports.undrawn_characters(q, k, view.title)
+    if missing:
+        shown = " ".join(missing[:UNDRAWN_SHOWN]) + (" …" if len(missing) > UNDRAWN_SHOWN else "")
+        st.caption(for_markdown(
+            f"The PNG and SVG draw {counted(len(missing), 'character')} as boxes ({shown}): no font on this server "
+            "has them. The CSV, NPZ and JSON hold the tokens as they are; the server's operator can install Noto "
+            "fonts (Debian: fonts-noto-cjk, fonts-noto-core)."))

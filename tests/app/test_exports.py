@@ -4,10 +4,13 @@ import csv
 import io
 import json
 
+import warnings
+
 import numpy as np
+import pytest
 import torch
 
-from app.views import exports
+from app.views import export_fonts, exports
 
 TOKENS = ["[CLS]", "the", "the", "[SEP]"]
 
@@ -248,3 +251,34 @@ def test_a_pooled_image_s_blocks_sit_over_their_own_tokens():
     image, _, fig = _drawn(weights, [f"t{i}" for i in range(n)], [f"t{i}" for i in range(n)])
     assert image.get_array().shape == (751, 751) and image.get_extent() == [-0.5, 1501.5, 1501.5, -0.5]
     assert fig.axes[0].get_xlim() == (-0.5, n - 0.5) and fig.axes[0].get_ylim() == (n - 0.5, -0.5)
+
+
+@pytest.fixture
+def fallback_fonts(monkeypatch):
+    """Which installed families the exports fall back to (``export_fonts.FALLBACK_PREFIX``), caches cleared."""
+    def use(prefix: str):
+        monkeypatch.setattr(export_fonts, "FALLBACK_PREFIX", prefix)
+        export_fonts.families.cache_clear()
+        export_fonts._drawn.cache_clear()
+
+    yield use
+    export_fonts.families.cache_clear()
+    export_fonts._drawn.cache_clear()
+
+
+def test_a_character_dejavu_lacks_is_drawn_with_a_fallback_font_or_named_as_a_box(fallback_fonts):
+    """Japanese tokens came out of the PNG and SVG as boxes, with no word of it: matplotlib draws with DejaVu Sans
+    alone, which has no CJK (stop-51 text audit). The fallback here is matplotlib's own STIX font, which has the
+    circled letters DejaVu Sans lacks; the server's are its Noto fonts (fonts-noto-cjk in the Docker image)."""
+    tokens, w = ["\u24b6", "the"], _weights()[:2, :2]  # Ⓐ
+    fallback_fonts("no such font")
+    assert export_fonts.families() == ("DejaVu Sans",)
+    with pytest.warns(UserWarning, match="Glyph 9398 .* missing from font"):
+        exports.image_bytes(w, tokens, tokens, "layer 0, head 1", "png")
+    assert exports.undrawn_characters(tokens, tokens, "layer 0, head 1") == ["\u24b6"]
+    fallback_fonts("STIXGeneral")
+    assert export_fonts.families() == ("DejaVu Sans", "STIXGeneral")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert exports.image_bytes(w, tokens, tokens, "layer 0, head 1", "png")[:4] == b"\x89PNG"
+    assert exports.undrawn_characters(tokens, tokens, "layer 0, head 1") == []

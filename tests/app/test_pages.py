@@ -66,6 +66,17 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
                                                      "Save this view (standalone HTML)"}
 
 
+def test_the_exports_say_which_characters_their_images_draw_as_boxes(monkeypatch):
+    """Characters no font on the server has came out of the PNG and SVG as boxes, with no word of it."""
+    from app.views import exports
+
+    monkeypatch.setattr(exports, "undrawn_characters", lambda queries, keys, title: list("東京*"))
+    captions = [c.value.replace("\\", "") for c in _app().caption]  # markdown's escapes taken out
+    assert ("The PNG and SVG draw 3 characters as boxes (東 京 *): no font on this server has them. The CSV, NPZ "
+            "and JSON hold the tokens as they are; the server's operator can install Noto fonts (Debian: "
+            "fonts-noto-cjk, fonts-noto-core).") in captions, captions
+
+
 def test_inspect_bare_weights_with_the_heads_field(monkeypatch, tmp_path):
     """The loader asked for "the Heads per layer field", which Inspect lacked: a folder of weights and a
     tokenizer but no config.json could be diagnosed, not inspected."""

@@ -1,0 +1,50 @@
+"""The fonts the PNG and SVG exports draw with, and the characters none of them has.
+
+matplotlib's own DejaVu Sans has Latin, Greek, Cyrillic, Arabic and Hebrew, but no CJK or Indic scripts: a Japanese
+token came out as a box. The exports draw each character with the first font that has it: DejaVu Sans, then every
+Noto Sans font on the server (Google's family for every script; the Docker image installs ``fonts-noto-cjk``). What
+none of them has is said beside the download buttons (``undrawn``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+FIRST = "DejaVu Sans"
+FALLBACK_PREFIX = "Noto Sans"  # "Noto Sans CJK JP", "Noto Sans Devanagari", ...: labels are sans-serif
+SCALABLE = (".ttf", ".otf", ".ttc")  # outline fonts: "Noto Color Emoji" has bitmaps matplotlib cannot scale
+
+
+@lru_cache(maxsize=1)
+def families() -> tuple[str, ...]:
+    """Font families in the order the exports try them, character by character (matplotlib's font fallback)."""
+    return (FIRST, *sorted({entry.name for entry in _fallback_entries()}))
+
+
+def _fallback_entries():
+    from matplotlib import font_manager
+
+    return [entry for entry in font_manager.fontManager.ttflist
+            if entry.name.startswith(FALLBACK_PREFIX) and "Mono" not in entry.name
+            and entry.fname.lower().endswith(SCALABLE)]
+
+
+@lru_cache(maxsize=1)
+def _drawn() -> frozenset[int]:
+    """Every code point some font of ``families`` has a glyph for."""
+    from matplotlib import font_manager, ft2font
+
+    names = set(families())
+    codes: set[int] = set()
+    for entry in font_manager.fontManager.ttflist:
+        if entry.name in names and entry.fname.lower().endswith(SCALABLE):
+            codes.update(ft2font.FT2Font(entry.fname).get_charmap())
+    return frozenset(codes)
+
+
+def undrawn(labels) -> list[str]:
+    """The characters of ``labels`` that no font of ``families`` has, so the images draw them as boxes; each once,
+    in order of first use."""
+    drawn = _drawn()
+    missing = dict.fromkeys(ch for label in labels for ch in label if not ch.isspace() and ord(ch) not in drawn)
+    return list(missing)
