@@ -43,9 +43,12 @@ def uploaded_ui() -> list:
                              accept_multiple_files=True, key=f"tl_upload_{round_key}")
     if files:
         drop_uploaded()
-        s.tl_uploaded = list(files)
+        s.tl_uploaded, s.tl_refused = logs.held_within_budget(files)
+        uploads.release([f for f in files if not any(f is kept for kept in s.tl_uploaded)])
         s.tl_upload_round += 1  # a fresh, empty uploader: the page holds the files
         st.rerun()
+    for problem in s.get("tl_refused") or []:  # over the cap: not held
+        errors.shown(problem)
     held = s.get("tl_uploaded") or []
     if held and sources.held_ui([f.name for f in held], sum(f.size for f in held), "tl_clear"):
         drop_uploaded()
@@ -54,7 +57,9 @@ def uploaded_ui() -> list:
 
 
 def drop_uploaded() -> None:
-    """Streamlit's copies of the held logs dropped (2 × 300 MB held for the session: +0.6 GB)."""
+    """Streamlit's copies of the held logs dropped (2 × 300 MB held for the session: +0.6 GB), and what was said of
+    the logs refused with them."""
+    st.session_state.pop("tl_refused", None)
     uploads.release(st.session_state.pop("tl_uploaded", None) or [])
 
 
@@ -138,10 +143,12 @@ if st.button("Load", type="primary", key="tl_run"):
     if source is None:
         st.error("Upload a log, give a path or a folder first.", icon="⚠️")
     else:
+        refused = (st.session_state.get("tl_refused") or []) if source[0] == KINDS[0] else []
         try:
-            st.session_state.timelines, st.session_state.tl_problems = load(*source)
+            timelines, problems = load(*source)
+            st.session_state.timelines, st.session_state.tl_problems = timelines, refused + problems
         except Exception as err:  # noqa: BLE001  every error becomes a message on the page
-            st.session_state.tl_problems = [errors.message(err)]
+            st.session_state.tl_problems = refused + [errors.message(err)]
         if source[0] == KINDS[0]:  # read: dropped, refused ones too, and the page drawn again without them
             drop_uploaded()
             st.rerun()

@@ -12,6 +12,14 @@ def read_uploaded(files) -> tuple[dict, list[str]]:
     return _each(zip(_distinct([f.name for f in files]), files), _parse_upload, lambda f: f.size)
 
 
+def held_within_budget(files) -> tuple[list, list[str]]:
+    """``(files, problems)``: the uploaded logs ``read_uploaded`` would read, which the page holds until Load, and a
+    problem naming each of the others, refused at once. Held, a tab's logs had no bound: 3 × 300 MB logs took
+    0.9 GB of the server's memory until Load or Clear, each over the cap Load would have refused them by."""
+    kept, problems = _each(zip(_distinct([f.name for f in files]), files), _within_cap, lambda f: f.size)
+    return list(kept.values()), problems
+
+
 def read_paths(paths) -> tuple[dict, list[str]]:
     """``({run name: Timeline}, problems)`` of the logs at ``paths`` (a path listed twice is one run)."""
     paths = list(dict.fromkeys(paths))
@@ -29,9 +37,13 @@ def _file_size(path) -> int:
 
 def _parse_upload(file) -> "tl.Timeline":
     """A log as uploaded, refused by its size before a byte of it is copied."""
+    return tl.parse_log(_within_cap(file).getvalue())
+
+
+def _within_cap(file):
     if file.size > tl.MAX_LOG_BYTES:
         raise InputError(f"the log is over {tl.MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
-    return tl.parse_log(file.getvalue())
+    return file
 
 
 def _each(named, read, size) -> tuple[dict, list[str]]:

@@ -17,7 +17,11 @@ one before: two uploads in a row are two models, never one upload of both
 (which once failed with "holds no model … among its 2 files", and loose files
 of two models would mix silently). Its folder is removed when the upload is
 replaced (once the new one is on disk: a failed copy keeps it) or cleared, or
-when the session's state is dropped (``weakref.finalize``, which Streamlit does minutes after the tab closes).
+when the session's state is dropped (``weakref.finalize``). Streamlit keeps a closed tab's state for
+``server.disconnectedSessionTTL`` (2 minutes) in case it reconnects, but drops it only when another session
+disconnects: on a quiet server a closed tab's uploads stayed for good, and counted against the cap. So every
+upload also knows its session, and one whose session has been gone longer than that is removed
+(``remove_abandoned``, every ``SWEEP_S`` seconds while any upload lives, and before each new one is counted).
 Every session's staged uploads together are capped (``max_staged_bytes``): one tab may hold three (Diagnose,
 Compare A and B) of up to 2 GB each, and a few dozen tabs had filled the server's disk.
 """
@@ -28,10 +32,12 @@ import gc
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from streamlit import config
 from streamlit.runtime import Runtime
 from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRec
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
@@ -76,10 +82,12 @@ share_uploaded_bytes()
 class Staged:
     """Uploaded files on disk, by the name the user gave them."""
 
-    def __init__(self, reserved: int = 0):
+    def __init__(self, reserved: int = 0, session_id: str | None = None):
         self.folder = Path(tempfile.mkdtemp(prefix="attnscope-upload-"))
         self.files: dict[str, Path] = {}
         self.reserved = reserved  # the bytes it was staged for, counted against max_staged_bytes while it lives
+        self.session_id = session_id  # the browser session it was uploaded in (None: outside a script run)
+        self.gone_since: float | None = None  # when ``remove_abandoned`` first found that session gone
         self._count = 0
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.folder), True)
 
@@ -143,6 +151,7 @@ def stage(previous: Staged | None, uploaded, limits: Limits | None = None) -> St
 def _reserved(size: int, previous: Staged | None, limits: Limits) -> Staged:
     """A new ``Staged`` counted for ``size`` bytes, if every session's uploads still fit with it."""
     cap = max_staged_bytes(limits)
+    remove_abandoned()
     with _staged_lock:  # two sessions checking at once must not both take the last room
         held = staged_bytes(but=previous)
         if size > cap:
@@ -153,9 +162,52 @@ def _reserved(size: int, previous: Staged | None, limits: Limits) -> Staged:
                                   f"one ({size / 1e6:,.0f} MB) would pass the {cap / 1e6:,.0f} MB it keeps at once; "
                                   "try again when other uploads are done, or Clear one you no longer need — raise "
                                   f"the limit with {ENV_MAX_STAGED}")
-        staged = Staged(size)
+        ctx = get_script_run_ctx()
+        staged = Staged(size, ctx.session_id if ctx is not None else None)
         _staged.add(staged)
-        return staged
+    _sweep_while_staged()
+    return staged
+
+
+SWEEP_S = 30.0  # how often uploads are checked for a session gone
+_sweeper: list[threading.Thread] = []  # the sweep thread while it runs
+
+
+def remove_abandoned(now: float | None = None) -> None:
+    """Remove the uploads of sessions gone for longer than Streamlit keeps a closed tab's session
+    (``server.disconnectedSessionTTL``): past it the tab cannot reconnect to them."""
+    if not Runtime.exists():
+        return
+    runtime, now = Runtime.instance(), time.monotonic() if now is None else now
+    keep_s = config.get_option("server.disconnectedSessionTTL")
+    for upload in list(_staged):
+        if upload.session_id is None or not upload.alive:
+            continue
+        if runtime.is_active_session(upload.session_id):
+            upload.gone_since = None  # back (a reconnect), or never gone
+        elif upload.gone_since is None:
+            upload.gone_since = now
+        elif now - upload.gone_since > keep_s:
+            upload.remove()
+
+
+def _sweep_while_staged() -> None:
+    """Start the sweep (one daemon thread) unless it runs; it ends once no upload is left."""
+    with _staged_lock:
+        if _sweeper:
+            return
+        _sweeper.append(threading.Thread(target=_sweep, name="attnscope-upload-sweep", daemon=True))
+        _sweeper[0].start()
+
+
+def _sweep() -> None:
+    while True:
+        time.sleep(SWEEP_S)
+        remove_abandoned()
+        with _staged_lock:  # decided under the lock: an upload staged meanwhile finds the sweep still running
+            if not any(upload.alive for upload in list(_staged)):
+                _sweeper.clear()
+                return
 
 
 def release(uploaded) -> None:

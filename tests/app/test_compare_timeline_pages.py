@@ -196,6 +196,31 @@ def test_timeline_refuses_a_log_over_the_cap_by_its_size_and_drops_the_uploads(m
     assert [u.key for u in at.get("file_uploader")] == ["tl_upload_1"] and at.session_state["timelines"] == {}
 
 
+def test_timeline_holds_only_the_uploaded_logs_load_would_read(monkeypatch):
+    """The page held every uploaded log until Load or Clear, with no bound: 3 logs of 300 MB, each over the cap
+    Load refuses by, took 0.9 GB of the server's memory for as long as the tab stayed (stop-51 growth audit).
+    Those past the cap are refused as they arrive, and Streamlit's copies of them dropped."""
+    from app.server import uploads
+    from diagnostics import timeline
+
+    healthy = (LOGS / "healthy.jsonl").read_bytes()
+    monkeypatch.setattr(timeline, "MAX_LOG_BYTES", len(healthy) + 10)
+    released, release = [], uploads.release
+    monkeypatch.setattr(uploads, "release", lambda files: released.extend(f.name for f in files) or release(files))
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload_0")
+    for name, data in (("big.jsonl", healthy * 2), ("a.jsonl", healthy), ("b.jsonl", healthy)):
+        uploader.upload(name, data)
+    at = uploader.run()
+    assert not at.exception and [f.name for f in at.session_state["tl_uploaded"]] == ["a.jsonl"]
+    assert released == ["big.jsonl", "b.jsonl"]
+    assert [e.replace("\\", "") for e in _errors(at)] == ["big.jsonl: the log is over 0 MB; log less often (every=...)",
+                                                        "b.jsonl: not loaded: with the logs above it, over 0 MB of "
+                                                        "logs in all; load fewer at a time"]
+    at = at.button(key="tl_run").click().run()  # Load reads the one held, and still names the two refused
+    assert [h.value for h in at.subheader] == ["a.jsonl"] and len(_errors(at)) == 2
+
+
 def test_timeline_uploads_outlive_a_visit_to_another_page_until_load_or_clear():
     """Diagnose and Compare keep an upload across pages; the Timeline's uploader emptied on a visit to another page
     before Load, with no word."""

@@ -689,6 +689,53 @@ def test_every_session_s_staged_uploads_together_are_capped(monkeypatch, tmp_pat
     assert uploads.stage(None, [_Upload("c.zip", b"x" * 1000)], limits).names == ["c.zip"]
 
 
+def test_a_closed_tab_s_uploads_go_once_streamlit_would_no_longer_resume_it(monkeypatch, tmp_path):
+    """Streamlit drops a closed tab's state, and with it its uploads, only when another tab disconnects: on a quiet
+    server a closed tab's uploads stayed on disk for good and counted against the cap, so a new visitor was
+    refused until some other tab closed (stop-51 growth audit). A tab back before the session's time is up keeps
+    them; the sweep runs without anyone's upload."""
+    import gc
+    import tempfile
+    import time
+    from types import SimpleNamespace
+
+    from app.server import uploads
+    from core import CheckpointError, Limits
+
+    gc.collect()  # other tests' sessions
+    active = {"tab-1", "tab-2"}
+    runtime = SimpleNamespace(is_active_session=lambda session_id: session_id in active)
+    monkeypatch.setattr(uploads, "Runtime", SimpleNamespace(exists=lambda: True, instance=lambda: runtime))
+    monkeypatch.setattr(uploads, "config", SimpleNamespace(get_option=lambda name: 0.2))  # the sessions' TTL, s
+    monkeypatch.setattr(uploads, "SWEEP_S", 0.05)
+    monkeypatch.setattr(uploads, "_sweeper", [])  # not an earlier test's sweep, asleep for 30 s
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv(uploads.ENV_MAX_STAGED, str(uploads.staged_bytes() + 2500))
+    limits, tab = Limits(max_upload_bytes=10**6), {"id": "tab-1"}
+    monkeypatch.setattr(uploads, "get_script_run_ctx", lambda: SimpleNamespace(session_id=tab["id"]))
+    first = uploads.stage(None, [_Upload("a.zip", b"x" * 1000)], limits)
+    tab["id"] = "tab-2"
+    second = uploads.stage(None, [_Upload("b.zip", b"x" * 1000)], limits)
+    assert (first.session_id, second.session_id) == ("tab-1", "tab-2")
+    active.discard("tab-1")  # tab 1 closed ...
+    uploads.remove_abandoned(now=0.0)
+    uploads.remove_abandoned(now=0.1)
+    active.add("tab-1")  # ... and came back in time
+    uploads.remove_abandoned(now=0.15)
+    uploads.remove_abandoned(now=0.5)
+    assert first.alive and first.gone_since is None
+    tab["id"] = "tab-3"
+    with pytest.raises(CheckpointError, match="would pass the"):
+        uploads.stage(None, [_Upload("c.zip", b"x" * 1000)], limits)
+    active.discard("tab-1")  # closed for good: the sweep removes its upload, with no other tab's help
+    deadline = time.monotonic() + 10
+    while first.folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not first.folder.exists() and not first.alive and second.alive
+    assert uploads.stage(None, [_Upload("c.zip", b"x" * 1000)], limits).names == ["c.zip"]
+    second.remove()
+
+
 def test_models_loaded_for_one_run_alone_are_capped_across_sessions(monkeypatch):
     """Uploads and folders are loaded for their run, outside the model cache: N sessions at once held N models
     of up to 2 GB each, with no bound (two runs on one folder: two copies)."""
