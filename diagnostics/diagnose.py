@@ -60,6 +60,9 @@ SCALAR_METRICS = ("entropy", "uniform_gap", "confidence", "topk_mass", "block_sc
 # averaged over seeds 1-3); three ~100-token forwards cost little. Seeds 100-119 are the ground truth's
 # (diagnostics.classify.real_truth), hence others here.
 ROLE_SEEDS = (0, 10, 11)
+# The progress bar: loading to 0.05, the probes to PROBES_TO (whole maps are measured from MEASURING_FROM; a
+# streamed probe is measured as it streams), then the repeated-sequence probe, the labels and the weight checks.
+MEASURING_FROM, PROBES_TO = 0.5, 0.85
 # Probes longer than this (in tokens) are streamed: their maps would take layers × heads × n² floats.
 STREAM_ABOVE_TOKENS = 1024
 # Whole maps of every probe are held until the report is made: at most this many bytes of them (the app's attention
@@ -126,12 +129,12 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
                                          unread=len(texts or []), weights_known=bool(layers))
             fit_notes = [n for n in fit_notes if n.code not in {m.code for m in notes}]  # the later note says more
             results = samples
-            tell(0.85, "measuring heads")
-            parts = {part: [measure(r) for r in rs] for part, rs in _parts(samples).items()}
+            parts = _measured_parts(samples, progress_span(tell, MEASURING_FROM, PROBES_TO))
     # After the recording: the bound is about the inputs the model reads, and the repeated probe's random tokens
     # include ones no text uses ([unused*] among MiniLM's; with them its bound reached 127.7, on its texts 47.0).
     repeated, repeat_notes = _repeated(model, tokenizer, tell)
     heads, findings = [], fit_notes + short_notes + notes + repeat_notes + _truncation_notes(results)
+    tell(0.9, "labelling heads")
     for part, measured in parts.items():
         part_heads, part_findings = _judged_part(part, measured, repeated if part == "self" else None, judged)
         heads += part_heads
@@ -191,7 +194,7 @@ def _run_probes(model, tokenizer, probes, tell, unfit_notes=None, unread=0, weig
     if tokenizer is not None:
         samples = []
         for i, probe in enumerate(probes):
-            tell(0.05 + 0.8 * i / len(probes), f"probe {i + 1}/{len(probes)}")
+            tell(0.05 + (MEASURING_FROM - 0.05) * i / len(probes), f"probe {i + 1}/{len(probes)}")
             samples.append(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
         if unfit_notes:  # seeds from 1: seed 0 draws the repeated-sequence probe's tokens
             try:
@@ -262,7 +265,8 @@ def _check_whole_maps(model, lengths):
 def _stream_probe(model, tokenizer, probe, i, count, tell):
     """A probe's ``StreamResult``, streamed layer by layer with pairwise distances (no maps kept); its layers move
     the progress bar (a probe of 8,192 tokens streams for minutes)."""
-    step, start, stop = f"probe {i + 1}/{count} (streamed)", 0.05 + 0.8 * i / count, 0.05 + 0.8 * (i + 1) / count
+    step = f"probe {i + 1}/{count} (streamed)"
+    start, stop = 0.05 + (PROBES_TO - 0.05) * i / count, 0.05 + (PROBES_TO - 0.05) * (i + 1) / count
     tell(start, step)
     return stream_statistics(model, tokenizer, probe.text, probe.text_pair, redundancy=True,
                              progress=progress_span(tell, start, stop, step))
@@ -296,6 +300,18 @@ def _truncation_notes(results):
     if not cut:
         return []
     return [note("probe_truncated", detail=f"{len(cut)} of {len(results)} probes; {cut[0][0]}")]
+
+
+def _measured_parts(samples, tell) -> dict[str, list[Measured]]:
+    """``{part: [Measured per probe]}``, one probe after another under the bar (SmolLM2's seven took 12 s of its 33
+    at one value)."""
+    parts, count = _parts(samples), len(samples)
+    measured = {part: [] for part in parts}
+    for i, probes_parts in enumerate(zip(*parts.values())):
+        tell(i / count, f"measuring heads ({i + 1}/{count})")
+        for part, r in zip(parts, probes_parts):
+            measured[part].append(measure(r))
+    return measured
 
 
 def _parts(samples):
