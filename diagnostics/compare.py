@@ -34,7 +34,7 @@ from core.extraction.encode import encode, max_positions
 from core.extraction.streaming import can_stream
 from core.extraction.text_config import text_config, vocab_size
 from diagnostics.diagnose import _resolve, check_device_used, diagnose
-from diagnostics.findings import severity_rank
+from diagnostics.findings import PROBE_NOTES, severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
 from diagnostics.paired_stream import stream_paired_js
 from diagnostics.probes import as_probes, user_texts
@@ -112,6 +112,17 @@ class CompareReport(Exports):
             grid[h.layer][h.head] = h.js_distance
         return grid
 
+    @property
+    def notes(self) -> list[tuple[str, object]]:
+        """``[(models, note)]``: A's and B's notes on the probes (``findings.PROBE_NOTES``), ``models`` "A and B"
+        where both have it. Short probes cap every finding at info; the same note in both had shown nowhere."""
+        found = {}
+        for side, report in (("A", self.a), ("B", self.b)):
+            for f in report.findings:
+                if f.code in PROBE_NOTES:
+                    found.setdefault((f.code, f.part, f.message), [[], f])[0].append(side)
+        return [(" and ".join(sides), f) for sides, f in found.values()]
+
     def to_dict(self):
         return {
             "schema": SCHEMA,
@@ -123,6 +134,7 @@ class CompareReport(Exports):
             "heads": [h.to_dict() for h in self.heads],
             "findings": {"appeared": [f.to_dict() for f in self.appeared],
                          "disappeared": [f.to_dict() for f in self.disappeared]},
+            "notes": [{"models": models, **f.to_dict()} for models, f in self.notes],
         }
 
 

@@ -65,6 +65,9 @@ LAYER_CODES = ("diffuse_heads", "saturated_heads", "dead_heads")
 # Notes that say probes cannot bear a verdict (too short; out of vocabulary): the findings come from the others or
 # are capped (``probes.verdict_cap``).
 INPUT_NOTES = ("probes_short", "probes_repetitive", "probes_unfit")
+# Notes on what the probes were (those, one cut to the model's limit, no repeated-sequence probe): a comparison
+# lists them apart, as both models read the same probes and most are neither appeared nor disappeared.
+PROBE_NOTES = (*INPUT_NOTES, "probe_truncated", "repeated_probe_skipped")
 # Findings whose message gives each head's number: a weight's scale is read against its threshold (SmolLM2's L0H3 is
 # 10.3 against 10); the attention findings' numbers are in ``details`` (their heads' maps show them).
 VALUED = ("qk_scale_small", "qk_scale_large", "large_qk_scores")

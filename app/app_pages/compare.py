@@ -55,6 +55,10 @@ def summary_ui(report, notes) -> None:
         for f in findings:
             st.markdown(f"**{title}** · {f.severity}: {f.title} (`{f.code}`)")
             st.text(f.body)  # plain text: messages name heads and tokens
+            if findings is report.appeared and f.suggestion:
+                st.markdown(f"**Suggestion:** {for_markdown(f.suggestion)}")
+    for models, f in report.notes:  # short probes cap every finding above at info: said, not left to guess
+        st.info(for_markdown(f"Probes ({models}): {f.title}: {f.body}"))
 
 
 def grid_ui(report, part) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 """Markdown and standalone HTML renderings of a ``compare.CompareReport``.
 
-Both list the two models, the findings that appeared or disappeared, a
+Both list the two models, the findings that appeared (with what to do) or disappeared, the notes on the
+probes (short probes cap every finding at info), a
 layer × head grid of distances, and a table of the heads that changed (pattern
 and roles before → after, entropy and sink deltas). Model names, roles and
 messages are escaped: they come from files and uploads.
@@ -38,8 +39,9 @@ def render_markdown(report):
              f"(JS distance ≥ {report.thresholds['changed_js']}, "
              f"or a new pattern or role at distance ≥ {report.thresholds['label_change_js']}); "
              f"probes: {len(report.a.probes) or 'random token ids'}{', streamed' if report.streamed else ''}.", ""]
-    lines += _findings_markdown("Findings that appeared in B", report.appeared)
+    lines += _findings_markdown("Findings that appeared in B", report.appeared, advice=True)
     lines += _findings_markdown("Findings that disappeared from A", report.disappeared)
+    lines += _notes_markdown(report.notes)
     for part in dict.fromkeys(h.part for h in report.heads):
         grid = report.distance_grid(part)
         lines += [f"## JS distance per head{'' if part == 'self' else f': {part}'}", "",
@@ -59,12 +61,24 @@ def render_markdown(report):
     return "\n".join(lines) + "\n"
 
 
-def _findings_markdown(title, findings):
+def _findings_markdown(title, findings, advice=False):
+    """A list of findings; ``advice``: each with its "What to do" (findings that appeared)."""
     lines = [f"## {title} ({len(findings)})", ""]
     for f in findings:
         title = md(FINDING_TEXTS[f.code].title)
         lines.append(f"- **{SEVERITY_TITLES[f.severity]}**: {title} (`{f.code}`): {md(f.body)}")
+        if advice and f.suggestion:
+            lines.append(f"  *What to do:* {md(f.suggestion)}")
     return lines + ([""] if findings else ["None.", ""])
+
+
+def _notes_markdown(notes):
+    """The notes on the probes, which say when findings are capped: short probes keep every finding at info."""
+    if not notes:
+        return []
+    lines = ["## Notes on the probes", ""]
+    lines += [f"- {models}: {md(FINDING_TEXTS[f.code].title)} (`{f.code}`): {md(f.body)}" for models, f in notes]
+    return lines + [""]
 
 
 def render_html(report):
@@ -74,8 +88,12 @@ def render_html(report):
             f"<p>{len(report.changed)} of {len(report.heads)} heads changed "
             f"(JS distance ≥ {report.thresholds['changed_js']}, or a new pattern or role at distance ≥ "
             f"{report.thresholds['label_change_js']}).</p>"]
-    body += _findings_html("Findings that appeared in B", report.appeared)
+    body += _findings_html("Findings that appeared in B", report.appeared, advice=True)
     body += _findings_html("Findings that disappeared from A", report.disappeared)
+    if report.notes:
+        body.append("<h2>Notes on the probes</h2><ul>" + "".join(
+            f"<li>{models}: {plain(FINDING_TEXTS[f.code].title)} (<code>{plain(f.code)}</code>): {plain(f.body)}</li>"
+            for models, f in report.notes) + "</ul>")
     for part in dict.fromkeys(h.part for h in report.heads):
         body.append(_grid_html(report, part))
     rows = "".join(
@@ -92,9 +110,11 @@ def render_html(report):
             f"<title>{title}</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>")
 
 
-def _findings_html(title, findings):
+def _findings_html(title, findings, advice=False):
     items = "".join(f"<li><strong>{SEVERITY_TITLES[f.severity]}</strong>: {plain(FINDING_TEXTS[f.code].title)} "
-                    f"(<code>{plain(f.code)}</code>): {plain(f.body)}</li>" for f in findings)
+                    f"(<code>{plain(f.code)}</code>): {plain(f.body)}"
+                    + (f"<br><em>What to do:</em> {plain(f.suggestion)}" if advice and f.suggestion else "")
+                    + "</li>" for f in findings)
     return [f"<h2>{plain(title)} ({len(findings)})</h2>", f"<ul>{items}</ul>" if items else "<p>None.</p>"]
 
 

@@ -43,6 +43,8 @@ def _demo_bert_with_itself(probes: str) -> AppTest:
 def test_compare_demo_model_with_itself_draws_the_grid_and_three_maps():
     at = _demo_bert_with_itself("The cat sat on the mat.")
     assert at.metric[0].value == "0 / 16"  # heads changed
+    notes = [i.value.replace("\\", "") for i in at.info]  # why any finding is capped at info: a short probe
+    assert any(n.startswith("Probes (A and B): ") and "64 tokens" in n for n in notes), notes
     assert len(at.get("plotly_chart")) == 4  # distance grid + A, B, B − A
     # one per tab at the page's width (three columns drew a 190-token map 64 px wide), each hover naming its value
     assert [t.label for t in at.tabs] == ["A", "B", "B − A"]

@@ -36,6 +36,26 @@ def test_saturating_b_exits_1_and_names_the_new_error(bert_dir, tmp_path):
     assert run_compare(broken, bert_dir, tmp_path)[0] == 0  # fixing it is no new error
 
 
+def test_a_comparison_says_its_findings_are_capped_and_what_to_do(bert_dir, tmp_path):
+    """On a short probe every finding is capped at info, and the note that says so is A's and B's alike, so it was
+    neither appeared nor disappeared and shown nowhere: B's collapse read as "Info" with no reason; the Markdown
+    and HTML also left out each appeared finding's advice (stop-51 schema audit)."""
+    broken = scale_qk(bert_dir, tmp_path / "x40", 40.0)
+    status, report = run_compare(bert_dir, broken, tmp_path, "--text", "The cat sat on the mat.")
+    appeared = {f["code"]: f["severity"] for f in report["findings"]["appeared"]}
+    assert status == 1 and appeared["qk_scale_large"] == "error"  # read from the weights: no probe caps it
+    assert appeared["saturated_heads"] == "info"  # capped: the probe is short
+    assert [(n["models"], n["code"]) for n in report["notes"]] == [("A and B", "probes_short")]
+    advice = report["findings"]["appeared"][0]["suggestion"]
+    for fmt in ("markdown", "html"):
+        out = tmp_path / f"compare.{fmt}"
+        cli.main(["compare", str(bert_dir), str(broken), "--format", fmt, "--out", str(out), "--quiet", "--text",
+                  "The cat sat on the mat."])
+        text = out.read_text()
+        assert "Notes on the probes" in text and "probes_short" in text and "A and B" in text
+        assert "What to do:" in text and advice.split("(")[0].strip()[:40] in text.replace("\\", "")
+
+
 def test_bad_input_exits_2_with_one_line(bert_dir, tmp_path, capsys):
     gpt2 = structured_gpt2(tmp_path / "gpt2")
     assert run_compare(bert_dir, gpt2, tmp_path)[0] == 2
