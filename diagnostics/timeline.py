@@ -136,28 +136,40 @@ def parse_log(data) -> Timeline:
         if len(data) > MAX_LOG_BYTES:
             raise InputError(f"the log is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
         data = data.decode("utf-8-sig", errors="replace")  # a log re-saved by a Windows editor starts with a BOM
-    records, cut, first_cut = [], [], None
+    records, cut, first_cut, other = [], [], None, []
     for number, line in enumerate(_LINE_END.split(str(data).removeprefix("\ufeff")), 1):
         if not line.strip():
             continue
         try:
             records.append(_kept(_parse_line(line, number)))
+        except _OtherVersion as err:  # the lines this version can read still show, the others are named
+            other.append(err)
         except _NotJSON as err:  # a write cut short (disk full, a killed run) leaves half a line
             first_cut = first_cut or err
             cut.append(number)
             if len(cut) > MAX_CUT_LINES:  # no log cut short: a text or CSV file (it took 1.3 GB a MB to list)
                 raise InputError(f"more than {MAX_CUT_LINES} lines of the log are not JSON, the first line {cut[0]}; "
                                  "give the .jsonl written by AttentionMonitor") from None
-    if cut and not records:
-        raise InputError(str(first_cut))
-    return _timeline(records, [_cut_note(cut)] if cut else [])
+    if not records and (cut or other):
+        raise InputError(str(other[0] if other else first_cut))
+    notes = ([_cut_note(cut)] if cut else []) + ([_other_note(other)] if other else [])
+    return _timeline(records, notes)
+
+
+def _other_note(skipped: list[_OtherVersion]) -> str:
+    return (f"{_lines([err.number for err in skipped], 'was', 'were')} written by another version of AttnScope "
+            f"(schema {skipped[0].schema}; this one reads {SCHEMA}): skipped; update AttnScope to read them")
 
 
 def _cut_note(numbers: list[int]) -> str:
+    return f"{_lines(numbers, 'is', 'are')} not JSON (a write cut short?): skipped"
+
+
+def _lines(numbers: list[int], verb: str, verb_plural: str) -> str:
+    """``"line 3 of the log is"``, ``"lines 3, 4 and 7 more of the log are"``: at most ``MAX_CUT_SHOWN`` named."""
     shown = ", ".join(map(str, numbers[:MAX_CUT_SHOWN])) + (
         f" and {len(numbers) - MAX_CUT_SHOWN} more" if len(numbers) > MAX_CUT_SHOWN else "")
-    lines = f"line {shown} of the log is" if len(numbers) == 1 else f"lines {shown} of the log are"
-    return f"{lines} not JSON (a write cut short?): skipped"
+    return f"line {shown} of the log {verb}" if len(numbers) == 1 else f"lines {shown} of the log {verb_plural}"
 
 
 def _kept(record: dict) -> dict:
@@ -199,6 +211,15 @@ class _NotJSON(InputError):
         self.number = number
 
 
+class _OtherVersion(InputError):
+    """A monitor record of another schema version: a run whose AttnScope was upgraded while it trained."""
+
+    def __init__(self, number: int, schema: str):
+        super().__init__(f"line {number} of the log was written by another version of AttnScope (schema {schema}; "
+                         f"this one reads {SCHEMA}); read it with that version, or update AttnScope")
+        self.number, self.schema = number, schema
+
+
 def _parse_line(line: str, number: int) -> dict:
     if len(line) > MAX_LINE_CHARS:  # parsing takes ~20 × a line padded with "[],": refused before
         raise InputError(f"line {number} of the log is over {MAX_LINE_CHARS // 2**20} MB, more than a monitor "
@@ -207,7 +228,10 @@ def _parse_line(line: str, number: int) -> dict:
         record = json.loads(line)
     except (ValueError, RecursionError) as err:  # bad JSON, a 5,000-digit number, deep nesting
         raise _NotJSON(number, err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__) from None
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+    schema = record.get("schema") if isinstance(record, dict) else None
+    if isinstance(schema, str) and schema.startswith(SCHEMA.split("/")[0] + "/") and schema != SCHEMA:
+        raise _OtherVersion(number, schema)
+    if not isinstance(record, dict) or schema != SCHEMA:
         raise InputError(f"line {number} of the log is not an AttnScope monitor record (schema {SCHEMA})")
     record.setdefault("findings", [])
     damage = _damage(record)

@@ -71,6 +71,21 @@ def test_a_line_that_is_not_json_is_skipped_when_others_read(log_text):
     assert timeline.steps == [0, 20] and "line 2 of the log is not JSON" in timeline.notes[0]
 
 
+def test_records_of_another_monitor_version_are_named_as_such_and_the_others_still_read(log_text):
+    """A record of attnscope.monitor/2 was "not an AttnScope monitor record", and one such line, as a run upgraded
+    while it trains appends, refused the whole log (stop-51 schema audit)."""
+    lines = log_text.splitlines()
+    newer = lines[2].replace('"attnscope.monitor/1"', '"attnscope.monitor/2"')
+    timeline = parse_log("\n".join([lines[0], lines[1], newer, newer]))
+    assert timeline.steps == [0, 10]
+    assert timeline.notes == ["lines 3, 4 of the log were written by another version of AttnScope (schema "
+                              "attnscope.monitor/2; this one reads attnscope.monitor/1): skipped; update AttnScope to "
+                              "read them"]
+    with pytest.raises(InputError, match=r"^line 1 of the log was written by another version of AttnScope \(schema "
+                                         r"attnscope.monitor/2; this one reads attnscope.monitor/1\); read it with"):
+        parse_log(newer)
+
+
 def test_a_file_of_lines_that_are_not_json_is_refused_early_and_few_cut_lines_are_listed_briefly(log_text):
     """Every line that was not JSON was kept as an exception and listed in the note: a 1 MB text file took 20 s and
     1.3 GB before its one-line error; one record and 4 MB of such lines, 90 s, 5.4 GB and a 17-million-character
