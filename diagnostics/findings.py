@@ -136,7 +136,10 @@ def severity_rank(severity):
     return SEVERITIES.index(severity)
 
 
-def head_names(heads, part="self", limit=12, values=None):
+NAMED_HEADS = 12  # a finding's message names this many of its heads; reports list every one beside it
+
+
+def head_names(heads, part="self", limit=NAMED_HEADS, values=None):
     """``L0H1, L2H3, …`` (prefixed by the part of encoder-decoder models), at most ``limit``; with ``values``
     (``{"L0H1": number}``) each name is followed by its number: ``L0H3 (10.3)``."""
     prefix, values = ("" if part == "self" else f"{part} "), values or {}

@@ -9,6 +9,7 @@ the first probe text, drawn as inline SVG so the file opens offline.
 from html import escape
 
 from core.extraction.tokens import visible
+from diagnostics.findings import NAMED_HEADS, head_names
 from diagnostics.reports.markdown_report import severity_counts
 from diagnostics.texts import (
     BORDERLINE_MARK, BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
@@ -72,7 +73,14 @@ def _finding(report, f):
     return (f"<div class='finding' style='border-color:{color}'><h3><span class='badge' style='background:{color}'>"
             f"{SEVERITY_TITLES[f.severity]}</span>{plain(text.title)} <code>{f.code}</code></h3>"
             f"<p>{plain(f.body)}</p><p><em>What it means:</em> {plain(text.meaning)}</p>"
-            f"<p><em>What to do:</em> {plain(f.suggestion)}</p>{maps}</div>")
+            f"<p><em>What to do:</em> {plain(f.suggestion)}</p>{_all_heads(f)}{maps}</div>")
+
+
+def _all_heads(f):
+    """Every head of a finding whose message names only the first few."""
+    if len(f.heads) <= NAMED_HEADS:
+        return ""
+    return f"<p><em>All {len(f.heads)} heads:</em> {plain(head_names(f.heads, f.part, limit=len(f.heads)))}</p>"
 
 
 def _finding_maps(report, f):

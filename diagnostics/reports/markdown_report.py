@@ -9,6 +9,7 @@ import re
 
 from core.errors import counted
 from core.extraction.tokens import visible
+from diagnostics.findings import NAMED_HEADS, head_names
 from diagnostics.texts import (
     BORDERLINE_MARK, BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
@@ -52,6 +53,8 @@ def render_markdown(report):
         lines += [f"### {SEVERITY_TITLES[f.severity]}: {FINDING_TEXTS[f.code].title} (`{f.code}`)", "",
                   md(f.body), "", f"*What it means:* {FINDING_TEXTS[f.code].meaning}", "",
                   f"*What to do:* {md(f.suggestion)}", ""]
+        if len(f.heads) > NAMED_HEADS:  # the message names the first few
+            lines += [f"*All {len(f.heads)} heads:* {head_names(f.heads, f.part, limit=len(f.heads))}", ""]
     for part in report.parts:
         lines += _pattern_table(report, part)
     lines += ["## Patterns", "", "| pattern | looks like | usual reading | what to do |", "|---|---|---|---|"]

@@ -159,6 +159,21 @@ def test_markdown_shows_names_and_messages_as_text(report):
     assert r"| architecture | \*\*Bert\*\* (" in markdown
 
 
+def test_markdown_and_html_list_every_head_of_a_finding_the_message_cuts_short(report):
+    """The message names 12 heads, "… and 4 more": a reader of the Markdown or HTML could not find which (the JSON
+    and the app list them all; stop-51 schema audit)."""
+    from diagnostics.findings import Finding, head_names
+
+    heads = [[layer, head] for layer in range(4) for head in range(4)]
+    many = Finding("diffuse_heads", "error", heads, f"{head_names(heads)} are near uniform.", "Look.")
+    few = Finding("sink_heads", "info", heads[:12], f"{head_names(heads[:12])} sink.", "Nothing.")
+    shown = replace(report, findings=[many, few])
+    every = ", ".join(f"L{layer}H{head}" for layer, head in heads)
+    assert many.message.endswith("… and 4 more are near uniform.")
+    assert f"*All 16 heads:* {every}" in shown.to_markdown() and f"<em>All 16 heads:</em> {every}" in shown.to_html()
+    assert shown.to_markdown().count("*All ") == 1  # not for a finding whose message names every head
+
+
 def test_a_diverged_checkpoint_gets_an_error_and_a_report_any_json_parser_reads():
     """One infinite query weight makes head 0's maps NaN, and every later layer's: the report says so in an error
     finding, and its JSON writes those heads' metrics as null (bare NaN, before, which JSON.parse rejects)."""
