@@ -142,21 +142,22 @@ def eager_attention(model):
             yield
     finally:
         if forced:
-            config._attn_implementation = previous
+            config._attn_implementation = saved  # the config's setter takes the same nested dict
         elif switch:
             model.set_attn_implementation(saved)
 
 
-def implementations(config) -> str | dict[str, str]:
+def implementations(config) -> str | dict:
     """What ``set_attn_implementation`` takes to put back the attention implementation of every part of a model: one
     name, or where parts differ (a vision tower may run another kernel than the text model) a dict of them by
-    sub-config, the model's own under ""."""
+    sub-config, the model's own under "", a sub-config whose own parts differ as such a dict in turn (T5Gemma 2's
+    encoder and its vision tower)."""
     parts = {"": getattr(config, "_attn_implementation", None)}
     for key in getattr(config, "sub_configs", {}):
-        implementation = getattr(getattr(config, key, None), "_attn_implementation", None)
-        if implementation is not None:
-            parts[key] = implementation
-    return parts if len(set(parts.values())) > 1 else parts[""]
+        sub = getattr(config, key, None)
+        if getattr(sub, "_attn_implementation", None) is not None:
+            parts[key] = implementations(sub)
+    return parts[""] if all(value == parts[""] for value in parts.values()) else parts
 
 
 @contextmanager

@@ -58,6 +58,30 @@ def test_each_part_of_a_model_gets_its_own_attention_implementation_back():
     with streaming_kernels(model):
         assert parts()[0] == STREAM_IMPLEMENTATION
     assert parts() == ["sdpa", "sdpa", "eager"]
+    model._can_set_attn_implementation = lambda: False  # a model that refuses the switch: its config is set
+    with eager_attention(model):
+        assert parts() == ["eager", "eager", "eager"]
+    assert parts() == ["sdpa", "sdpa", "eager"]
+
+
+def test_a_part_of_a_part_gets_its_attention_implementation_back():
+    """T5Gemma 2's encoder holds a text model and a vision tower: only the first level of parts was put back."""
+    text = dict(vocab_size=320, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=16, max_position_embeddings=128, sliding_window=16,
+                layer_types=["sliding_attention", "full_attention"])
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=28, patch_size=14)
+    torch.manual_seed(0)
+    model = tf.T5Gemma2Model(tf.T5Gemma2Config(encoder=dict(text_config=text, vision_config=vision,
+                                                            mm_tokens_per_image=4), decoder=text))
+    chosen = {"": "sdpa", "encoder": {"": "sdpa", "text_config": "sdpa", "vision_config": "eager"}, "decoder": "sdpa"}
+    model.set_attn_implementation(chosen)
+    assert hf_extract.implementations(model.config) == chosen
+    extract_attention(model, tiny.bpe_tokenizer(), TEXT, target="A fox.")
+    with streaming_kernels(model):
+        pass
+    assert model.config.encoder.vision_config._attn_implementation == "eager"
+    assert model.config.encoder.text_config._attn_implementation == "sdpa"
 
 
 def test_a_causal_model_whose_weights_reach_later_tokens_is_refused(monkeypatch):
