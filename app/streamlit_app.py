@@ -16,8 +16,12 @@ if str(ROOT) not in sys.path:  # streamlit puts only app/ on the path; core/ and
 # Import both packages whole, here, before any page: a rerun that starts while the last run is still importing
 # them would otherwise import their modules in another order in another thread, and Python's import locks then
 # deadlock ("_DeadlockError ... diagnostics.classify.patterns", seen once in the browser test on a busy machine).
-import core  # noqa: E402,F401
-import diagnostics  # noqa: E402,F401
+# ``import core`` alone imports nothing (``core.lazy``).
+import core  # noqa: E402
+import diagnostics  # noqa: E402
+from core.lazy import import_whole  # noqa: E402
+
+import_whole(core, diagnostics)
 
 PAGES = Path(__file__).parent / "app_pages"
 FAVICON = Path(__file__).parent / "static" / "favicon.png"  # a file: a ":material/…:" icon is fetched from Google

@@ -56,3 +56,29 @@ def test_the_exported_objects_are_their_modules():
     from diagnostics.reports.report import Report
 
     assert (core.describe_model, core.extract_attention, diagnostics.Report) == (describe, extract_attention, Report)
+
+
+def test_two_threads_first_using_names_at_once_both_get_them():
+    """Two threads that first used ``core.extract_attention`` and ``diagnostics.classify_head`` at once imported
+    torch and transformers side by side, and one failed ("cannot import name 'PretrainedConfig' from
+    'transformers'"): the app's pages run in threads (stop-51 review)."""
+    code = """
+import sys, threading
+import core, diagnostics
+errors, barrier = [], threading.Barrier(2)
+
+def use(package, names):
+    barrier.wait()
+    try:
+        for name in names:
+            getattr(package, name)
+    except Exception as err:
+        errors.append(f"{type(err).__name__}: {err}")
+
+threads = [threading.Thread(target=use, args=(core, ["extract_attention", "load_model"])),
+           threading.Thread(target=use, args=(diagnostics, ["classify_head", "head_metrics"]))]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(errors)
+"""
+    assert run_python(code) == "[]"
