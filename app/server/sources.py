@@ -175,6 +175,10 @@ def upload_ui(prefix: str):
     if f"{prefix}_upload_error" in s:
         errors.shown(s.pop(f"{prefix}_upload_error"))
     staged = s.get(staged_key)
+    if staged is not None and not staged.alive:  # removed while its tab was away (``uploads.remove_abandoned``)
+        del s[staged_key]
+        st.info("Your upload was removed from the server while this tab was away; upload it again.")
+        return None
     if staged is None:
         return None
     if held_ui(staged.names, staged.size, f"{prefix}_clear"):

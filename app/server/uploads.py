@@ -29,6 +29,7 @@ Compare A and B) of up to 2 GB each, and a few dozen tabs had filled the server'
 from __future__ import annotations
 
 import gc
+import logging
 import shutil
 import tempfile
 import threading
@@ -54,6 +55,7 @@ def _shared_copy(self: UploadedFile, memo) -> UploadedFile:
     return twin
 
 
+log = logging.getLogger("attnscope.app")
 ENV_MAX_STAGED = "ATTNSCOPE_MAX_STAGED_BYTES"
 STAGED_UPLOADS = 4  # the default cap on every session's staged uploads together: four at the upload limit (8 GB)
 _staged: weakref.WeakSet = weakref.WeakSet()  # every session's live uploads, and the lock that counts them
@@ -169,7 +171,8 @@ def _reserved(size: int, previous: Staged | None, limits: Limits) -> Staged:
     return staged
 
 
-SWEEP_S = 30.0  # how often uploads are checked for a session gone
+SWEEP_S = 10.0  # how often uploads are checked for a session gone (a tab back and gone again between two checks
+# keeps its first time gone: its upload may go before Streamlit stops resuming it, and the page then says so)
 _sweeper: list[threading.Thread] = []  # the sweep thread while it runs
 
 
@@ -180,7 +183,9 @@ def remove_abandoned(now: float | None = None) -> None:
         return
     runtime, now = Runtime.instance(), time.monotonic() if now is None else now
     keep_s = config.get_option("server.disconnectedSessionTTL")
-    for upload in list(_staged):
+    with _staged_lock:  # another session's upload may be added meanwhile: a WeakSet cannot be read while it grows
+        staged = list(_staged)
+    for upload in staged:
         if upload.session_id is None or not upload.alive:
             continue
         if runtime.is_active_session(upload.session_id):
@@ -203,7 +208,10 @@ def _sweep_while_staged() -> None:
 def _sweep() -> None:
     while True:
         time.sleep(SWEEP_S)
-        remove_abandoned()
+        try:
+            remove_abandoned()
+        except Exception:  # noqa: BLE001 - one failed check (a folder already gone) must not end the sweep for good
+            log.exception("the upload sweep failed once; it goes on")
         with _staged_lock:  # decided under the lock: an upload staged meanwhile finds the sweep still running
             if not any(upload.alive for upload in list(_staged)):
                 _sweeper.clear()
