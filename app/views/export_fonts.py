@@ -18,7 +18,26 @@ SCALABLE = (".ttf", ".otf", ".ttc")  # outline fonts: "Noto Color Emoji" has bit
 @lru_cache(maxsize=1)
 def families() -> tuple[str, ...]:
     """Font families in the order the exports try them, character by character (matplotlib's font fallback)."""
+    _add_server_fonts()
     return (FIRST, *sorted({entry.name for entry in _fallback_entries()}))
+
+
+def _add_server_fonts() -> None:
+    """The server's fallback fonts that matplotlib's font list lacks, added to it: matplotlib lists the fonts it
+    found when it first ran (``~/.cache/matplotlib``), so fonts-noto-cjk installed later went unused while the page
+    said to install it."""
+    from matplotlib import font_manager, ft2font
+
+    known = {entry.fname for entry in font_manager.fontManager.ttflist}
+    for path in font_manager.findSystemFonts():
+        if path in known or not path.lower().endswith(SCALABLE):
+            continue
+        try:
+            name = font_manager.ttfFontProperty(ft2font.FT2Font(path)).name
+        except (OSError, RuntimeError, ValueError):  # a font file FreeType cannot read: not one to draw with
+            continue
+        if name.startswith(FALLBACK_PREFIX):
+            font_manager.fontManager.addfont(path)
 
 
 def _fallback_entries():

@@ -75,9 +75,7 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
         bar.set_label(f"weight (log; below {LOG_FLOOR:g} drawn as {LOG_FLOOR:g})", fontsize=7)
     q_at, k_at = _positions(positions, queries, keys)
     for tokens, at, ticks in ((keys, k_at, ax.set_xticks), (queries, q_at, ax.set_yticks)):
-        step = max(1, len(tokens) // LABELLED_TOKENS)
-        labels = numbered([_mpl_text(t) for t in tokens], at)
-        ticks(range(0, len(tokens), step), labels[::step], fontsize=7)
+        ticks(*_tick_labels(tokens, at), fontsize=7)
     ax.tick_params(axis="x", labelrotation=90)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -97,10 +95,19 @@ def image_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], titl
     return buf.getvalue()
 
 
-def undrawn_characters(queries: list[str], keys: list[str], title: str) -> list[str]:
+def _tick_labels(tokens: list[str], at) -> tuple[range, list[str]]:
+    """An axis's ticks and their labels: every token, or every n-th past ``LABELLED_TOKENS``."""
+    step = max(1, len(tokens) // LABELLED_TOKENS)
+    return range(0, len(tokens), step), numbered([_mpl_text(t) for t in tokens], at)[::step]
+
+
+def undrawn_characters(queries: list[str], keys: list[str], title: str, positions=None) -> list[str]:
     """The characters of the images' labels and title that no export font has: the PNG and SVG draw them as
-    boxes (``export_fonts``)."""
-    return export_fonts.undrawn(_mpl_text(text) for text in (*queries, *keys, title))
+    boxes (``export_fonts``). Only the labels drawn count: past ``LABELLED_TOKENS`` an axis labels every n-th
+    token."""
+    q_at, k_at = _positions(positions, queries, keys)
+    drawn = [*_tick_labels(queries, q_at)[1], *_tick_labels(keys, k_at)[1], _mpl_text(title)]
+    return export_fonts.undrawn(drawn)
 
 
 def csv_text(weights: torch.Tensor, queries: list[str], keys: list[str], positions=None) -> str:

@@ -235,7 +235,7 @@ def exports_ui(prefix: str, view: MapView, info: dict, log_scale: bool = False) 
     for col, (label, ext, mime, make) in zip(st.columns(len(files)), files):
         col.download_button(label, make, file_name=f"{name}.{ext}", mime=mime, key=f"{prefix}export_{ext}",
                             on_click="ignore")
-    missing = exports.undrawn_characters(q, k, view.title)
+    missing = exports.undrawn_characters(q, k, view.title, at)
     if missing:
         shown = " ".join(missing[:UNDRAWN_SHOWN]) + (" …" if len(missing) > UNDRAWN_SHOWN else "")
         st.caption(for_markdown(

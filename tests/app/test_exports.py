@@ -282,3 +282,32 @@ def test_a_character_dejavu_lacks_is_drawn_with_a_fallback_font_or_named_as_a_bo
         warnings.simplefilter("error")
         assert exports.image_bytes(w, tokens, tokens, "layer 0, head 1", "png")[:4] == b"\x89PNG"
     assert exports.undrawn_characters(tokens, tokens, "layer 0, head 1") == []
+
+
+def test_fonts_installed_after_matplotlib_listed_its_fonts_are_used(fallback_fonts, monkeypatch, tmp_path):
+    """matplotlib lists the fonts it found when it first ran (~/.cache/matplotlib): fonts-noto-cjk installed later
+    went unused while the page said to install it (stop-51 review). Here STIX stands in for the font installed
+    late: gone from matplotlib's list, on the server's font path as a copy."""
+    import shutil
+
+    from matplotlib import font_manager
+
+    listed = font_manager.fontManager.ttflist
+    stix = next(e.fname for e in listed if e.name == "STIXGeneral" and e.style == "normal" and e.weight == 400)
+    late = shutil.copy(stix, tmp_path / "STIXGeneral-late.ttf")
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [e for e in listed if not e.name.startswith("STIX")])
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda *args, **kwargs: [str(late)])
+    fallback_fonts("STIXGeneral")
+    assert export_fonts.families() == ("DejaVu Sans", "STIXGeneral")
+    assert exports.undrawn_characters(["\u24b6"], ["\u24b6"], "title") == []
+
+
+def test_only_the_labels_an_image_draws_can_be_boxes(fallback_fonts):
+    """Past 64 tokens an axis labels every n-th token: the caption named characters of tokens no label draws."""
+    fallback_fonts("no such font")
+    tokens = ["the"] * 200
+    tokens[1] = "\u24b6"  # not labelled: every 3rd token is
+    assert exports._tick_labels(tokens, list(range(200)))[0] == range(0, 200, 3)
+    assert exports.undrawn_characters(tokens, tokens, "title") == []
+    tokens[3] = "\u24b7"  # labelled
+    assert exports.undrawn_characters(tokens, tokens, "title") == ["\u24b7"]

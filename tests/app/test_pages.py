@@ -70,7 +70,7 @@ def test_the_exports_say_which_characters_their_images_draw_as_boxes(monkeypatch
     """Characters no font on the server has came out of the PNG and SVG as boxes, with no word of it."""
     from app.views import exports
 
-    monkeypatch.setattr(exports, "undrawn_characters", lambda queries, keys, title: list("東京*"))
+    monkeypatch.setattr(exports, "undrawn_characters", lambda queries, keys, title, at: list("東京*"))
     captions = [c.value.replace("\\", "") for c in _app().caption]  # markdown's escapes taken out
     assert ("The PNG and SVG draw 3 characters as boxes (東 京 *): no font on this server has them. The CSV, NPZ "
             "and JSON hold the tokens as they are; the server's operator can install Noto fonts (Debian: "
