@@ -43,14 +43,14 @@ def uploaded_ui() -> list:
                              accept_multiple_files=True, key=f"tl_upload_{round_key}")
     if files:
         drop_uploaded()
-        s.tl_uploaded, s.tl_refused = logs.held_within_budget(files)
-        uploads.release([f for f in files if not any(f is kept for kept in s.tl_uploaded)])
+        s.tl_uploaded, s.tl_refused = logs.held_within_budget(files)  # [(run name, file)], problems
+        uploads.release([f for f in files if not any(f is kept for _, kept in s.tl_uploaded)])
         s.tl_upload_round += 1  # a fresh, empty uploader: the page holds the files
         st.rerun()
     for problem in s.get("tl_refused") or []:  # over the cap: not held
         errors.shown(problem)
     held = s.get("tl_uploaded") or []
-    if held and sources.held_ui([f.name for f in held], sum(f.size for f in held), "tl_clear"):
+    if held and sources.held_ui([name for name, _ in held], sum(f.size for _, f in held), "tl_clear"):
         drop_uploaded()
         st.rerun()
     return held
@@ -60,7 +60,7 @@ def drop_uploaded() -> None:
     """Streamlit's copies of the held logs dropped (2 × 300 MB held for the session: +0.6 GB), and what was said of
     the logs refused with them."""
     st.session_state.pop("tl_refused", None)
-    uploads.release(st.session_state.pop("tl_uploaded", None) or [])
+    uploads.release([f for _, f in st.session_state.pop("tl_uploaded", None) or []])
 
 
 def load(kind, value) -> tuple[dict, list[str]]:

@@ -7,17 +7,19 @@ from core.errors import AttnScopeError, InputError
 from diagnostics import timeline as tl
 
 
-def read_uploaded(files) -> tuple[dict, list[str]]:
-    """``({run name: Timeline}, problems)`` of uploaded logs (Streamlit's ``UploadedFile``), named by their files."""
-    return _each(zip(_distinct([f.name for f in files]), files), _parse_upload, lambda f: f.size)
+def read_uploaded(named) -> tuple[dict, list[str]]:
+    """``({run name: Timeline}, problems)`` of uploaded logs: ``[(run name, UploadedFile)]``, as
+    ``held_within_budget`` names them."""
+    return _each(named, _parse_upload, lambda f: f.size)
 
 
 def held_within_budget(files) -> tuple[list, list[str]]:
-    """``(files, problems)``: the uploaded logs ``read_uploaded`` would read, which the page holds until Load, and a
-    problem naming each of the others, refused at once. Held, a tab's logs had no bound: 3 × 300 MB logs took
-    0.9 GB of the server's memory until Load or Clear, each over the cap Load would have refused them by."""
+    """``([(run name, file)], problems)``: the uploaded logs ``read_uploaded`` would read, which the page holds until
+    Load, named as they arrived (two ``attention.jsonl``: the second is "attention.jsonl (2)", also when the first
+    is refused), and a problem naming each of the others, refused at once. Held, a tab's logs had no bound: 3 ×
+    300 MB logs took 0.9 GB of the server's memory until Load or Clear, each over the cap Load refuses them by."""
     kept, problems = _each(zip(_distinct([f.name for f in files]), files), _within_cap, lambda f: f.size)
-    return list(kept.values()), problems
+    return list(kept.items()), problems
 
 
 def read_paths(paths) -> tuple[dict, list[str]]:

@@ -214,13 +214,30 @@ def test_timeline_holds_only_the_uploaded_logs_load_would_read(monkeypatch):
     for name, data in (("big.jsonl", healthy * 2), ("a.jsonl", healthy), ("b.jsonl", healthy)):
         uploader.upload(name, data)
     at = uploader.run()
-    assert not at.exception and [f.name for f in at.session_state["tl_uploaded"]] == ["a.jsonl"]
+    assert not at.exception and [name for name, _ in at.session_state["tl_uploaded"]] == ["a.jsonl"]
     assert released == ["big.jsonl", "b.jsonl"]
     assert [e.replace("\\", "") for e in _errors(at)] == ["big.jsonl: the log is over 0 MB; log less often (every=...)",
                                                         "b.jsonl: not loaded: with the logs above it, over 0 MB of "
                                                         "logs in all; load fewer at a time"]
     at = at.button(key="tl_run").click().run()  # Load reads the one held, and still names the two refused
     assert [h.value for h in at.subheader] == ["a.jsonl"] and len(_errors(at)) == 2
+
+
+def test_a_refused_log_and_a_loaded_log_of_one_name_stay_apart(monkeypatch):
+    """Two attention.jsonl, the first over the cap: it was refused as "attention.jsonl" and the second loaded under
+    the same name (it had been "attention.jsonl (2)"; stop-51 review)."""
+    from diagnostics import timeline
+
+    healthy = (LOGS / "healthy.jsonl").read_bytes()
+    monkeypatch.setattr(timeline, "MAX_LOG_BYTES", len(healthy) + 10)
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload_0")
+    uploader.upload("attention.jsonl", healthy * 2).upload("attention.jsonl", healthy)
+    at = uploader.run()
+    assert any(t.value.startswith("Uploaded: attention.jsonl (2) ") for t in at.text)
+    at = at.button(key="tl_run").click().run()
+    assert [h.value.replace("\\", "") for h in at.subheader] == ["attention.jsonl (2)"]
+    assert _errors(at)[0].startswith("attention.jsonl: the log is over 0 MB")
 
 
 def test_timeline_uploads_outlive_a_visit_to_another_page_until_load_or_clear():
