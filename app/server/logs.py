@@ -54,7 +54,8 @@ def _each(named, read, size) -> tuple[dict, list[str]]:
     records, up to ~4.2 × the file; 3 logs of 64 MB took 0.9 GB before, and nothing bounded how many)."""
     runs, problems, kept = {}, [], 0
     for name, item in named:
-        if kept and kept + size(item) > tl.MAX_LOG_BYTES:  # before it is read (one alone over: ``read`` says so)
+        if kept and size(item) <= tl.MAX_LOG_BYTES < kept + size(item):  # before it is read (one over alone:
+            # ``read`` says so, whatever came before it: loading fewer at a time would not help it)
             problems.append(f"{name}: not loaded: with the logs above it, over {tl.MAX_LOG_BYTES // 2**20} MB of logs "
                             "in all; load fewer at a time")
             continue

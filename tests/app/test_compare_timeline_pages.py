@@ -211,16 +211,18 @@ def test_timeline_holds_only_the_uploaded_logs_load_would_read(monkeypatch):
     monkeypatch.setattr(uploads, "release", lambda files: released.extend(f.name for f in files) or release(files))
     at = _page("timeline")
     uploader = at.file_uploader(key="tl_upload_0")
-    for name, data in (("big.jsonl", healthy * 2), ("a.jsonl", healthy), ("b.jsonl", healthy)):
+    for name, data in (("big.jsonl", healthy * 2), ("a.jsonl", healthy), ("b.jsonl", healthy),
+                       ("big2.jsonl", healthy * 2)):  # over alone, after one held: not "load fewer at a time"
         uploader.upload(name, data)
     at = uploader.run()
     assert not at.exception and [name for name, _ in at.session_state["tl_uploaded"]] == ["a.jsonl"]
-    assert released == ["big.jsonl", "b.jsonl"]
+    assert released == ["big.jsonl", "b.jsonl", "big2.jsonl"]
     assert [e.replace("\\", "") for e in _errors(at)] == ["big.jsonl: the log is over 0 MB; log less often (every=...)",
                                                         "b.jsonl: not loaded: with the logs above it, over 0 MB of "
-                                                        "logs in all; load fewer at a time"]
-    at = at.button(key="tl_run").click().run()  # Load reads the one held, and still names the two refused
-    assert [h.value for h in at.subheader] == ["a.jsonl"] and len(_errors(at)) == 2
+                                                        "logs in all; load fewer at a time",
+                                                        "big2.jsonl: the log is over 0 MB; log less often (every=...)"]
+    at = at.button(key="tl_run").click().run()  # Load reads the one held, and still names the three refused
+    assert [h.value for h in at.subheader] == ["a.jsonl"] and len(_errors(at)) == 3
 
 
 def test_a_refused_log_and_a_loaded_log_of_one_name_stay_apart(monkeypatch):
