@@ -143,7 +143,7 @@ def parse_log(data) -> Timeline:
         try:
             records.append(_kept(_parse_line(line, number)))
         except _OtherVersion as err:  # the lines this version can read still show, the others are named
-            other.append(err)
+            other.append((err.number, err.schema, str(err)))  # not the error: its traceback holds the parsed record
         except _NotJSON as err:  # a write cut short (disk full, a killed run) leaves half a line
             first_cut = first_cut or err
             cut.append(number)
@@ -151,14 +151,18 @@ def parse_log(data) -> Timeline:
                 raise InputError(f"more than {MAX_CUT_LINES} lines of the log are not JSON, the first line {cut[0]}; "
                                  "give the .jsonl written by AttentionMonitor") from None
     if not records and (cut or other):
-        raise InputError(str(other[0] if other else first_cut))
+        raise InputError(other[0][2] if other else str(first_cut))
     notes = ([_cut_note(cut)] if cut else []) + ([_other_note(other)] if other else [])
     return _timeline(records, notes)
 
 
-def _other_note(skipped: list[_OtherVersion]) -> str:
-    return (f"{_lines([err.number for err in skipped], 'was', 'were')} written by another version of AttnScope "
-            f"(schema {skipped[0].schema}; this one reads {SCHEMA}): skipped; update AttnScope to read them")
+def _other_note(skipped: list[tuple[int, str, str]]) -> str:
+    """The note on the lines of other schema versions, ``[(line number, schema, message)]``, naming each version."""
+    versions = list(dict.fromkeys(schema for _, schema, _ in skipped))
+    shown = ", ".join(versions[:MAX_CUT_SHOWN]) + (f" and {len(versions) - MAX_CUT_SHOWN} more"
+                                                    if len(versions) > MAX_CUT_SHOWN else "")
+    return (f"{_lines([number for number, _, _ in skipped], 'was', 'were')} written by another version of AttnScope "
+            f"(schema {shown}; this one reads {SCHEMA}): skipped; update AttnScope to read them")
 
 
 def _cut_note(numbers: list[int]) -> str:
@@ -215,9 +219,9 @@ class _OtherVersion(InputError):
     """A monitor record of another schema version: a run whose AttnScope was upgraded while it trained."""
 
     def __init__(self, number: int, schema: str):
-        super().__init__(f"line {number} of the log was written by another version of AttnScope (schema {schema}; "
-                         f"this one reads {SCHEMA}); read it with that version, or update AttnScope")
-        self.number, self.schema = number, schema
+        self.number, self.schema = number, clipped(schema)  # the file's text: a 2 MB schema made a 2 MB message
+        super().__init__(f"line {number} of the log was written by another version of AttnScope (schema "
+                         f"{self.schema}; this one reads {SCHEMA}); read it with that version, or update AttnScope")
 
 
 def _parse_line(line: str, number: int) -> dict:
