@@ -11,7 +11,7 @@ import importlib
 import sys
 import threading
 
-_FIRST_USE = threading.RLock()  # reentrant: a package's modules use the other package's names as they import
+_FIRST_USE = threading.RLock()  # reentrant: importing one package's names may first-use the other's
 
 
 def lazy_names(package: str, where: dict[str, str]):
