@@ -55,8 +55,8 @@ def _drawn() -> frozenset[int]:
 
     names = set(families())
     codes: set[int] = set()
-    for entry in font_manager.fontManager.ttflist:
-        if entry.name in names and entry.fname.lower().endswith(SCALABLE):
+    for entry in font_manager.fontManager.ttflist:  # the upright faces: the bold and italic ones hold the same
+        if entry.name in names and entry.style == "normal" and entry.fname.lower().endswith(SCALABLE):
             codes.update(ft2font.FT2Font(entry.fname).get_charmap())
     return frozenset(codes)
 
