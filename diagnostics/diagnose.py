@@ -60,9 +60,9 @@ SCALAR_METRICS = ("entropy", "uniform_gap", "confidence", "topk_mass", "block_sc
 # averaged over seeds 1-3); three ~100-token forwards cost little. Seeds 100-119 are the ground truth's
 # (diagnostics.classify.real_truth), hence others here.
 ROLE_SEEDS = (0, 10, 11)
-# The progress bar: loading to 0.05, the probes to PROBES_TO (whole maps are measured from MEASURING_FROM; a
+# The progress bar: loading to LOADED, the probes to PROBES_TO (whole maps are measured from MEASURING_FROM; a
 # streamed probe is measured as it streams), then the repeated-sequence probe, the labels and the weight checks.
-MEASURING_FROM, PROBES_TO = 0.5, 0.85
+LOADED, MEASURING_FROM, PROBES_TO = 0.05, 0.5, 0.85
 # Probes longer than this (in tokens) are streamed: their maps would take layers × heads × n² floats.
 STREAM_ABOVE_TOKENS = 1024
 # Whole maps of every probe are held until the report is made: at most this many bytes of them (the app's attention
@@ -108,7 +108,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     start = time.perf_counter()
     tell = progress or (lambda fraction, message: None)
     check_device_used(device, source)
-    model, tokenizer, name = _resolve(source, device, n_heads, progress_span(tell, 0.0, 0.05) if progress else None)
+    model, tokenizer, name = _resolve(source, device, n_heads, progress_span(tell, 0.0, LOADED) if progress else None)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
     probes, coverage, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer),
                                                  max_positions(model, tokenizer))
@@ -194,7 +194,7 @@ def _run_probes(model, tokenizer, probes, tell, unfit_notes=None, unread=0, weig
     if tokenizer is not None:
         samples = []
         for i, probe in enumerate(probes):
-            tell(0.05 + (MEASURING_FROM - 0.05) * i / len(probes), f"probe {i + 1}/{len(probes)}")
+            tell(LOADED + (MEASURING_FROM - LOADED) * i / len(probes), f"probe {i + 1}/{len(probes)}")
             samples.append(core.extract_attention(model, tokenizer, probe.text, probe.text_pair))
         if unfit_notes:  # seeds from 1: seed 0 draws the repeated-sequence probe's tokens
             try:
@@ -266,7 +266,7 @@ def _stream_probe(model, tokenizer, probe, i, count, tell):
     """A probe's ``StreamResult``, streamed layer by layer with pairwise distances (no maps kept); its layers move
     the progress bar (a probe of 8,192 tokens streams for minutes)."""
     step = f"probe {i + 1}/{count} (streamed)"
-    start, stop = 0.05 + (PROBES_TO - 0.05) * i / count, 0.05 + (PROBES_TO - 0.05) * (i + 1) / count
+    start, stop = (LOADED + (PROBES_TO - LOADED) * n / count for n in (i, i + 1))
     tell(start, step)
     return stream_statistics(model, tokenizer, probe.text, probe.text_pair, redundancy=True,
                              progress=progress_span(tell, start, stop, step))

@@ -158,11 +158,9 @@ def parse_log(data) -> Timeline:
 
 def _other_note(skipped: list[tuple[int, str, str]]) -> str:
     """The note on the lines of other schema versions, ``[(line number, schema, message)]``, naming each version."""
-    versions = list(dict.fromkeys(schema for _, schema, _ in skipped))
-    shown = ", ".join(versions[:MAX_CUT_SHOWN]) + (f" and {len(versions) - MAX_CUT_SHOWN} more"
-                                                    if len(versions) > MAX_CUT_SHOWN else "")
+    versions = _listed(list(dict.fromkeys(schema for _, schema, _ in skipped)))
     return (f"{_lines([number for number, _, _ in skipped], 'was', 'were')} written by another version of AttnScope "
-            f"(schema {shown}; this one reads {SCHEMA}): skipped; update AttnScope to read them")
+            f"(schema {versions}; this one reads {SCHEMA}): skipped; update AttnScope to read them")
 
 
 def _cut_note(numbers: list[int]) -> str:
@@ -171,9 +169,14 @@ def _cut_note(numbers: list[int]) -> str:
 
 def _lines(numbers: list[int], verb: str, verb_plural: str) -> str:
     """``"line 3 of the log is"``, ``"lines 3, 4 and 7 more of the log are"``: at most ``MAX_CUT_SHOWN`` named."""
-    shown = ", ".join(map(str, numbers[:MAX_CUT_SHOWN])) + (
-        f" and {len(numbers) - MAX_CUT_SHOWN} more" if len(numbers) > MAX_CUT_SHOWN else "")
+    shown = _listed([str(n) for n in numbers])
     return f"line {shown} of the log {verb}" if len(numbers) == 1 else f"lines {shown} of the log {verb_plural}"
+
+
+def _listed(items: list[str]) -> str:
+    """``"a, b, c and 7 more"``: at most ``MAX_CUT_SHOWN`` of ``items``."""
+    more = f" and {len(items) - MAX_CUT_SHOWN} more" if len(items) > MAX_CUT_SHOWN else ""
+    return ", ".join(items[:MAX_CUT_SHOWN]) + more
 
 
 def _kept(record: dict) -> dict:

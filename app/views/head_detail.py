@@ -33,9 +33,9 @@ BADGES = {"diagonal": "blue", "block": "orange", "diffuse": "gray", "sparse": "g
 ROLLOUT_NOTE = ("Rollout (Abnar & Zuidema 2020): per layer the heads are averaged, the identity is added for the "
                 "residual path, rows are renormalised, and the layers are multiplied up to this one.")
 HIDDEN_TITLE = " (special tokens hidden, rows renormalised)"  # a map whose weights are no longer the model's
-UNDRAWN_SHOWN = 12  # characters the export caption lists
 HIDDEN_STEM = "no-special"  # its export names: not to be taken for (or saved over) the full map
 AVERAGE_NOTE = "The mean of every head's map in this layer; no single head's pattern or metrics apply to it."
+UNDRAWN_SHOWN = 12  # characters the export caption lists
 
 
 @dataclass

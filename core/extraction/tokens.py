@@ -54,7 +54,7 @@ def _standalone(text: str) -> str:
     if not all(unicodedata.category(ch) in ("Mn", "Mc", "Me") for ch in text):
         return text
     if all(_is_variation_selector(ch) for ch in text):
-        return "".join(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}" for ch in text)
+        return text.encode("unicode_escape").decode("ascii")
     return "◌" + text
 
 
