@@ -125,16 +125,20 @@ def read_log(path, allowed_roots=None) -> Timeline:
     path = check_allowed(Path(path), resolve_roots(allowed_roots), wanted="the .jsonl written by AttentionMonitor")
     if not path.is_file():
         raise InputError(f"{path.name} is not a file; give the .jsonl written by AttentionMonitor")
-    if path.stat().st_size > MAX_LOG_BYTES:
-        raise InputError(f"{path.name} is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
+    check_log_size(path.stat().st_size, path.name)
     return parse_log(path.read_bytes())
+
+
+def check_log_size(size: int, name: str = "the log") -> None:
+    """InputError for a log of more than ``MAX_LOG_BYTES``, checked before its bytes are read or copied."""
+    if size > MAX_LOG_BYTES:
+        raise InputError(f"{name} is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
 
 
 def parse_log(data) -> Timeline:
     """The ``Timeline`` of a monitor log's text or bytes (an upload)."""
     if isinstance(data, bytes):
-        if len(data) > MAX_LOG_BYTES:
-            raise InputError(f"the log is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
+        check_log_size(len(data))
         data = data.decode("utf-8-sig", errors="replace")  # a log re-saved by a Windows editor starts with a BOM
     records, cut, first_cut, other = [], [], None, []
     for number, line in enumerate(_LINE_END.split(str(data).removeprefix("\ufeff")), 1):

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
-from core.errors import AttnScopeError, InputError
+from core.errors import AttnScopeError
 from diagnostics import timeline as tl
 
 
@@ -43,8 +43,7 @@ def _parse_upload(file) -> "tl.Timeline":
 
 
 def _within_cap(file):
-    if file.size > tl.MAX_LOG_BYTES:
-        raise InputError(f"the log is over {tl.MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
+    tl.check_log_size(file.size)
     return file
 
 
