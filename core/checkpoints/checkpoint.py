@@ -33,7 +33,7 @@ from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE, AttnScopeTransformer
 from ..extraction.extract import model_is_causal
 from ..device import pick_device
-from ..errors import CheckpointError, one_line
+from ..errors import CheckpointError, one_line, quoted
 from .infer_arch import ADAPTER, infer_architecture
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 
@@ -319,7 +319,7 @@ def _check_not_adapter(folder: Path, label: str) -> None:
         return
     config = _read_config(folder / ADAPTER_CONFIG)
     base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
-    named = f" for {str(base)[:100]!r}" if base else ""
+    named = f" for {quoted(str(base))}" if base else ""
     raise CheckpointError(ADAPTER.format(name=label, base=named))
 
 

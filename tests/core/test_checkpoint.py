@@ -212,6 +212,11 @@ def test_a_lora_adapter_is_named_as_one_with_its_base_model(tmp_path):
         load(folder, n_heads=4)
     with pytest.raises(CheckpointError, match=r"^the checkpoint is a LoRA/PEFT adapter: "):
         load(folder / "adapter_model.safetensors", n_heads=4)
+    long_base = "org/" + "b" * 500 + "\n"  # quoted as every name from a file is: one line, cut short
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": long_base}))
+    with pytest.raises(CheckpointError, match=r"^my-adapter is a LoRA/PEFT adapter for 'org/b{76}…'") as err:
+        load(folder, n_heads=4)
+    assert "\n" not in str(err.value)
 
 
 def test_bare_prefixed_roberta_state_dict(tmp_path):
