@@ -6,8 +6,8 @@ its loose files) with ``config.json`` and ``model.safetensors`` /
 (``gguf``); or a bare state dict (.safetensors, .bin, .pt, .pth) whose
 architecture is read from its key names (``infer_arch``). Inside a folder or
 archive the model folder is found (``layout``): sentence-transformers folders,
-Hub snapshot layouts and extra subfolders (onnx/, 1_Pooling/) load. Everything is read into memory and the private
-temporary folder is removed before returning. Every failure is a
+Hub snapshot layouts and extra subfolders (onnx/, 1_Pooling/) load. The private temporary folder is removed before
+returning; the rebuilt weights file stays mapped, its disk space held, until the model is dropped. Every failure is a
 ``CheckpointError`` with one line saying what is wrong and what would work.
 See docs/checkpoints.md for the limits and the table of rejected inputs.
 """

@@ -10,7 +10,9 @@ See https://huggingface.co/docs/safetensors and torch.load's security notes.
 
 from __future__ import annotations
 
+import io
 import json
+import pickletools
 import re
 import struct
 import zipfile
@@ -47,7 +49,9 @@ TRUNCATED = ("{name} is truncated: its header says the tensors end at byte {end:
 PICKLE_CODE = ("{name} is a pickle that would run code ({what}) when loaded; AttnScope loads only plain tensors — "
                "save the weights with torch.save(model.state_dict(), ...) or as .safetensors")
 NOT_PICKLE = "{name} is not a PyTorch weights file ({why}); give a .safetensors file or a torch.save'd state dict"
-CUT_SHORT = "{name} ends in the middle of its data (truncated); give the complete file"
+LEGACY = ("{name} is in PyTorch's legacy file format (torch.save before 1.6), whose tensors are sized by what the file "
+          "declares, not by what it holds; re-save it in a trusted session with torch.save(torch.load(path, "
+          "weights_only=True), 'weights.bin') or as .safetensors")
 NO_TENSORS = "{name} holds no tensors ({what}); give a state dict: a mapping of parameter names to tensors"
 BAD_INDEX = "{name} is not a usable shard index ({why}); give the index with every shard it names"
 NOT_WEIGHTS = ("{name} holds {key!r}, {why}; AttnScope reads plain dense weights — save them with "
@@ -135,13 +139,13 @@ def pickled_code(err) -> str | None:
 def read_pickle(path: Path) -> dict[str, torch.Tensor]:
     if zipfile.is_zipfile(path):
         _check_torch_zip(path)
+    elif _is_legacy(path):
+        raise CheckpointError(LEGACY.format(name=path.name))
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all mean "not loadable safely"
         text = str(err)
         code = pickled_code(err)
-        if code and _cut_in_global(path, code):
-            raise CheckpointError(CUT_SHORT.format(name=path.name)) from None
         if code:
             raise CheckpointError(PICKLE_CODE.format(name=path.name, what=f"it calls {code}")) from None
         detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
@@ -150,18 +154,17 @@ def read_pickle(path: Path) -> dict[str, torch.Tensor]:
     return _require_tensors(path.name, _unwrap(obj))
 
 
-def _cut_in_global(path: Path, dotted: str) -> bool:
-    """Whether a protocol-2 GLOBAL (``c<module>\\n<name>\\n``) is cut by the end of the file. The unpickler takes
-    the last byte of each line for its newline, so a file ending in "collections\\nOrderedD" is reported as calling
-    "collections.Ordered", and one ending in "collec" as calling "colle." (no name): truncated, not code."""
-    module, _, name = dotted.rpartition(".")
+def _is_legacy(path: Path) -> bool:
+    """Whether ``path`` opens as torch.save's pre-1.6 format does: a pickle of its magic number (read as opcodes,
+    never run). torch.load allocates each of its storages at the size the pickle declares before reading any data,
+    and leaves those the file never fills as they were: a 344-byte file held a 10 GB tensor, a 914-byte upload
+    built a 2 GB model of zeros."""
     with path.open("rb") as file:
-        file.seek(max(0, path.stat().st_size - len(dotted) - 2))
-        end = file.read()
-    in_name = f"{module}\n{name}".encode()  # the name line cut: one more byte, not a newline
-    if end.endswith(in_name, 0, -1) and end[-1:] != b"\n":
-        return True
-    return not name and end.endswith(module.encode(), 0, -1)  # the module line cut
+        head = file.read(64)  # the magic number's pickle is 15 bytes at protocol 2, 26 with protocol 4's frame
+    try:
+        return any(arg == torch.serialization.MAGIC_NUMBER for _, arg, _ in pickletools.genops(io.BytesIO(head)))
+    except Exception:  # noqa: BLE001 - not a pickle that opens with a number: torch.load says what it is
+        return False
 
 
 def _check_torch_zip(path: Path) -> None:

@@ -100,14 +100,11 @@ def pickle_open(d: Path) -> Path:
     return d / "evil_open.pth"
 
 
-def truncated_pickle(d: Path) -> Path:
-    """A legacy (protocol 2) torch.save file cut inside the name of its first global, "collections\\nOrderedD":
-    the unpickler reports the cut name as a global it refuses, but the file is only truncated."""
-    buffer = io.BytesIO()
-    torch.save(_state(tiny_bert()), buffer, _use_new_zipfile_serialization=False)
-    data = buffer.getvalue()
-    (d / "cut.pt").write_bytes(data[: data.index(b"collections\nOrderedDict") + len("collections\nOrderedD")])
-    return d / "cut.pt"
+def legacy_pickle(d: Path) -> Path:
+    """A BERT state dict in torch.save's pre-1.6 format, whose storages torch.load allocates at the size the pickle
+    declares before reading any data (and leaves unfilled when the file does not list them)."""
+    torch.save(_state(tiny_bert()), d / "old.bin", _use_new_zipfile_serialization=False)
+    return d / "old.bin"
 
 
 def pickle_not_state_dict(d: Path) -> Path:
@@ -365,7 +362,7 @@ def pickle_int8_codes(d: Path) -> Path:
 
 
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
-    empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open, truncated_pickle,
+    empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open, legacy_pickle,
     pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, config_huge_number,
     config_deep_nesting, shape_mismatch, wrong_family, unsupported_architecture, unknown_state_dict,
     state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal, zip_file_and_folder,
