@@ -35,6 +35,7 @@ from ..extraction.extract import model_is_causal
 from ..device import pick_device
 from ..errors import CheckpointError, one_line, quoted
 from .infer_arch import ADAPTER, infer_architecture
+from .json_items import check_json_items
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 
 ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
@@ -327,8 +328,10 @@ def _read_config(path: Path):
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
         raise CheckpointError(BIG_CONFIG.format(size=size, limit=MAX_CONFIG_BYTES))
+    raw = path.read_bytes()
+    check_json_items(raw, path.name)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, a 5,000-digit number, 200,000 nested [
         raise CheckpointError(NOT_JSON.format(err=str(err).splitlines()[0][:160])) from None
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..custom_model import CONFIG_NAME
 from ..errors import CheckpointError, one_line
+from .json_items import MAX_CONFIG_ITEMS, json_items
 from .state_dict import WEIGHT_SUFFIXES
 
 IGNORED_DIRS = ("__MACOSX", ".git", "__pycache__")
@@ -84,7 +85,10 @@ def _names_model(config: Path) -> bool:
     try:
         if config.stat().st_size > MAX_CONFIG_BYTES:
             return False
-        data = json.loads(config.read_text(encoding="utf-8"))
+        raw = config.read_bytes()
+        if json_items(raw) > MAX_CONFIG_ITEMS:  # not peeked at, as a file over MAX_CONFIG_BYTES
+            return False
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return False
     return isinstance(data, dict) and isinstance(data.get("model_type"), str) and bool(data["model_type"])

@@ -25,6 +25,7 @@ from ..errors import CheckpointError
 from ..errors import first_line as _first_line
 from ..whole import is_count
 from .archive import zip_directory
+from .json_items import MAX_DATA_ITEMS, check_json_items
 from .paths import utf8_path
 
 SAFETENSORS_SUFFIX = ".safetensors"
@@ -115,6 +116,7 @@ def _check_safetensors_header(name: str, data: bytes, size: int) -> None:
         if data[8:9] == b"{" and length <= MAX_HEADER_BYTES:
             raise CheckpointError(TRUNCATED.format(name=name, end=8 + length, size=size))
         raise CheckpointError(NOT_SAFETENSORS.format(name=name, why="no valid header at the start"))
+    check_json_items(data[8:8 + length], f"{name}'s header", MAX_DATA_ITEMS)
     try:
         header = json.loads(data[8:8 + length])
         ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
@@ -227,8 +229,10 @@ def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
     size = index.stat().st_size
     if size > MAX_HEADER_BYTES:
         raise CheckpointError(BIG_HEADER.format(name=index.name, what="index", size=size, limit=MAX_HEADER_BYTES))
+    raw = index.read_bytes()
+    check_json_items(raw, index.name, MAX_DATA_ITEMS)
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = json.loads(raw.decode("utf-8"))["weight_map"]
         shards = sorted(set(weight_map.values()))
     except Exception:  # noqa: BLE001
         why = 'it has no "weight_map" of names to files'

@@ -19,6 +19,7 @@ from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER, PreTrainedTokenizerBase
 
 from ..errors import first_line
+from .json_items import MAX_DATA_ITEMS, json_items
 from .regex_risk import TIME_LIMIT_S, slow_pattern
 from .registry import DEMO_MODELS
 
@@ -32,6 +33,8 @@ MAX_TOKENIZER_FILE_BYTES = 64 * 10**6
 UNREADABLE = "the checkpoint's tokenizer files could not be loaded ({err}); "
 TOO_BIG = ("the checkpoint's {name} is {size:,} bytes, more than the {limit:,} a tokenizer file takes, so the "
            "tokenizer was not used; ")
+TOO_MANY_ITEMS = ("the checkpoint's {name} holds up to {n:,} JSON keys and values, more than the {limit:,} a "
+                  "tokenizer file takes, so the tokenizer was not used; ")
 NOT_A_TOKENIZER = ("the checkpoint's {file} names {named!r} as its tokenizer_class, which is no tokenizer, so it was "
                    "not used; ")
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
@@ -107,6 +110,9 @@ def unusable_files(folder: Path) -> str:
         size = (folder / name).stat().st_size if (folder / name).is_file() else 0
         if size > MAX_TOKENIZER_FILE_BYTES:
             return TOO_BIG.format(name=name, size=size, limit=MAX_TOKENIZER_FILE_BYTES)
+        items = json_items((folder / name).read_bytes()) if size and name.endswith(".json") else 0
+        if items > MAX_DATA_ITEMS:  # parsed whole by Python: ~70 bytes an empty {} (``json_items``)
+            return TOO_MANY_ITEMS.format(name=name, n=items, limit=MAX_DATA_ITEMS)
     for name in ("tokenizer_config.json", "config.json"):  # config.json: read whole before, under its own cap
         named = _named_class(folder / name)
         if isinstance(named, str) and named and not _is_tokenizer_class(named):

@@ -143,6 +143,13 @@ def config_deep_nesting(d: Path) -> Path:
     return _zip(d / "deep.zip", {"config.json": config, "model.safetensors": save(_state(tiny_bert()))})
 
 
+def config_many_values(d: Path) -> Path:
+    """A BERT config.json with 600,000 empty objects besides (1.8 MB): parsed and carried onto the model's config,
+    16 MB of them (96 kB zipped) had taken 1.9 GB."""
+    config = json.dumps(_bert_config())[:-1] + ', "junk": [' + ",".join(["{}"] * 600_000) + "]}"
+    return _zip(d / "many_values.zip", {"config.json": config, "model.safetensors": save(_state(tiny_bert()))})
+
+
 def shape_mismatch(d: Path) -> Path:
     return _folder_zip(d / "mismatch.zip", _bert_config(intermediate_size=40), save(_state(tiny_bert())))
 
@@ -364,7 +371,7 @@ def pickle_int8_codes(d: Path) -> Path:
 BAD_INPUTS = {f.__name__.replace("_", "-"): f for f in [
     empty_file, random_safetensors, random_bin, truncated_safetensors, pickle_os_system, pickle_open, legacy_pickle,
     pickle_not_state_dict, pickle_deflated, tar_long_header, config_not_model, config_not_json, config_huge_number,
-    config_deep_nesting, shape_mismatch, wrong_family, unsupported_architecture, unknown_state_dict,
+    config_deep_nesting, config_many_values, shape_mismatch, wrong_family, unsupported_architecture, unknown_state_dict,
     state_dict_without_heads, zip_without_model, zip_config_without_weights, zip_traversal, zip_file_and_folder,
     zip_absolute, zip_many_entries, zip_huge_declared, tar_symlink, tar_hardlink, tar_device, tar_traversal,
     tar_garbage, several_weight_files, config_negative_heads, config_zero_layers, config_fractional_width,

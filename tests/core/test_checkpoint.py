@@ -17,6 +17,7 @@ from transformers import BertModel, RobertaConfig, RobertaModel
 import core
 from core import CheckpointError, Limits, extract_attention, load_checkpoint, load_model
 from core.checkpoints import build as checkpoint_build, tokenizer as checkpoint_tokenizer
+from core.checkpoints.json_items import MAX_DATA_ITEMS, json_items
 from hostile_inputs import BAD_INPUTS, MARKER, table_rows
 from loader_sandbox import loader_sandbox
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
@@ -360,6 +361,32 @@ def test_a_tokenizer_file_over_the_cap_is_not_parsed(tmp_path, monkeypatch):
     assert any(n.startswith(f"the checkpoint's tokenizer.json is {size:,} bytes, more than the {size - 1:,}")
                for n in loaded.notes)
 
+
+
+def test_a_tokenizer_file_of_too_many_json_values_is_not_parsed(tmp_path):
+    """A tokenizer_config.json of 3 MB of empty objects was parsed twice by Python (~70 bytes each), its junk kept
+    on the tokenizer: the file's size, within MAX_TOKENIZER_FILE_BYTES, did not bound what parsing it cost."""
+    folder = hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer())
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    junk = json.dumps({**config, "junk": [{}] * (MAX_DATA_ITEMS // 2 + 1)})
+    (folder / "tokenizer_config.json").write_text(junk)
+    loaded = load(zip_folder(folder, tmp_path / "junk.zip"))
+    assert loaded.tokenizer is None and loaded.model is not None
+    n = json_items(junk.encode())
+    assert loaded.notes[-1].startswith(f"the checkpoint's tokenizer_config.json holds up to {n:,} JSON keys and "
+                                       f"values, more than the {MAX_DATA_ITEMS:,} a tokenizer file takes")
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, 2, {"b": "x,y:{["}], "c": {}}', "[]", "7", '"a,b"', '{"k": [[], [[]]]}',
+                                  '[{"id2label": {"0": "tench, Tinca tinca"}}, null, true, -1.5e3]'])
+def test_json_items_bounds_the_keys_and_values_parsing_builds(text):
+    def count(value) -> int:
+        if isinstance(value, dict):
+            return 1 + sum(1 + count(v) for v in value.values())
+        return 1 + sum(count(v) for v in value) if isinstance(value, list) else 1
+
+    assert count(json.loads(text)) <= json_items(text.encode())
+    assert json_items(b"[" + b"{}," * 999 + b"{}]") == 2001  # 1,001 values: within 2x on what costs most to build
 
 # ---------------------------------------------------------------- safety and routing
 
