@@ -345,6 +345,40 @@ def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
     assert len(kept) == 1 and kept[0][1] == cache.source_stamp(str(folder))  # the old files' copy is gone
 
 
+
+def test_inspect_reads_a_hub_id_again_once_the_cache_holds_a_newer_revision(tmp_path, monkeypatch):
+    """A Hub id had no stamp: after the operator downloaded a newer revision (refs/main moved), every session kept
+    getting the old weights' attention, from the result cache and, once that was dropped, from the model cache."""
+    import torch
+    from huggingface_hub import constants
+
+    from tiny import tiny_bert, wordpiece_tokenizer
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    entry = tmp_path / "hub" / "models--acme--tiny-bert"
+
+    def publish(commit: str, scale: float) -> None:  # what huggingface-cli download leaves: a snapshot, refs/main
+        model = tiny_bert()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(scale)
+        model.save_pretrained(entry / "snapshots" / commit)
+        wordpiece_tokenizer().save_pretrained(entry / "snapshots" / commit)
+        (entry / "refs").mkdir(exist_ok=True)
+        (entry / "refs" / "main").write_text(commit)
+
+    publish("a" * 40, 1.0)
+    at = _app()
+    at.radio(key="model_kind").set_value("Hugging Face id").run()
+    at.text_input(key="model_path").set_value("acme/tiny-bert")
+    at = at.button(key="run").click().run()
+    before = _charts(at)[-1].proto.spec
+    assert not _errors(at), _errors(at)
+    publish("b" * 40, 3.0)
+    at = at.button(key="run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert _charts(at)[-1].proto.spec != before
+
 def test_inspect_names_the_model_by_its_folder_not_its_path(bert_folder):
     at = _inspect(_app(), str(bert_folder))
     title = at.get("plotly_chart")[0].proto.spec
