@@ -30,7 +30,7 @@ def run(source_a, source_b, texts, n_heads=None) -> None:
         loading = [progress_span(progress, 0.0, 0.1, "Loading model A"),
                    progress_span(progress, 0.1, 0.2, "Loading model B")]
         labels = [f"Model A ({source_a[1]})", f"Model B ({source_b[1]})"]
-        opened = sources.opened_models([source_a[0], source_b[0]], n_heads, loading, labels)
+        opened = sources.opened_models([source_a[0], source_b[0]], n_heads, loading, labels, job="comparison")
         with opened as [(model_a, tok_a, notes_a), (model_b, tok_b, notes_b)], \
                 stop_between_layers(model_a, should_stop), stop_between_layers(model_b, should_stop):
             report = compare((model_a, tok_a), (model_b, tok_b), texts, progress=progress_span(progress, 0.2, 1.0))

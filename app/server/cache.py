@@ -90,6 +90,19 @@ class LoadedModel:
     model: object
     tokenizer: object
     lock: threading.Lock = field(default_factory=threading.Lock)
+    job: str = ""  # what a Diagnose or Compare run holding ``lock`` does ("diagnosis"), told to those waiting
+
+
+BUSY = ("This model is busy with another session's {job}, which holds it until it ends (a known model serves one "
+        "run at a time); your result follows then.")
+
+
+def say_if_busy(loaded: LoadedModel, notice) -> None:
+    """Tell, in ``notice`` (an ``st.empty()``), that ``loaded`` is held by another session's run, before waiting for
+    it: a diagnosis of 20 probes kept a 6-token Inspect on the spinner for a minute, without a word."""
+    job = loaded.job
+    if job and loaded.lock.locked():
+        notice.info(BUSY.format(job=job))
 
 
 def _nbytes(tensors) -> int:
@@ -302,10 +315,13 @@ def attention(key: tuple) -> core.AttentionResult:
     """
     source, stamp, n_heads, text, text_pair, target = key
     gone = session.stop_when_gone()
+    notice = st.empty()
 
     def extract():
         loaded = load_model(source, stamp, n_heads)
+        say_if_busy(loaded, notice)
         with loaded.lock:  # the tokenizer too is shared: a fast one keeps its truncation setting between calls
+            notice.empty()
             _check_result_size(loaded, text, text_pair, target)
             with stop_between_layers(loaded.model, gone and (lambda: _everyone_gone(key))):
                 return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None,

@@ -234,14 +234,16 @@ def _known(inputs) -> bool:
 
 
 @contextmanager
-def opened_models(inputs: list, n_heads: int | None, progress: list, labels: list[str] | None = None):
+def opened_models(inputs: list, n_heads: int | None, progress: list, labels: list[str] | None = None,
+                  job: str = "diagnosis"):
     """``[(model, tokenizer, notes)]``, one per ``inputs`` (what ``source_ui`` returned), for the length of the
     ``with``. A known model comes from the server's model cache (the one Inspect uses: not loaded again) and is
     held under its lock; the rest are loaded first, for this run alone (``progress[i]`` follows input i), and an
     error loading one starts with its ``labels[i]`` ("Model B (tuned.zip)"): the same broken file on either side
     gave the same message. Locks are taken in name order, so two runs wanting the same two known models cannot
     wait on each other. The models loaded for this run alone take places of ``run_models`` (at most
-    ``run_models_limit()`` held by every session together): past it, the run waits, and says so."""
+    ``run_models_limit()`` held by every session together): past it, the run waits, and says so. ``job``
+    ("diagnosis", "comparison") is what an Inspect waiting for a known model held here is told."""
     labels = labels or [None] * len(inputs)
     own = [i for i, x in enumerate(inputs) if not _known(x)]
 
@@ -254,5 +256,7 @@ def opened_models(inputs: list, n_heads: int | None, progress: list, labels: lis
         with ExitStack() as locks:
             for model in shared.values():
                 locks.enter_context(model.lock)  # one model object serves every session
+                model.job = job  # told to an Inspect waiting for it (``cache.say_if_busy``)
+                locks.callback(setattr, model, "job", "")  # cleared before the lock is let go
             yield [(shared[x].model, shared[x].tokenizer, []) if _known(x) else (c.model, c.tokenizer, c.notes)
                    for x, c in zip(inputs, loaded)]

@@ -102,7 +102,10 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
                 "head view shows this one.")
         return
     title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
+    notice = st.empty()
+    cache.say_if_busy(loaded, notice)  # a page not cached yet waits for the model's lock
     page = _neuron_page(result_id, model_key, layer, head, title, False, result)
+    notice.empty()
     if page is None:
         st.info(NOT_SUPPORTED)
         return

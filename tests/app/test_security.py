@@ -606,6 +606,40 @@ def test_the_size_check_reads_the_shared_tokenizer_under_the_model_lock(monkeypa
     assert cache.attention(("m", (), None, "a text", "", "")) == "maps" and held == [True, True]
 
 
+
+def test_an_inspect_waiting_for_a_known_model_another_run_holds_says_so(monkeypatch):
+    """A Diagnose of a known model holds it for its whole run: another session's Inspect of the same model waited
+    on the spinner (a minute, behind 20 probes) without a word of why."""
+    import contextlib
+    import time
+
+    import core
+    from app.server import cache, sources
+
+    loaded, told, results = LoadedModel(Sized(1), None), [], []
+
+    class Notice:  # st.empty()'s placeholder: what it shows, "" once emptied
+        def info(self, text):
+            told.append(text)
+
+        def empty(self):
+            told.append("")
+    monkeypatch.setattr(cache, "load_model", lambda *args: loaded)
+    monkeypatch.setattr(cache.st, "empty", Notice)
+    monkeypatch.setattr(cache, "_check_result_size", lambda *args: None)
+    monkeypatch.setattr(cache, "stop_between_layers", lambda *args: contextlib.nullcontext())
+    monkeypatch.setattr(cache.core, "extract_attention", lambda *args: "maps")
+    monkeypatch.setattr(cache, "result_cache", lambda: BoundedCache(2, 10**9, lambda r: 1))
+    with sources.opened_models([core.MODEL_CHOICES[0]], None, [None]):  # a diagnosis holds the model
+        inspect = threading.Thread(target=lambda: results.append(cache.attention(("m", (), None, "a text", "", ""))))
+        inspect.start()
+        deadline = time.monotonic() + 30
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert told == [cache.BUSY.format(job="diagnosis")] and inspect.is_alive()
+    inspect.join(30)
+    assert results == ["maps"] and told[-1] == "" and loaded.job == ""
+
 class _FullDisk:
     name = "second.zip"
 
