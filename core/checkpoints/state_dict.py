@@ -139,10 +139,9 @@ def pickled_code(err) -> str | None:
 
 
 def read_pickle(path: Path) -> dict[str, torch.Tensor]:
-    if zipfile.is_zipfile(path):
-        _check_torch_zip(path)
-    elif _is_legacy(path):
-        raise CheckpointError(LEGACY.format(name=path.name))
+    if not zipfile.is_zipfile(path):  # torch.load reads any other file as the legacy format
+        _refuse_not_zip(path)
+    _check_torch_zip(path)
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError, ...: all mean "not loadable safely"
@@ -156,17 +155,21 @@ def read_pickle(path: Path) -> dict[str, torch.Tensor]:
     return _require_tensors(path.name, _unwrap(obj))
 
 
-def _is_legacy(path: Path) -> bool:
-    """Whether ``path`` opens as torch.save's pre-1.6 format does: a pickle of its magic number (read as opcodes,
-    never run). torch.load allocates each of its storages at the size the pickle declares before reading any data,
-    and leaves those the file never fills as they were: a 344-byte file held a 10 GB tensor, a 914-byte upload
-    built a 2 GB model of zeros."""
+def _refuse_not_zip(path: Path) -> None:
+    """CheckpointError for a file torch.load would read as torch.save's pre-1.6 format: it allocates each storage at
+    the size the pickle declares before reading any data, and leaves those the file never fills as they were (a
+    344-byte file held a 10 GB tensor, a 914-byte upload built a 2 GB model of zeros). Its message says what the
+    file looks like: the legacy format (its magic number's pickle, read as opcodes, never run), a zip cut short."""
     with path.open("rb") as file:
-        head = file.read(64)  # the magic number's pickle is 15 bytes at protocol 2, 26 with protocol 4's frame
+        head = file.read(64)  # the magic number's pickle is 15 bytes at protocol 2, 26 in protocol 4's frame
     try:
-        return any(arg == torch.serialization.MAGIC_NUMBER for _, arg, _ in pickletools.genops(io.BytesIO(head)))
-    except Exception:  # noqa: BLE001 - not a pickle that opens with a number: torch.load says what it is
-        return False
+        legacy = any(arg == torch.serialization.MAGIC_NUMBER for _, arg, _ in pickletools.genops(io.BytesIO(head)))
+    except Exception:  # noqa: BLE001 - not a pickle that opens with a number
+        legacy = False
+    if legacy:
+        raise CheckpointError(LEGACY.format(name=path.name))
+    why = "a zip cut short, without its directory" if head.startswith(b"PK\x03\x04") else "not torch.save's zip format"
+    raise CheckpointError(NOT_PICKLE.format(name=path.name, why=why))
 
 
 def _check_torch_zip(path: Path) -> None:

@@ -388,6 +388,25 @@ def test_json_items_bounds_the_keys_and_values_parsing_builds(text):
     assert count(json.loads(text)) <= json_items(text.encode())
     assert json_items(b"[" + b"{}," * 999 + b"{}]") == 2001  # 1,001 values: within 2x on what costs most to build
 
+
+def test_torch_load_never_reads_a_file_that_is_not_a_zip(tmp_path):
+    """torch.load reads every file that is not a zip as the legacy format, sizing its storages by what the pickle
+    declares: one whose magic number comes after 80 bytes of repeated PROTO opcodes passed a check of the file's
+    opening. A zip cut short is named as one."""
+    import io
+
+    legacy = io.BytesIO()
+    torch.save({"w": torch.zeros(3)}, legacy, _use_new_zipfile_serialization=False)
+    (tmp_path / "padded.bin").write_bytes(b"\x80\x02" * 40 + legacy.getvalue())
+    assert torch.load(tmp_path / "padded.bin", weights_only=True)["w"].shape == (3,)  # what torch.load would do
+    with pytest.raises(CheckpointError, match=r"^padded.bin is not a PyTorch weights file \(not torch.save's zip "):
+        load(tmp_path / "padded.bin", n_heads=4)
+    whole = io.BytesIO()
+    torch.save(state(tiny_bert()), whole)
+    (tmp_path / "cut.bin").write_bytes(whole.getvalue()[: len(whole.getvalue()) // 2])
+    with pytest.raises(CheckpointError, match=r"^cut.bin is not a PyTorch weights file \(a zip cut short, without "):
+        load(tmp_path / "cut.bin", n_heads=4)
+
 # ---------------------------------------------------------------- safety and routing
 
 def test_from_pretrained_is_called_eager_local_and_without_remote_code(tmp_path, monkeypatch):
