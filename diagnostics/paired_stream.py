@@ -33,6 +33,10 @@ HANDOFF_TIMEOUT_S = 600  # a side that waits this long for the other is stuck, n
 _DONE = object()
 
 
+class _Stopped(Exception):
+    """Raised in model A's stream once model B's side has ended: A stops at its next chunk."""
+
+
 class _Handoff:
     """A one-slot queue between the two streams, with a way out for whichever side fails first."""
 
@@ -41,12 +45,16 @@ class _Handoff:
         self.stopped = threading.Event()
 
     def put(self, item):
+        """Hand ``item`` to model B's side; ``_Stopped`` once that side has ended (stopped, failed or finished):
+        model A had computed every layer left, for nothing, before a stop returned (6-9 s for two SmolLM2 on
+        2,201 tokens)."""
         while not self.stopped.is_set():
             try:
                 self.slot.put(item, timeout=0.1)
                 return
             except queue.Full:
                 continue
+        raise _Stopped
 
     def get(self):
         item = self.slot.get(timeout=HANDOFF_TIMEOUT_S)
@@ -107,8 +115,13 @@ def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_id
             stream_attention(model_a, input_ids, lambda layer, h, k: _Sender(handoff, layer), chunk_rows=rows,
                              token_type_ids=token_type_ids)
             handoff.put(_DONE)
+        except _Stopped:  # the other side has ended: nobody to tell
+            return
         except BaseException as err:  # noqa: BLE001  handed to the other side, raised there
-            handoff.put(err)
+            try:
+                handoff.put(err)
+            except _Stopped:
+                return
 
     # Both switched here, around both threads: two models sharing one config (AutoModel.from_config(a.config)), or
     # one model compared with itself, were switched back by the thread that finished first while the other still
