@@ -18,6 +18,8 @@ that cannot be written (a full disk) is bad input, 2.
 import argparse
 import logging
 import os
+import secrets
+import stat
 import sys
 from pathlib import Path
 
@@ -224,8 +226,23 @@ def _unusable_device(device: str) -> str | None:
 
 
 def _write(path: Path, data: bytes) -> None:
+    """``data`` to the file ``path``, whole or not at all: it is written beside ``path`` and renamed over it, so a
+    full disk or a kill mid-write leaves the report that was there (writing in place had emptied it first and left
+    a cut one). A device or pipe (``/dev/null``, a FIFO) is written as it is."""
     try:
-        path.write_bytes(data)
+        if path.exists() and not path.is_file():
+            path.write_bytes(data)
+            return
+        target = path.resolve()  # through a link: the file it points at is replaced, not the link
+        part = target.with_name(f".attnscope-{os.getpid()}-{secrets.token_hex(4)}.part")
+        try:
+            with open(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as file:  # the umask's mode
+                file.write(data)
+            if target.exists():
+                os.chmod(part, stat.S_IMODE(target.stat().st_mode))
+            os.replace(part, target)
+        finally:
+            part.unlink(missing_ok=True)  # gone once renamed
     except OSError as err:
         raise InputError(f"cannot write {path}: {err.strerror or err}") from None
 

@@ -158,6 +158,7 @@ def test_an_unwritable_out_is_refused_before_the_diagnosis(tmp_path, capsys, mon
     assert ran == []  # nothing was diagnosed first
 
 
+
 @pytest.mark.parametrize("argv", [["demo-bert"], ["compare", "demo-bert", "demo-gpt2"]])
 @pytest.mark.parametrize("device", ["mps", "vulkan", "meta", "quantum"])
 def test_an_unusable_device_is_refused_before_the_model_is_loaded(capsys, monkeypatch, argv, device):
@@ -268,6 +269,33 @@ def diagnosed(monkeypatch):
     monkeypatch.setattr(cli, "_compare", lambda args, progress: ran.append(args) or _FakeReport())
     return ran
 
+
+
+def test_a_failed_write_leaves_the_report_that_was_there(tmp_path, capsys, monkeypatch, diagnosed):
+    """--out was written in place: a full disk emptied the old report and left 4,096 bytes of the new one."""
+    import stat
+
+    out = tmp_path / "report.md"
+    out.write_text("the old report\n")
+    out.chmod(0o640)
+
+    class FullDisk(io.FileIO):
+        def write(self, data):
+            super().write(bytes(data)[:4096])
+            raise OSError(28, "No space left on device")
+    with monkeypatch.context() as patched:
+        patched.setattr(cli, "open", lambda fd, mode: FullDisk(fd, "wb"), raising=False)
+        assert cli.main(["demo-bert", "--out", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err == f"error: cannot write {out}: No space left on device\n"
+    assert out.read_text() == "the old report\n" and [p.name for p in tmp_path.iterdir()] == ["report.md"]
+    link = tmp_path / "latest.md"
+    link.symlink_to(out)
+    assert cli.main(["demo-bert", "--out", str(link), "--quiet"]) == 0
+    assert link.is_symlink() and out.read_text().startswith("# AttnScope diagnosis")  # through the link
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "latest.md", "report.md"]
+    assert cli.main(["demo-bert", "--out", os.devnull, "--quiet"]) == 0
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)  # a device is written, never replaced
 
 def test_an_out_that_is_the_model_is_refused_before_the_diagnosis(bert_dir, tmp_path, capsys, monkeypatch,
                                                                   diagnosed):
