@@ -11,7 +11,8 @@ input (unknown model, unreadable folder, bad option, an ``--out`` that would
 overwrite the model), with a one-line message on stderr and no traceback. An
 unexpected failure (a bug) exits 3, also with one line. A reader that closes
 stdout early (``| head``) ends the run quietly with 141, a shell's status for a
-command that SIGPIPE ended; Ctrl-C ends it with "interrupted" and 130. A stdout
+command that SIGPIPE ended; Ctrl-C ends it with "interrupted" and 130, SIGTERM with "terminated" and 143
+(``python -m diagnostics``, which removes what the run unpacked on the way out). A stdout
 that cannot be written (a full disk) is bad input, 2.
 """
 

@@ -430,6 +430,25 @@ def test_ctrl_c_while_the_packages_import_is_one_line_and_130(tmp_path):
     assert run.returncode == -2 and run.stderr.rstrip().endswith("KeyboardInterrupt")  # killed by SIGINT, as before
 
 
+
+def test_sigterm_removes_the_unpacked_upload_and_says_so(tmp_path):
+    """SIGTERM (kill, timeout, docker stop) ended the CLI at once, with no word, and left the unpacked checkpoint in
+    the temporary folder for good. Here it arrives while the upload is unpacked, before the model is built."""
+    import shutil
+
+    archive = shutil.make_archive(str(tmp_path / "demo"), "zip", ROOT / "core" / "demo_models" / "demo-bert")
+    code = ("import os, runpy, signal, sys\nfrom core.checkpoints import checkpoint\n"
+            "build = checkpoint._load_folder\ndef killed(*args, **kwargs):\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n    return build(*args, **kwargs)\n"
+            "checkpoint._load_folder = killed\nsys.argv = ['diagnostics', *sys.argv[1:]]\n"
+            "runpy.run_module('diagnostics', run_name='__main__')\n")
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp"), "ATTNSCOPE_ALLOWED_ROOTS": "/"}
+    run = subprocess.run([sys.executable, "-c", code, archive, "--quiet"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert (run.returncode, run.stderr) == (143, "error: terminated\n")
+    assert list((tmp_path / "tmp").iterdir()) == []
+
 @pytest.mark.parametrize("argv", [["--help"], ["demo-bert", "--format", "xml"]])
 def test_help_and_a_bad_option_answer_before_torch_and_transformers_import(argv):
     """`python -m diagnostics --help` took 5-7 s, and so did a typo's one-line usage error: importing the packages
