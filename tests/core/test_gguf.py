@@ -318,6 +318,19 @@ def test_progress_reports_dequantisation_in_order(tmp_path):
     assert any(m.startswith("dequantising tensor 1/") for _, m in calls)
 
 
+
+def test_the_progress_callback_s_own_exception_comes_through(tmp_path):
+    """Raised while dequantising, it became "transformers could not build a model from gpt2.gguf", blaming a good
+    file, and a caller's own except clause never ran (every other loading path lets it through)."""
+    class StopRequested(Exception):
+        pass
+
+    def stop(fraction, message):
+        if message.startswith("dequantising tensor 9/"):
+            raise StopRequested("user pressed stop")
+    with pytest.raises(StopRequested, match="^user pressed stop$"):
+        core.load_model(write_gpt2_gguf(tmp_path / "gpt2.gguf"), progress=stop)
+
 def test_gguf_s_name_map_is_built_once_a_load(tmp_path, monkeypatch):
     """transformers built gguf's name map of the whole model once per module (SmolLM2: 395 times, 5.5 s of a 10 s
     load); it is built once now, and gguf's own function is given back after the load."""

@@ -214,6 +214,8 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str
                 local_files_only=True, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
         except Cancelled:  # asked to stop (a progress callback, between tensors): no fault of the file
             raise
+        except _FromProgress as err:  # the caller's own exception, as every other loading path lets it through
+            raise err.__cause__ from None
         except Exception as err:  # noqa: BLE001 - transformers raises many types for what it cannot convert
             raise CheckpointError(LOAD_FAILED.format(name=name, err=_reason(err, path, name, 120))) from None
         _check_loading_info(info, model, name)
@@ -434,6 +436,11 @@ def _kv_heads_default(header: GGUFHeader, name: str):
         processors["llama"] = original
 
 
+class _FromProgress(Exception):
+    """An exception of the caller's progress callback, raised inside transformers' loading (its ``__cause__``):
+    it had been reported as "transformers could not build a model from" the file."""
+
+
 @contextmanager
 def _dequantisation_progress(tell):
     """Route transformers' per-tensor tqdm loop in GGUF loading to ``tell`` (silent without a callback)."""
@@ -448,7 +455,12 @@ def _dequantisation_progress(tell):
         items = list(iterable)
         for done, item in enumerate(items):
             if done % 8 == 0:
-                tell(0.05 + 0.85 * done / max(len(items), 1), f"dequantising tensor {done + 1}/{len(items)}")
+                try:
+                    tell(0.05 + 0.85 * done / max(len(items), 1), f"dequantising tensor {done + 1}/{len(items)}")
+                except Cancelled:
+                    raise
+                except Exception as err:  # noqa: BLE001 - told apart from transformers' own errors
+                    raise _FromProgress from err
             yield item
 
     gguf_utils.tqdm = counted
