@@ -8,6 +8,7 @@ none of them has is said beside the download buttons (``undrawn``).
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 FIRST = "DejaVu Sans"
@@ -45,7 +46,7 @@ def _fallback_entries():
 
     return [entry for entry in font_manager.fontManager.ttflist
             if entry.name.startswith(FALLBACK_PREFIX) and "Mono" not in entry.name
-            and entry.fname.lower().endswith(SCALABLE)]
+            and entry.fname.lower().endswith(SCALABLE) and os.path.isfile(entry.fname)]  # listed, then uninstalled
 
 
 @lru_cache(maxsize=1)
@@ -57,7 +58,10 @@ def _drawn() -> frozenset[int]:
     codes: set[int] = set()
     for entry in font_manager.fontManager.ttflist:  # the upright faces: the bold and italic ones hold the same
         if entry.name in names and entry.style == "normal" and entry.fname.lower().endswith(SCALABLE):
-            codes.update(ft2font.FT2Font(entry.fname).get_charmap())
+            try:
+                codes.update(ft2font.FT2Font(entry.fname).get_charmap())
+            except (OSError, RuntimeError, ValueError):  # gone since matplotlib listed it, or unreadable: not drawn
+                continue
     return frozenset(codes)
 
 

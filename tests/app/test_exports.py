@@ -302,6 +302,27 @@ def test_fonts_installed_after_matplotlib_listed_its_fonts_are_used(fallback_fon
     assert exports.undrawn_characters(["\u24b6"], ["\u24b6"], "title") == []
 
 
+
+def test_a_font_uninstalled_after_matplotlib_listed_it_is_skipped(fallback_fonts, monkeypatch, tmp_path):
+    """matplotlib's font list (~/.cache/matplotlib) kept a Noto font removed since: reading its character map raised
+    FileNotFoundError on every run, and the head explorer showed "Something went wrong" instead of any view."""
+    import dataclasses
+    import shutil
+
+    from matplotlib import font_manager
+
+    listed = font_manager.fontManager.ttflist
+    stix = next(e for e in listed if e.name == "STIXGeneral" and e.style == "normal" and e.weight == 400)
+    kept = shutil.copy(stix.fname, tmp_path / "kept.ttf")
+    gone = dataclasses.replace(stix, name="STIXGeneral Gone", fname=str(tmp_path / "gone.ttf"))
+    unreadable = dataclasses.replace(stix, fname=str(tmp_path / "bad.ttf"))
+    (tmp_path / "bad.ttf").write_bytes(b"not a font")
+    found = [gone, unreadable, dataclasses.replace(stix, fname=str(kept))]
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [*listed, *found])
+    fallback_fonts("STIXGeneral")
+    assert "STIXGeneral Gone" not in export_fonts.families()
+    assert exports.undrawn_characters(["\u24b6"], ["\u24b6"], "title") == []  # drawn from the readable copy
+
 def test_only_the_labels_an_image_draws_can_be_boxes(fallback_fonts):
     """Past 64 tokens an axis labels every n-th token: the caption named characters of tokens no label draws."""
     fallback_fonts("no such font")
