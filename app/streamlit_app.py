@@ -27,6 +27,11 @@ PAGES = Path(__file__).parent / "app_pages"
 FAVICON = Path(__file__).parent / "static" / "favicon.png"  # a file: a ":material/…:" icon is fetched from Google
 
 st.set_page_config(page_title="AttnScope", page_icon=str(FAVICON), layout="wide")
+UNREAD_SETTINGS = ("AttnScope's settings (.streamlit/config.toml) were not read: start it from its folder, "
+                   "`streamlit run app/streamlit_app.py`. Without them Streamlit's browser page sends usage "
+                   "statistics to Streamlit and uploads stop at 200 MB; BertViz's scripts come inside each view.")
+if not st.get_option("server.enableStaticServing") or st.get_option("browser.gatherUsageStats"):
+    st.sidebar.warning(UNREAD_SETTINGS)  # started from another folder: .streamlit/ is read from where you start
 navigation = st.navigation([
     st.Page(PAGES / "inspect.py", title="Inspect", icon=":material/search:", default=True),
     st.Page(PAGES / "diagnose.py", title="Diagnose", icon=":material/stethoscope:"),

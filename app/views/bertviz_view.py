@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+import streamlit as st
 import torch
 
 from app.plain import json_for_html
@@ -119,9 +120,14 @@ def neuron_view_fits(n_queries: int, n_keys: int) -> bool:
 
 
 def _script(inline: bool) -> str:
-    if inline:
+    """The scripts BertViz needs, linked from where the server serves them, or held in the page: for a saved page,
+    and when the server serves no static files (started outside AttnScope's folder, its .streamlit/config.toml
+    unread: the views were blank)."""
+    served = st.get_option("server.enableStaticServing")
+    if inline or not served:
         return "".join(f"<script>{(STATIC_JS / name).read_text()}</script>\n" for name in SCRIPTS)
-    return "".join(f'<script src="/{STATIC_URL}/{name}"></script>\n' for name in SCRIPTS)
+    base = st.get_option("server.baseUrlPath").strip("/")  # --server.baseUrlPath /x serves them under /x/
+    return "".join(f'<script src="{"/" + base if base else ""}/{STATIC_URL}/{name}"></script>\n' for name in SCRIPTS)
 
 
 def _bertviz_js(params: str, view: str = "model_view") -> str:

@@ -318,6 +318,20 @@ def test_a_target_text_too_long_for_the_result_budget_is_named(monkeypatch):
         cache._check_result_size(loaded, "the fox", "", "1 " * 200)
 
 
+
+def test_a_server_started_outside_attnscope_s_folder_says_its_settings_were_not_read(monkeypatch):
+    """.streamlit/config.toml is read from the folder the server starts in: started elsewhere, the browser page sent
+    usage statistics to Streamlit and the BertViz views were blank, without a word."""
+    import streamlit
+
+    assert not _app().sidebar.warning  # started here: read
+    real = streamlit.get_option
+    monkeypatch.setattr(streamlit, "get_option", lambda name: {"server.enableStaticServing": False,
+                                                               "browser.gatherUsageStats": True}.get(name, real(name)))
+    at = _app()
+    assert not at.exception and [w.value for w in at.sidebar.warning][0].startswith(
+        "AttnScope's settings (.streamlit/config.toml) were not read: start it from its folder")
+
 def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
     """A model re-saved to the same folder (training on) is loaded afresh, not served from the caches."""
     import torch

@@ -4,6 +4,7 @@ A synthetic map (random softmax rows: noise compresses worst, so this is the
 upper end) stands in for a model; the numbers are in docs/app.md.
 """
 
+import pytest
 import torch
 
 from app.views import head_view, plots
@@ -79,6 +80,25 @@ def test_a_saved_bertviz_view_carries_its_scripts():
         assert (bertviz_view.STATIC_JS / name).read_text()[:200] in saved
     assert "<script src=" not in saved
 
+
+
+@pytest.mark.parametrize("options, linked", [({"server.baseUrlPath": "/x/"}, "/x/app/static/js/"),
+                                            ({"server.enableStaticServing": False}, None)])
+def test_bertviz_scripts_load_under_a_base_path_and_without_static_serving(monkeypatch, options, linked):
+    """The views linked /app/static/js/ whatever the server's baseUrlPath (404: blank views under /x/), and linked
+    it when the server serves no static files (started outside AttnScope's folder: Streamlit's index.html, blank
+    views); with no static serving the page now carries the scripts."""
+    from app.views import bertviz_view
+
+    settings = {"server.enableStaticServing": True, "server.baseUrlPath": "", **options}
+    monkeypatch.setattr(bertviz_view.st, "get_option", settings.__getitem__)
+    attn, tokens = _attention()[:, :, :8, :8], [f"token{i}" for i in range(8)]
+    page = bertviz_view.model_view_page(attn, tokens, tokens, [0], [0]).html
+    for name in bertviz_view.SCRIPTS:
+        if linked:
+            assert f'<script src="{linked}{name}"></script>' in page
+        else:
+            assert (bertviz_view.STATIC_JS / name).read_text()[:200] in page and "<script src=" not in page
 
 def test_bertviz_rows_hold_the_nonzero_percent_of_each_weight():
     import json
