@@ -42,6 +42,9 @@ MAX_HEADER_BYTES = 16 * 2**20
 # optimizer state hold a few thousand storages.
 MAX_TORCH_RECORDS = 100_000
 _TORCH_RECORD_BYTES = 256
+# What torch.load takes for its zip format (torch.serialization._is_zipfile): the first record's signature. Python's
+# is_zipfile looks for the directory at the end, so a legacy pickle with an empty zip's 22 bytes after it was both
+ZIP_OPENING = b"PK\x03\x04"
 
 EMPTY = "{name} is empty (0 bytes); give the complete weights file"
 NOT_SAFETENSORS = "{name} is not a safetensors file ({why}); give the file written by save_file / save_pretrained"
@@ -139,7 +142,9 @@ def pickled_code(err) -> str | None:
 
 
 def read_pickle(path: Path) -> dict[str, torch.Tensor]:
-    if not zipfile.is_zipfile(path):  # torch.load reads any other file as the legacy format
+    with path.open("rb") as file:
+        opens_as_zip = file.read(4) == ZIP_OPENING
+    if not (opens_as_zip and zipfile.is_zipfile(path)):  # torch.load reads any other file as the legacy format
         _refuse_not_zip(path)
     _check_torch_zip(path)
     try:
@@ -168,7 +173,7 @@ def _refuse_not_zip(path: Path) -> None:
         legacy = False
     if legacy:
         raise CheckpointError(LEGACY.format(name=path.name))
-    why = "a zip cut short, without its directory" if head.startswith(b"PK\x03\x04") else "not torch.save's zip format"
+    why = "a zip cut short, without its directory" if head.startswith(ZIP_OPENING) else "not torch.save's zip format"
     raise CheckpointError(NOT_PICKLE.format(name=path.name, why=why))
 
 

@@ -392,7 +392,8 @@ def test_json_items_bounds_the_keys_and_values_parsing_builds(text):
 def test_torch_load_never_reads_a_file_that_is_not_a_zip(tmp_path):
     """torch.load reads every file that is not a zip as the legacy format, sizing its storages by what the pickle
     declares: one whose magic number comes after 80 bytes of repeated PROTO opcodes passed a check of the file's
-    opening. A zip cut short is named as one."""
+    opening, and one followed by an empty zip's 22 bytes passed zipfile.is_zipfile (torch.load looks at the first
+    four bytes). A zip cut short is named as one."""
     import io
 
     legacy = io.BytesIO()
@@ -401,6 +402,12 @@ def test_torch_load_never_reads_a_file_that_is_not_a_zip(tmp_path):
     assert torch.load(tmp_path / "padded.bin", weights_only=True)["w"].shape == (3,)  # what torch.load would do
     with pytest.raises(CheckpointError, match=r"^padded.bin is not a PyTorch weights file \(not torch.save's zip "):
         load(tmp_path / "padded.bin", n_heads=4)
+    empty_zip = io.BytesIO()
+    zipfile.ZipFile(empty_zip, "w").close()  # 22 bytes: the directory's end, which is all is_zipfile looks for
+    (tmp_path / "tailed.bin").write_bytes(legacy.getvalue() + empty_zip.getvalue())
+    assert zipfile.is_zipfile(tmp_path / "tailed.bin") and torch.load(tmp_path / "tailed.bin", weights_only=True)
+    with pytest.raises(CheckpointError, match=r"^tailed.bin is in PyTorch's legacy file format"):
+        load(tmp_path / "tailed.bin", n_heads=4)
     whole = io.BytesIO()
     torch.save(state(tiny_bert()), whole)
     (tmp_path / "cut.bin").write_bytes(whole.getvalue()[: len(whole.getvalue()) // 2])
