@@ -105,6 +105,24 @@ def say_if_busy(loaded: LoadedModel, notice) -> None:
         notice.info(BUSY.format(job=job))
 
 
+@contextmanager
+def holding(loaded: LoadedModel, notice):
+    """``loaded.lock`` for the ``with``; while a Diagnose or Compare of another session holds it, ``notice`` says so.
+    Looked at again every 0.25 s: a look before the wait missed a run that took the model after another Inspect, or
+    that held it but had not yet said what it does, and that Inspect then waited out the whole run without a word."""
+    told = False
+    while not loaded.lock.acquire(timeout=0.25):
+        if not told and loaded.job:
+            say_if_busy(loaded, notice)
+            told = True
+    try:
+        if told:
+            notice.empty()
+        yield
+    finally:
+        loaded.lock.release()
+
+
 def _nbytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -319,9 +337,7 @@ def attention(key: tuple) -> core.AttentionResult:
 
     def extract():
         loaded = load_model(source, stamp, n_heads)
-        say_if_busy(loaded, notice)
-        with loaded.lock:  # the tokenizer too is shared: a fast one keeps its truncation setting between calls
-            notice.empty()
+        with holding(loaded, notice):  # the tokenizer too is shared: a fast one keeps its truncation setting
             _check_result_size(loaded, text, text_pair, target)
             with stop_between_layers(loaded.model, gone and (lambda: _everyone_gone(key))):
                 return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None,

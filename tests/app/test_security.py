@@ -639,6 +639,21 @@ def test_an_inspect_waiting_for_a_known_model_another_run_holds_says_so(monkeypa
         assert told == [cache.BUSY.format(job="diagnosis")] and inspect.is_alive()
     inspect.join(30)
     assert results == ["maps"] and told[-1] == "" and loaded.job == ""
+    told.clear()
+    loaded.lock.acquire()  # another session's Inspect holds the model: nothing to say yet
+    inspect = threading.Thread(target=lambda: results.append(cache.attention(("m", (), None, "a text", "", ""))))
+    inspect.start()
+    time.sleep(0.6)
+    assert told == [] and inspect.is_alive()
+    loaded.job = "comparison"  # then a run holds it (a look before the wait alone never told)
+    deadline = time.monotonic() + 30
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert told == [cache.BUSY.format(job="comparison")]
+    loaded.job = ""
+    loaded.lock.release()
+    inspect.join(30)
+    assert results == ["maps", "maps"] and told[-1] == ""
 
 class _FullDisk:
     name = "second.zip"
