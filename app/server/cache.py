@@ -33,7 +33,7 @@ from core.checkpoints.archive import env_size
 from core.checkpoints.checkpoint import expand_user
 from core.checkpoints.layout import files_under
 from core.checkpoints.registry import canonical_name
-from core.checkpoints.untrusted import cached_hub_folder, is_known_name, looks_like_hub_id
+from core.checkpoints.untrusted import cached_hub_folder, is_known_name, reads_as_hub_id
 from diagnostics.probe_texts import Probe
 from diagnostics.probes import probe_tokens, read_lengths
 
@@ -242,20 +242,20 @@ def source_stamp(source: str) -> tuple:
     place leaves its folder's mtime as it was), so a checkpoint saved again to the same place is read again rather
     than served from the caches. ``()`` for a known name, whose files do not change. Nothing is read but
     the file system's records. A Hub id's stamp is the cached snapshot it resolves to now (``_hub_stamp``)."""
+    if not is_known_name(source) and reads_as_hub_id(source):  # as core.load_untrusted reads it, folder or id
+        return _hub_stamp(source)
     path = expand_user(source)
     try:
         files = _files(path) if path.is_dir() else []
         return tuple((str(p.relative_to(path)), (st := p.stat()).st_size, st.st_mtime_ns) for p in [path, *files])
-    except (OSError, ValueError):  # not a path here (a known name, a Hub id), or unreadable
-        return _hub_stamp(source)
+    except (OSError, ValueError):  # not a path here (a known name), or unreadable
+        return ()
 
 
 def _hub_stamp(source: str) -> tuple:
     """``(snapshot folder,)`` of a Hub id the local cache holds: the revision ``refs/main`` names now, which
     ``core.load_untrusted`` reads (an operator's download of a newer one had been served from the caches as the
-    old); ``()`` for a known name or anything else. The folder is named by its commit; nothing is read but refs."""
-    if is_known_name(source) or not looks_like_hub_id(source):
-        return ()
+    old); ``()`` when the cache lacks it. The folder is named by its commit; nothing is read but refs."""
     folder = cached_hub_folder(source)
     return (str(folder),) if folder is not None else ()
 

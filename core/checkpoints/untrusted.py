@@ -56,13 +56,12 @@ def load_untrusted(source, *, n_heads: int | None = None, limits: Limits | None 
         return LoadedCheckpoint(model, tokenizer, [], getattr(getattr(model, "config", None), "model_type", ""))
     if not isinstance(source, Path) and re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", name):  # read as a path, "http:/…"
         raise CheckpointError(URL.format(url=one_line(name)))
-    roots = resolve_roots(allowed_roots)
-    if not isinstance(source, Path) and looks_like_hub_id(name) and not _readable(name, roots):
+    if not isinstance(source, Path) and reads_as_hub_id(name, allowed_roots):
         folder = cached_hub_folder(name)
         if folder is None:
             raise CheckpointError(NOT_CACHED.format(name=name, names=known_names()))
         return load_checkpoint(folder, allowed_roots=[hub_cache()], **common)
-    return load_checkpoint(name, allowed_roots=roots, **common)  # ~ expanded there
+    return load_checkpoint(name, allowed_roots=resolve_roots(allowed_roots), **common)  # ~ expanded there
 
 
 def is_known_name(name: str) -> bool:
@@ -85,6 +84,12 @@ def looks_like_hub_id(name: str) -> bool:
     except Exception:  # noqa: BLE001 - HFValidationError and friends
         return False
     return True
+
+
+def reads_as_hub_id(name: str, allowed_roots=None) -> bool:
+    """Whether ``load_untrusted`` reads the string ``name`` (no known name) as a Hub id: spelt as one, and no path
+    under the roots (``models/bert`` may be either)."""
+    return looks_like_hub_id(name) and not _readable(name, resolve_roots(allowed_roots))
 
 
 def hub_cache() -> Path:

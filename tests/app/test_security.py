@@ -577,6 +577,28 @@ def test_a_model_file_rewritten_in_place_levels_down_changes_the_stamp(tmp_path)
     assert source_stamp("demo-bert") == () and source_stamp(str(weights))[0][1] == len(b"new weights")
 
 
+
+def test_a_hub_id_is_stamped_as_the_loader_reads_it(tmp_path, monkeypatch):
+    """A folder in the server's folder named like a Hub id, outside the allowed roots, was stamped while the loader
+    read the Hub cache's snapshot: a newer refs/main was never noticed. Under the roots the folder is what loads."""
+    from huggingface_hub import constants
+
+    from app.server.cache import source_stamp
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = tmp_path / "hub" / "models--acme--tiny-bert" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--acme--tiny-bert" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--tiny-bert" / "refs" / "main").write_text("a" * 40)
+    (tmp_path / "server" / "acme" / "tiny-bert").mkdir(parents=True)
+    (tmp_path / "server" / "acme" / "tiny-bert" / "notes.txt").write_text("not the model")
+    monkeypatch.chdir(tmp_path / "server")
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path / "elsewhere"))
+    assert source_stamp("acme/tiny-bert") == (str(snapshot),)
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path / "server"))
+    assert [part[0] for part in source_stamp("acme/tiny-bert")] == [".", "notes.txt"]
+
 def test_one_known_model_spelt_two_ways_is_one_cache_entry(monkeypatch):
     """'Demo-BERT' and 'demo-bert' were two copies of the model, with two locks, in a 3-model cache."""
     from app.server import cache
