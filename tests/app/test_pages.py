@@ -332,6 +332,19 @@ def test_a_server_started_outside_attnscope_s_folder_says_its_settings_were_not_
     assert not at.exception and [w.value for w in at.sidebar.warning][0].startswith(
         "AttnScope's settings (.streamlit/config.toml) were not read: start it from its folder")
 
+
+def test_the_upload_caption_gives_the_limit_that_applies(monkeypatch):
+    """It gave Streamlit's server.maxUploadSize alone: at ATTNSCOPE_MAX_UPLOAD_BYTES=100MB it said 2,000 MB, and a
+    150 MB upload was refused after it was sent."""
+    def limits_caption(at):
+        return next(c.value for c in at.caption if c.value.startswith("Limits: "))
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    assert limits_caption(at).startswith("Limits: 2 GB per upload, a model of 2 GB")
+    monkeypatch.setenv("ATTNSCOPE_MAX_UPLOAD_BYTES", "100MB")
+    at.run()
+    assert limits_caption(at).startswith("Limits: 100 MB per upload")
+
 def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
     """A model re-saved to the same folder (training on) is loaded afresh, not served from the caches."""
     import torch
