@@ -16,8 +16,10 @@ with ``O_EXCL | O_NOFOLLOW`` inside a private folder. Compare Python's
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
 import stat
 import tarfile
 import zipfile
@@ -211,6 +213,24 @@ class _Writer:
                 out.write(chunk)
 
 
+NO_ROOM = ("the temporary folder has no room for the checkpoint ({why}); free disk space there, or point TMPDIR at "
+           "a larger disk")
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def no_room(err: BaseException) -> bool:
+    """Whether ``err`` says the disk (or a quota, or a file size limit) is full."""
+    return isinstance(err, OSError) and err.errno in _NO_ROOM
+
+
+def check_room(folder: Path, needed: int) -> None:
+    """CheckpointError (``NO_ROOM``) when ``folder``'s disk has fewer than ``needed`` bytes free: a writer that fails
+    there says so in its own words (safetensors' "IoError ... StorageFull" had become a bad config.json)."""
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise CheckpointError(NO_ROOM.format(why=f"{needed:,} bytes to write, {free:,} free"))
+
+
 def extract_archive(path: Path, dest: Path, limits: Limits) -> None:
     """Unpack a zip or tar(.gz) archive into ``dest`` (an empty private folder)."""
     packed = path.stat().st_size
@@ -222,6 +242,8 @@ def extract_archive(path: Path, dest: Path, limits: Limits) -> None:
     except CheckpointError:
         raise
     except Exception as err:  # zipfile, tarfile, zlib and gzip raise many types for corrupt input
+        if no_room(err):  # the disk, not the archive (it was "not a readable zip archive")
+            raise CheckpointError(NO_ROOM.format(why=err.strerror)) from None
         kind = "zip" if is_zip else "tar"
         raise CheckpointError(UNREADABLE.format(name=path.name, kind=kind, err=_short(err))) from None
 

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 import transformers
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, PreTrainedModel
 
-from .archive import ENV_MAX_MODEL, Limits
+from .archive import ENV_MAX_MODEL, Limits, check_room
 from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state, parameter_count
 from ..errors import CheckpointError, ModelLoadError
 from ..errors import first_line as _short
@@ -286,8 +286,10 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         unsaved = _never_saved(hf_config, skeleton)
         _check_present(skeleton, state, unsaved)
         _check_written(state, limits, skeleton)
+        unshared = _unshared(state)
+        check_room(clean, sum(t.numel() * t.element_size() for t in unshared.values()))
         try:
-            save_file(_unshared(state), str(clean / "model.safetensors"))
+            save_file(unshared, str(clean / "model.safetensors"))
         except Exception as err:  # noqa: BLE001 - a tensor safetensors cannot store (checked for in state_dict)
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
         try:

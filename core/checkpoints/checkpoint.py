@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from .archive import Limits, check_upload_size, extract_archive, has_control, is_archive, write_loose_files
+from .archive import (NO_ROOM, Limits, check_upload_size, extract_archive, has_control, is_archive, no_room,
+                      write_loose_files)
 from .build import build_custom, build_hf, check_model_config, token_vocabulary
 from .gguf import is_gguf, load_gguf
 from .layout import IGNORED_DIRS, NO_MODEL, model_root
@@ -98,11 +99,23 @@ def load_checkpoint(inputs, *, n_heads: int | None = None, limits: Limits | None
     roots = resolve_roots(allowed_roots)
     if progress is not None:  # each step also a place to stop (``core.cancel.stoppable``)
         progress(0.0, "unpacking the checkpoint")
-    with private_dir() as work:
+    with private_dir() as work, _said_no_room():
         folder, label, notes = _stage(inputs, work, limits, roots)
         loaded = _load_folder(folder, label, work / "clean", n_heads, limits, notes, progress)
     loaded.model = loaded.model.to(pick_device(device)).eval()
     return loaded
+
+
+@contextmanager
+def _said_no_room():
+    """A full disk while the upload is copied, unpacked or rebuilt, as ``NO_ROOM`` (a raw OSError had been an
+    "internal error" naming the private folder)."""
+    try:
+        yield
+    except OSError as err:
+        if no_room(err):
+            raise CheckpointError(NO_ROOM.format(why=err.strerror)) from None
+        raise
 
 
 @contextmanager

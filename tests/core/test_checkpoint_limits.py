@@ -44,6 +44,40 @@ def bert_folder(folder: Path, **config_changes) -> Path:
     return folder
 
 
+
+class _FullDisk(io.FileIO):
+    """A file on a disk with no room left: every write fails as the kernel says so."""
+
+    def write(self, data):
+        raise OSError(28, "No space left on device")
+
+
+def test_a_full_temporary_folder_is_said_to_be_one(tmp_path, monkeypatch):
+    """A full TMPDIR gave a raw OSError (exit 3, "internal error", the private folder's path), "not a readable zip
+    archive", or "config.json cannot build a bert model (SafetensorError ... StorageFull)" for bare weights."""
+    import shutil
+
+    folder = bert_folder(tmp_path / "root" / "bert")
+    zipped = Path(shutil.make_archive(str(tmp_path / "root" / "bert"), "zip", folder))
+    bare = tmp_path / "root" / "bare.safetensors"
+    bare.write_bytes((folder / "model.safetensors").read_bytes())
+    no_room = r"^the temporary folder has no room for the checkpoint \({}\); free disk space there, or point TMPDIR"
+    with monkeypatch.context() as full:
+        full.setattr(archive.os, "fdopen", lambda fd, mode: _FullDisk(fd, "wb"))
+        for source in (zipped, [("model.safetensors", bare.read_bytes()), ("config.json", "{}".encode())]):
+            with pytest.raises(CheckpointError, match=no_room.format("No space left on device")):
+                load_checkpoint(source, n_heads=4)
+    def copy_to_full_disk(*args):
+        raise OSError(28, "No space left on device")
+    with monkeypatch.context() as full:
+        full.setattr(checkpoint.shutil, "copyfile", copy_to_full_disk)
+        with pytest.raises(CheckpointError, match=no_room.format("No space left on device")):
+            load_checkpoint(bare, n_heads=4)
+    with monkeypatch.context() as full:
+        full.setattr(archive.shutil, "disk_usage", lambda path: SimpleNamespace(free=1000))
+        with pytest.raises(CheckpointError, match=no_room.format(r"\d[\d,]+ bytes to write, 1,000 free")):
+            load_checkpoint(bare, n_heads=4)  # the rebuilt weights, checked before safetensors writes them
+
 # ---------------------------------------------------------------- config caps
 
 BAD_VALUES = [-4, 0, 10**9, 12.5, "12", True]
