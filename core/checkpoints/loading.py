@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import socket
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -178,10 +179,14 @@ def _borrowed_tokenizer(model) -> tuple:
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
-    """One quick connection attempt, so an offline machine fails in seconds, not after minutes of retries."""
+    """One quick connection attempt, so an offline machine fails in seconds, not after minutes of retries. Through
+    a proxy (``HTTPS_PROXY``, ...) it is huggingface_hub's to try: a direct attempt failed where only the proxy
+    could reach the Hub, and the id was then read from the local cache alone."""
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         return False
     url = urlparse(huggingface_hub.constants.ENDPOINT)
+    if url.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(url.hostname or ""):
+        return True
     try:
         socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
         return True

@@ -468,3 +468,24 @@ def test_a_folder_of_config_json_and_weights_of_another_name_loads_as_its_upload
     torch.save(bert.state_dict(), tmp_path / "model.pt")
     loaded = load_model(str(tmp_path), device="cpu")[0].state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in bert.state_dict().items())
+
+
+def test_the_hub_is_tried_through_a_proxy(monkeypatch):
+    """Where only a proxy (HTTPS_PROXY) reaches the Hub, the direct connection check failed and the id was read from
+    the local cache alone: "could not be fetched from the Hugging Face Hub (offline, or an unknown id?)"."""
+    from core.checkpoints import loading
+
+    monkeypatch.setattr(loading.huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(loading.huggingface_hub.constants, "ENDPOINT", "https://hub.invalid")
+
+    def no_route(*args, **kwargs):
+        raise OSError("no route to host")
+    monkeypatch.setattr(loading.socket, "create_connection", no_route)
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    assert not loading._hub_reachable()
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.local:3128")
+    assert loading._hub_reachable()
+    monkeypatch.setenv("NO_PROXY", "hub.invalid")  # a host the proxy is not for: tried directly
+    assert not loading._hub_reachable()
