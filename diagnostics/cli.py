@@ -149,10 +149,16 @@ def _overwrites(out: Path, source: str) -> bool:
     name = canonical_name(source)
     if real_model(name) is not None:  # an installed wheel, not a file of the user's
         return False
-    path = (DEMO_MODELS[name] if name in DEMO_MODELS else Path(name).expanduser()).resolve()
+    try:
+        path = (DEMO_MODELS[name] if name in DEMO_MODELS else Path(name).expanduser()).resolve()
+    except RuntimeError:  # a link loop: the loader refuses it in its own words
+        return False
     if not path.exists():  # a Hub id, or a missing path the loader will refuse
         return False
-    out = out.resolve()
+    try:
+        out = out.resolve()
+    except RuntimeError:  # a link loop: writing it fails with its own message
+        return False
     if path.is_dir():
         return out == path or path in out.parents or _links_into(out, path)
     return out == path or (out.exists() and out.samefile(path))  # samefile: a hard link too
@@ -229,23 +235,36 @@ def _unusable_device(device: str) -> str | None:
 def _write(path: Path, data: bytes) -> None:
     """``data`` to the file ``path``, whole or not at all: it is written beside ``path`` and renamed over it, so a
     full disk or a kill mid-write leaves the report that was there (writing in place had emptied it first and left
-    a cut one). A device or pipe (``/dev/null``, a FIFO) is written as it is."""
+    a cut one). A device or pipe (``/dev/null``, a FIFO) is written as it is, and so is a file whose folder takes no
+    new file (a link into a read-only folder, another user's file in a sticky one), as before."""
     try:
         if path.exists() and not path.is_file():
             path.write_bytes(data)
             return
         target = path.resolve()  # through a link: the file it points at is replaced, not the link
-        part = target.with_name(f".attnscope-{os.getpid()}-{secrets.token_hex(4)}.part")
-        try:
-            with open(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as file:  # the umask's mode
-                file.write(data)
-            if target.exists():
-                os.chmod(part, stat.S_IMODE(target.stat().st_mode))
-            os.replace(part, target)
-        finally:
-            part.unlink(missing_ok=True)  # gone once renamed
-    except OSError as err:
-        raise InputError(f"cannot write {path}: {err.strerror or err}") from None
+        if not _replaced(target, data):
+            target.write_bytes(data)
+    except (OSError, RuntimeError) as err:  # RuntimeError: a link loop (Path.resolve on Python 3.11)
+        raise InputError(f"cannot write {path}: {getattr(err, 'strerror', None) or err}") from None
+
+
+def _replaced(target: Path, data: bytes) -> bool:
+    """Whether ``data`` was written to a new file beside ``target`` and renamed over it; False where the folder
+    refuses (permission), with nothing left behind. The new file has the old one's mode from the start: a 0600
+    report was readable by all while it was written."""
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666  # the umask applies to a new one
+    part = target.with_name(f".attnscope-{os.getpid()}-{secrets.token_hex(4)}.part")
+    try:
+        with open(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o666), "wb") as file:
+            file.write(data)
+        if target.exists():
+            os.chmod(part, mode)
+        os.replace(part, target)
+        return True
+    except PermissionError:
+        return False
+    finally:
+        part.unlink(missing_ok=True)  # gone once renamed
 
 
 def _diagnose(args, progress):

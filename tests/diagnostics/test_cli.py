@@ -297,6 +297,39 @@ def test_a_failed_write_leaves_the_report_that_was_there(tmp_path, capsys, monke
     assert cli.main(["demo-bert", "--out", os.devnull, "--quiet"]) == 0
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)  # a device is written, never replaced
 
+
+def test_an_out_whose_folder_takes_no_new_file_is_written_in_place(tmp_path, capsys, monkeypatch, diagnosed):
+    """Renamed over, a report through a link into a read-only folder, or another user's file in a sticky folder
+    (/tmp), failed after the whole run ("Permission denied"), where writing in place had worked; a link loop was
+    "internal error" (exit 3); and a 0600 report's new copy was readable by all while it was written."""
+    import stat
+
+    out = tmp_path / "report.md"
+    out.write_text("old")
+    out.chmod(0o600)
+    modes, real_open = [], open
+
+    def recording(fd, mode):
+        modes.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        return real_open(fd, mode)
+    with monkeypatch.context() as patched:
+        patched.setattr(cli, "open", recording, raising=False)
+        assert cli.main(["demo-bert", "--out", str(out), "--quiet"]) == 0
+    assert modes == [0o600] and stat.S_IMODE(out.stat().st_mode) == 0o600
+
+    def refused(*args):
+        raise PermissionError(1, "Operation not permitted")
+    with monkeypatch.context() as patched:
+        patched.setattr(cli.os, "replace", refused)
+        out.write_text("old")
+        assert cli.main(["demo-bert", "--out", str(out), "--quiet"]) == 0
+    assert out.read_text().startswith("# AttnScope diagnosis") and [p.name for p in tmp_path.iterdir()] == ["report.md"]
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    capsys.readouterr()
+    assert cli.main(["demo-bert", "--out", str(tmp_path / "loop1"), "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot write {tmp_path / 'loop1'}: ")
+
 def test_an_out_that_is_the_model_is_refused_before_the_diagnosis(bert_dir, tmp_path, capsys, monkeypatch,
                                                                   diagnosed):
     """`bert.zip --out bert.zip` replaced the checkpoint with its report; `--out bert/config.json` broke the folder."""
