@@ -11,6 +11,7 @@ upload itself, so no pickle or Python file of it can reach the library.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -20,7 +21,7 @@ from safetensors.torch import save_file
 import transformers
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, PreTrainedModel
 
-from .archive import ENV_MAX_MODEL, Limits, check_room
+from .archive import ENV_MAX_MODEL, NO_ROOM, Limits, check_room, no_room
 from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state, parameter_count
 from ..errors import CheckpointError, ModelLoadError
 from ..errors import first_line as _short
@@ -30,6 +31,9 @@ from ..whole import is_count
 # Structural caps, far above any released model (Llama 3.1 405B: 126 layers, 128 heads, width 16,384, FFN 53,248;
 # Gemma: vocabulary 256,000; Mistral: 131,072 positions). They bound what a config may ask the library to build
 # (module count, tensor sizes) before anything is built, even on the meta device.
+# The safetensors header's share of each tensor (name, dtype, shape, offsets: ~100 bytes) and the file system's
+# blocks: demo-bert's 8,312-byte header passed a check of the tensor bytes alone, and the write then failed
+HEADER_BYTES_PER_TENSOR = 4096
 MAX_LAYERS = 512  # per stack; meta-building T5 with 2 x 1000 tiny layers took 6.8 s (2-core, load 2.3)
 MAX_HEADS = 1024
 MAX_WIDTH = 1 << 17  # hidden, head and feed-forward sizes
@@ -287,10 +291,13 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         _check_present(skeleton, state, unsaved)
         _check_written(state, limits, skeleton)
         unshared = _unshared(state)
-        check_room(clean, sum(t.numel() * t.element_size() for t in unshared.values()))
+        check_room(clean, sum(t.numel() * t.element_size() + HEADER_BYTES_PER_TENSOR for t in unshared.values()))
         try:
             save_file(unshared, str(clean / "model.safetensors"))
         except Exception as err:  # noqa: BLE001 - a tensor safetensors cannot store (checked for in state_dict)
+            full = re.search(r"os error (\d+)", str(err))  # the disk filled up since the check (another writer)
+            if full and no_room(OSError(int(full.group(1)), "")):
+                raise CheckpointError(NO_ROOM.format(why=os.strerror(int(full.group(1))))) from None
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
         try:
             model, info = AutoModel.from_pretrained(

@@ -179,18 +179,22 @@ def _borrowed_tokenizer(model) -> tuple:
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
-    """One quick connection attempt, so an offline machine fails in seconds, not after minutes of retries. Through
-    a proxy (``HTTPS_PROXY``, ...) it is huggingface_hub's to try: a direct attempt failed where only the proxy
-    could reach the Hub, and the id was then read from the local cache alone."""
+    """One quick connection attempt, so an offline machine fails in seconds, not after minutes of retries: to the
+    proxy the environment names for the Hub (``HTTPS_PROXY``, ``ALL_PROXY``; not for a ``NO_PROXY`` host), else to
+    the Hub itself (a direct attempt failed where only the proxy reached it, and the id was read from the local
+    cache alone)."""
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         return False
     url = urlparse(huggingface_hub.constants.ENDPOINT)
-    if url.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(url.hostname or ""):
-        return True
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(url.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
     try:
-        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout).close()
         return True
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a malformed port in the URL
         return False
 
 

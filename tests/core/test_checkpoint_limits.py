@@ -78,6 +78,13 @@ def test_a_full_temporary_folder_is_said_to_be_one(tmp_path, monkeypatch):
         with pytest.raises(CheckpointError, match=no_room.format(r"\d[\d,]+ bytes to write, 1,000 free")):
             load_checkpoint(bare, n_heads=4)  # the rebuilt weights, checked before safetensors writes them
 
+    def filled_since(*args):  # another writer took the room between the check and the write
+        raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+    with monkeypatch.context() as full:
+        full.setattr(build, "save_file", filled_since)
+        with pytest.raises(CheckpointError, match=no_room.format("No space left on device")):
+            load_checkpoint(bare, n_heads=4)
+
 # ---------------------------------------------------------------- config caps
 
 BAD_VALUES = [-4, 0, 10**9, 12.5, "12", True]

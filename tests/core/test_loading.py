@@ -6,6 +6,7 @@ import logging.handlers
 import re
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -471,21 +472,32 @@ def test_a_folder_of_config_json_and_weights_of_another_name_loads_as_its_upload
 
 
 def test_the_hub_is_tried_through_a_proxy(monkeypatch):
-    """Where only a proxy (HTTPS_PROXY) reaches the Hub, the direct connection check failed and the id was read from
-    the local cache alone: "could not be fetched from the Hugging Face Hub (offline, or an unknown id?)"."""
+    """Where only a proxy (HTTPS_PROXY, ALL_PROXY) reaches the Hub, the direct connection check failed and the id was
+    read from the local cache alone: "could not be fetched from the Hugging Face Hub (offline, or an unknown id?)".
+    The proxy is what is tried: one that is down means offline (not minutes of retries)."""
     from core.checkpoints import loading
 
     monkeypatch.setattr(loading.huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(loading.huggingface_hub.constants, "ENDPOINT", "https://hub.invalid")
+    tried, up = [], {("proxy.local", 3128)}
 
-    def no_route(*args, **kwargs):
-        raise OSError("no route to host")
-    monkeypatch.setattr(loading.socket, "create_connection", no_route)
+    def connect(address, timeout):
+        tried.append(address)
+        if address not in up:
+            raise OSError("no route to host")
+        return SimpleNamespace(close=lambda: None)
+    monkeypatch.setattr(loading.socket, "create_connection", connect)
     for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
-    assert not loading._hub_reachable()
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.local:3128")
-    assert loading._hub_reachable()
+    assert not loading._hub_reachable() and tried == [("hub.invalid", 443)]
+    for variable in ("HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(variable, "http://proxy.local:3128")
+        assert loading._hub_reachable() and tried[-1] == ("proxy.local", 3128)
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.local:3129")  # a proxy that is down: offline, at once
+    assert not loading._hub_reachable() and tried[-1] == ("proxy.local", 3129)
     monkeypatch.setenv("NO_PROXY", "hub.invalid")  # a host the proxy is not for: tried directly
-    assert not loading._hub_reachable()
+    assert not loading._hub_reachable() and tried[-1] == ("hub.invalid", 443)
+    monkeypatch.setattr(loading.huggingface_hub.constants, "ENDPOINT", "http://mirror.local")  # plain http: port 80
+    assert not loading._hub_reachable() and tried[-1] == ("mirror.local", 80)
