@@ -97,12 +97,14 @@ BUSY = ("This model is busy with another session's {job}, which holds it until i
         "run at a time); your result follows then.")
 
 
-def say_if_busy(loaded: LoadedModel, notice) -> None:
-    """Tell, in ``notice`` (an ``st.empty()``), that ``loaded`` is held by another session's run, before waiting for
-    it: a diagnosis of 20 probes kept a 6-token Inspect on the spinner for a minute, without a word."""
+def say_if_busy(loaded: LoadedModel, notice) -> bool:
+    """Tell, in ``notice`` (an ``st.empty()``), that ``loaded`` is held by another session's run, and whether it was
+    told: a diagnosis of 20 probes kept a 6-token Inspect on the spinner for a minute, without a word."""
     job = loaded.job
     if job and loaded.lock.locked():
         notice.info(BUSY.format(job=job))
+        return True
+    return False
 
 
 @contextmanager
@@ -112,9 +114,7 @@ def holding(loaded: LoadedModel, notice):
     that held it but had not yet said what it does, and that Inspect then waited out the whole run without a word."""
     told = False
     while not loaded.lock.acquire(timeout=0.25):
-        if not told and loaded.job:
-            say_if_busy(loaded, notice)
-            told = True
+        told = told or say_if_busy(loaded, notice)
     try:
         if told:
             notice.empty()
@@ -159,9 +159,10 @@ class BoundedCache:
         # time beside the first (two copies, two locks, over the budget)
         self._dropped: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
-    def get(self, key, load):
+    def get(self, key, load, while_waiting=None):
         """The cached value of ``key``, or ``load()``'s, kept and counted against the budget. A failed load is not
-        kept: the next caller waiting for the key loads it, while later callers still wait behind that one."""
+        kept: the next caller waiting for the key loads it, while later callers still wait behind that one, calling
+        ``while_waiting()`` every 0.25 s."""
         with self._lock:
             if key in self._values or self._kept_again(key):
                 self._values.move_to_end(key)
@@ -169,7 +170,10 @@ class BoundedCache:
             waiting = self._loading.setdefault(key, _Waiting())
             waiting.callers += 1
         try:
-            with waiting.lock:
+            while not waiting.lock.acquire(timeout=0.25):
+                if while_waiting is not None:
+                    while_waiting()
+            try:
                 with self._lock:
                     if key in self._values or self._kept_again(key):
                         return self._values[key][0]
@@ -178,11 +182,20 @@ class BoundedCache:
                     self._values[key] = (value, self.size_of(value))
                     self._evict()
                 return value
+            finally:
+                waiting.lock.release()
         finally:
             with self._lock:
                 waiting.callers -= 1
                 if not waiting.callers:  # the last caller for the key: a later one starts afresh
                     del self._loading[key]
+
+    def peek(self, key):
+        """The value kept for ``key`` (or dropped and still held), or None; nothing is loaded or reordered."""
+        with self._lock:
+            if key in self._values:
+                return self._values[key][0]
+            return self._dropped.get(key)
 
     def _evict(self) -> None:
         """Drop the oldest until within bounds; the newest stays even alone above the budget (it is in use)."""
@@ -342,8 +355,17 @@ def attention(key: tuple) -> core.AttentionResult:
             with stop_between_layers(loaded.model, gone and (lambda: _everyone_gone(key))):
                 return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None,
                                               target or None)
+    told = []
+
+    def tell_if_busy():  # another session reads this same text, behind a model another run holds
+        loaded = model_cache().peek((canonical_name(source), stamp, n_heads))
+        if not told and loaded is not None and say_if_busy(loaded, notice):
+            told.append(True)
     with _asking(key, gone), st.spinner("Reading the attention weights…"):  # drawn outside the shared work
-        return result_cache().get(key, extract)
+        result = result_cache().get(key, extract, tell_if_busy)
+    if told:
+        notice.empty()
+    return result
 
 
 @contextmanager

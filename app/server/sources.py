@@ -150,15 +150,12 @@ def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
     return (path.strip(), display_name(path)) if path.strip() else None
 
 
-def upload_limit(limits) -> int:
-    """Bytes one upload may take: the smaller of Streamlit's ``server.maxUploadSize`` (MB of 2**20 bytes) and the
-    loader's ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``). The caption gave Streamlit's alone: at
-    ATTNSCOPE_MAX_UPLOAD_BYTES=100MB it said 2,000 MB, and a 150 MB upload was refused after it was sent."""
-    return min(st.get_option("server.maxUploadSize") * 2**20, limits.max_upload_bytes)
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.3g} GB" if n >= 10**9 else f"{n / 1e6:,.3g} MB"
+def upload_limit_mb(limits) -> int:
+    """The MB (of 2**20 bytes, as Streamlit counts them) one upload may take: the smaller of Streamlit's
+    ``server.maxUploadSize`` and the loader's ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``). Given
+    to the uploader, so that the browser refuses a bigger file before sending it: at ATTNSCOPE_MAX_UPLOAD_BYTES=100MB
+    the caption and the box said 2,000 MB, and a 150 MB upload was refused only once it had been sent."""
+    return max(1, min(st.get_option("server.maxUploadSize"), limits.max_upload_bytes // 2**20))
 
 
 def upload_ui(prefix: str):
@@ -170,8 +167,8 @@ def upload_ui(prefix: str):
     files = st.file_uploader(
         "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
         "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
-        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}")
-    st.caption(f"Limits: {_size(upload_limit(limits))} per upload, a model of "
+        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}", max_upload_size=upload_limit_mb(limits))
+    st.caption(f"Limits: {upload_limit_mb(limits):,} MB per upload, a model of "
                f"{limits.max_model_bytes / 1e9:g} GB, {limits.max_total_bytes / 1e9:g} GB unpacked. "
                "Drop all files of a model together; a new upload replaces the last. Python files in an upload are "
                "never run.")

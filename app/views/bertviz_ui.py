@@ -68,19 +68,46 @@ NOT_FINITE = ("This head's attention holds NaN or infinite weights (the model's 
               "so its query and key vectors cannot be shown meeting; the diagnosis names such weights.")
 
 
+class _Busy(Exception):
+    """The model is held by another run (``args[0]``: its job, "" for an Inspect): raised out of the cached page,
+    which is then not kept, and asked again (``_waited_page``)."""
+
+
 @st.cache_data(max_entries=16, show_spinner="Reading the query and key vectors…")
 def _neuron_page(result_id: str, model_key: tuple, layer: int, head: int, title: str, inline: bool,
                  _result: core.AttentionResult) -> str | None:
     """The page, or None when q·k does not give the head's attention (a rotation or bias was added)."""
     loaded = cache.load_model(*model_key)
-    with loaded.lock:
+    if not loaded.lock.acquire(timeout=0.25):
+        raise _Busy(loaded.job)
+    try:
         queries, keys, scale = query_key_vectors(loaded.model, _result.token_ids, layer, head,  # (t, d) each
                                                  _result.token_type_ids)
+    finally:
+        loaded.lock.release()
     window = _result.windows[layer] if _result.windows else None  # a local layer's (GPT-Neo)
     if not reproduces(queries, keys, _result.attentions[layer, head], _result.causal, scale, window, _result.dtype):
         return None
     return neuron_view_page(_result.attentions[layer, head], queries, keys, list(_result.tokens),
                             list(_result.keys), _result.causal, title, inline)
+
+
+def _waited_page(notice, *args) -> str | None:
+    """``_neuron_page(*args)``, asked again every 0.25 s while another run holds the model; ``notice`` (an
+    ``st.empty()``, or None) says so when it is a Diagnose or Compare: one look before the wait missed a run that
+    took the model after another session's Inspect, and the view waited out the whole diagnosis without a word."""
+    told = False
+    while True:
+        try:
+            page = _neuron_page(*args)
+            break
+        except _Busy as busy:
+            if notice is not None and not told and busy.args[0]:
+                notice.info(cache.BUSY.format(job=busy.args[0]))
+                told = True
+    if told:
+        notice.empty()
+    return page
 
 
 def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, layer: int, head: int, model: str,
@@ -102,10 +129,7 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
                 "head view shows this one.")
         return
     title = f"{model}: BertViz neuron view, layer {layer}, head {head}"
-    notice = st.empty()
-    cache.say_if_busy(loaded, notice)  # a page not cached yet waits for the model's lock
-    page = _neuron_page(result_id, model_key, layer, head, title, False, result)
-    notice.empty()
+    page = _waited_page(st.empty(), result_id, model_key, layer, head, title, False, result)
     if page is None:
         st.info(NOT_SUPPORTED)
         return
@@ -114,5 +138,5 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
     st.iframe(page, height=min(900, 120 + 26 * len(result.tokens)), alt=title)
     name = file_stem(model, "bertviz-neuron-view", f"layer-{layer}", f"head-{head}")
     st.download_button("Save this view (standalone HTML)",
-                       lambda: _neuron_page(result_id, model_key, layer, head, title, True, result),
+                       lambda: _waited_page(None, result_id, model_key, layer, head, title, True, result),
                        file_name=f"{name}.html", mime="text/html", key=f"{prefix}nv_export", on_click="ignore")

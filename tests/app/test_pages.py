@@ -334,16 +334,19 @@ def test_a_server_started_outside_attnscope_s_folder_says_its_settings_were_not_
 
 
 def test_the_upload_caption_gives_the_limit_that_applies(monkeypatch):
-    """It gave Streamlit's server.maxUploadSize alone: at ATTNSCOPE_MAX_UPLOAD_BYTES=100MB it said 2,000 MB, and a
-    150 MB upload was refused after it was sent."""
+    """It gave Streamlit's server.maxUploadSize alone, and so did the upload box: at ATTNSCOPE_MAX_UPLOAD_BYTES=100MB
+    both said 2,000 MB, and a 150 MB upload was refused only once the browser had sent it. MB are Streamlit's
+    (2**20 bytes): the box and the caption say the same number."""
     def limits_caption(at):
         return next(c.value for c in at.caption if c.value.startswith("Limits: "))
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
-    assert limits_caption(at).startswith("Limits: 2 GB per upload, a model of 2 GB")
+    assert limits_caption(at).startswith("Limits: 1,907 MB per upload, a model of 2 GB")  # 2 GB: 1,907 MB of 2**20
+    assert at.get("file_uploader")[0].proto.max_upload_size_mb == 1907
     monkeypatch.setenv("ATTNSCOPE_MAX_UPLOAD_BYTES", "100MB")
     at.run()
-    assert limits_caption(at).startswith("Limits: 100 MB per upload")
+    assert limits_caption(at).startswith("Limits: 95 MB per upload")
+    assert at.get("file_uploader")[0].proto.max_upload_size_mb == 95
 
 def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
     """A model re-saved to the same folder (training on) is loaded afresh, not served from the caches."""

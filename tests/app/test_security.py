@@ -677,6 +677,71 @@ def test_an_inspect_waiting_for_a_known_model_another_run_holds_says_so(monkeypa
     inspect.join(30)
     assert results == ["maps", "maps"] and told[-1] == ""
 
+
+def test_every_session_waiting_for_a_held_model_is_told(monkeypatch):
+    """Two sessions asking for the same text while a diagnosis held the model: the one reading it was told, the
+    other waited behind it on the result cache, on the spinner alone."""
+    import contextlib
+    import time
+    from types import SimpleNamespace
+
+    import core
+    from app.server import cache, sources
+
+    loaded, told, results = LoadedModel(Sized(1), None), [], []
+
+    class Notice:
+        def info(self, text):
+            told.append((threading.current_thread().name, text))
+
+        def empty(self):
+            told.append((threading.current_thread().name, ""))
+    monkeypatch.setattr(cache, "load_model", lambda *args: loaded)
+    monkeypatch.setattr(cache, "model_cache", lambda: SimpleNamespace(peek=lambda key: loaded))
+    monkeypatch.setattr(cache.st, "empty", Notice)
+    monkeypatch.setattr(cache, "_check_result_size", lambda *args: None)
+    monkeypatch.setattr(cache, "stop_between_layers", lambda *args: contextlib.nullcontext())
+    monkeypatch.setattr(cache.core, "extract_attention", lambda *args: "maps")
+    shared = BoundedCache(2, 10**9, lambda r: 1)
+    monkeypatch.setattr(cache, "result_cache", lambda: shared)
+    ask = lambda: results.append(cache.attention(("m", (), None, "the same text", "", "")))  # noqa: E731
+    with sources.opened_models([core.MODEL_CHOICES[0]], None, [None]):
+        sessions = [threading.Thread(target=ask, name=name) for name in ("B", "C")]
+        for session in sessions:
+            session.start()
+        deadline = time.monotonic() + 30
+        while len({name for name, text in told if text}) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert {name for name, text in told if text} == {"B", "C"}
+    for session in sessions:
+        session.join(30)
+    assert results == ["maps", "maps"] and {name for name, text in told if not text} == {"B", "C"}
+
+
+def test_the_neuron_view_waiting_for_a_held_model_is_told(monkeypatch):
+    """It looked once before it waited: behind another session's Inspect it said nothing, then waited out the
+    diagnosis that took the model next. It asks again every 0.25 s, and says so once a run holds it."""
+    from app.views import bertviz_ui
+
+    loaded = LoadedModel(Sized(1), None)
+    monkeypatch.setattr(bertviz_ui.cache, "load_model", lambda *args: loaded)
+    with loaded.lock:
+        loaded.job = "diagnosis"
+        with pytest.raises(bertviz_ui._Busy, match="^diagnosis$"):  # not kept: asked again
+            bertviz_ui._neuron_page("r", ("m",), 0, 0, "title", False, None)
+        loaded.job = ""
+    asked, told = iter([bertviz_ui._Busy(""), bertviz_ui._Busy(""), bertviz_ui._Busy("diagnosis"), "page"]), []
+
+    def page(*args):
+        answer = next(asked)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    monkeypatch.setattr(bertviz_ui, "_neuron_page", page)
+    notice = type("Notice", (), {"info": lambda self, text: told.append(text), "empty": lambda self: told.append("")})()
+    assert bertviz_ui._waited_page(notice, "r") == "page"
+    assert told == [bertviz_ui.cache.BUSY.format(job="diagnosis"), ""]
+
 class _FullDisk:
     name = "second.zip"
 
