@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 import core
@@ -69,8 +71,8 @@ NOT_FINITE = ("This head's attention holds NaN or infinite weights (the model's 
 
 
 class _Busy(Exception):
-    """The model is held by another run (``args[0]``: its job, "" for an Inspect): raised out of the cached page,
-    which is then not kept, and asked again (``_waited_page``)."""
+    """The model is held by another run: raised out of the cached page, which is then not kept, and asked again
+    once the model looks free (``_waited_page``)."""
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading the query and key vectors…")
@@ -79,7 +81,7 @@ def _neuron_page(result_id: str, model_key: tuple, layer: int, head: int, title:
     """The page, or None when q·k does not give the head's attention (a rotation or bias was added)."""
     loaded = cache.load_model(*model_key)
     if not loaded.lock.acquire(timeout=0.25):
-        raise _Busy(loaded.job)
+        raise _Busy
     try:
         queries, keys, scale = query_key_vectors(loaded.model, _result.token_ids, layer, head,  # (t, d) each
                                                  _result.token_type_ids)
@@ -92,19 +94,20 @@ def _neuron_page(result_id: str, model_key: tuple, layer: int, head: int, title:
                             list(_result.keys), _result.causal, title, inline)
 
 
-def _waited_page(notice, *args) -> str | None:
-    """``_neuron_page(*args)``, asked again every 0.25 s while another run holds the model; ``notice`` (an
-    ``st.empty()``, or None) says so when it is a Diagnose or Compare: one look before the wait missed a run that
-    took the model after another session's Inspect, and the view waited out the whole diagnosis without a word."""
-    told = False
+def _waited_page(notice, result_id, model_key, *args) -> str | None:
+    """``_neuron_page(result_id, model_key, *args)``, asked again once the model looks free while another run holds
+    it (looked at every 0.25 s); ``notice`` (an ``st.empty()``, or None) says so when that run is a Diagnose or
+    Compare: one look before the wait missed a run that took the model after another session's Inspect, and the
+    view waited out the whole diagnosis without a word."""
+    loaded, told = cache.load_model(*model_key), False
     while True:
         try:
-            page = _neuron_page(*args)
+            page = _neuron_page(result_id, model_key, *args)
             break
-        except _Busy as busy:
-            if notice is not None and not told and busy.args[0]:
-                notice.info(cache.BUSY.format(job=busy.args[0]))
-                told = True
+        except _Busy:
+            while loaded.lock.locked():
+                told = told or (notice is not None and cache.say_if_busy(loaded, notice))
+                time.sleep(0.25)
     if told:
         notice.empty()
     return page

@@ -4,6 +4,7 @@ import io
 import re
 import shutil
 import threading
+from types import SimpleNamespace
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -683,7 +684,6 @@ def test_every_session_waiting_for_a_held_model_is_told(monkeypatch):
     other waited behind it on the result cache, on the spinner alone."""
     import contextlib
     import time
-    from types import SimpleNamespace
 
     import core
     from app.server import cache, sources
@@ -720,27 +720,32 @@ def test_every_session_waiting_for_a_held_model_is_told(monkeypatch):
 
 def test_the_neuron_view_waiting_for_a_held_model_is_told(monkeypatch):
     """It looked once before it waited: behind another session's Inspect it said nothing, then waited out the
-    diagnosis that took the model next. It asks again every 0.25 s, and says so once a run holds it."""
+    diagnosis that took the model next. It looks every 0.25 s, and says so once a run holds it."""
+    import time
+
     from app.views import bertviz_ui
 
-    loaded = LoadedModel(Sized(1), None)
+    loaded, told, pages = LoadedModel(Sized(1), None), [], []
     monkeypatch.setattr(bertviz_ui.cache, "load_model", lambda *args: loaded)
-    with loaded.lock:
-        loaded.job = "diagnosis"
-        with pytest.raises(bertviz_ui._Busy, match="^diagnosis$"):  # not kept: asked again
-            bertviz_ui._neuron_page("r", ("m",), 0, 0, "title", False, None)
-        loaded.job = ""
-    asked, told = iter([bertviz_ui._Busy(""), bertviz_ui._Busy(""), bertviz_ui._Busy("diagnosis"), "page"]), []
-
-    def page(*args):
-        answer = next(asked)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-    monkeypatch.setattr(bertviz_ui, "_neuron_page", page)
+    monkeypatch.setattr(bertviz_ui, "query_key_vectors", lambda *args: pages.append("read") or (None, None, 1.0))
+    monkeypatch.setattr(bertviz_ui, "reproduces", lambda *args: False)  # the page: None, as for a rotated head
     notice = type("Notice", (), {"info": lambda self, text: told.append(text), "empty": lambda self: told.append("")})()
-    assert bertviz_ui._waited_page(notice, "r") == "page"
-    assert told == [bertviz_ui.cache.BUSY.format(job="diagnosis"), ""]
+    result = SimpleNamespace(token_ids=None, token_type_ids=None, windows=None, attentions={(0, 0): None}, causal=False,
+                             dtype=None)
+    view = threading.Thread(target=lambda: pages.append(bertviz_ui._waited_page(
+        notice, "r", ("m",), 0, 0, "title", False, result)))
+    with loaded.lock:  # another session's Inspect holds the model: nothing to say yet
+        view.start()
+        time.sleep(0.6)
+        assert told == [] and view.is_alive()
+        loaded.job = "diagnosis"  # then a run holds it
+        deadline = time.monotonic() + 30
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert told == [bertviz_ui.cache.BUSY.format(job="diagnosis")]
+        loaded.job = ""
+    view.join(30)
+    assert pages == ["read", None] and told[-1] == ""
 
 class _FullDisk:
     name = "second.zip"
