@@ -310,9 +310,14 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
     files = source_stamp(source) if stamp is None else stamp
     try:
         with st.spinner("Loading the model…"):  # shown after 0.5 s: not for a model already kept
-            return model_cache().get((source, files, n_heads), load)
+            return model_cache().get(_model_key(source, files, n_heads), load)
     finally:
         bar.empty()  # raises a click that waits, once the model is kept (or the load failed: the click goes first)
+
+
+def _model_key(source: str, files: tuple, n_heads: int | None) -> tuple:
+    """The model cache's key of ``source`` as its files ``files`` are (``source_stamp``), read with ``n_heads``."""
+    return canonical_name(source), files, n_heads
 
 
 @contextmanager
@@ -358,7 +363,7 @@ def attention(key: tuple) -> core.AttentionResult:
     told = []
 
     def tell_if_busy():  # another session reads this same text, behind a model another run holds
-        loaded = model_cache().peek((canonical_name(source), stamp, n_heads))
+        loaded = model_cache().peek(_model_key(source, stamp, n_heads))
         if not told and loaded is not None and say_if_busy(loaded, notice):
             told.append(True)
     with _asking(key, gone), st.spinner("Reading the attention weights…"):  # drawn outside the shared work

@@ -164,11 +164,12 @@ def upload_ui(prefix: str):
     round_key, staged_key = f"{prefix}_upload_round", f"{prefix}_staged"
     s.setdefault(round_key, 0)
     limits = core.Limits()
+    limit_mb = upload_limit_mb(limits)
     files = st.file_uploader(
         "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
         "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
-        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}", max_upload_size=upload_limit_mb(limits))
-    st.caption(f"Limits: {upload_limit_mb(limits):,} MB per upload, a model of "
+        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}", max_upload_size=limit_mb)
+    st.caption(f"Limits: {limit_mb:,} MB per upload, a model of "
                f"{limits.max_model_bytes / 1e9:g} GB, {limits.max_total_bytes / 1e9:g} GB unpacked. "
                "Drop all files of a model together; a new upload replaces the last. Python files in an upload are "
                "never run.")
