@@ -135,6 +135,29 @@ def test_the_tensor_cap_counts_every_shard_of_an_index(tmp_path, monkeypatch):
         load_checkpoint(folder)
 
 
+
+def test_a_header_index_or_peeked_config_of_too_many_json_values_is_not_parsed(tmp_path, monkeypatch):
+    """The JSON bound (``json_items``) holds for a safetensors header and a shard index too, and the layout's peek
+    at a config.json skips one over it; the caps are lowered here to what a tiny BERT holds."""
+    from core.checkpoints import layout, state_dict
+    from core.checkpoints.json_items import json_items
+
+    weights = save({"w": torch.zeros(1)}, metadata={str(i): "x" for i in range(100)})
+    header = weights[8:8 + int.from_bytes(weights[:8], "little")]
+    monkeypatch.setattr(state_dict, "MAX_DATA_ITEMS", json_items(header) - 1)
+    with pytest.raises(CheckpointError, match=rf"^many.safetensors's header holds up to {json_items(header):,} JSON"):
+        load_untrusted([("many.safetensors", weights)])
+    folder = tmp_path / "root" / "bert"
+    tiny_bert().save_pretrained(folder, max_shard_size="20KB")
+    index = (folder / "model.safetensors.index.json").read_bytes()
+    monkeypatch.setattr(state_dict, "MAX_DATA_ITEMS", json_items(index) - 1)
+    with pytest.raises(CheckpointError, match=r"^model.safetensors.index.json holds up to [\d,]+ JSON keys"):
+        load_checkpoint(folder)
+    config = folder / "config.json"
+    assert layout._names_model(config)
+    monkeypatch.setattr(layout, "MAX_CONFIG_ITEMS", json_items(config.read_bytes()) - 1)
+    assert not layout._names_model(config)
+
 def test_a_safetensors_header_or_index_over_the_cap_is_not_parsed(tmp_path, monkeypatch):
     """Both are parsed whole, at up to ~15 times their size: a 97 MB header of 7 M metadata entries took 1.5 GB and
     21 s, a 149 MB index 1.8 GB, before either was refused for what it held."""
