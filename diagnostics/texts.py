@@ -260,12 +260,13 @@ FINDING_TEXTS = {
     ),
     "dead_heads": FindingText(
         "Dead heads",
-        "The value/output projection of these heads is tiny next to the other heads of their layer, so "
+        "The value/output projection of these heads is tiny next to the other heads of their layer, or "
+        "their whole layer's is next to the other layers', so "
         "whatever they attend to barely reaches the residual stream.",
         "Check whether the heads were pruned or zeroed on purpose; otherwise check weight decay and the "
         "gradients of W_V/W_O. Dead heads can be removed (Michel et al. 2019).",
         "{count} of {total} heads ({percent}) contribute < {threshold} of their layer's strongest head's "
-        "‖W_V·W_O‖: {heads}.",
+        "‖W_V·W_O‖, or < {layer_threshold} of what the strongest head of a typical layer does: {heads}.",
     ),
     "qk_scale_small": FindingText(
         "Q/K weights too small",

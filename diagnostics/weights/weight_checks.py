@@ -18,7 +18,8 @@ tokens x_i, x_j is ``scale · x_iᵀ A Bᵀ x_j``; the head's output is ``W_O,h 
   ``A Bᵀ`` (where they look; heads with equal forms produce equal maps on any
   input), invariant to any rotation inside a head. Computed from d×d Gram
   products (⟨A Bᵀ, C Dᵀ⟩ = Σ (AᵀC) ∘ (BᵀD)) so no d_in×d_in matrix is formed.
-- ``dead_heads``: ‖W_O,h W_V,h‖_F below ``DEAD_RATIO`` of the layer's strongest head's.
+- ``dead_heads``: ‖W_O,h W_V,h‖_F below ``DEAD_RATIO`` of the layer's strongest head's, or below
+  ``DEAD_LAYER_RATIO`` of the part's median layer's strongest (a whole layer pruned alike).
 Under grouped-query attention every check runs per query head (K/V repeated,
 ``core.extraction.head_weights``), and a ``shared_kv_heads`` note says which query heads share
 a key/value head.
@@ -49,6 +50,10 @@ SIMILAR_COSINE = 0.95
 # healthy real models every head writes at least 0.23 of its layer's strongest (MiniLM 0.24, SmolLM2 0.23,
 # demo-bert 0.58, demo-gpt2 0.53).
 DEAD_RATIO = 0.05
+# A whole layer scaled down alike has no strong head of its own: its strongest head writing < 2% of what the part's
+# layers' strongest heads write (their median) makes every head of it dead. In the healthy real models every layer's
+# strongest head writes at least 0.10 of that median (SmolLM2's layer 0; MiniLM 0.48, demo-bert 0.57, demo-gpt2 0.27).
+DEAD_LAYER_RATIO = 0.02
 
 
 def _gram_inner(a, b, c, d):
@@ -144,14 +149,28 @@ def _normalised(lw) -> bool:
     return any(source is not None and source.feed is not None for source in (lw.q_source, lw.k_source))
 
 
+def _details(code, threshold, values) -> dict:
+    details = {"threshold": threshold, "values": values}
+    return {**details, "layer_threshold": DEAD_LAYER_RATIO} if code == "dead_heads" else details
+
+
+def _median_strongest(stats) -> float:
+    """The median over layers of each layer's strongest head's ‖W_O W_V‖ (the upper one of an even count: of two
+    layers, the one a layer pruned to near zero is measured against)."""
+    strongest = sorted(float(s["ov_norm"].max()) for s in stats)
+    return strongest[len(strongest) // 2]
+
+
 def _part_findings(layers, stats, part):
     total = sum(lw.n_heads for lw in layers)
     flagged = {"qk_scale_small": [], "qk_scale_large": [], "large_qk_scores": [], "dead_heads": []}
     values = {code: {} for code in flagged}
     pairs = []
+    reference = _median_strongest(stats)
     for lw, s in zip(layers, stats):
         strongest = s["ov_norm"].max()
-        rules = {"dead_heads": ((s["ov_norm"] < DEAD_RATIO * strongest) | (s["ov_norm"] < 1e-8), s["ov_norm"])}
+        floor = max(DEAD_RATIO * strongest, DEAD_LAYER_RATIO * reference, 1e-8)
+        rules = {"dead_heads": (s["ov_norm"] < floor, s["ov_norm"])}
         if not _normalised(lw):  # a q/k norm sets the scores' scale, whatever W_Q and W_K's (max_score reads it)
             rules["qk_scale_small"] = (s["qk_scale"] < QK_SCALE_SMALL, s["qk_scale"])
             rules["qk_scale_large"] = (s["qk_scale"] > QK_SCALE_LARGE, s["qk_scale"])
@@ -168,8 +187,9 @@ def _part_findings(layers, stats, part):
                     pairs.append((lw.layer, a, b, float(s["similarity"][a, b])))
     thresholds = {"qk_scale_small": QK_SCALE_SMALL, "qk_scale_large": QK_SCALE_LARGE,
                   "large_qk_scores": SCORE_LIMIT, "dead_heads": DEAD_RATIO}
-    findings = [make_finding(code, heads, total, part, {"threshold": thresholds[code], "values": values[code]},
-                             layer_heads=layers[0].n_heads, threshold=thresholds[code])
+    findings = [make_finding(code, heads, total, part, _details(code, thresholds[code], values[code]),
+                             layer_heads=layers[0].n_heads, threshold=thresholds[code],
+                             layer_threshold=DEAD_LAYER_RATIO)
                 for code, heads in flagged.items() if heads]
     similar = pairs_finding("similar_head_weights", pairs, total, part, SIMILAR_COSINE)
     return findings + ([similar] if similar else [])

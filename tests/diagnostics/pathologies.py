@@ -61,6 +61,17 @@ def scaled_qk(model, factor):
 
 
 @contextmanager
+def scaled_values(model, layer, factor):
+    """One layer's V weights and biases times ``factor``: soft gates that prune a whole layer leave 1e-3, not 0."""
+    with _restored(model), torch.no_grad():
+        projection = _projections(model)[layer]["v"][0]
+        projection.weight.mul_(factor)
+        if projection.bias is not None:
+            projection.bias.mul_(factor)
+        yield model
+
+
+@contextmanager
 def zeroed_output_norm(model, layer):
     """A BERT-family model's LayerNorm after ``layer`` zeroed: every later layer reads a constant, its heads uniform
     though their Q/K weights are as trained."""

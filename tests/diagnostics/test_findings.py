@@ -167,7 +167,7 @@ def test_every_finding_text_formats():
     for code, text in FINDING_TEXTS.items():
         assert text.title and text.meaning and text.suggestion, code
     for code in ("diffuse_heads", "sink_heads", "dead_heads", "qk_scale_small"):
-        assert make_finding(code, [[0, 0]], 12, threshold=0.5).severity in ("info", "warning")
+        assert make_finding(code, [[0, 0]], 12, threshold=0.5, layer_threshold=0.02).severity in ("info", "warning")
 
 
 def causal_rows(q, peak):

@@ -14,8 +14,8 @@ from diagnostics import diagnose
 from diagnostics.findings import SATURATED_CONFIDENCE, SATURATED_ENTROPY
 from diagnostics.probe_texts import CAUSAL_PROBES, DEFAULT_PROBES, PROBE_MAX_TOKENS
 from diagnostics.probes import RANDOM_LENGTH, probe_tokens
-from diagnostics.weights.weight_checks import SCORE_LIMIT
-from pathologies import copied_heads, scaled_qk, zeroed_output_norm
+from diagnostics.weights.weight_checks import SCORE_LIMIT, weight_findings
+from pathologies import copied_heads, scaled_qk, scaled_values, zeroed_output_norm
 
 pytestmark = pytest.mark.slow
 
@@ -105,6 +105,15 @@ def test_q_k_shrunk_everywhere_is_not_blamed_on_what_reaches_the_heads(loaded):
             diffuse = diagnose(pair, texts=SHORT).finding("diffuse_heads")
         assert diffuse.severity == "error", (name, factor)
         assert "what reaches them" not in diffuse.suggestion and "An untrained" in diffuse.suggestion, (name, factor)
+
+
+def test_a_layer_pruned_to_near_zero_is_dead(loaded):
+    """Every head of one layer scaled down alike left no head of it to compare with, and got no finding."""
+    name, pair, _ = loaded
+    with scaled_values(pair[0], 1, 1e-3):
+        dead = {f.code: f for f in weight_findings(pair[0])}.get("dead_heads")
+    assert dead is not None and dead.severity == "warning", name
+    assert sorted({layer for layer, _ in dead.heads}) == [1], name
 
 
 def test_every_head_a_copy_is_redundant(loaded):

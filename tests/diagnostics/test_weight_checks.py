@@ -181,6 +181,17 @@ def test_heads_pruned_to_near_zero_are_dead_even_when_they_are_half_the_layer():
     assert "of their layer's strongest head's" in found["dead_heads"].message  # it said "median": not the rule
 
 
+@torch.no_grad()
+def test_a_layer_pruned_to_near_zero_is_dead():
+    """Every head of a layer scaled down alike: no head of that layer is weaker than its strongest."""
+    model = custom()
+    model.blocks[0].attn.out_proj.weight.mul_(1e-3)
+    found = {f.code: f for f in weight_findings(model)}
+    assert found["dead_heads"].heads == [[0, h] for h in range(4)] and found["dead_heads"].details["layers"] == [0]
+    assert found["dead_heads"].severity == "error"  # one of two layers: half the heads
+    assert "dead_heads" not in {f.code for f in weight_findings(custom())}
+
+
 @pytest.mark.parametrize("build, kv_heads", [(tiny_llama, 2), (tiny_gemma, 1)])
 def test_grouped_kv_heads_are_checked_per_query_head(build, kv_heads):
     model = build()
