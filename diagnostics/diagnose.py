@@ -49,6 +49,7 @@ from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_find
 from diagnostics.reports.report import HeadReport, Report
 from diagnostics.measure.row_stats import OFFSETS
 from diagnostics.streaming import stream_statistics
+from diagnostics.texts import FINDING_TEXTS
 from diagnostics.weights.qk_norms import record_qk_norms
 from diagnostics.weights.weight_checks import check_weights
 
@@ -357,10 +358,26 @@ def _judged_part(part, measured, repeated, judged):
     """``diagnose_part``, its findings from the probes ``verdict_cap`` judges by (``judged``; None: all), its heads
     labelled by every probe; non-finite maps are broken on any probe."""
     heads, findings = diagnose_part(part, measured, repeated)
-    if judged is None:
-        return heads, findings
-    judged_findings = diagnose_part(part, [m for m, ok in zip(measured, judged) if ok], repeated)[1]
-    return heads, [f for f in findings if f.code in UNCAPPED] + [f for f in judged_findings if f.code not in UNCAPPED]
+    if judged is not None:
+        judged_findings = diagnose_part(part, [m for m, ok in zip(measured, judged) if ok], repeated)[1]
+        findings = [f for f in findings if f.code in UNCAPPED] + [f for f in judged_findings if f.code not in UNCAPPED]
+    return heads, [_with_role_count(f, heads) for f in findings]
+
+
+# Roles that measure a finding's behaviour by a bar of their own: the finding says how many heads have them.
+ROLE_BARS = {"sink_heads": ("sink",), "positional_heads": ("previous_token", "next_token", "self")}
+
+
+def _with_role_count(finding, heads):
+    """``finding``, its message saying how many of ``heads`` have the roles of its behaviour (``ROLE_BARS``): a
+    report naming 3 of MiniLM's heads attention sinks showed the sink role on 52, with nothing to say why."""
+    roles = ROLE_BARS.get(finding.code)
+    if roles is None:
+        return finding
+    count = sum(any(name in roles for name in h.role_names) for h in heads)
+    finding.details["role_heads"] = count
+    finding.message += " " + FINDING_TEXTS[finding.code].roles.format(count=count, total=len(heads))
+    return finding
 
 
 def _repeated_roles(repeated):

@@ -46,6 +46,7 @@ class FindingText:
     upstream: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are of ordinary scale
     everywhere: str = ""  # diffuse_heads only: the suggestion added when (nearly) every head is near uniform
     shrunk: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are far smaller than the others'
+    roles: str = ""  # sink_heads, positional_heads: the sentence counting the heads with the matching roles
 
 
 PATTERN_TEXTS = {
@@ -247,6 +248,8 @@ FINDING_TEXTS = {
         "classifier once failed because a head over-attended to [CLS], fixed by constraining that attention.",
         "{count} of {total} heads ({percent}) are attention sinks (one key receives ≥ {threshold} of the "
         "attention of the queries that see it, beyond an even share): {heads}.",
+        roles="{count} of {total} heads have the sink role, by its own bar: "
+        f"≥ {SINK_MIN} of the mass on the first or a special token, carried to a 20-token text.",
     ),
     "positional_heads": FindingText(
         "Positional heads",
@@ -257,6 +260,8 @@ FINDING_TEXTS = {
         "positions can move to relative ones (RoPE, ALiBi).",
         "{count} of {total} heads ({percent}) are positional (≥ {threshold} of their mass on one offset): "
         "{heads}.",
+        roles="{count} of {total} heads have the previous-token, next-token or self role, by their own bar: "
+        f"≥ {OFFSET_MIN} of the mass besides the sink on that offset.",
     ),
     "dead_heads": FindingText(
         "Dead heads",

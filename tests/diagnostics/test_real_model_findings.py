@@ -45,6 +45,20 @@ def test_healthy_models_get_no_error_and_no_warning(loaded):
     assert report.finding("saturated_heads") is None
 
 
+def test_sink_and_positional_findings_count_the_heads_with_those_roles(loaded):
+    """MiniLM's report named 3 heads "attention sinks" while 52 heads carried the sink role, with nothing to say
+    why: the finding's bar (one key draws half the attention) is not the role's (0.3 on the first token)."""
+    name, _, report = loaded
+    bars = {"sink_heads": {"sink"}, "positional_heads": {"previous_token", "next_token", "self"}}
+    for code, roles in bars.items():
+        found = report.finding(code)
+        if found is None:
+            continue
+        count = sum(bool(roles & set(h.role_names)) for h in report.heads)
+        assert found.details["role_heads"] == count, (name, code)
+        assert f"{count} of {len(report.heads)} heads have the" in found.message, (name, found.message)
+
+
 def test_the_decoders_read_each_default_probe_twice_as_long(loaded):
     """GPT-2-style decoders get ``CAUSAL_PROBES``, within a quarter of SmolLM2's 2,048 training tokens; MiniLM keeps
     the probes within the 128 tokens it was trained on."""
