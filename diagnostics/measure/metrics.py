@@ -226,11 +226,13 @@ class MetricAccumulator:
         self._add(a, pos, (valid, query_ok, key_ok), w, n, logits, total)
 
     def _add(self, a, pos, rows, w, n, logits, total):
-        """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64.
+        """Per-row metrics are float32 (reductions over one row's keys); sums over rows are float64 (float32 on
+        a device without float64: ``row_stats.sum_dtype``).
 
         rows: which keys each row may see ``(qc, width)``, which rows count ``(qc,)``, which keys are not
         padding ``(width,)``. total: each row's sum as given ``(..., qc)``."""
         s = self._sums or self._zeros(a)
+        dt = s["w"].dtype  # float64, or float32 on a device without it (row_stats.sum_dtype)
         valid, _, key_ok = rows
         width = a.shape[-1]
         special = self.special[:width].to(a) if self.special is not None else None
@@ -248,17 +250,17 @@ class MetricAccumulator:
             "mean_distance": row_stats.mean_distance(a, pos, self.scratch, self.causal),
         }  # each (..., qc)
         for name, x in per_row.items():
-            s[name] += x.double() @ w  # (...)
+            s[name] += x.to(dt) @ w  # (...)
         s["w"] += w.sum()
         # on the block score's rows: sorting out the top k costs five times a row maximum
         pick = row_stats.sampled_rows(pos, self.block_stride)  # the block score's rows
         w_topk = (w * (n > self.top_k))[pick]  # (qc',)
-        s["topk_mass"] += row_stats.top_k_weights(a[..., pick, :], self.top_k).sum(-1).double() @ w_topk  # (...)
+        s["topk_mass"] += row_stats.top_k_weights(a[..., pick, :], self.top_k).sum(-1).to(dt) @ w_topk  # (...)
         s["w_topk"] += w_topk.sum()
         diag, ok = row_stats.diagonal_mass(a, pos, valid)  # (..., qc, 7), (qc, 7)
-        s["diag"] += (diag.double() * w.unsqueeze(1)).sum(-2)  # (..., 7)
-        s["diag_w"] += (ok.double() * w.unsqueeze(1)).sum(0)  # (7,)
-        s["col"][..., :width] += (w.to(a.dtype) @ a).double()  # (..., width)
+        s["diag"] += (diag.to(dt) * w.unsqueeze(1)).sum(-2)  # (..., 7)
+        s["diag_w"] += (ok.to(dt) * w.unsqueeze(1)).sum(0)  # (7,)
+        s["col"][..., :width] += (w.to(a.dtype) @ a).to(dt)  # (..., width)
         audience = row_stats.key_audience(torch.stack([w, w / n.clamp(min=1)]), pos, key_ok, self.causal,
                                           self.window)
         s["audience"][:width] += audience[0]  # (width,)
@@ -270,27 +272,28 @@ class MetricAccumulator:
         """The sink-factored sums: each row's non-sink mass renormalised, weighted by that mass. ``learned``
         ``(..., qc)``: the share a learned sink took before the row reached the text, sink mass too."""
         width, (valid, query_ok, key_ok) = a.shape[-1], rows  # (qc, width), (qc,), (width,)
+        dt = s["w"].dtype
         sinks = self.sinks[:width].to(a.device)  # (width,)
         on_sinks = a[..., sinks]  # (..., qc, S)
         sink = on_sinks.sum(-1) + learned  # (..., qc)
         keep = (1.0 - sink).clamp(min=REST_FLOOR)  # (..., qc)
         valid_r = valid & ~sinks  # (qc, width)
         base, n_r = row_stats.row_weights(valid_r, query_ok)  # (qc,), (qc,)
-        w_r = base * keep.double()  # (..., qc)
-        s["sink_mass"] += sink.double() @ w
+        w_r = base * keep.to(dt)  # (..., qc)
+        s["sink_mass"] += sink.to(dt) @ w
         s["w_rest"] += w_r.sum(-1)
         # entropy of the rest from the row's entropy: H' = (H + sum_sinks a log a) / keep + log keep
         h = per_row["entropy"] * torch.log(n.clamp(min=2).to(a.dtype))  # (..., qc)
         h_r = (h + _a_log_a(on_sinks).sum(-1) + _a_log_a(learned)) / keep + keep.log()
-        s["rest_entropy"] += ((h_r / torch.log(n_r.clamp(min=2).to(a.dtype))).clamp(0, 1)).double().mul(w_r).sum(-1)
+        s["rest_entropy"] += ((h_r / torch.log(n_r.clamp(min=2).to(a.dtype))).clamp(0, 1)).to(dt).mul(w_r).sum(-1)
         sink_keys = torch.nonzero(sinks).flatten()  # (S,)
         dist = (pos.unsqueeze(1) - sink_keys.unsqueeze(0)).abs().to(a.dtype)  # (qc, S)
         far = (per_row["mean_distance"] - (on_sinks * dist).sum(-1)) / keep  # (..., qc)
-        s["rest_mean_distance"] += far.double().mul(w_r).sum(-1)
+        s["rest_mean_distance"] += far.to(dt).mul(w_r).sum(-1)
         diag, ok = row_stats.diagonal_mass(a, pos, valid_r)  # (..., qc, 7), (qc, 7)
-        s["rest_diag"] += (diag.double() * base.unsqueeze(1)).sum(-2)  # (..., 7)
-        s["rest_diag_w"] += w_r.unsqueeze(-2) @ ok.double()  # (..., 1, 7)
-        s["rest_col"][..., :width] += (base.to(a.dtype) @ a).double()  # (..., width)
+        s["rest_diag"] += (diag.to(dt) * base.unsqueeze(1)).sum(-2)  # (..., 7)
+        s["rest_diag_w"] += w_r.unsqueeze(-2) @ ok.to(dt)  # (..., 1, 7)
+        s["rest_col"][..., :width] += (base.to(a.dtype) @ a).to(dt)  # (..., width)
         audience = row_stats.key_audience(torch.stack([w_r, w_r / n_r.clamp(min=1)], dim=-2), pos,
                                           key_ok & ~sinks, self.causal, self.window)  # (..., 2, width)
         s["rest_audience"][..., :width] += audience[..., :1, :]  # (..., 1, width)
@@ -303,6 +306,7 @@ class MetricAccumulator:
         non-sink mass ``keep`` ``(..., qc)``, non-sink keys ``n_r`` ``(qc,)`` and rest entropy in nats ``h_r``
         ``(..., qc)``."""
         pick = row_stats.sampled_rows(pos, self.block_stride)  # one row of each run of block_stride
+        dt = s["w"].dtype
         base, keep, n_r, h_r = (x[..., pick] for x in rest_rows)  # (qc',) / (..., qc')
         # a key belongs to a segment when it gets at least half the weight of a key of the row's
         # effective width exp(H'); 1/n' (uniform) when that is more
@@ -315,24 +319,25 @@ class MetricAccumulator:
         # ``block`` is that score times keep
         x = row_stats.excess(a[..., pick, :], valid_r[pick], baseline * keep, self.scratch, ignore=sink_keys)
         block = row_stats.run_score(x, pos[pick], a.shape[-1], self.scratch, peaks, self.causal)  # (..., qc')
-        s["block_score"] += block.double() @ base
-        s["w_block"] += keep.double() @ base
+        s["block_score"] += block.to(dt) @ base
+        s["w_block"] += keep.to(dt) @ base
 
     def _zeros(self, a):
         batch, dev = a.shape[:-2], a.device
-        z = {name: torch.zeros(batch, dtype=torch.float64, device=dev)
+        dt = row_stats.sum_dtype(dev)
+        z = {name: torch.zeros(batch, dtype=dt, device=dev)
              for name in _ROW_METRICS + _REST_METRICS + ("w_rest", "w_block")}
         for name in ("w", "w_topk"):
-            z[name] = torch.zeros((), dtype=torch.float64, device=dev)
-        z["diag"] = torch.zeros(*batch, len(OFFSETS), dtype=torch.float64, device=dev)
-        z["diag_w"] = torch.zeros(len(OFFSETS), dtype=torch.float64, device=dev)
-        z["col"] = torch.zeros(*batch, self.n_keys, dtype=torch.float64, device=dev)
-        z["audience"] = torch.zeros(self.n_keys, dtype=torch.float64, device=dev)
-        z["col_uniform"] = torch.zeros(self.n_keys, dtype=torch.float64, device=dev)
-        z["rest_diag"] = torch.zeros(*batch, len(OFFSETS), dtype=torch.float64, device=dev)
-        z["rest_diag_w"] = torch.zeros(*batch, 1, len(OFFSETS), dtype=torch.float64, device=dev)
+            z[name] = torch.zeros((), dtype=dt, device=dev)
+        z["diag"] = torch.zeros(*batch, len(OFFSETS), dtype=dt, device=dev)
+        z["diag_w"] = torch.zeros(len(OFFSETS), dtype=dt, device=dev)
+        z["col"] = torch.zeros(*batch, self.n_keys, dtype=dt, device=dev)
+        z["audience"] = torch.zeros(self.n_keys, dtype=dt, device=dev)
+        z["col_uniform"] = torch.zeros(self.n_keys, dtype=dt, device=dev)
+        z["rest_diag"] = torch.zeros(*batch, len(OFFSETS), dtype=dt, device=dev)
+        z["rest_diag_w"] = torch.zeros(*batch, 1, len(OFFSETS), dtype=dt, device=dev)
         for name in ("rest_col", "rest_audience", "rest_uniform"):
-            z[name] = torch.zeros(*batch, 1, self.n_keys, dtype=torch.float64, device=dev)
+            z[name] = torch.zeros(*batch, 1, self.n_keys, dtype=dt, device=dev)
         z["rest_col"] = z["rest_col"].squeeze(-2)
         return z
 

@@ -81,14 +81,15 @@ class PairwiseJS:
             picked = self.scratch.get("js_rows", (a.shape[0], len(pos), a.shape[-1]), a)  # (H, qc', k)
             a = torch.index_select(a, 1, pos - q_start, out=picked)
         if self.sums is None:
-            self.sums = torch.zeros(a.shape[0], a.shape[0], dtype=torch.float64, device=a.device)  # (H, H)
-            self.weight = torch.zeros((), dtype=torch.float64, device=a.device)
+            dtype = row_stats.sum_dtype(a.device)  # float64, or float32 on a device without it
+            self.sums = torch.zeros(a.shape[0], a.shape[0], dtype=dtype, device=a.device)  # (H, H)
+            self.weight = torch.zeros((), dtype=dtype, device=a.device)
         if pos.numel() == 0:
             return
         key_ok = self.key_ok.to(a.device)
         valid = row_stats.valid_keys(pos, self.n_keys, self.causal, key_ok)  # (qc, k)
         w, _ = row_stats.row_weights(valid, key_ok[pos.clamp(max=self.n_keys - 1)])  # (qc,)
-        self._add(a.float(), w.double())
+        self._add(a.float(), w)
         self.weight += w.sum()
 
     def _add(self, a, w):
@@ -105,7 +106,7 @@ class PairwiseJS:
             s = torch.add(a[h:h + 1], a[h + 1:], out=mixed[: heads - h - 1])  # (H-h-1, qc, k)
             jsd = (entropy[h:h + 1] + entropy[h + 1:] - self._sum_x_log_x(s, "js_log")
                    + math.log(2.0) * (total[h:h + 1] + total[h + 1:])) / (2 * math.log(2.0))  # (H-h-1, qc) bits
-            row_sums = jsd.clamp(min=0).sqrt().double() @ w  # (H-h-1,)
+            row_sums = jsd.clamp(min=0).sqrt().to(w.dtype) @ w  # (H-h-1,)
             self.sums[h, h + 1:] += row_sums
             self.sums[h + 1:, h] += row_sums
 
@@ -133,12 +134,13 @@ class PairedJS:
         self.sums, self.weight, self.same = None, None, None
 
     def update(self, chunk_a, chunk_b, q_start):
-        a, b = chunk_a.detach().double(), chunk_b.detach().double().to(chunk_a.device)  # (H, qc, k) each
+        dtype = row_stats.sum_dtype(chunk_a.device)  # float64, or float32 on a device without it
+        a, b = chunk_a.detach().to(dtype), chunk_b.detach().to(chunk_a.device, dtype)  # (H, qc, k) each
         w = _chunk_row_weights(a, q_start, self.n_keys, self.causal, self.key_ok)  # (qc,)
         distance = row_js(a, b)  # (H, qc)
         if self.sums is None:
-            self.sums = torch.zeros(a.shape[0], dtype=torch.float64, device=a.device)  # (H,)
-            self.weight = torch.zeros((), dtype=torch.float64, device=a.device)
+            self.sums = torch.zeros(a.shape[0], dtype=dtype, device=a.device)  # (H,)
+            self.weight = torch.zeros((), dtype=dtype, device=a.device)
         self.sums += (distance * w).sum(-1)  # (H,)
         self.weight += w.sum()
         same = torch.isclose(a, b, equal_nan=True).flatten(1).all(-1)  # (H,)
@@ -151,7 +153,7 @@ class PairedJS:
 def row_js(a, b, a_info=None, b_info=None):
     """Jensen–Shannon distance (base 2, in [0, 1]) between matching rows of ``a`` and ``b``: ``(..., qc)``.
 
-    ``a``, ``b``: broadcastable ``(..., qc, k)`` float64 rows that each sum to 1;
+    ``a``, ``b``: broadcastable ``(..., qc, k)`` rows that each sum to 1 (float64, or float32 on a device without it);
     ``a_info``/``b_info``: their ``sum(x log x)`` if already known.
     """
     a_info = torch.special.xlogy(a, a).sum(-1) if a_info is None else a_info  # (..., qc)

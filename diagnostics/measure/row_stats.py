@@ -23,6 +23,8 @@ from core.extraction.windows import in_window
 # Offsets of the diagonals measured: key = query position + offset, so +1 is the
 # next token and -1 the previous one (Clark et al. 2019, Sec. 3).
 OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
+# Device types without float64 (Apple's MPS refuses it): sums over rows are float32 there (``sum_dtype``).
+NO_FLOAT64 = ("mps",)
 
 
 _SPREAD = 2654435761  # Knuth's multiplicative hash: which row of each run of ``stride`` rows is measured
@@ -75,10 +77,17 @@ def key_audience(weights, positions, key_ok, causal, window=None):
     return suffix[..., first_row] * ok  # (..., k)
 
 
+def sum_dtype(device) -> torch.dtype:
+    """The dtype of sums over rows on ``device``: float64, or float32 where the device has no float64 (the sums of a
+    2,048-token map in float32 agree with float64's to ~1e-6)."""
+    return torch.float32 if torch.device(device).type in NO_FLOAT64 else torch.float64
+
+
 def row_weights(valid, query_ok):
-    """Weight ``1 - 1/n`` of each row (0 for padded queries): float ``(qc,)`` and ``n``."""
+    """Weight ``1 - 1/n`` of each row (0 for padded queries): ``(qc,)`` in ``sum_dtype``, and ``n``."""
     n = valid.sum(-1)  # (qc,)
-    w = (1.0 - 1.0 / n.clamp(min=1).double()) * query_ok.double()  # (qc,)
+    dtype = sum_dtype(n.device)
+    w = (1.0 - 1.0 / n.clamp(min=1).to(dtype)) * query_ok.to(dtype)  # (qc,)
     return w, n
 
 
