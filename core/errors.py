@@ -26,6 +26,10 @@ class CheckpointError(ModelLoadError):
     """An uploaded or local checkpoint is unreadable, unsafe or unsupported."""
 
 
+class OutOfMemory(AttnScopeError, MemoryError):
+    """A forward pass ran out of memory, the CPU's or the device's, on this input: shorten it or stream it."""
+
+
 class Cancelled(AttnScopeError):
     """The caller's ``should_stop`` said nobody waits for the result any more (``core.cancel``)."""
 

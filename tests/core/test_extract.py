@@ -17,6 +17,7 @@ from core import (
     AttnScopeTransformer, ExtractionError, InputError, TINY_PRESETS, extract_attention, extract_module_attention,
 )
 
+from core.errors import AttnScopeError, OutOfMemory
 from core.extraction.encode import DROPPED, PAIR_JOINED, TRUNCATED
 from core.extraction.extract import model_is_causal
 from core.extraction.module_extract import capture_mha_weights
@@ -274,7 +275,7 @@ def test_out_of_memory_is_not_called_a_model_attnscope_cannot_read(monkeypatch):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
     monkeypatch.setattr(model, "forward", forward)
-    with pytest.raises(torch.OutOfMemoryError):
+    with pytest.raises(OutOfMemory, match=r"ran out of memory on this text \(OutOfMemoryError: CUDA out of memory\)"):
         extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
 
 
@@ -794,9 +795,14 @@ def test_a_text_whose_whole_maps_would_not_fit_is_refused_before_the_forward_pas
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
                            "you tried to allocate 26843545600 bytes.")
 
-    monkeypatch.setattr(model, "forward", out_of_memory)
-    with pytest.raises(MemoryError, match="ran out of memory on this text .* or use diagnostics.stream_statistics"):
-        extract_attention(model, tokenizer, TEXT)
+    def gpu_out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 18.00 GiB.")
+
+    for forward in (out_of_memory, gpu_out_of_memory):
+        monkeypatch.setattr(model, "forward", forward)
+        with pytest.raises(OutOfMemory, match="ran out of memory on this text .* or use diagnostics.stream_statistics"):
+            extract_attention(model, tokenizer, TEXT)
+    assert issubclass(OutOfMemory, MemoryError) and issubclass(OutOfMemory, AttnScopeError)
 
 
 def test_a_list_ids_or_swapped_arguments_are_named_not_called_empty():

@@ -159,6 +159,23 @@ def test_an_unwritable_out_is_refused_before_the_diagnosis(tmp_path, capsys, mon
 
 
 
+def test_a_device_out_of_memory_is_bad_input_with_advice(bert_dir, capsys, monkeypatch):
+    """CUDA's allocator raises torch.OutOfMemoryError: it was "internal error (OutOfMemoryError: ...); please report
+    it" and exit 3, not the advice a CPU out of memory gets."""
+    import torch
+    from transformers import BertModel
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 18.00 GiB. GPU 0 has a total capacity of "
+                                     "23.64 GiB of which 3.10 GiB is free.")
+
+    monkeypatch.setattr(BertModel, "forward", out_of_memory)
+    assert cli.main([str(bert_dir), "--quiet", "--text", "the cat sat on the mat"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "ran out of memory on this text (OutOfMemoryError: CUDA out of memory." in lines[0], lines
+    assert "internal error" not in lines[0] and "stream_statistics" in lines[0]
+
+
 @pytest.mark.parametrize("argv", [["demo-bert"], ["compare", "demo-bert", "demo-gpt2"]])
 @pytest.mark.parametrize("device", ["mps", "vulkan", "meta", "quantum"])
 def test_an_unusable_device_is_refused_before_the_model_is_loaded(capsys, monkeypatch, argv, device):
