@@ -172,7 +172,8 @@ def test_a_device_out_of_memory_is_bad_input_with_advice(bert_dir, capsys, monke
     monkeypatch.setattr(BertModel, "forward", out_of_memory)
     assert cli.main([str(bert_dir), "--quiet", "--text", "the cat sat on the mat"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "ran out of memory on this text (OutOfMemoryError: CUDA out of memory." in lines[0], lines
+    assert len(lines) == 1, lines
+    assert "ran out of memory on this text (OutOfMemoryError: CUDA out of memory." in lines[0]
     assert "internal error" not in lines[0] and "stream_statistics" in lines[0]
 
 
