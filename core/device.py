@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .errors import InputError
+from .extraction.offload import first_weight
 
 SUPPORTED_TYPES = ("cpu", "cuda", "mps")  # torch parses more (vulkan, meta, xla...); models do not run there
 
@@ -49,8 +50,7 @@ def _mps_available() -> bool:
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """Device of the model's first parameter (its input embeddings under ``device_map``)."""
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
+    """Device of the model's first parameter that holds data (its input embeddings under ``device_map``; accelerate
+    keeps offloaded ones on ``meta``), else the CPU."""
+    first = first_weight(model)
+    return first.device if first is not None else torch.device("cpu")

@@ -21,6 +21,7 @@ from .encode import check_text, encode, max_positions
 from ..errors import AttnScopeError, ExtractionError, InputError, first_line
 from .hf_extract import extract_hf, flag_ignored, is_causal_model, stack_layers, taken
 from .maps_budget import check_maps_fit
+from .offload import offloaded
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
 from .tokens import display_tokens
@@ -94,8 +95,10 @@ def check_model_and_tokenizer(model, tokenizer) -> None:
 
 
 def check_weights_loaded(model) -> None:
-    """ExtractionError for a model built without its weights (on the ``meta`` device), before it is run."""
-    meta = next((name for name, p in model.named_parameters() if p.is_meta), None)
+    """ExtractionError for a model built without its weights (on the ``meta`` device), before it is run. Weights
+    accelerate offloads are on ``meta`` too, and loaded for each forward (``offload``)."""
+    meta = next((f"{name}.{p_name}".lstrip(".") for name, module in model.named_modules() if not offloaded(module)
+                 for p_name, p in module.named_parameters(recurse=False) if p.is_meta), None)
     if meta is not None:
         raise ExtractionError(f"the model's weights are not loaded ({meta} is on the meta device: built under "
                               "torch.device('meta') or init_empty_weights); load them, e.g. with from_pretrained")

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from ..errors import ExtractionError
+from .offload import weights_in_memory
 from .text_config import text_model
 
 CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
@@ -299,7 +300,8 @@ def attention_weights(model):
     for name, module in text.named_modules(prefix=prefix):
         if any(name.startswith(c + ".") for c in claimed):
             continue  # BERT's attention.self would be read twice
-        found = next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
+        with weights_in_memory(module):  # offloaded by accelerate: on meta between forwards
+            found = next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
         if found is not None and unscaled:
             found["scale"] = 1.0
         lw = _layer(found, name, _part(name, encoder_decoder), counts) if found is not None else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..device import model_device
 from ..errors import InputError
 from .encode import segment_inputs
 from .extract import eval_mode
@@ -70,7 +71,7 @@ def query_key_vectors(model: nn.Module, token_ids: list[int], layer: int, head: 
         for name, source in (("q", lw.q_source), ("k", lw.k_source))]
     try:
         with eval_mode(model), torch.no_grad():  # no dropout on the vectors, as extract_attention
-            device = next(model.parameters()).device
+            device = model_device(model)
             model(input_ids=torch.tensor([token_ids], device=device), **segment_inputs(model, token_type_ids, device))
     finally:
         for hook in hooks:

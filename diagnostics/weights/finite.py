@@ -8,6 +8,7 @@ is checked; the heads named are those whose own W_Q, W_K, W_V or W_O rows hold t
 import torch
 
 from core.extraction.head_weights import LayerWeights
+from core.extraction.offload import weights_in_memory
 from diagnostics.findings import head_names, make_finding
 
 MAX_NAMED = 5  # tensors named in the message; all of them are in the details
@@ -15,7 +16,7 @@ MAX_NAMED = 5  # tensors named in the message; all of them are in the details
 
 def non_finite_findings(model, layers: list[LayerWeights]) -> list:
     """One error finding per part with broken heads (one on the first part when only other tensors are broken)."""
-    broken = [name for name, p in model.named_parameters() if p.is_floating_point() and not torch.isfinite(p).all()]
+    broken = _non_finite_parameters(model)
     if not broken:
         return []
     shown = ", ".join(broken[:MAX_NAMED]) + (f" and {len(broken) - MAX_NAMED} more" if len(broken) > MAX_NAMED else "")
@@ -26,6 +27,19 @@ def non_finite_findings(model, layers: list[LayerWeights]) -> list:
                          part, details={"tensors": broken}, n_tensors=len(broken), tensors=shown,
                          heads_list=f": {head_names(heads[part], part)}" if heads[part] else "")
             for part in ([part for part in parts if heads[part]] or parts[:1])]
+
+
+def _non_finite_parameters(model) -> list[str]:
+    """The names of the floating-point parameters holding NaN or ±inf, read one module at a time (accelerate's
+    offloaded ones are brought in for the look)."""
+    broken, seen = [], set()
+    for prefix, module in model.named_modules():
+        with weights_in_memory(module, recurse=False):
+            for name, p in module.named_parameters(recurse=False):
+                if id(p) not in seen and p.is_floating_point() and not torch.isfinite(p).all():
+                    broken.append(f"{prefix}.{name}".lstrip("."))
+                seen.add(id(p))  # a tied weight (GPT-2's lm_head is wte) is named once, by its first module
+    return broken
 
 
 def _head_finite(lw: LayerWeights, head: int) -> bool:

@@ -1,0 +1,35 @@
+"""Models spread by accelerate with offload (``load_model(..., device_map="auto")`` past the devices' memory).
+
+Their offloaded parameters sit on the ``meta`` device between forwards; accelerate's hooks bring each module's in
+for its forward and drop them after. Whatever reads weights outside a forward brings them in the same way, one
+module at a time, so the whole model is never held at once.
+"""
+
+from contextlib import ExitStack, contextmanager
+
+import torch
+
+
+def offloaded(module: torch.nn.Module) -> bool:
+    """Whether accelerate offloads ``module``'s own parameters (its hook loads them for each forward)."""
+    from accelerate.utils import has_offloaded_params
+
+    return has_offloaded_params(module)
+
+
+@contextmanager
+def weights_in_memory(module: torch.nn.Module, recurse: bool = True):
+    """``module`` with the offloaded parameters of it (and, with ``recurse``, of its submodules) on the CPU,
+    given back to accelerate's offload on exit. A module nothing offloads is left as it is."""
+    from accelerate.utils import align_module_device
+
+    with ExitStack() as stack:
+        for sub in module.modules() if recurse else [module]:
+            if offloaded(sub):
+                stack.enter_context(align_module_device(sub, torch.device("cpu")))
+        yield module
+
+
+def first_weight(model: torch.nn.Module) -> torch.Tensor | None:
+    """The model's first parameter that holds data (an offloaded one is on ``meta``), else None."""
+    return next((p for p in model.parameters() if not p.is_meta), None)

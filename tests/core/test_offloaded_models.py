@@ -1,0 +1,48 @@
+"""A model spread by accelerate with offload (``load_model(..., device_map="auto", max_memory=...)``; on a GPU machine
+every module mapped to the CPU or disk is offloaded) is read as the same model loaded whole.
+
+Its offloaded parameters sit on the ``meta`` device between forwards. ``extract_attention`` and ``diagnose`` refused
+it as "weights not loaded ... load them with from_pretrained", though from_pretrained had loaded it.
+"""
+
+import pytest
+import torch
+
+import tiny
+from core import extract_attention, load_model
+from diagnostics import diagnose
+
+TEXT = "the cat sat on the mat and the dog sat on the log"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """``(whole, offloaded, tokenizer)``: one tiny GPT-2, loaded whole and under a memory budget it does not fit."""
+    folder = tmp_path_factory.mktemp("gpt2")
+    model, tokenizer = tiny.tiny_gpt2(128), tiny.bpe_tokenizer()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    split, _ = load_model(str(folder), device_map="auto", max_memory={"cpu": int(size * 0.6)})
+    assert any(p.is_meta for p in split.parameters()), split.hf_device_map  # really offloaded
+    whole, _ = load_model(str(folder))
+    return whole, split, tokenizer
+
+
+def test_extract_attention_reads_an_offloaded_model(pair):
+    whole, split, tokenizer = pair
+    torch.testing.assert_close(extract_attention(split, tokenizer, TEXT).attentions,
+                               extract_attention(whole, tokenizer, TEXT).attentions)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_diagnose_reads_an_offloaded_model_and_its_weights(pair, stream):
+    whole, split, tokenizer = pair
+    got, want = (diagnose((m, tokenizer), texts=[TEXT], stream=stream) for m in (split, whole))
+    assert [(h.pattern, h.role_names) for h in got.heads] == [(h.pattern, h.role_names) for h in want.heads]
+    assert [(f.code, f.severity, f.heads) for f in got.findings] == [(f.code, f.severity, f.heads)
+                                                                      for f in want.findings]
+    assert got.finding("weights_unavailable") is None
+    for a, b in zip(got.heads, want.heads):
+        assert a.metrics["qk_scale"] == pytest.approx(b.metrics["qk_scale"], rel=1e-5)
+    assert any(p.is_meta for p in split.parameters())  # put back where accelerate keeps them
