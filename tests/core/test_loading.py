@@ -259,6 +259,28 @@ def test_available_accelerators_are_accepted_and_a_missing_gpu_index_refused(mon
         pick_device("cuda:1")
 
 
+def test_device_map_is_honoured_where_it_can_be_and_refused_where_not(tmp_path):
+    """device_map and max_memory were dropped without a word for the installed MiniLM, a weights file or a custom
+    model, and device was ignored beside device_map (device='cpu', device_map='auto' went to the GPU)."""
+    with pytest.raises(InputError, match="give device or device_map, not both"):
+        load_model("demo-bert", device="cpu", device_map="auto")
+    with pytest.raises(InputError, match="max_memory only applies with device_map"):
+        load_model("demo-bert", max_memory={"cpu": "1GB"})
+    split, tokenizer = load_model("minilm", device_map="auto", max_memory={"cpu": 70_000_000})
+    assert len(set(split.hf_device_map.values())) > 1 and any(p.is_meta for p in split.parameters())
+    whole, _ = load_model("minilm")
+    torch.testing.assert_close(extract_attention(split, tokenizer, "the cat sat on the mat").attentions,
+                               extract_attention(whole, tokenizer, "the cat sat on the mat").attentions)
+    model = tiny.tiny_gpt2()
+    weights = tmp_path / "model.safetensors"
+    from safetensors.torch import save_file
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
+    save_custom_model(AttnScopeTransformer(TINY_PRESETS["attnscope-nano-decoder"]), tmp_path / "custom")
+    for source in ("smollm2", weights, tmp_path / "custom"):
+        with pytest.raises(InputError, match="device_map spreads a Hugging Face model folder or Hub id"):
+            load_model(str(source), device_map="auto")
+
+
 def test_a_folder_of_config_json_and_a_gguf_loads_as_the_app_loads_it(tmp_path):
     """Hub GGUF repositories keep the original config.json beside the .gguf: the .gguf is the model."""
     write_llama_gguf(tmp_path / "tiny.Q8_0.gguf")
