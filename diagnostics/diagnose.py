@@ -235,18 +235,19 @@ def _streams(model, tokenizer, lengths, stream) -> bool:
         return True
     if not streamable:
         return False
-    return max(lengths, default=0) > STREAM_ABOVE_TOKENS or whole_maps_bytes(model, lengths) > _whole_maps_budget()
+    too_big = whole_maps_bytes(model, lengths) > _whole_maps_budget(model)
+    return max(lengths, default=0) > STREAM_ABOVE_TOKENS or too_big
 
 
-def _whole_maps_budget() -> int:
-    """``WHOLE_MAPS_MAX_BYTES``, or less on a machine whose memory gives less (``core``'s ``maps_budget``, which
-    ``extract_attention`` holds each probe to: a probe it would refuse is streamed instead)."""
-    return min(WHOLE_MAPS_MAX_BYTES, maps_budget() or WHOLE_MAPS_MAX_BYTES)
+def _whole_maps_budget(model) -> int:
+    """``WHOLE_MAPS_MAX_BYTES``, or less on a machine (or the model's GPU) whose memory gives less (``core``'s
+    ``maps_budget``, which ``extract_attention`` holds each probe to: a probe it would refuse is streamed instead)."""
+    return min(WHOLE_MAPS_MAX_BYTES, maps_budget(model_device(model)) or WHOLE_MAPS_MAX_BYTES)
 
 
 def _check_whole_maps(model, lengths):
-    """Refuse probes whose whole maps would take over ``_whole_maps_budget()``, before any is computed."""
-    over = maps_over_budget(model, lengths, _whole_maps_budget())
+    """Refuse probes whose whole maps would take over ``_whole_maps_budget``, before any is computed."""
+    over = maps_over_budget(model, lengths, _whole_maps_budget(model))
     if over is None:
         return
     needed, fits = over  # every probe cut to fits tokens fits
@@ -257,7 +258,7 @@ def _check_whole_maps(model, lengths):
         why = "whole maps were asked for (stream=False)"
     else:
         why = f"{name} computes attention in its own code, which AttnScope cannot stream"
-    limit = round(_whole_maps_budget() / 1024**3, 2)
+    limit = round(_whole_maps_budget(model) / 1024**3, 2)
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
                      f"take {needed / 1024**3:.2f} GiB, over the {limit:g} GiB limit; "
                      f"give shorter or fewer probes (these would fit cut to {fits:,} tokens at most)")

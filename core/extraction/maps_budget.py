@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 import os
 
+import torch
+
 from ..checkpoints.archive import env_size
+from ..device import model_device
 from ..errors import InputError
 from .machine_memory import machine_memory
 from .text_config import text_config
@@ -20,12 +23,25 @@ from .text_config import text_config
 ENV_MAX_MAPS = "ATTNSCOPE_MAX_MAPS_BYTES"
 
 
-def maps_budget() -> int | None:
+def maps_budget(device=None) -> int | None:
     """Bytes the whole maps of one input may take: ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half the memory this
-    process may use (a container's limit where it has one; None where the system does not say)."""
+    process may use (a container's limit where it has one; None where the system does not say), and no more than
+    the free memory of the CUDA GPU ``device`` names: the maps are all on it until the forward ends."""
+    if os.environ.get(ENV_MAX_MAPS):
+        return env_size(ENV_MAX_MAPS, None)
     memory = machine_memory()
-    half = memory // 2 if memory else None
-    return env_size(ENV_MAX_MAPS, half) if half is not None or os.environ.get(ENV_MAX_MAPS) else None
+    budgets = [memory // 2 if memory else None, _free_gpu_memory(device)]
+    return min((b for b in budgets if b is not None), default=None)
+
+
+def _free_gpu_memory(device) -> int | None:
+    """Free bytes on ``device`` when it is a CUDA GPU (``torch.cuda.mem_get_info``), else None."""
+    if device is None or torch.device(device).type != "cuda":
+        return None
+    try:
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    except (RuntimeError, AssertionError, ValueError):  # no usable CUDA after all: the host's budget stands
+        return None
 
 
 def _size(n: int) -> str:
@@ -35,7 +51,7 @@ def _size(n: int) -> str:
 def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None:
     """InputError, before the forward pass, when the whole maps of ``tokens`` tokens (and, for an encoder-decoder,
     ``target_tokens`` on the decoder side) would pass ``maps_budget()``."""
-    budget = maps_budget()
+    budget = maps_budget(model_device(model))
     if not budget:
         return
     if target_tokens is None:
@@ -48,7 +64,8 @@ def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None
         needed, fits = over
         raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
                          f"would take {_size(needed)}, over the {_size(budget)} they may take here "
-                         f"({ENV_MAX_MAPS}, by default half the memory this process may use); shorten it to about "
+                         f"({ENV_MAX_MAPS}, by default half the memory this process may use, at most the GPU's "
+                         f"free memory); shorten it to about "
                          f"{fits:,} tokens, or use diagnostics.stream_statistics, which never holds the maps")
 
 

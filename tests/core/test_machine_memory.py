@@ -50,3 +50,25 @@ def test_the_environment_variable_still_overrides_the_container_limit(monkeypatc
     fake_cgroups(monkeypatch, tmp_path, ["0::/"], {"memory.max": str(4 * GB)})
     monkeypatch.setenv(maps_budget.ENV_MAX_MAPS, str(10 * GB))
     assert maps_budget.maps_budget() == 10 * GB
+
+
+def test_maps_on_a_cuda_gpu_are_held_to_its_free_memory(monkeypatch, tmp_path):
+    """With output_attentions every layer's maps stay on the model's GPU until the forward ends: the budget was half
+    the host's memory (64 GB of maps let through on a 128 GB host with a 24 GB GPU), and the GPU ran out."""
+    import torch
+
+    import tiny
+    from core import InputError
+
+    fake_cgroups(monkeypatch, tmp_path, ["0::/"], {})
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * GB, 24 * GB))
+    assert maps_budget.maps_budget(torch.device("cuda:0")) == 3 * GB
+    assert maps_budget.maps_budget(torch.device("cpu")) == maps_budget.maps_budget() == 32 * GB
+    model = tiny.tiny_gpt2()
+    tokens = 20_000  # 2 layers x 4 heads x 20,000^2 x 4 bytes = 12.8 GB: over the GPU's 3 GB, within the host's 32
+    maps_budget.check_maps_fit(model, tokens)
+    monkeypatch.setattr(maps_budget, "model_device", lambda model: torch.device("cuda:0"))
+    with pytest.raises(InputError, match="over the 3.0 GB they may take here .* at most the GPU's free memory"):
+        maps_budget.check_maps_fit(model, tokens)
+    monkeypatch.setenv(maps_budget.ENV_MAX_MAPS, str(20 * GB))  # the operator's budget still wins
+    maps_budget.check_maps_fit(model, tokens)
