@@ -155,7 +155,16 @@ def upload_limit_mb(limits) -> int:
     ``server.maxUploadSize`` and the loader's ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``). Given
     to the uploader, so that the browser refuses a bigger file before sending it: at ATTNSCOPE_MAX_UPLOAD_BYTES=100MB
     the caption and the box said 2,000 MB, and a 150 MB upload was refused only once it had been sent."""
-    return max(1, min(st.get_option("server.maxUploadSize"), limits.max_upload_bytes // 2**20))
+    configured = st.get_option("server.maxUploadSize")  # config.toml's value, as typed: 100.5 or "abc" too
+    loader_mb = limits.max_upload_bytes // 2**20
+    usable = isinstance(configured, (int, float)) and not isinstance(configured, bool) and configured >= 1
+    return max(1, min(int(configured), loader_mb) if usable else loader_mb)
+
+
+def _mb(n_bytes: int) -> str:
+    """``n_bytes`` in Streamlit's MB (2**20 bytes), as the upload box counts them: "1,907 MB", "0.48 MB"."""
+    mb = n_bytes / 2**20
+    return f"{int(mb):,} MB" if mb >= 1 else f"{mb:.2g} MB"
 
 
 def upload_ui(prefix: str):
@@ -163,14 +172,19 @@ def upload_ui(prefix: str):
     s = st.session_state
     round_key, staged_key = f"{prefix}_upload_round", f"{prefix}_staged"
     s.setdefault(round_key, 0)
-    limits = core.Limits()
+    try:
+        limits = core.Limits()  # the operator's ATTNSCOPE_MAX_* settings, read now
+    except core.AttnScopeError as err:  # a bad setting: said in one line, and no uploader until it is fixed
+        errors.show(err)
+        return None
     limit_mb = upload_limit_mb(limits)
     files = st.file_uploader(
         "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
         "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
         accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}", max_upload_size=limit_mb)
-    st.caption(f"Limits: {limit_mb:,} MB per upload, a model of "
-               f"{limits.max_model_bytes / 1e9:g} GB, {limits.max_total_bytes / 1e9:g} GB unpacked. "
+    upload = min(limit_mb * 2**20, limits.max_upload_bytes)  # under 1 MB the box can say no less than 1
+    st.caption(f"Limits: {_mb(upload)} per upload, a model of {_mb(limits.max_model_bytes)}, "
+               f"{_mb(limits.max_total_bytes)} unpacked (MB of 2**20 bytes, as the upload box counts them). "
                "Drop all files of a model together; a new upload replaces the last. Python files in an upload are "
                "never run.")
     if files:

@@ -65,17 +65,18 @@ NOT_WRITTEN = "{name}: {entry!r} could not be written ({why}); give the model fo
 
 
 def env_size(name: str, default: int) -> int:
-    """``$name`` as a number of bytes (``500MB``, ``2GB``), or ``default`` when unset; 0 means unset too."""
+    """``$name`` as a number of bytes (``500MB``, ``2GB``), or ``default`` when unset or blank; CheckpointError for
+    anything else that is not a size of at least 1 byte (0, 0.5, -5, inf, abc)."""
     raw = os.environ.get(name, "").strip().upper().replace(" ", "")
     if not raw:
         return default
     number = raw.rstrip("KMGTB")
     try:
         value = int(float(number) * _UNITS[raw[len(number):]])
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, OverflowError):  # OverflowError: inf, 1e400
         raise CheckpointError(f"{name}={os.environ[name]!r} is not a size; use bytes or e.g. 500MB, 2GB") from None
     if value <= 0:
-        raise CheckpointError(f"{name}={os.environ[name]!r} must be positive")
+        raise CheckpointError(f"{name}={os.environ[name]!r} must be a size of at least 1 byte")
     return value
 
 

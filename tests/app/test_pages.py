@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import pytest
 
 from streamlit.testing.v1 import AppTest
 
@@ -341,12 +342,44 @@ def test_the_upload_caption_gives_the_limit_that_applies(monkeypatch):
         return next(c.value for c in at.caption if c.value.startswith("Limits: "))
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
-    assert limits_caption(at).startswith("Limits: 1,907 MB per upload, a model of 2 GB")  # 2 GB: 1,907 MB of 2**20
+    # one unit in one line: the model and unpacked limits were decimal GB beside Streamlit's MB
+    assert limits_caption(at).startswith("Limits: 1,907 MB per upload, a model of 1,907 MB, 2,151 MB unpacked (MB of "
+                                         "2**20 bytes, as the upload box counts them)")
     assert at.get("file_uploader")[0].proto.max_upload_size_mb == 1907
     monkeypatch.setenv("ATTNSCOPE_MAX_UPLOAD_BYTES", "100MB")
     at.run()
     assert limits_caption(at).startswith("Limits: 95 MB per upload")
     assert at.get("file_uploader")[0].proto.max_upload_size_mb == 95
+    monkeypatch.setenv("ATTNSCOPE_MAX_UPLOAD_BYTES", "500KB")  # under the box's smallest limit: the caption is true
+    at.run()
+    assert limits_caption(at).startswith("Limits: 0.48 MB per upload")
+
+
+@pytest.mark.parametrize("page", ["app_pages/diagnose.py", "app_pages/compare.py"])
+@pytest.mark.parametrize("name, value", [("ATTNSCOPE_MAX_UPLOAD_BYTES", "abc"), ("ATTNSCOPE_MAX_ENTRIES", "1e3"),
+                                         ("ATTNSCOPE_MAX_UPLOAD_BYTES", "inf")])
+def test_a_bad_upload_limit_setting_is_one_line_not_a_traceback(monkeypatch, page, name, value):
+    """Limits() was read outside any try: the page stopped with a traceback under the source choice."""
+    at = _app()
+    monkeypatch.setenv(name, value)
+    at.switch_page(page).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any(name.replace("_", "\\_") in e.value for e in at.error), [e.value for e in at.error]  # markdown
+
+
+@pytest.mark.parametrize("configured, expected", [(100.5, 100), ("abc", 1907), (True, 1907)])
+def test_a_decimal_or_garbled_max_upload_size_does_not_break_the_uploader(monkeypatch, configured, expected):
+    """maxUploadSize = 100.5 in config.toml reached st.file_uploader(max_upload_size=100.5), which refused it; "abc"
+    was a TypeError: a traceback on Diagnose and Compare."""
+    import streamlit
+
+    real = streamlit.get_option
+    monkeypatch.setattr(streamlit, "get_option", lambda name: configured if name == "server.maxUploadSize"
+                        else real(name))
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.get("file_uploader")[0].proto.max_upload_size_mb == expected
 
 def test_inspect_reads_a_folder_again_once_its_files_change(tmp_path):
     """A model re-saved to the same folder (training on) is loaded afresh, not served from the caches."""

@@ -507,6 +507,11 @@ def test_limits_from_arguments_and_environment(tmp_path, monkeypatch):
         Limits()
     monkeypatch.setenv("ATTNSCOPE_MAX_UPLOAD_BYTES", "1.5GB")
     assert Limits().max_upload_bytes == 1_500_000_000
+    for raw, why in (("inf", "is not a size"), ("1e400", "is not a size"), ("-inf", "is not a size"),
+                     ("0", "at least 1 byte"), ("0.5", "at least 1 byte")):  # inf: an OverflowError, "internal error"
+        monkeypatch.setenv("ATTNSCOPE_MAX_UPLOAD_BYTES", raw)
+        with pytest.raises(CheckpointError, match=why):
+            Limits()
 
 
 @pytest.mark.parametrize("raw", ["1.5KB", "5k", "0", "-3", "many", "²", "١٢",
