@@ -209,16 +209,16 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
     cache alone)."""
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         return False
-    url = urlparse(huggingface_hub.constants.ENDPOINT)
-    proxies = urllib.request.getproxies()
-    proxy = proxies.get(url.scheme) or proxies.get("all")
-    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
-        url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
     try:
+        url = urlparse(huggingface_hub.constants.ENDPOINT)
+        proxies = urllib.request.getproxies()
+        proxy = proxies.get(url.scheme) or proxies.get("all")
+        if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+            url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
         socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
                                  timeout=timeout).close()
         return True
-    except (OSError, ValueError):  # ValueError: a malformed port in the URL
+    except (OSError, ValueError):  # ValueError: a malformed URL or port (HF_ENDPOINT, HTTPS_PROXY="http://[::1")
         return False
 
 

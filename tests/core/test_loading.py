@@ -523,3 +523,9 @@ def test_the_hub_is_tried_through_a_proxy(monkeypatch):
     assert not loading._hub_reachable() and tried[-1] == ("hub.invalid", 443)
     monkeypatch.setattr(loading.huggingface_hub.constants, "ENDPOINT", "http://mirror.local")  # plain http: port 80
     assert not loading._hub_reachable() and tried[-1] == ("mirror.local", 80)
+    monkeypatch.delenv("NO_PROXY")
+    monkeypatch.setenv("HTTPS_PROXY", "http://[::1")  # malformed: "internal error (ValueError: Invalid IPv6 URL)"
+    assert not loading._hub_reachable()
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setattr(loading.huggingface_hub.constants, "ENDPOINT", "http://[::1")
+    assert not loading._hub_reachable()
