@@ -15,6 +15,7 @@ See docs/checkpoints.md for the limits and the table of rejected inputs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -38,6 +39,8 @@ from ..errors import CheckpointError, one_line, quoted
 from .infer_arch import ADAPTER, infer_architecture
 from .json_items import check_json_items
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
+
+log = logging.getLogger("attnscope.load")  # as loading's: the CLI prints it
 
 ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
 ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter's folder
@@ -132,7 +135,18 @@ def resolve_roots(roots=None) -> list[Path]:
     if roots is None:
         env = os.environ.get(ENV_ROOTS, "")
         roots = env.split(os.pathsep) if env.strip() else [Path.cwd(), Path.home()]
-    return [expand_user(r).resolve() for r in roots if str(r).strip()]
+    resolved = [_resolved_root(r) for r in roots if str(r).strip()]
+    return [root for root in resolved if root is not None]
+
+
+def _resolved_root(root) -> Path | None:
+    """``root`` with its links followed; None, in the log, for one in a link loop (every path was refused with the
+    loop's RuntimeError, under the good roots too)."""
+    try:
+        return expand_user(root).resolve()
+    except (RuntimeError, OSError) as err:
+        log.warning("ATTNSCOPE_ALLOWED_ROOTS: %s is skipped, its links cannot be followed (%s)", root, err)
+        return None
 
 
 def expand_user(path) -> Path:

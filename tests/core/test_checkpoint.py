@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import tarfile
 import zipfile
@@ -17,6 +18,7 @@ from transformers import BertModel, RobertaConfig, RobertaModel
 import core
 from core import CheckpointError, Limits, extract_attention, load_checkpoint, load_model
 from core.checkpoints import build as checkpoint_build, tokenizer as checkpoint_tokenizer
+from core.checkpoints.checkpoint import resolve_roots
 from core.checkpoints.json_items import MAX_DATA_ITEMS, json_items
 from hostile_inputs import BAD_INPUTS, MARKER, table_rows
 from loader_sandbox import loader_sandbox
@@ -439,6 +441,18 @@ def test_python_files_and_auto_map_are_ignored(tmp_path):
     assert any("ignored 1 Python file(s)" in n for n in loaded.notes)
     assert any("auto_map" in n for n in loaded.notes)
     assert not (tmp_path / MARKER).exists()
+
+
+def test_a_root_that_is_a_symlink_loop_is_skipped_not_fatal(tmp_path, monkeypatch):
+    """One ATTNSCOPE_ALLOWED_ROOTS entry in a loop made every local path "Something went wrong (RuntimeError: Symlink
+    loop from '<the root>')", under the good roots too, and named the server's root folder."""
+    (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+    (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+    (tmp_path / "models").mkdir()
+    save_file(state(tiny_bert()), tmp_path / "models" / "bert.safetensors")
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", f"{tmp_path / 'models'}{os.pathsep}{tmp_path / 'loop_a'}")
+    assert resolve_roots() == [tmp_path / "models"]
+    assert load_checkpoint(tmp_path / "models" / "bert.safetensors", n_heads=4).model is not None
 
 
 def test_local_paths_outside_allowed_roots_are_refused(tmp_path, monkeypatch):
