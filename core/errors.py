@@ -54,6 +54,19 @@ def one_line(text: str, limit: int = 200) -> str:
     return clipped(text, limit) if text.isprintable() else clipped(repr(text), limit)
 
 
+def size_text(n: int, binary: bool = False) -> str:
+    """``n`` bytes for a message, in the largest unit it reaches (decimal kB, MB, GB; with ``binary`` KiB, MiB,
+    GiB): "12.8 GB", "400 kB", "2 GiB", "512 bytes". A budget of 300 KB said "0.3 MB", of 1 KB "0.0 GB"."""
+    base, units = (1024, ("KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("kB", "MB", "GB", "TB"))
+    if n < base:
+        return counted(n, "byte")
+    value, unit = n / base, 0
+    while value >= base and unit < len(units) - 1:
+        value, unit = value / base, unit + 1
+    shown = f"{value:,.0f}" if value >= 100 else f"{value:.2f}".rstrip("0").rstrip(".")
+    return f"{shown} {units[unit]}"
+
+
 def counted(n: int, noun: str) -> str:
     """``n`` of ``noun`` in words, for messages: "1 tensor", "3 tensors", "1,000 special tokens"."""
     return f"{n:,} {noun}" + ("" if n == 1 else "s")

@@ -31,9 +31,9 @@ from core.checkpoints.tokenizer import borrowed_from
 from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
 from core.extraction.extract import check_weights_loaded
-from core.extraction.maps_budget import maps_budget, maps_over_budget, whole_maps_bytes
+from core.extraction.maps_budget import ENV_MAX_MAPS, maps_budget, maps_over_budget, whole_maps_bytes
 from core.extraction.head_weights import attention_weights
-from core.errors import InputError
+from core.errors import InputError, counted, size_text
 from core.extraction.streaming import can_stream
 from diagnostics.findings import (
     UNCAPPED, Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
@@ -258,10 +258,11 @@ def _check_whole_maps(model, lengths):
         why = "whole maps were asked for (stream=False)"
     else:
         why = f"{name} computes attention in its own code, which AttnScope cannot stream"
-    limit = round(_whole_maps_budget(model) / 1024**3, 2)
+    limit = _whole_maps_budget(model)
+    set_by = "" if limit == WHOLE_MAPS_MAX_BYTES else f" ({ENV_MAX_MAPS}, by default half this process's memory)"
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
-                     f"take {needed / 1024**3:.2f} GiB, over the {limit:g} GiB limit; "
-                     f"give shorter or fewer probes (these would fit cut to {fits:,} tokens at most)")
+                     f"take {size_text(needed, binary=True)}, over the {size_text(limit, binary=True)} limit{set_by}; "
+                     f"give shorter or fewer probes (these would fit cut to {counted(fits, 'token')} at most)")
 
 
 def _stream_probe(model, tokenizer, probe, i, count, tell):

@@ -27,6 +27,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 
 import core
 from app.server import session
+from core.errors import counted, size_text
 from core.extraction.maps_budget import maps_over_budget
 from core.cancel import stop_between_layers
 from core.checkpoints.archive import env_size
@@ -407,6 +408,6 @@ def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: s
         whole = probe_tokens(loaded.tokenizer, inputs[longest])
         read = f"{whole:,} tokens for this model" + (f", which reads the first {tokens:,}" if whole > tokens else "")
         raise core.InputError(f"{'the target text' if longest else 'this text'} is {read}; the attention maps would "
-                              f"take {needed / 1e9:.1f} GB, over the {result_budget_bytes() / 1e9:.1f} GB a result "
-                              f"may take on this server; shorten it to about {fits:,} tokens (the server's operator "
-                              f"sets the limit with {ENV_RESULT_CACHE})")
+                              f"take {size_text(needed)}, over the {size_text(result_budget_bytes())} a result "
+                              f"may take on this server; shorten it to about {counted(fits, 'token')} (the server's "
+                              f"operator sets the limit with {ENV_RESULT_CACHE})")

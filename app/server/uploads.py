@@ -44,7 +44,7 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRe
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from core.checkpoints.archive import CHUNK, Limits, check_upload_size, env_size
-from core.errors import CheckpointError
+from core.errors import CheckpointError, size_text
 
 
 def _shared_copy(self: UploadedFile, memo) -> UploadedFile:
@@ -157,11 +157,11 @@ def _reserved(size: int, previous: Staged | None, limits: Limits) -> Staged:
     with _staged_lock:  # two sessions checking at once must not both take the last room
         held = staged_bytes(but=previous)
         if size > cap:
-            raise CheckpointError(f"this upload is {size / 1e6:,.0f} MB, more than the {cap / 1e6:,.0f} MB this server "
+            raise CheckpointError(f"this upload is {size_text(size)}, more than the {size_text(cap)} this server "
                                   f"keeps of every session's uploads at once; raise the limit with {ENV_MAX_STAGED}")
         if held + size > cap:
-            raise CheckpointError(f"this server holds {held / 1e6:,.0f} MB of uploads being used now, and this "
-                                  f"one ({size / 1e6:,.0f} MB) would pass the {cap / 1e6:,.0f} MB it keeps at once; "
+            raise CheckpointError(f"this server holds {size_text(held)} of uploads being used now, and this "
+                                  f"one ({size_text(size)}) would pass the {size_text(cap)} it keeps at once; "
                                   "try again when other uploads are done, or Clear one you no longer need — raise "
                                   f"the limit with {ENV_MAX_STAGED}")
         ctx = get_script_run_ctx()

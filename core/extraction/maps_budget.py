@@ -16,7 +16,7 @@ import torch
 
 from ..checkpoints.archive import env_size
 from ..device import model_device
-from ..errors import InputError
+from ..errors import InputError, counted, size_text
 from .machine_memory import machine_memory
 from .text_config import text_config
 
@@ -44,10 +44,6 @@ def _free_gpu_memory(device) -> int | None:
         return None
 
 
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 10**9 else f"{n / 1e6:,.1f} MB"
-
-
 def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None:
     """InputError, before the forward pass, when the whole maps of ``tokens`` tokens (and, for an encoder-decoder,
     ``target_tokens`` on the decoder side) would pass ``maps_budget()``."""
@@ -63,10 +59,10 @@ def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None
     if over is not None:
         needed, fits = over
         raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
-                         f"would take {_size(needed)}, over the {_size(budget)} they may take here "
+                         f"would take {size_text(needed)}, over the {size_text(budget)} they may take here "
                          f"({ENV_MAX_MAPS}, by default half the memory this process may use, at most the GPU's "
                          f"free memory); shorten it to about "
-                         f"{fits:,} tokens, or use diagnostics.stream_statistics, which never holds the maps")
+                         f"{counted(fits, 'token')}, or use diagnostics.stream_statistics, which never holds the maps")
 
 
 def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:

@@ -298,7 +298,7 @@ def test_inspect_text_whose_maps_would_pass_the_result_budget_is_refused_before_
     at = _inspect(_app(), str(bert_folder), text="1 " * 200)
     assert not at.exception and not _charts(at)
     assert any(e.startswith("this text is 202 tokens for this model, which reads the first 64;") for e in _errors(at))
-    assert any("over the 0.0 GB a result may take" in e and "shorten it to about 55 tokens" in e
+    assert any("over the 100 kB a result may take" in e and "shorten it to about 55 tokens" in e  # "0.0 GB" it said
                and "sets the limit with ATTNSCOPE\\_RESULT\\_CACHE\\_BYTES" in e for e in _errors(at)), _errors(at)
     at.text_area(key="text").set_value("Short again.")
     at.button(key="run").click().run()

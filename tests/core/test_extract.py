@@ -783,8 +783,8 @@ def test_a_text_whose_whole_maps_would_not_fit_is_refused_before_the_forward_pas
     ran = []
     model.register_forward_pre_hook(lambda *args: ran.append(1))
     monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", "2000")
-    with pytest.raises(InputError, match=r"whose whole attention maps would take .* over the 0.0 MB they may take "
-                                         r"here \(ATTNSCOPE_MAX_MAPS_BYTES.*shorten it to about \d+ tokens, or use "
+    with pytest.raises(InputError, match=r"whose whole attention maps would take .* over the 2 kB they may take "
+                                         r"here \(ATTNSCOPE_MAX_MAPS_BYTES.*shorten it to about \d+ tokens?, or use "
                                          "diagnostics.stream_statistics"):
         extract_attention(model, tokenizer, TEXT)
     assert not ran

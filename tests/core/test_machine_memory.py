@@ -68,7 +68,19 @@ def test_maps_on_a_cuda_gpu_are_held_to_its_free_memory(monkeypatch, tmp_path):
     tokens = 20_000  # 2 layers x 4 heads x 20,000^2 x 4 bytes = 12.8 GB: over the GPU's 3 GB, within the host's 32
     maps_budget.check_maps_fit(model, tokens)
     monkeypatch.setattr(maps_budget, "model_device", lambda model: torch.device("cuda:0"))
-    with pytest.raises(InputError, match="over the 3.0 GB they may take here .* at most the GPU's free memory"):
+    with pytest.raises(InputError, match="over the 3 GB they may take here .* at most the GPU's free memory"):
         maps_budget.check_maps_fit(model, tokens)
     monkeypatch.setenv(maps_budget.ENV_MAX_MAPS, str(20 * GB))  # the operator's budget still wins
     maps_budget.check_maps_fit(model, tokens)
+
+
+@pytest.mark.parametrize("n, binary, text", [
+    (0, False, "0 bytes"), (1, False, "1 byte"), (999, False, "999 bytes"), (300_000, False, "300 kB"),
+    (2000, False, "2 kB"), (12_800_000_000, False, "12.8 GB"), (1_999_999, False, "2 MB"), (2 * 1024**3, True, "2 GiB"),
+    (2_621_440_000, True, "2.44 GiB"), (300_000, True, "293 KiB"), (5 * 10**15, False, "5,000 TB"),
+])
+def test_sizes_in_messages_are_never_rounded_to_zero(n, binary, text):
+    """Budgets of 300 KB and 1 KB were "0.3 MB" and "0.0 GB"; 100 bytes "0.0 MB", and "about 0 tokens" fit."""
+    from core.errors import size_text
+
+    assert size_text(n, binary) == text

@@ -144,8 +144,16 @@ def test_a_diverged_model_on_a_long_probe_gets_its_non_finite_error(stream):
 def test_the_whole_maps_refusal_counts_in_the_unit_it_names():
     """The limit is 2 GiB (2 * 1024**3 bytes) and the message divided by 1024**3 but said "GB"."""
     lengths = [9000]  # Bloom, 2 layers of 4 heads: 2.4 GiB (2.6 GB) of float32 maps
-    with pytest.raises(core.InputError, match=r"would take 2\.4\d GiB, over the 2 GiB limit"):
+    with pytest.raises(core.InputError, match=r"would take 2\.4\d GiB, over the 2 GiB limit;"):
         diagnose_module._check_whole_maps(tiny_bloom(), lengths)
+
+
+def test_a_small_maps_budget_is_named_and_not_rounded_to_zero(monkeypatch):
+    """ATTNSCOPE_MAX_MAPS_BYTES=300KB gave "would take 0.00 GiB, over the 0 GiB limit", not naming the setting."""
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", "300KB")
+    with pytest.raises(core.InputError, match=r"would take 2\.4\d GiB, over the 293 KiB limit "
+                                              r"\(ATTNSCOPE_MAX_MAPS_BYTES, .*cut to 96 tokens at most"):
+        diagnose_module._check_whole_maps(tiny_bloom(), [9000])
 
 
 def test_a_streamed_probe_moves_the_progress_bar_layer_by_layer(sources, monkeypatch):
