@@ -127,8 +127,30 @@ class LayerWeights:
         return self.w_o.reshape(self.w_o.shape[0], self.n_heads, -1).permute(1, 0, 2)  # (H, d_out, d)
 
 
+class _OnMeta(Exception):
+    """A reader reached a weight with no data (accelerate's offload keeps it on ``meta`` between forwards)."""
+
+
 def _t(weight):
+    if weight.is_meta:
+        raise _OnMeta
     return weight.detach().float().cpu()
+
+
+def _read(module, name):
+    """The first reader's dict for ``module``, or None. Only a module a reader takes has its weights read: an
+    offloaded one's are brought in then, for that module alone (bringing in every module's, the whole model's from
+    the root, first, would hold a model offloaded for its size whole)."""
+    try:
+        return next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
+    except _OnMeta:
+        pass
+    with weights_in_memory(module):
+        try:
+            return next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
+        except _OnMeta:
+            raise ExtractionError(f"the weights of {name or type(module).__name__} are not loaded (on the meta "
+                                  "device); load them, e.g. with from_pretrained") from None
 
 
 def _found(heads, q, k, v, o, scale, q_source=None, k_source=None, kv_heads=None):
@@ -300,8 +322,7 @@ def attention_weights(model):
     for name, module in text.named_modules(prefix=prefix):
         if any(name.startswith(c + ".") for c in claimed):
             continue  # BERT's attention.self would be read twice
-        with weights_in_memory(module):  # offloaded by accelerate: on meta between forwards
-            found = next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
+        found = _read(module, name)
         if found is not None and unscaled:
             found["scale"] = 1.0
         lw = _layer(found, name, _part(name, encoder_decoder), counts) if found is not None else None

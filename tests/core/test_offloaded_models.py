@@ -46,3 +46,16 @@ def test_diagnose_reads_an_offloaded_model_and_its_weights(pair, stream):
     for a, b in zip(got.heads, want.heads):
         assert a.metrics["qk_scale"] == pytest.approx(b.metrics["qk_scale"], rel=1e-5)
     assert any(p.is_meta for p in split.parameters())  # put back where accelerate keeps them
+
+
+def test_weights_are_brought_in_for_one_attention_module_at_a_time(pair, monkeypatch):
+    """Every module's weights were brought in around its readers, the root's first: a model offloaded because it does
+    not fit was held whole while its weights were read."""
+    from core.extraction import head_weights
+
+    _, split, _ = pair
+    brought, real = [], head_weights.weights_in_memory
+    monkeypatch.setattr(head_weights, "weights_in_memory", lambda module: brought.append(module) or real(module))
+    layers = head_weights.attention_weights(split)
+    assert len(layers) == split.config.n_layer and brought
+    assert all(type(module).__name__ == "GPT2Attention" for module in brought), [type(m).__name__ for m in brought]
