@@ -38,7 +38,7 @@ from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from ..errors import ExtractionError, InputError
 from .encode import check_vocab, max_positions, segment_inputs
-from .extract import eval_mode
+from .extract import check_weights_loaded, eval_mode
 from .hf_extract import implementations
 from .scratch import Scratch, buffer, release_freed_memory
 from .text_config import text_config, vocab_size
@@ -306,6 +306,7 @@ def stream_attention(
     if chunk_rows is not None and chunk_rows < 1:
         raise InputError(f"chunk_rows must be at least 1; got {chunk_rows}")
     _check_ids(model, input_ids)
+    check_weights_loaded(model)  # built on meta: "Tensor.item() cannot be called on meta tensors" from the forward
     stream = _Stream(consumer_factory, _keep_pairs(model, keep), chunk_floats, chunk_rows)
     device = _input_device(model)
     input_ids = input_ids.to(device)

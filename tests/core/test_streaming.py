@@ -225,6 +225,16 @@ def test_bad_inputs_are_rejected():
         stream_attention(torch.nn.Linear(2, 2), random_ids(5), lambda *a: None)
 
 
+def test_a_model_built_without_its_weights_is_named_not_run():
+    """A model built under torch.device("meta") streamed into "RuntimeError: Tensor.item() cannot be called on meta
+    tensors"; extract_attention and diagnose said its weights were not loaded."""
+    model = tiny.tiny_gpt2()
+    with torch.device("meta"):
+        empty = type(model)(model.config)
+    with pytest.raises(ExtractionError, match="the model's weights are not loaded"):
+        stream_attention(empty, random_ids(5), lambda *a: None)
+
+
 def test_device_map_auto_split_over_memory_budget(tmp_path):
     """A model spread by accelerate (here CPU + disk offload under a tight ``max_memory``) streams the same."""
     from core import load_model
