@@ -27,10 +27,10 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 
 import core
 from app.server import session
-from core.errors import counted, size_text
-from core.extraction.maps_budget import maps_over_budget
+from core.errors import size_text
+from core.extraction.maps_budget import maps_over_budget, shorten_advice
 from core.cancel import stop_between_layers
-from core.checkpoints.archive import env_size
+from core.checkpoints.archive import env_size, max_model_bytes
 from core.checkpoints.checkpoint import expand_user
 from core.checkpoints.layout import files_under
 from core.checkpoints.registry import canonical_name
@@ -52,7 +52,7 @@ REPORT_MAPS_BYTES = 512 * 10**6
 
 def model_budget_bytes() -> int:
     """Bytes of parameters the model cache may hold: ``$ATTNSCOPE_MODEL_CACHE_BYTES``, else twice the model cap."""
-    return env_size(ENV_MODEL_CACHE, 2 * core.Limits().max_model_bytes)
+    return env_size(ENV_MODEL_CACHE, 2 * max_model_bytes())
 
 
 def result_budget_bytes() -> int:
@@ -409,5 +409,5 @@ def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: s
         read = f"{whole:,} tokens for this model" + (f", which reads the first {tokens:,}" if whole > tokens else "")
         raise core.InputError(f"{'the target text' if longest else 'this text'} is {read}; the attention maps would "
                               f"take {size_text(needed)}, over the {size_text(result_budget_bytes())} a result "
-                              f"may take on this server; shorten it to about {counted(fits, 'token')} (the server's "
-                              f"operator sets the limit with {ENV_RESULT_CACHE})")
+                              f"may take on this server; {shorten_advice(fits)} (the server's operator sets the limit "
+                              f"with {ENV_RESULT_CACHE})")

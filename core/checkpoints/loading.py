@@ -24,7 +24,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import CheckpointError, InputError, ModelLoadError, first_line, quoted
-from .archive import ARCHIVE_SUFFIXES, is_archive
+from .archive import ARCHIVE_SUFFIXES, is_archive, model_limits
 from .build import SHAPE, UNWRAPPED, check_config_sizes, check_missing, dropped_note, load_dtype, wrapper_prefix
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint, token_reading
 from .gguf import is_gguf, load_gguf
@@ -124,7 +124,7 @@ def is_checkpoint_path(path: Path) -> bool:
 
 def _load_installed(path: Path, progress, device_map=None, max_memory=None):
     if is_gguf(path):
-        model, tokenizer, _ = load_gguf(path, progress=progress)
+        model, tokenizer, _ = load_gguf(path, model_limits(), progress)  # no upload setting applies
         return model, tokenizer
     model, tokenizer = _load_hf(str(path), False, device_map, max_memory)
     return model, tokenizer

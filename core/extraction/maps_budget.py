@@ -61,8 +61,13 @@ def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None
         raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
                          f"would take {size_text(needed)}, over the {size_text(budget)} they may take here "
                          f"({ENV_MAX_MAPS}, by default half the memory this process may use, at most the GPU's "
-                         f"free memory); shorten it to about "
-                         f"{counted(fits, 'token')}, or use diagnostics.stream_statistics, which never holds the maps")
+                         f"free memory); {shorten_advice(fits)}, or use diagnostics.stream_statistics, which never "
+                         "holds the maps")
+
+
+def shorten_advice(fits: int) -> str:
+    """What a refusal asks for: a length that fits, or (a budget too small for one token) a larger budget."""
+    return f"shorten it to about {counted(fits, 'token')}" if fits else "not even one token fits: raise the limit"
 
 
 def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:

@@ -8,6 +8,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from app_runner import started_app
+from core.errors import size_text
 
 LOGS = Path(__file__).resolve().parents[2] / "docs" / "training"
 TIMEOUT = 180  # two models load on the Compare page
@@ -249,7 +250,7 @@ def test_timeline_uploads_outlive_a_visit_to_another_page_until_load_or_clear():
     at = _page("timeline")
     at.file_uploader(key="tl_upload_0").upload("run-a.jsonl", healthy).run()
     assert [t.value for t in at.text if t.value.startswith("Uploaded")] == [
-        f"Uploaded: run-a.jsonl ({len(healthy) / 1e6:,.1f} MB)"]
+        f"Uploaded: run-a.jsonl ({size_text(len(healthy))})"]
     at.switch_page("app_pages/guide.py").run()
     at.switch_page("app_pages/timeline.py").run()
     at = at.button(key="tl_run").click().run()

@@ -84,3 +84,13 @@ def test_sizes_in_messages_are_never_rounded_to_zero(n, binary, text):
     from core.errors import size_text
 
     assert size_text(n, binary) == text
+
+
+def test_a_budget_too_small_for_one_token_asks_for_a_larger_budget(monkeypatch):
+    """ATTNSCOPE_RESULT_CACHE_BYTES=100 said "shorten it to about 0 tokens"."""
+    import tiny
+    from core import InputError
+
+    monkeypatch.setenv(maps_budget.ENV_MAX_MAPS, "10")
+    with pytest.raises(InputError, match="not even one token fits: raise the limit, or use"):
+        maps_budget.check_maps_fit(tiny.tiny_gpt2(), 20)
