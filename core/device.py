@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .errors import InputError
-from .extraction.offload import first_weight
+from .extraction.offload import execution_device, first_weight
 
 SUPPORTED_TYPES = ("cpu", "cuda", "mps")  # torch parses more (vulkan, meta, xla...); models do not run there
 
@@ -51,6 +51,8 @@ def _mps_available() -> bool:
 
 def model_device(model: torch.nn.Module) -> torch.device:
     """Device of the model's first parameter that holds data (its input embeddings under ``device_map``; accelerate
-    keeps offloaded ones on ``meta``), else the CPU."""
+    keeps offloaded ones on ``meta``); of a model offloaded whole, the device its forwards run on; else the CPU."""
     first = first_weight(model)
-    return first.device if first is not None else torch.device("cpu")
+    if first is not None:
+        return first.device
+    return execution_device(model) or torch.device("cpu")

@@ -33,6 +33,7 @@ from core.extraction.encode import TRUNCATED, max_positions
 from core.extraction.extract import check_weights_loaded
 from core.extraction.maps_budget import ENV_MAX_MAPS, maps_budget, maps_over_budget, whole_maps_bytes
 from core.extraction.head_weights import attention_weights
+from core.extraction.offload import parameter_count
 from core.errors import InputError, counted, size_text
 from core.extraction.streaming import can_stream
 from diagnostics.findings import (
@@ -235,19 +236,27 @@ def _streams(model, tokenizer, lengths, stream) -> bool:
         return True
     if not streamable:
         return False
-    too_big = whole_maps_bytes(model, lengths) > _whole_maps_budget(model)
-    return max(lengths, default=0) > STREAM_ABOVE_TOKENS or too_big
+    longest = max(lengths, default=0)
+    too_big = whole_maps_bytes(model, lengths) > _whole_maps_budget()
+    return longest > STREAM_ABOVE_TOKENS or too_big or _over_device(model, longest)
 
 
-def _whole_maps_budget(model) -> int:
-    """``WHOLE_MAPS_MAX_BYTES``, or less on a machine (or the model's GPU) whose memory gives less (``core``'s
-    ``maps_budget``, which ``extract_attention`` holds each probe to: a probe it would refuse is streamed instead)."""
-    return min(WHOLE_MAPS_MAX_BYTES, maps_budget(model_device(model)) or WHOLE_MAPS_MAX_BYTES)
+def _whole_maps_budget() -> int:
+    """``WHOLE_MAPS_MAX_BYTES``, or less on a machine whose memory gives less (``core``'s ``maps_budget``): every
+    probe's maps are held, on the CPU, until the report is made."""
+    return min(WHOLE_MAPS_MAX_BYTES, maps_budget() or WHOLE_MAPS_MAX_BYTES)
+
+
+def _over_device(model, tokens: int) -> bool:
+    """Whether one probe's maps would not fit the model's GPU (``extract_attention`` holds each probe to its free
+    memory, the maps being there until the forward ends; then they go to the CPU): such a probe is streamed."""
+    device_budget = maps_budget(model_device(model))
+    return device_budget is not None and whole_maps_bytes(model, [tokens]) > device_budget
 
 
 def _check_whole_maps(model, lengths):
     """Refuse probes whose whole maps would take over ``_whole_maps_budget``, before any is computed."""
-    over = maps_over_budget(model, lengths, _whole_maps_budget(model))
+    over = maps_over_budget(model, lengths, _whole_maps_budget())
     if over is None:
         return
     needed, fits = over  # every probe cut to fits tokens fits
@@ -258,7 +267,7 @@ def _check_whole_maps(model, lengths):
         why = "whole maps were asked for (stream=False)"
     else:
         why = f"{name} computes attention in its own code, which AttnScope cannot stream"
-    limit = _whole_maps_budget(model)
+    limit = _whole_maps_budget()
     set_by = "" if limit == WHOLE_MAPS_MAX_BYTES else f" ({ENV_MAX_MAPS}, by default half this process's memory)"
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
                      f"take {size_text(needed, binary=True)}, over the {size_text(limit, binary=True)} limit{set_by}; "
@@ -470,7 +479,7 @@ def _model_summary(model, tokenizer, name, measured, weight_numbers, elapsed):
         "layers": first["layers"],
         "heads": first["heads"],
         "parts": parts,
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": parameter_count(model),
         "causal": bool(measured["self"][0].causal) if "self" in measured else False,
         "device": str(model_device(model)),
         "tokenizer": tokenizer is not None,

@@ -22,6 +22,7 @@ from ..errors import AttnScopeError, ExtractionError, InputError, first_line
 from .hf_extract import extract_hf, flag_ignored, is_causal_model, stack_layers, taken
 from .maps_budget import check_maps_fit
 from .offload import offloaded
+from .out_of_memory import told_out_of_memory
 from .module_extract import attention_modules, run_with_hooks
 from ..result import AttentionResult
 from .tokens import display_tokens
@@ -132,7 +133,7 @@ def _result(tokenizer, enc, attentions, causal) -> AttentionResult:
 def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> AttentionResult:
     enc = encode(tokenizer, text, text_pair, max_positions(model, tokenizer), model.config.vocab_size)
     check_maps_fit(model, enc.input_ids.shape[-1])
-    with torch.no_grad():
+    with torch.no_grad(), told_out_of_memory(model):
         out = model(enc.input_ids.to(model_device(model)), output_attentions=True)
     attentions = stack_layers(taken(out, "attentions"), "self", model)  # (L, H, T, T)
     return _result(tokenizer, enc, attentions, model_is_causal(model))

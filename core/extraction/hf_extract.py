@@ -26,9 +26,10 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from .maps_budget import check_maps_fit
+from .out_of_memory import told_out_of_memory
 from ..device import model_device
 from .encode import encode, max_positions, segment_inputs
-from ..errors import AttnScopeError, ExtractionError, OutOfMemory, first_line
+from ..errors import AttnScopeError, ExtractionError, first_line
 from ..result import AttentionResult
 from .tokens import display_tokens
 from .text_config import text_config, text_model, vocab_size
@@ -293,23 +294,15 @@ def _refuse_later_tokens(attentions, model, implementation) -> None:
             f"{later:.3f}): its attention implementation {implementation!r} does not mask them when it returns weights")
 
 
-def _out_of_memory(err) -> bool:
-    """Whether ``err`` says memory ran out: Python's, a device allocator's (CUDA's, MPS's), PyTorch's CPU one."""
-    return isinstance(err, (MemoryError, torch.OutOfMemoryError)) or (
-        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
-
-
 def _run(model, **inputs):
     """The model's forward with weights asked for; its own exceptions (a model that takes no token ids, such as
     a vision or speech encoder) as one ExtractionError line."""
     try:
-        return model(**inputs, output_attentions=True, return_dict=True)
+        with told_out_of_memory(model):  # no model AttnScope cannot read: this text is too long for this memory
+            return model(**inputs, output_attentions=True, return_dict=True)
     except AttnScopeError:
         raise
     except Exception as err:  # noqa: BLE001 - the model's forward rejected a text input
-        if _out_of_memory(err):  # no model AttnScope cannot read: this text is too long for this memory
-            raise OutOfMemory(f"{type(model).__name__} ran out of memory on this text ({first_line(err)}); shorten "
-                              "it, or use diagnostics.stream_statistics, which never holds the maps") from None
         raise ExtractionError(f"{type(model).__name__} failed on the tokenized text ({first_line(err)}); AttnScope "
                               "reads text transformers: encoders, decoders and encoder-decoders") from None
 

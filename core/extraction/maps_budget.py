@@ -27,7 +27,7 @@ def maps_budget(device=None) -> int | None:
     """Bytes the whole maps of one input may take: ``$ATTNSCOPE_MAX_MAPS_BYTES``, else half the memory this
     process may use (a container's limit where it has one; None where the system does not say), and no more than
     the free memory of the CUDA GPU ``device`` names: the maps are all on it until the forward ends."""
-    if os.environ.get(ENV_MAX_MAPS):
+    if os.environ.get(ENV_MAX_MAPS, "").strip():  # blank is unset, as for every size setting
         return env_size(ENV_MAX_MAPS, None)
     memory = machine_memory()
     budgets = [memory // 2 if memory else None, _free_gpu_memory(device)]

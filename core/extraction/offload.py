@@ -30,6 +30,27 @@ def weights_in_memory(module: torch.nn.Module, recurse: bool = True):
         yield module
 
 
+def parameter_count(model: torch.nn.Module) -> int:
+    """The model's parameters, a tied weight counted once: an offloaded model's forward unties them (BART's shared
+    embedding became three tensors, and its count grew by two vocabularies' worth of weights)."""
+    tied = set(getattr(model, "all_tied_weights_keys", None) or {})  # target -> source names (transformers)
+    seen, total = set(), 0
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if name not in tied and id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def execution_device(model: torch.nn.Module) -> torch.device | None:
+    """The device accelerate runs the model's forwards on (its hooks'), or None where it placed no hook."""
+    for module in model.modules():
+        device = getattr(getattr(module, "_hf_hook", None), "execution_device", None)
+        if device is not None:  # an int is a CUDA index (torch.device(0) asks for the current accelerator)
+            return torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    return None
+
+
 def first_weight(model: torch.nn.Module) -> torch.Tensor | None:
     """The model's first parameter that holds data (an offloaded one is on ``meta``), else None."""
     return next((p for p in model.parameters() if not p.is_meta), None)

@@ -40,6 +40,7 @@ from ..errors import ExtractionError, InputError
 from .encode import check_vocab, max_positions, segment_inputs
 from .extract import check_weights_loaded, eval_mode
 from .hf_extract import implementations
+from .out_of_memory import STREAMED, told_out_of_memory
 from .scratch import Scratch, buffer, release_freed_memory
 from .text_config import text_config, vocab_size
 
@@ -314,7 +315,7 @@ def stream_attention(
     start = time.perf_counter()
     token = _ACTIVE.set(stream)
     try:
-        with eval_mode(model), streaming_kernels(model), torch.no_grad():
+        with eval_mode(model), streaming_kernels(model), torch.no_grad(), told_out_of_memory(model, STREAMED):
             output = _forward(model, input_ids, attention_mask, token_type_ids)
     finally:
         _ACTIVE.reset(token)

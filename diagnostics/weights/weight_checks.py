@@ -25,6 +25,8 @@ Under grouped-query attention every check runs per query head (K/V repeated,
 a key/value head.
 """
 
+import math
+
 import torch
 
 from core.extraction.head_weights import attention_weights
@@ -51,8 +53,9 @@ SIMILAR_COSINE = 0.95
 # demo-bert 0.58, demo-gpt2 0.53).
 DEAD_RATIO = 0.05
 # A whole layer scaled down alike has no strong head of its own: its strongest head writing < 2% of what the part's
-# layers' strongest heads write (their median) makes every head of it dead. In the healthy real models every layer's
-# strongest head writes at least 0.10 of that median (SmolLM2's layer 0; MiniLM 0.48, demo-bert 0.57, demo-gpt2 0.27).
+# layers' strongest heads write (their lower median) makes every head of it dead. In the healthy real models every
+# layer's strongest head writes at least 0.10 of that median (SmolLM2's layer 0; MiniLM 0.53, demo-bert 0.71,
+# demo-gpt2 0.29). Needs three layers or more, fewer than half of them pruned (``_median_strongest``).
 DEAD_LAYER_RATIO = 0.02
 
 
@@ -155,10 +158,12 @@ def _details(code, threshold, values) -> dict:
 
 
 def _median_strongest(stats) -> float:
-    """The median over layers of each layer's strongest head's ‖W_O W_V‖ (the upper one of an even count: of two
-    layers, the one a layer pruned to near zero is measured against)."""
+    """The median over layers of each layer's strongest head's ‖W_O W_V‖, the lower one of an even count: with half
+    the layers grown (a diverging run), the upper one made every other layer dead. Of two layers, or with half of
+    them pruned, nothing tells pruned from grown, and no layer is dead by this rule. 0 when it is not finite."""
     strongest = sorted(float(s["ov_norm"].max()) for s in stats)
-    return strongest[len(strongest) // 2]
+    median = strongest[(len(strongest) - 1) // 2]
+    return median if math.isfinite(median) else 0.0
 
 
 def _part_findings(layers, stats, part):

@@ -279,6 +279,24 @@ def test_out_of_memory_is_not_called_a_model_attnscope_cannot_read(monkeypatch):
         extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
 
 
+def test_out_of_memory_on_a_custom_model_or_a_stream_is_told_too(monkeypatch):
+    """Only the Hugging Face forward told it: a custom model's, and a streamed one's (a long text on a GPU the
+    model barely fits), were "internal error ... please report it", exit 3."""
+    from diagnostics import stream_statistics
+
+    def forward(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    custom = AttnScopeTransformer(replace(TINY_PRESETS["attnscope-nano-decoder"], vocab_size=300)).eval()
+    monkeypatch.setattr(custom, "forward", forward)
+    with pytest.raises(OutOfMemory, match="AttnScopeTransformer ran out of memory .* diagnostics.stream_statistics"):
+        extract_attention(custom, tiny.bpe_tokenizer(), TEXT)
+    gpt2 = tiny.tiny_gpt2()
+    monkeypatch.setattr(gpt2, "forward", forward)
+    with pytest.raises(OutOfMemory, match="GPT2Model ran out of memory .*the stream holds one chunk of the maps"):
+        stream_statistics(gpt2, tiny.bpe_tokenizer(), TEXT)
+
+
 def test_special_tokens_typed_in_the_text_are_flagged_special():
     """'A [SEP] B' gives the real [SEP]: it was flagged not special (no sink key, not hidden), while the decoder
     side of an encoder-decoder flagged the same id special."""

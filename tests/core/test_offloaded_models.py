@@ -59,3 +59,29 @@ def test_weights_are_brought_in_for_one_attention_module_at_a_time(pair, monkeyp
     layers = head_weights.attention_weights(split)
     assert len(layers) == split.config.n_layer and brought
     assert all(type(module).__name__ == "GPT2Attention" for module in brought), [type(m).__name__ for m in brought]
+
+
+def test_an_offloaded_encoder_decoder_counts_its_tied_embedding_once(tmp_path):
+    """accelerate's forward unties an offloaded BART's shared embedding: the report's parameter count grew by two
+    vocabularies' worth after the first forward."""
+    model, tokenizer = tiny.tiny_bart(), tiny.wordpiece_tokenizer()
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    split, _ = load_model(str(tmp_path), device_map="auto", max_memory={"cpu": 10_000})
+    counts = [diagnose((split, tokenizer), texts=[TEXT]).model["parameters"] for _ in range(2)]
+    assert counts == [sum(p.numel() for p in model.parameters())] * 2
+
+
+def test_a_model_offloaded_whole_runs_where_its_hooks_say():
+    """With every weight on meta, its device was taken for the CPU whatever accelerate ran it on (its GPU's memory
+    then went unchecked)."""
+    from types import SimpleNamespace
+
+    from core.device import model_device
+
+    with torch.device("meta"):
+        model = tiny.tiny_gpt2()
+    model.h[0]._hf_hook = SimpleNamespace(execution_device=0)  # what accelerate sets: a CUDA index
+    assert model_device(model) == torch.device("cuda:0")
+    del model.h[0]._hf_hook
+    assert model_device(model) == torch.device("cpu")

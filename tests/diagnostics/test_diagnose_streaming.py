@@ -12,6 +12,7 @@ from core.extraction.streaming import can_stream
 from broken_checkpoints import structured_bert
 from diagnostics import diagnose
 from diagnostics.probe_texts import DEFAULT_PROBES
+from diagnostics.probes import as_probes, read_lengths
 from tiny import bpe_tokenizer, tiny_bart, tiny_gpt2, wordpiece_tokenizer
 
 diagnose_module = importlib.import_module("diagnostics.diagnose")  # the package re-exports the function
@@ -154,6 +155,23 @@ def test_a_small_maps_budget_is_named_and_not_rounded_to_zero(monkeypatch):
     with pytest.raises(core.InputError, match=r"would take 2\.4\d GiB, over the 293 KiB limit "
                                               r"\(ATTNSCOPE_MAX_MAPS_BYTES, .*cut to 96 tokens at most"):
         diagnose_module._check_whole_maps(tiny_bloom(), [9000])
+
+
+def test_on_a_gpu_each_probe_is_held_to_its_free_memory_not_the_probes_together(sources, monkeypatch):
+    """Each probe's maps leave the GPU when its forward ends: the probes' maps together were compared with the GPU's
+    free memory, and an encoder-decoder whose every probe fitted was refused. A probe that does not fit the GPU is
+    streamed, where the model can be; a blank ATTNSCOPE_MAX_MAPS_BYTES had lifted every budget."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80_000, 10**9))
+    monkeypatch.setattr(diagnose_module, "model_device", lambda model: torch.device("cuda"))
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", " ")
+    bart = (tiny_bart(), wordpiece_tokenizer())
+    texts = ["A dog barked at the cat by the old red door."] * 3
+    tokens = read_lengths(*bart, as_probes(texts))[0][0]
+    one = diagnose_module.whole_maps_bytes(bart[0], [tokens])  # counts an encoder-decoder's three parts
+    assert one * 3 > 80_000 > one, (tokens, one)  # each fits, not together
+    assert diagnose(bart, texts).model["streamed"] is False
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1_000, 10**9))
+    assert diagnose(sources["gpt2"], TEXTS[:1]).model["streamed"] is True  # one probe over the GPU's memory
 
 
 def test_a_streamed_probe_moves_the_progress_bar_layer_by_layer(sources, monkeypatch):

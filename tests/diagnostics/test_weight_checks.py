@@ -181,15 +181,31 @@ def test_heads_pruned_to_near_zero_are_dead_even_when_they_are_half_the_layer():
     assert "of their layer's strongest head's" in found["dead_heads"].message  # it said "median": not the rule
 
 
+def gpt2_layers(n_layer):
+    torch.manual_seed(0)
+    return GPT2Model(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=n_layer, n_head=4)).eval()
+
+
 @torch.no_grad()
 def test_a_layer_pruned_to_near_zero_is_dead():
     """Every head of a layer scaled down alike: no head of that layer is weaker than its strongest."""
-    model = custom()
-    model.blocks[0].attn.out_proj.weight.mul_(1e-3)
+    model = gpt2_layers(3)
+    model.h[0].attn.c_proj.weight.mul_(1e-3)
     found = {f.code: f for f in weight_findings(model)}
     assert found["dead_heads"].heads == [[0, h] for h in range(4)] and found["dead_heads"].details["layers"] == [0]
-    assert found["dead_heads"].severity == "error"  # one of two layers: half the heads
-    assert "dead_heads" not in {f.code for f in weight_findings(custom())}
+    assert found["dead_heads"].severity == "warning"  # a third of the heads, but a whole layer
+    assert "dead_heads" not in {f.code for f in weight_findings(gpt2_layers(3))}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("n_layer, grown", [(2, [1]), (4, [2, 3])])
+@pytest.mark.parametrize("factor", [100.0, 1e30])
+def test_layers_that_grew_leave_the_others_alive(n_layer, grown, factor):
+    """Half the layers' W_V grown (a diverging run) or overflowing: the upper median made every other layer dead."""
+    model = gpt2_layers(n_layer)
+    for layer in grown:
+        model.h[layer].attn.c_attn.weight[:, 64:].mul_(factor)  # W_V: the last third of GPT-2's fused Q | K | V
+    assert "dead_heads" not in {f.code for f in weight_findings(model)}
 
 
 @pytest.mark.parametrize("build, kv_heads", [(tiny_llama, 2), (tiny_gemma, 1)])
