@@ -151,22 +151,22 @@ def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
     return (path.strip(), display_name(path)) if path.strip() else None
 
 
-def upload_limit_bytes(limits) -> int | None:
-    """The bytes one upload may take: the smaller of Streamlit's ``server.maxUploadSize`` (MB of 2**20 bytes, as
-    its server counts them) and the loader's ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``). None
-    when maxUploadSize is not a number of at least 1: Streamlit's server then fails every upload ("abc": HTTP 500,
-    0.5: HTTP 413) whatever the box says."""
+def upload_limit(limits) -> tuple[int, int] | None:
+    """``(bytes, box_mb)``: the bytes one upload may take, stated in the caption, and the whole MB given to the
+    upload box, so that the browser refuses a bigger file before sending it (at ATTNSCOPE_MAX_UPLOAD_BYTES=100MB the
+    box said 2,000 MB, and a 150 MB upload was refused only once sent). None when ``server.maxUploadSize`` is not a
+    number of at least 1: Streamlit's server then fails every upload ("abc": HTTP 500, 0.5: HTTP 413).
+
+    Streamlit's server takes ``maxUploadSize`` MB of 2**20 bytes; the box counts its MB as 10**6 bytes in most
+    browsers and as 2**20 on Windows. So the box gets whole MB of 10**6 bytes within the loader's
+    ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``) and never more than ``maxUploadSize``: no browser
+    lets through what the server refuses with a bare HTTP 413, and the caption states what the box allows."""
     configured = st.get_option("server.maxUploadSize")  # config.toml's value, as typed: 100.5 or "abc" too
     if not isinstance(configured, (int, float)) or isinstance(configured, bool) or not configured >= 1:
         return None
-    return min(int(configured * 2**20), limits.max_upload_bytes)
-
-
-def upload_limit_mb(limit_bytes: int) -> int:
-    """The uploader's ``max_upload_size``: whole MB of 10**6 bytes, as the box counts them in most browsers (2**20
-    on Windows), at least 1. Given to the uploader so that the browser refuses a bigger file before sending it: at
-    ATTNSCOPE_MAX_UPLOAD_BYTES=100MB the box said 2,000 MB, and a 150 MB upload was refused only once sent."""
-    return max(1, limit_bytes // 10**6)
+    server_bytes = int(configured * 2**20)
+    box_mb = max(1, min(min(server_bytes, limits.max_upload_bytes) // 10**6, int(configured)))
+    return min(box_mb * 10**6, server_bytes, limits.max_upload_bytes), box_mb  # under 1 MB: the box says 1
 
 
 def upload_ui(prefix: str):
@@ -179,7 +179,7 @@ def upload_ui(prefix: str):
     except core.AttnScopeError as err:  # a bad setting: said in one line, and no uploader until it is fixed
         errors.show(err)
         return None
-    limit = upload_limit_bytes(limits)
+    limit = upload_limit(limits)
     if limit is None:
         errors.shown(f"server.maxUploadSize is {st.get_option('server.maxUploadSize')!r} in .streamlit/config.toml, "
                      "not a number of MB of at least 1: Streamlit refuses every upload until whoever runs this server "
@@ -188,8 +188,8 @@ def upload_ui(prefix: str):
     files = st.file_uploader(
         "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "
         "pytorch_model.bin, tokenizer files), a .gguf file, or a custom model's safetensors + config JSON",
-        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}", max_upload_size=upload_limit_mb(limit))
-    st.caption(f"Limits: {size_text(limit)} per upload, a model of {size_text(limits.max_model_bytes)}, "
+        accept_multiple_files=True, key=f"{prefix}_upload_{s[round_key]}", max_upload_size=limit[1])
+    st.caption(f"Limits: {size_text(limit[0])} per upload, a model of {size_text(limits.max_model_bytes)}, "
                f"{size_text(limits.max_total_bytes)} unpacked. "
                "Drop all files of a model together; a new upload replaces the last. Python files in an upload are "
                "never run.")
