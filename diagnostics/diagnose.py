@@ -271,7 +271,8 @@ def _check_whole_maps(model, lengths):
     set_by = "" if limit == WHOLE_MAPS_MAX_BYTES else f" ({ENV_MAX_MAPS}, by default half this process's memory)"
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
                      f"take {size_text(needed, binary=True)}, over the {size_text(limit, binary=True)} limit{set_by}; "
-                     f"give shorter or fewer probes (these would fit cut to {counted(fits, 'token')} at most)")
+                     + (f"give shorter or fewer probes (these would fit cut to {counted(fits, 'token')} at most)"
+                        if fits else "not even one token fits: raise the limit"))
 
 
 def _stream_probe(model, tokenizer, probe, i, count, tell):

@@ -13,6 +13,7 @@ from the server's shared model cache. ``probes_ui(key)`` is the probe-text box, 
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections import deque
@@ -162,7 +163,8 @@ def upload_limit(limits) -> tuple[int, int] | None:
     ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``) and never more than ``maxUploadSize``: no browser
     lets through what the server refuses with a bare HTTP 413, and the caption states what the box allows."""
     configured = st.get_option("server.maxUploadSize")  # config.toml's value, as typed: 100.5 or "abc" too
-    if not isinstance(configured, (int, float)) or isinstance(configured, bool) or not configured >= 1:
+    number = isinstance(configured, (int, float)) and not isinstance(configured, bool)
+    if not number or not math.isfinite(configured) or not configured >= 1:  # TOML has inf and nan
         return None
     server_bytes = int(configured * 2**20)
     box_mb = max(1, min(min(server_bytes, limits.max_upload_bytes) // 10**6, int(configured)))

@@ -167,7 +167,8 @@ def module_ids_attention(model: nn.Module, input_ids: torch.Tensor, hint: str = 
 def _run_module(module, call: str, hint: str, *inputs, **kwargs):
     """``run_with_hooks``, the module's own exceptions as one ExtractionError line."""
     try:
-        return run_with_hooks(module, *inputs, **kwargs)
+        with told_out_of_memory(module):
+            return run_with_hooks(module, *inputs, **kwargs)
     except AttnScopeError:
         raise
     except Exception as err:  # the module's own forward rejected the inputs

@@ -33,10 +33,13 @@ def weights_in_memory(module: torch.nn.Module, recurse: bool = True):
 def parameter_count(model: torch.nn.Module) -> int:
     """The model's parameters, a tied weight counted once: an offloaded model's forward unties them (BART's shared
     embedding became three tensors, and its count grew by two vocabularies' worth of weights)."""
-    tied = set(getattr(model, "all_tied_weights_keys", None) or {})  # target -> source names (transformers)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    tied = getattr(model, "all_tied_weights_keys", None) or {}  # target -> source names (transformers)
+    untied_by_offload = {target for target, source in tied.items()  # not a copy untied on purpose, which holds data
+                         if source in params and target in params and params[target].is_meta}
     seen, total = set(), 0
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if name not in tied and id(p) not in seen:
+    for name, p in params.items():
+        if name not in untied_by_offload and id(p) not in seen:
             seen.add(id(p))
             total += p.numel()
     return total

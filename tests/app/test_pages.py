@@ -367,7 +367,8 @@ def test_a_bad_upload_limit_setting_is_one_line_not_a_traceback(monkeypatch, pag
     assert any(name.replace("_", "\\_") in e.value for e in at.error), [e.value for e in at.error]  # markdown
 
 
-@pytest.mark.parametrize("configured, expected", [(100.5, 100), (100, 100), ("abc", None), (True, None), (0.5, None)])
+@pytest.mark.parametrize("configured, expected", [(100.5, 100), (100, 100), ("abc", None), (True, None), (0.5, None),
+                                                  (float("inf"), None), (float("nan"), None)])
 def test_a_decimal_or_garbled_max_upload_size_is_read_or_said(monkeypatch, configured, expected):
     """maxUploadSize = 100.5 in config.toml reached st.file_uploader(max_upload_size=100.5), which refused it, and
     "abc" was a TypeError: a traceback on Diagnose. With "abc" or 0.5 Streamlit's server fails every upload (HTTP

@@ -296,6 +296,36 @@ def test_out_of_memory_on_a_custom_model_or_a_stream_is_told_too(monkeypatch):
     with pytest.raises(OutOfMemory, match="GPT2Model ran out of memory .*the stream holds one chunk of the maps"):
         stream_statistics(gpt2, tiny.bpe_tokenizer(), TEXT)
 
+    class Encoder(nn.Module):  # nn.MultiheadAttention's layers, fed token ids: the third adapter
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(200, 16)
+            self.layers = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2)
+
+        def forward(self, ids):
+            return self.layers(self.embed(ids))
+
+    module = Encoder().eval()
+    monkeypatch.setattr(module.layers, "forward", forward)  # it said "for a module that takes embeddings, call ..."
+    with pytest.raises(OutOfMemory, match="Encoder ran out of memory on this text .*more memory$"):
+        extract_attention(module, tiny.wordpiece_tokenizer(200), TEXT)
+
+
+def test_out_of_memory_advice_streams_only_a_model_that_can_stream(monkeypatch):
+    """GPT-Neo cannot stream: "use diagnostics.stream_statistics" led to "ran no attention layer through the
+    streaming function"."""
+    from transformers import GPTNeoConfig, GPTNeoModel
+
+    def forward(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    model = GPTNeoModel(GPTNeoConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4,
+                                     attention_types=[[["global"], 2]], max_position_embeddings=64)).eval()
+    monkeypatch.setattr(model, "forward", forward)
+    with pytest.raises(OutOfMemory) as raised:
+        extract_attention(model, tiny.bpe_tokenizer(), TEXT)
+    assert "stream_statistics" not in str(raised.value) and str(raised.value).endswith("where there is more memory")
+
 
 def test_special_tokens_typed_in_the_text_are_flagged_special():
     """'A [SEP] B' gives the real [SEP]: it was flagged not special (no sink key, not hidden), while the decoder

@@ -7,6 +7,7 @@ it as "weights not loaded ... load them with from_pretrained", though from_pretr
 
 import pytest
 import torch
+from transformers import GPT2LMHeadModel
 
 import tiny
 from core import extract_attention, load_model
@@ -70,6 +71,11 @@ def test_an_offloaded_encoder_decoder_counts_its_tied_embedding_once(tmp_path):
     split, _ = load_model(str(tmp_path), device_map="auto", max_memory={"cpu": 10_000})
     counts = [diagnose((split, tokenizer), texts=[TEXT]).model["parameters"] for _ in range(2)]
     assert counts == [sum(p.numel() for p in model.parameters())] * 2
+    from core.extraction.offload import parameter_count
+
+    gpt2 = GPT2LMHeadModel(tiny.tiny_gpt2().config)  # a head untied on purpose holds its own weights: counted
+    gpt2.lm_head.weight = torch.nn.Parameter(gpt2.lm_head.weight.detach().clone())
+    assert parameter_count(gpt2) == sum(p.numel() for p in gpt2.parameters())
 
 
 def test_a_model_offloaded_whole_runs_where_its_hooks_say():

@@ -157,6 +157,13 @@ def test_a_small_maps_budget_is_named_and_not_rounded_to_zero(monkeypatch):
         diagnose_module._check_whole_maps(tiny_bloom(), [9000])
 
 
+def test_a_budget_too_small_for_one_token_asks_for_a_larger_one(monkeypatch):
+    """It said "these would fit cut to 0 tokens at most" (an encoder-decoder reaches it from the CLI)."""
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", "1")
+    with pytest.raises(core.InputError, match="BartModel is an encoder-decoder, .*not even one token fits: raise"):
+        diagnose((tiny_bart(), wordpiece_tokenizer()), ["A dog barked."])
+
+
 def test_on_a_gpu_each_probe_is_held_to_its_free_memory_not_the_probes_together(sources, monkeypatch):
     """Each probe's maps leave the GPU when its forward ends: the probes' maps together were compared with the GPU's
     free memory, and an encoder-decoder whose every probe fitted was refused. A probe that does not fit the GPU is
