@@ -27,7 +27,8 @@ def whole_maps_advice(model) -> str:
 
 
 def out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` says memory ran out: Python's, a device allocator's (CUDA's, MPS's), PyTorch's CPU one."""
+    """Whether ``err`` says memory ran out: Python's, a device allocator's (``torch.OutOfMemoryError``), or PyTorch's
+    CPU allocator's (a RuntimeError)."""
     return isinstance(err, (MemoryError, torch.OutOfMemoryError)) or (
         isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
 
