@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from core.checkpoints.paths import readable
-from core.errors import AttnScopeError, InputError
+from core.errors import AttnScopeError, InputError, first_line
 from core.extraction.tokens import visible
 from diagnostics.probe_texts import MIN_JUDGED_TOKENS
 from diagnostics.reports.exports import unwritable
@@ -113,6 +113,11 @@ def main(argv=None):
     except AttnScopeError as err:
         return _fail(str(err), EXIT_BAD_INPUT)
     except Exception as err:  # a bug: still one line, but a distinct status
+        from core.extraction.out_of_memory import out_of_memory
+
+        if out_of_memory(err):  # outside a forward (its own OutOfMemory): the maps' copy, the metrics
+            return _fail(f"out of memory ({first_line(err)}); give shorter or fewer probes, or run where there is "
+                         "more memory", EXIT_BAD_INPUT)
         return _fail(f"internal error ({type(err).__name__}: {err}); please report it", EXIT_INTERNAL)
     failed = report.has_new_errors if comparing else report.has_errors
     return EXIT_FINDINGS if failed else EXIT_OK

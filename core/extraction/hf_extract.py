@@ -220,11 +220,12 @@ def stack_layers(attentions, what: str, model) -> torch.Tensor:
                               f"({', '.join('×'.join(map(str, s)) for s in shapes[:3])}): a model that pools or "
                               "downsamples its tokens between layers; AttnScope reads models that keep every token")
     shape = (len(attentions), *attentions[0].shape[1:])  # (L, H, q, k)
-    stacked = torch.empty(shape, dtype=torch.float32, device="cpu")  # whatever torch's default dtype and device
-    for layer in range(len(attentions)):
-        stacked[layer] = attentions[layer][0]  # (H, q, k), from its device and dtype
-        if isinstance(attentions, list):
-            attentions[layer] = None
+    with told_out_of_memory(model):  # the copy the maps go into: where a CPU out of memory struck first (exit 3)
+        stacked = torch.empty(shape, dtype=torch.float32, device="cpu")  # whatever torch's default dtype and device
+        for layer in range(len(attentions)):
+            stacked[layer] = attentions[layer][0]  # (H, q, k), from its device and dtype
+            if isinstance(attentions, list):
+                attentions[layer] = None
     return stacked
 
 

@@ -311,6 +311,16 @@ def test_out_of_memory_on_a_custom_model_or_a_stream_is_told_too(monkeypatch):
         extract_attention(module, tiny.wordpiece_tokenizer(200), TEXT)
 
 
+def test_out_of_memory_while_the_maps_are_copied_out_is_told_too():
+    """The forward passed and the copy the maps go into failed (SmolLM2, 3 probes of ~800 tokens, under a memory
+    cap): "internal error (RuntimeError: ... can't allocate memory ...); please report it", exit 3."""
+    from core.extraction.hf_extract import stack_layers
+
+    huge = [torch.zeros(1, 1, 1, 1).expand(1, 64, 2**18, 2**18)] * 2  # 2 layers of 16 TB, as views of one float
+    with pytest.raises(OutOfMemory, match="GPT2Model ran out of memory on this text .*can't allocate memory"):
+        stack_layers(huge, "self", tiny.tiny_gpt2())
+
+
 def test_out_of_memory_advice_streams_only_a_model_that_can_stream(monkeypatch):
     """GPT-Neo cannot stream: "use diagnostics.stream_statistics" led to "ran no attention layer through the
     streaming function"."""

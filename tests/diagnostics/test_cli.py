@@ -177,6 +177,19 @@ def test_a_device_out_of_memory_is_bad_input_with_advice(bert_dir, capsys, monke
     assert "internal error" not in lines[0] and "stream_statistics" in lines[0]
 
 
+def test_out_of_memory_outside_a_forward_is_bad_input_too(bert_dir, capsys, monkeypatch):
+    """Memory running out past the forward (the metrics of a long probe) was "internal error ...", exit 3."""
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 687748320 bytes.")
+
+    monkeypatch.setattr(cli, "_diagnose", out_of_memory)
+    assert cli.main([str(bert_dir), "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: out of memory (RuntimeError: ")
+    assert "internal" not in lines[0]
+
+
 @pytest.mark.parametrize("argv", [["demo-bert"], ["compare", "demo-bert", "demo-gpt2"]])
 @pytest.mark.parametrize("device", ["mps", "vulkan", "meta", "quantum"])
 def test_an_unusable_device_is_refused_before_the_model_is_loaded(capsys, monkeypatch, argv, device):
