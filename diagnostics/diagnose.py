@@ -31,7 +31,9 @@ from core.checkpoints.tokenizer import borrowed_from
 from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
 from core.extraction.extract import check_weights_loaded
-from core.extraction.maps_budget import ENV_MAX_MAPS, maps_budget, maps_over_budget, whole_maps_bytes
+from core.extraction.maps_budget import (
+    ENV_MAX_MAPS, NO_TOKEN_FITS, maps_budget, maps_over_budget, whole_maps_bytes,
+)
 from core.extraction.head_weights import attention_weights
 from core.extraction.offload import parameter_count
 from core.errors import InputError, counted, size_text
@@ -272,7 +274,7 @@ def _check_whole_maps(model, lengths):
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
                      f"take {size_text(needed, binary=True)}, over the {size_text(limit, binary=True)} limit{set_by}; "
                      + (f"give shorter or fewer probes (these would fit cut to {counted(fits, 'token')} at most)"
-                        if fits else "not even one token fits: raise the limit"))
+                        if fits else NO_TOKEN_FITS))
 
 
 def _stream_probe(model, tokenizer, probe, i, count, tell):

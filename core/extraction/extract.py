@@ -98,8 +98,8 @@ def check_model_and_tokenizer(model, tokenizer) -> None:
 def check_weights_loaded(model) -> None:
     """ExtractionError for a model built without its weights (on the ``meta`` device), before it is run. Weights
     accelerate offloads are on ``meta`` too, and loaded for each forward (``offload``)."""
-    meta = next((f"{name}.{p_name}".lstrip(".") for name, module in model.named_modules() if not offloaded(module)
-                 for p_name, p in module.named_parameters(recurse=False) if p.is_meta), None)
+    meta = next((f"{name}.{p_name}".lstrip(".") for name, module in model.named_modules()
+                 for p_name, p in module.named_parameters(recurse=False) if p.is_meta and not offloaded(module)), None)
     if meta is not None:
         raise ExtractionError(f"the model's weights are not loaded ({meta} is on the meta device: built under "
                               "torch.device('meta') or init_empty_weights); load them, e.g. with from_pretrained")

@@ -65,9 +65,12 @@ def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None
                          "holds the maps")
 
 
+NO_TOKEN_FITS = "not even one token fits: raise the limit"  # a budget too small for one token's maps
+
+
 def shorten_advice(fits: int) -> str:
     """What a refusal asks for: a length that fits, or (a budget too small for one token) a larger budget."""
-    return f"shorten it to about {counted(fits, 'token')}" if fits else "not even one token fits: raise the limit"
+    return f"shorten it to about {counted(fits, 'token')}" if fits else NO_TOKEN_FITS
 
 
 def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:

@@ -309,7 +309,7 @@ def stream_attention(
     _check_ids(model, input_ids)
     check_weights_loaded(model)  # built on meta: "Tensor.item() cannot be called on meta tensors" from the forward
     stream = _Stream(consumer_factory, _keep_pairs(model, keep), chunk_floats, chunk_rows)
-    device = _input_device(model)
+    device = model_device(model)  # an offloaded model's: where its hooks run it (``offload.execution_device``)
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).to(device)
     start = time.perf_counter()
@@ -337,13 +337,6 @@ def _forward(model, input_ids, attention_mask, token_type_ids=None):
     no_cache = {"use_cache": False} if hasattr(model.config, "use_cache") else {}  # a KV cache costs memory
     segments = segment_inputs(model, token_type_ids, input_ids.device)
     return model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **segments, **no_cache)
-
-
-def _input_device(model) -> torch.device:
-    """Where the input ids go: the first parameter's device, or the CPU when accelerate offloaded it
-    (its parameters sit on "meta" and its hooks move inputs to the execution device)."""
-    device = model_device(model)
-    return torch.device("cpu") if device.type == "meta" else device
 
 
 def _keep_pairs(model, keep) -> set:
