@@ -32,7 +32,7 @@ from core.cancel import progress_span
 from core.errors import InputError
 from core.extraction.encode import encode, max_positions
 from core.extraction.streaming import can_stream
-from core.extraction.text_config import text_config, vocab_size
+from core.extraction.text_config import config_size, text_config, vocab_size
 from diagnostics.diagnose import _resolve, check_device_used, diagnose
 from diagnostics.findings import PROBE_NOTES, severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
@@ -221,9 +221,8 @@ def _check_limits(model_a, model_b) -> None:
 
 def _config_shape(model) -> tuple[int, int] | None:
     """``(layers, heads)`` as the model's config gives them (transformers maps n_layer, encoder_layers, ...)."""
-    config = text_config(model)
-    shape = tuple(getattr(config, key, None) for key in ("num_hidden_layers", "num_attention_heads"))
-    return shape if all(isinstance(n, int) for n in shape) else None
+    shape = config_size(model, "num_hidden_layers"), config_size(model, "num_attention_heads")
+    return shape if None not in shape else None
 
 
 def _check_shapes(report_a, report_b):

@@ -313,17 +313,7 @@ def record_of(report, step: int, seconds: float = 0.0) -> dict:
 def _head_record(head) -> dict:
     record = head.to_dict()
     record["metrics"] = {k: v for k, v in record["metrics"].items() if k not in DROPPED_METRICS}
-    if "roles" not in record:
-        record["roles"] = _jsonable(getattr(head, "roles", []))
     return record
-
-
-def _jsonable(value):
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    return value if isinstance(value, (str, int, float, bool, dict, type(None))) else str(value)
 
 
 def is_main_process() -> bool:

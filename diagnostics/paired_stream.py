@@ -26,8 +26,7 @@ from core.errors import InputError
 from core.extraction.streaming import CHUNK_FLOATS, stream_attention, streaming_kernels
 from diagnostics.measure.redundancy import PairedJS
 from core.extraction.extract import eval_mode, model_is_causal
-from core.extraction.maps_budget import config_size
-from core.extraction.text_config import text_config
+from core.extraction.text_config import config_size
 
 HANDOFF_TIMEOUT_S = 600  # a side that waits this long for the other is stuck, not slow
 _DONE = object()
@@ -143,7 +142,5 @@ def stream_paired_js(model_a, model_b, input_ids, chunk_rows=None, token_type_id
 
 def _chunk_rows(model, n_tokens):
     """The rows per chunk both models use: what ``stream_attention`` would pick for ``model``."""
-    config = text_config(model)
-    heads = next((getattr(config, n) for n in ("n_heads", "num_attention_heads", "n_head")
-                  if isinstance(getattr(config, n, None), int)), 1)
+    heads = config_size(model, "n_heads", "num_attention_heads", "n_head") or 1
     return max(1, CHUNK_FLOATS // (heads * n_tokens))

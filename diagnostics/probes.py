@@ -380,10 +380,8 @@ def _ordinary_ids(model, tokenizer) -> torch.Tensor:
     return torch.tensor([i for i in range(vocab) if i not in special])  # (V',)
 
 
-def _shuffled(ordinary, count, seed, what, needed=None) -> torch.Tensor:
-    """``count`` distinct ids of ``ordinary`` in a seeded random order; ExtractionError below ``needed``
-    (default ``count``)."""
-    needed = count if needed is None else needed
+def _shuffled(ordinary, count, seed, what, needed) -> torch.Tensor:
+    """``count`` distinct ids of ``ordinary`` in a seeded random order; ExtractionError below ``needed``."""
     if len(ordinary) < needed:
         raise ExtractionError(f"the vocabulary has only {len(ordinary)} ordinary tokens; {what} needs {needed}")
     generator = torch.Generator().manual_seed(seed)

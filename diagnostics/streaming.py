@@ -18,10 +18,9 @@ import torch
 from core.extraction.encode import encode, max_positions
 from core.cancel import layer_progress
 from core.extraction.extract import check_model_and_tokenizer, model_is_causal
-from core.extraction.maps_budget import config_size
 from core.extraction.scratch import Scratch
 from core.extraction.streaming import stream_attention
-from core.extraction.text_config import vocab_size
+from core.extraction.text_config import config_size, vocab_size
 from core.extraction.tokens import display_tokens
 from core.extraction.windows import attention_windows
 from diagnostics.measure.metrics import HeadMetrics, MetricAccumulator, stack_metrics

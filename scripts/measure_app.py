@@ -47,7 +47,7 @@ def main():
                  lambda: classify_heads(r.attentions, r.causal, r.keys_special, r.keys_padding, r.windows), times)
     labels = [[p.label for p in row] for row in pats]
     sheet = timed("thumbnail sheet PNG", lambda: plots.thumbnail_sheet(r.attentions, labels), times)
-    overview = timed("overview figure", lambda: plots.overview_figure(sheet, pats, (12, 12), (0, 0)), times)
+    overview = timed("overview figure", lambda: plots.overview_figure(sheet, pats, (12, 12)), times)
     heat = timed("heatmap figure", lambda: plots.heatmap_figure(r.attentions[3, 4], tokens, tokens), times)
     heat_log = plots.heatmap_figure(r.attentions[3, 4], tokens, tokens, log_scale=True)
     timed("head metrics (1 head)", lambda: head_metrics(r.attentions[3, 4], causal=r.causal), times)
@@ -56,7 +56,7 @@ def main():
     peaked = (torch.randn(12, 12, 512, 512, generator=g) * 3).softmax(-1)  # many links above 0.01: worst case
     peaked_view = head_view.head_view_html(peaked, tokens, tokens, 3, 4)
     peaked_sheet = plots.thumbnail_sheet(peaked, labels)
-    peaked_overview = plots.overview_figure(peaked_sheet, pats, (12, 12), (0, 0))
+    peaked_overview = plots.overview_figure(peaked_sheet, pats, (12, 12))
     full = 4 * r.attentions.numel()
     print(f"tokens: {len(tokens)}; attention tensor {tuple(r.attentions.shape)} = {full / 1e6:.0f} MB float32")
     for name, size in [("overview (figure JSON incl. thumbnail PNG)", plots.figure_bytes(overview)),

@@ -123,9 +123,9 @@ st.title("Compare two models")
 st.caption("Two checkpoints of one model (same vocabulary), e.g. before and after fine-tuning: which heads changed?")
 columns = st.columns(2)
 with columns[0]:
-    source_a = sources.source_ui("cmp_a", "Model A (before)", known=True)
+    source_a = sources.source_ui("cmp_a", "Model A (before)")
 with columns[1]:
-    source_b = sources.source_ui("cmp_b", "Model B (after)", known=True)
+    source_b = sources.source_ui("cmp_b", "Model B (after)")
 texts = sources.probes_ui("cmp_probes")
 n_heads = st.number_input("Heads per layer (only for bare weights files without a config)", 0, 256,
                           key="cmp_heads", persist_state=KEEP)

@@ -43,7 +43,7 @@ def run(inputs, name, texts, n_heads) -> None:
 
 
 st.title("Diagnose a checkpoint")
-source = sources.source_ui("diag", known=True)
+source = sources.source_ui("diag")
 texts, n_heads = options_ui()
 if st.button("Diagnose", type="primary", key="diag_run"):
     problem = ("Upload a checkpoint, give a folder path or pick a known model first." if source is None

@@ -137,10 +137,10 @@ def probes_problem(texts) -> str | None:
     return None
 
 
-def source_ui(prefix: str, label: str = "Checkpoint", known: bool = False):
-    """Upload or folder path (or, with ``known``, a known model); returns ``(input, name to show)`` or None."""
-    kinds = ["Upload", "Local folder"] + (["Known model"] if known else [])
-    kind = st.radio(label, kinds, key=f"{prefix}_kind", persist_state=KEEP, horizontal=True)
+def source_ui(prefix: str, label: str = "Checkpoint"):
+    """Upload, folder path or known model; returns ``(input, name to show)`` or None."""
+    kind = st.radio(label, ["Upload", "Local folder", "Known model"], key=f"{prefix}_kind", persist_state=KEEP,
+                    horizontal=True)
     if kind == "Known model":
         name = st.selectbox(f"{label}: known model", core.MODEL_CHOICES, key=f"{prefix}_known", persist_state=KEEP,
                             format_func=lambda n: f"{n} — {core.describe_model(n)}")

@@ -69,7 +69,6 @@ class ModelViewPage:
     html: str  # the page (scripts linked or inlined)
     layers: list[int]  # the layers it holds
     heads: list[int]  # the heads of each layer it holds
-    data_bytes: int  # size of the attention data in the page
     note: str  # what was left out to stay within MAX_BYTES, or ""
 
 
@@ -100,12 +99,12 @@ def _bounded(attentions: torch.Tensor, layers: list[int], heads: list[int], budg
             text = _map_json(attentions[layer, head])  # (q, k)
             drawn = (sum(map(len, rows)) + len(row) + 1) * pairs
             if (used + row_used + len(text) > budget or drawn > MAX_DRAWN) and (rows or row):  # the first map is
-                return (rows, used) if rows else ([row], row_used)  # always sent (``model_view_fits`` says if it can)
+                return rows or [row]  # always sent (``model_view_fits`` says if it can)
             row.append(text)
             row_used += len(text) + 1
         rows.append(row)
         used += row_used
-    return rows, used
+    return rows
 
 
 def model_view_fits(n_queries: int, n_keys: int) -> bool:
@@ -148,7 +147,7 @@ def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str
 
     ``inline`` puts the scripts in the page (a standalone file); otherwise it links the app's static copies.
     """
-    rows, used = _bounded(attentions, layers, heads, MAX_BYTES)
+    rows = _bounded(attentions, layers, heads, MAX_BYTES)
     kept_layers, kept_heads = layers[:len(rows)], heads[:len(rows[-1])]  # a partial row only when alone
     note = ""
     if (kept_layers, kept_heads) != (layers, heads):
@@ -168,7 +167,7 @@ def model_view_page(attentions: torch.Tensor, queries: list[str], keys: list[str
             "<div id='bertviz' style=\"font-family:'Helvetica Neue', Helvetica, Arial, sans-serif;\">"
             "<div id='vis'></div></div>\n"
             f"{_script(inline)}<script>{_bertviz_js(params)}</script></body></html>")
-    return ModelViewPage(page, kept_layers, kept_heads, used, note)
+    return ModelViewPage(page, kept_layers, kept_heads, note)
 
 
 def neuron_view_page(weights: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, query_tokens: list[str],

@@ -102,8 +102,7 @@ def caption(pattern) -> str:
     return pattern_label(pattern) + mark + (f"<br>{roles}" if roles else "")
 
 
-def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
-                    selected: tuple[int, int] | None = None) -> go.Figure:
+def overview_figure(sheet: bytes, patterns, shape: tuple[int, int]) -> go.Figure:
     """The thumbnail sheet under one invisible marker per head: hover names it, a click selects it.
 
     ``patterns`` is ``[layers][heads]`` of ``HeadPattern`` or None; ``shape`` is
@@ -121,15 +120,9 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int],
         # 2.1-3.4:1 on white (WCAG asks 4.5:1)
         marker=dict(symbol="square", size=36, color="rgba(0,0,0,0.01)"), hovertext=hover, hoverinfo="text",
     ))
-    shapes = []
-    if selected is not None:
-        layer, head = selected
-        shapes = [dict(type="rect", x0=head - 0.5, x1=head + 0.5, y0=row(layer) - 0.5, y1=row(layer) + 0.5,
-                       line=dict(color="#d62728", width=3, dash="dot"))]
     fig.update_layout(
         images=[dict(source=_data_uri(sheet), x=-0.5, y=n_layers - 0.5, sizex=n_heads, sizey=n_layers, xref="x",
                      yref="y", sizing="stretch", layer="below")],
-        shapes=shapes,
         width=TILE_PLOT_PX * n_heads + 50, height=TILE_PLOT_H * n_layers + 50,
         margin=dict(l=40, r=10, t=40, b=10), showlegend=False, plot_bgcolor="white",
         hoverdistance=40, dragmode=False,
@@ -202,7 +195,7 @@ PATTERN_SYMBOLS = {"diagonal": "diamond", "block": "square", "diffuse": "circle"
                    "vertical": "triangle-down"}
 
 
-def pattern_map_figure(patterns, selected: tuple[int, int] | None = None) -> go.Figure:
+def pattern_map_figure(patterns) -> go.Figure:
     """Layers × heads as coloured marks, one shape per pattern: the Diagnose map when no attention maps were kept
     (streamed probes)."""
     n_layers, n_heads = len(patterns), len(patterns[0])
@@ -218,9 +211,6 @@ def pattern_map_figure(patterns, selected: tuple[int, int] | None = None) -> go.
             marker=dict(symbol=PATTERN_SYMBOLS.get(label, "x"), size=size, color=label_color(label)),
             hovertext=[f"layer {l}, head {h}: {_pattern_text(patterns[l][h])}" for l, h in cells], hoverinfo="text",
         ))
-    if selected is not None:
-        fig.add_shape(type="rect", x0=selected[1] - 0.5, x1=selected[1] + 0.5, y0=selected[0] - 0.5,
-                      y1=selected[0] + 0.5, line=dict(color="#d62728", width=3))
     fig.update_xaxes(title="head", range=[-0.6, n_heads - 0.4], dtick=1, fixedrange=True, zeroline=False)
     fig.update_yaxes(title="layer", range=[n_layers - 0.4, -0.6], dtick=1, fixedrange=True, zeroline=False)
     fig.update_layout(height=40 * n_layers + 120, margin=dict(l=10, r=10, t=30, b=10), dragmode=False,

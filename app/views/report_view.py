@@ -97,10 +97,10 @@ def pattern_map_ui(report, part: str, heads) -> None:
     shape = (len(heads), len(heads[0]))
     heads = [[h if h.pattern is not None else None for h in row] for row in heads]  # None: no label (NaN maps)
     if report.samples:
-        sample = report.samples[0].part(part) if part != "self" else report.samples[0]
+        sample = report.samples[0].part(part)
         labels = [[plots.pattern_label(h) for h in row] for row in heads]
         sheet = _thumbnails(report_key(report, part), sample.attentions, labels)
-        figure = plots.overview_figure(sheet, heads, shape, None)  # a head switch reruns only the explorer
+        figure = plots.overview_figure(sheet, heads, shape)  # a head switch reruns only the explorer
         st.caption("Every head on the first probe text, framed in its pattern's colour (over all probes). "
                    "Click a head to open it below.")
     else:
@@ -140,7 +140,7 @@ def head_ui(report, part: str, heads) -> None:
     sample = cols[2].selectbox("Probe text", range(len(report.samples)),
                                format_func=lambda i: visible(texts[i][:60], spaces=False), key="diag_sample",
                                persist_state=KEEP)
-    result = report.samples[sample].part(part) if part != "self" else report.samples[sample]
+    result = report.samples[sample].part(part)
     options = head_detail.options_ui("diag_", result)
     model = report.model.get("name", "model")
     view = head_detail.build_view(report_key(report, part, sample), result, layer, head, options, model)

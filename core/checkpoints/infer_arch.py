@@ -43,7 +43,6 @@ _LAYOUTS = [
 
 @dataclass
 class Inferred:
-    family: str  # "bert", "roberta", "gpt2" or "attnscope"
     config: dict  # a config.json for transformers, or TransformerConfig fields
     state: dict[str, torch.Tensor]  # keys with the prefix removed
     notes: list[str] = field(default_factory=list)
@@ -119,7 +118,7 @@ def _bert(state, layers, n_heads, prefix) -> Inferred:
     if family == "roberta":
         config.update(pad_token_id=1, bos_token_id=0, eos_token_id=2)
     state = {k: v for k, v in state.items() if k.startswith(("embeddings.", "encoder.", "pooler."))}
-    return Inferred(family, config, state, [_inferred_note(name, config, "hidden_size", heads) + _DEFAULTS_NOTE])
+    return Inferred(config, state, [_inferred_note(name, config, "hidden_size", heads) + _DEFAULTS_NOTE])
 
 
 def _gpt2(state, layers, n_heads, prefix) -> Inferred:
@@ -132,7 +131,7 @@ def _gpt2(state, layers, n_heads, prefix) -> Inferred:
     # Old GPT-2 files carry the causal-mask buffers attn.bias / attn.masked_bias; the model rebuilds them.
     state = {k: v for k, v in state.items() if k.startswith(("wte.", "wpe.", "h.", "ln_f.")) and v.dim() < 4
              and not k.endswith("attn.masked_bias")}
-    return Inferred("gpt2", config, state, [_inferred_note("GPT-2", config, "n_embd", heads) + _DEFAULTS_NOTE])
+    return Inferred(config, state, [_inferred_note("GPT-2", config, "n_embd", heads) + _DEFAULTS_NOTE])
 
 
 def _custom(state, layers, n_heads, prefix) -> Inferred:
@@ -145,7 +144,7 @@ def _custom(state, layers, n_heads, prefix) -> Inferred:
     notes = [_inferred_note("AttnScope", vars(config), "d_model", heads),
              "the weights do not say whether the model is causal; loaded as an encoder (bidirectional attention) — "
              "give it with its config.json (\"causal\": true) if it is a decoder"]
-    return Inferred(MODEL_TYPE, vars(config), state, notes)
+    return Inferred(vars(config), state, notes)
 
 
 _DEFAULTS_NOTE = "; activation and layer-norm epsilon are the family's defaults"

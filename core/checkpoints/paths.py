@@ -15,6 +15,15 @@ from pathlib import Path
 MAX_NAME_BYTES = 255  # the longest file or folder name (one path part) ext4, APFS and NTFS accept, in UTF-8 bytes
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: no lone surrogates (``surrogateescape``'s undecodable bytes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def readable(text) -> str:
     """``text`` that encodes as UTF-8: the undecodable bytes of a file name as U+FFFD."""
     try:
@@ -37,15 +46,11 @@ def readable_name(name) -> str:
     return f"{stem}…{suffix}"
 
 
-def is_utf8(path) -> bool:
-    return readable(path) == str(path)
-
-
 @contextmanager
 def utf8_path(path: Path):
     """``path`` when it is UTF-8; else a link to it named ``readable_name(path.name)``, in a private folder removed
     on exit (what is read through it stays readable: a link, not a copy)."""
-    if is_utf8(path):
+    if is_utf8(str(path)):
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="attnscope-name-") as folder:

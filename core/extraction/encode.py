@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..checkpoints.paths import is_utf8
 from ..errors import InputError, counted
 from .spelling import can_drop, characters_spelt
 from .tokens import is_byte_level
@@ -37,15 +38,6 @@ def check_text(text, name: str = "text") -> str:
         raise InputError(f"{name} is not UTF-8: it holds a lone surrogate (a file read in another encoding, or a "
                          "broken \\ud800 escape); convert it, e.g. iconv -f latin1 -t utf-8")
     return text
-
-
-def is_utf8(text: str) -> bool:
-    """Whether ``text`` can be written as UTF-8: no lone surrogates (``surrogateescape``'s undecodable bytes)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 # The words every truncation warning carries (``AttentionResult.warnings``), for callers that count them.

@@ -18,7 +18,7 @@ from ..checkpoints.archive import env_size
 from ..device import model_device
 from ..errors import InputError, counted, size_text
 from .machine_memory import machine_memory
-from .text_config import text_config
+from .text_config import config_size, text_config
 
 ENV_MAX_MAPS = "ATTNSCOPE_MAX_MAPS_BYTES"
 
@@ -86,13 +86,6 @@ def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
         low, high = (middle, high) if whole_maps_bytes(model, [min(n, middle) for n in lengths]) <= budget else (
             low, middle)
     return needed, low
-
-
-def config_size(model, *names: str) -> int | None:
-    """The first of ``names`` (Hugging Face's, then AttnScope's) that ``model``'s text config holds as a whole
-    number, e.g. ``config_size(model, "num_hidden_layers", "n_layers")``; None when it holds none."""
-    config = text_config(model)
-    return next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
 
 
 def whole_maps_bytes(model, lengths) -> int:

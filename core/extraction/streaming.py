@@ -42,7 +42,7 @@ from .extract import check_weights_loaded, eval_mode
 from .hf_extract import implementations
 from .out_of_memory import STREAMED, told_out_of_memory
 from .scratch import Scratch, buffer, release_freed_memory
-from .text_config import text_config, vocab_size
+from .text_config import config_size, vocab_size
 
 STREAM_IMPLEMENTATION = "attnscope_stream"
 # Attention weights per chunk (heads × rows × keys): 8 M floats = 32 MB, about
@@ -353,8 +353,7 @@ def _keep_pairs(model, keep) -> set:
 
 
 def _n_heads(model) -> int:
-    config = text_config(model)
-    for name in ("n_heads", "num_attention_heads", "n_head", "encoder_attention_heads"):
-        if isinstance(getattr(config, name, None), int):
-            return getattr(config, name)
+    heads = config_size(model, "n_heads", "num_attention_heads", "n_head", "encoder_attention_heads")
+    if heads is not None:
+        return heads
     raise InputError(f"cannot tell how many heads {type(model).__name__} has; pass (layer, head) pairs to keep")

@@ -25,10 +25,16 @@ def text_config(model):
     return inner if isinstance(inner, PretrainedConfig) else config
 
 
+def config_size(model, *names: str) -> int | None:
+    """The first of ``names`` (Hugging Face's, then AttnScope's) that ``model``'s text config holds as a whole
+    number, e.g. ``config_size(model, "num_hidden_layers", "n_layers")``; None when it holds none."""
+    config = text_config(model)
+    return next((getattr(config, n) for n in names if isinstance(getattr(config, n, None), int)), None)
+
+
 def vocab_size(model) -> int | None:
     """The model's vocabulary size as its (text) config gives it, or None when it gives none."""
-    size = getattr(text_config(model), "vocab_size", None)
-    return size if isinstance(size, int) else None
+    return config_size(model, "vocab_size")
 
 
 def text_model(model):

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from core.errors import InputError
-from diagnostics.classify.roles import BROAD_MIN, head_roles, role_scores
+from diagnostics.classify.roles import BROAD_MIN, head_roles, nest, role_scores
 from diagnostics.measure.metrics import HeadMetrics, layer_metrics
 
 PATTERNS = ("diagonal", "block", "diffuse", "sparse", "vertical")
@@ -101,7 +101,7 @@ def classify_metrics(metrics: HeadMetrics):
     roles = _flat(head_roles(role_scores(metrics), causal=False), metrics.shape)
     flat = [_pattern({name: values[i] for name, values in columns.items()}, label, c, roles[i])
             for i, (label, c) in enumerate(zip(labels.reshape(-1).tolist(), conf.reshape(-1).tolist()))]
-    return _nest(flat, metrics.shape)
+    return nest(flat, metrics.shape)
 
 
 def classify_head(weights, causal=None):
@@ -198,13 +198,6 @@ def _pattern(scores, label_idx, conf, roles):
 
 def _flat(nested, shape):
     return [nested] if not shape else [x for part in nested for x in _flat(part, shape[1:])]
-
-
-def _nest(flat, shape):
-    if not shape:
-        return flat[0]
-    step = len(flat) // shape[0]
-    return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 ROW_SUM_ATOL = 0.01  # a half-precision softmax row sums to 1 within ~1e-3

@@ -98,7 +98,7 @@ def head_roles(scores, causal) -> list:
         for i in held[role].reshape(-1).nonzero().flatten().tolist():
             flat[i].append(Role(role, round(float(scores[role].reshape(-1)[i]), 4)))
     flat = [sorted(roles, key=lambda r: (r.role == "local", -r.score)) for roles in flat]
-    return _nest(flat, shape)
+    return nest(flat, shape)
 
 
 def _holds(role, score, scores, causal):
@@ -116,18 +116,17 @@ def _holds(role, score, scores, causal):
     return score >= OFFSET_MIN
 
 
-def repeated_scores(probe, sinks=None) -> dict:
+def repeated_scores(probe) -> dict:
     """``{"induction", "duplicate_token": [L, H]}`` on a ``probes.RepeatedProbe``.
 
     Share of the non-sink mass of the second copy's queries on key ``i - half + 1`` (induction) and
     ``i - half`` (duplicate), rows weighted by their non-sink mass; rows whose target is a sink key
-    are left out. sinks: bool ``(k,)``; default: the first token and the special tokens.
+    are left out. The sinks: the first token and the special tokens.
     """
     r = probe.result
     attn = r.attentions  # (L, H, q, k)
-    if sinks is None:
-        sinks = torch.tensor(r.keys_special, dtype=torch.bool)  # (k,)
-        sinks[0] = True
+    sinks = torch.tensor(r.keys_special, dtype=torch.bool)  # (k,)
+    sinks[0] = True
     rows = torch.tensor(list(probe.second_copy))  # (r,)
     free = 1.0 - attn[..., rows, :][..., sinks].sum(-1)  # (L, H, r)
     out = {}
@@ -141,8 +140,9 @@ def repeated_scores(probe, sinks=None) -> dict:
     return out
 
 
-def _nest(flat, shape):
+def nest(flat, shape):
+    """``flat``, a list in row-major order, as nested lists shaped like ``shape`` (``[L][H]`` for ``(L, H)``)."""
     if not shape:
         return flat[0]
     step = len(flat) // shape[0]
-    return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+    return [nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]

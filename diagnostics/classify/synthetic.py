@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.errors import InputError
+from diagnostics.classify.patterns import PATTERNS
 
-PATTERN_LABELS = ("diagonal", "block", "diffuse", "sparse", "vertical")
 TUNING_SEEDS = (0, 1, 2)
 HELDOUT_SEEDS = (1000, 1001, 1002)
 DEFAULT_LENGTHS = (4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512)
@@ -59,7 +59,7 @@ def make_map(label, n, causal, noise, rng, **options):
     indices) override the random choices.
     """
     if label not in _MAKERS:
-        raise InputError(f"Unknown pattern {label!r}; choose one of {PATTERN_LABELS}.")
+        raise InputError(f"Unknown pattern {label!r}; choose one of {PATTERNS}.")
     if n < 2:
         raise InputError(f"Maps need at least 2 tokens, got n={n}.")
     valid = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
@@ -72,7 +72,7 @@ def make_map(label, n, causal, noise, rng, **options):
 
 
 def make_dataset(seed, lengths=DEFAULT_LENGTHS, noise_levels=NOISE_LEVELS, big_lengths=BIG_LENGTHS,
-                 labels=PATTERN_LABELS):
+                 labels=PATTERNS):
     """Yield ``Sample``s: every label x length x noise x causal/bidirectional, plus a few big maps.
 
     A generator, so 4096-token maps are not all held at once.

@@ -150,14 +150,13 @@ class PairedJS:
         return (self.sums / self.weight.clamp(min=1e-12)).masked_fill(self.same, 0.0).float().cpu()  # (H,)
 
 
-def row_js(a, b, a_info=None, b_info=None):
+def row_js(a, b):
     """Jensen–Shannon distance (base 2, in [0, 1]) between matching rows of ``a`` and ``b``: ``(..., qc)``.
 
-    ``a``, ``b``: broadcastable ``(..., qc, k)`` rows that each sum to 1 (float64, or float32 on a device without it);
-    ``a_info``/``b_info``: their ``sum(x log x)`` if already known.
+    ``a``, ``b``: broadcastable ``(..., qc, k)`` rows that each sum to 1 (float64, or float32 on a device without it).
     """
-    a_info = torch.special.xlogy(a, a).sum(-1) if a_info is None else a_info  # (..., qc)
-    b_info = torch.special.xlogy(b, b).sum(-1) if b_info is None else b_info  # (..., qc)
+    a_info = torch.special.xlogy(a, a).sum(-1)  # (..., qc)
+    b_info = torch.special.xlogy(b, b).sum(-1)  # (..., qc)
     m = (a + b) / 2  # (..., qc, k)
     cross = torch.special.xlogy(a, m).sum(-1) + torch.special.xlogy(b, m).sum(-1)  # (..., qc)
     return ((a_info + b_info - cross) / (2 * math.log(2.0))).clamp(min=0).sqrt()  # (..., qc)

@@ -24,7 +24,7 @@ def test_views_at_512_tokens_stay_under_budget():
     tokens = [f"token{i % 97}" for i in range(TOKENS)]
     labels = [["sparse"] * HEADS for _ in range(LAYERS)]
     sheet = plots.thumbnail_sheet(attn, labels)
-    overview = plots.figure_bytes(plots.overview_figure(sheet, None, (LAYERS, HEADS), (0, 0)))
+    overview = plots.figure_bytes(plots.overview_figure(sheet, None, (LAYERS, HEADS)))
     heatmap = plots.figure_bytes(plots.heatmap_figure(attn[3, 4], tokens, tokens, log_scale=True))
     view = len(head_view.head_view_html(attn, tokens, tokens, 3, 4).encode())
     assert overview < BUDGET and heatmap < BUDGET and view < BUDGET, (overview, heatmap, view)

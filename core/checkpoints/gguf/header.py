@@ -122,9 +122,9 @@ class _Cursor:
         return text
 
 
-def read_gguf_header(path: Path, name: str | None = None) -> GGUFHeader:
+def read_gguf_header(path: Path) -> GGUFHeader:
     """The header of the GGUF file at ``path``; CheckpointError naming what is wrong."""
-    name = name or path.name
+    name = path.name
     size = path.stat().st_size
     if size < 24:
         raise CheckpointError(NOT_GGUF.format(name=name, why=f"only {size} bytes"))

@@ -106,10 +106,10 @@ def supported_architectures() -> list[str]:
     return [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in _NOT_MODELS]
 
 
-def check_gguf(path: Path, limits: Limits, name: str | None = None) -> GGUFHeader:
+def check_gguf(path: Path, limits: Limits) -> GGUFHeader:
     """The header of ``path`` once every check above passes; CheckpointError otherwise."""
-    name = name or path.name
-    header = read_gguf_header(path, name)
+    name = path.name
+    header = read_gguf_header(path)
     arch = header.fields.get("general.architecture")
     if not isinstance(arch, str):
         raise CheckpointError(NO_ARCH.format(name=name))
@@ -194,19 +194,19 @@ def _dequantisable(qtype) -> bool:
     return qtype in (T.F32, T.F16) or qtype in getattr(quants, "_type_traits", {})
 
 
-def load_gguf(path: Path, limits: Limits | None = None, progress=None, name: str | None = None):
+def load_gguf(path: Path, limits: Limits | None = None, progress=None):
     """``(model, tokenizer, notes)`` of the GGUF file at ``path``, checked first; ``progress(fraction, message)``."""
     from transformers import AutoModel, AutoModelForCausalLM
 
-    name = name or path.name
+    name, limits = path.name, limits or Limits()
     tell = progress or (lambda fraction, message: None)
     tell(0.0, f"checking {name}")
-    header = check_gguf(path, limits or Limits(), name)
+    header = check_gguf(path, limits)
     tell(0.02, "reading the GGUF metadata")
     notes: list[str] = []
     with (_LOAD_LOCK, quiet_transformers(), _one_reader(), _dequantisation_progress(tell),
           _kv_heads_default(header, name), _weights_map() as mapped):
-        config = _checked_config(path, header, name, limits or Limits())
+        config = _checked_config(path, header, name, limits)
         auto = AutoModelForCausalLM if config.model_type in _LM_PREFIXED else AutoModel
         try:  # mismatched sizes are let through to be named below, not in a report quiet_transformers hides
             model, info = auto.from_pretrained(
