@@ -15,10 +15,15 @@ log = logging.getLogger("attnscope.app")
 # core's limits tell a library or CLI user how to raise them; on a page, only whoever runs the server can
 _RAISE_LIMIT = re.compile(r"raise (?:it|the limit) with (ATTNSCOPE_[A-Z_]+)(?: or Limits\(\w+=\.\.\.\))?")
 FOR_THE_PAGE = r"whoever runs this AttnScope server can raise the limit (\1)"
+_SETTINGS_LOGGED: set[str] = set()  # bad settings the log has told (each page view would say it again)
 
 
 def message(err: Exception) -> str:
-    """AttnScope's own errors carry an actionable message; anything else gets a one-line summary."""
+    """AttnScope's own errors carry an actionable message; anything else gets a one-line summary. A bad server
+    setting is also logged, once, for whoever runs the server: only visitors' pages had said it."""
+    if isinstance(err, core.SettingError) and str(err) not in _SETTINGS_LOGGED:
+        _SETTINGS_LOGGED.add(str(err))
+        log.error("server setting: %s", err)
     if isinstance(err, core.AttnScopeError):
         return _RAISE_LIMIT.sub(FOR_THE_PAGE, str(err))
     text = err.strerror if isinstance(err, OSError) and err.strerror else str(err)  # no server path on the page

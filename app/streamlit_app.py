@@ -19,9 +19,11 @@ if str(ROOT) not in sys.path:  # streamlit puts only app/ on the path; core/ and
 # ``import core`` alone imports nothing (``core.lazy``).
 import core  # noqa: E402
 import diagnostics  # noqa: E402
+from app.server.log_lines import log_to_stderr  # noqa: E402
 from core.lazy import import_whole  # noqa: E402
 
 import_whole(core, diagnostics)
+log_to_stderr()
 
 PAGES = Path(__file__).parent / "app_pages"
 FAVICON = Path(__file__).parent / "static" / "favicon.png"  # a file: a ":material/…:" icon is fetched from Google

@@ -14,7 +14,7 @@ _WHERE = {
     "load_custom_model": ".custom_model", "save_custom_model": ".custom_model",
     "pick_device": ".device",
     "AttnScopeError": ".errors", "Cancelled": ".errors", "CheckpointError": ".errors", "ExtractionError": ".errors",
-    "InputError": ".errors", "ModelLoadError": ".errors", "OutOfMemory": ".errors",
+    "InputError": ".errors", "ModelLoadError": ".errors", "OutOfMemory": ".errors", "SettingError": ".errors",
     "extract_attention": ".extraction.extract", "extract_module_attention": ".extraction.extract",
     "load_model": ".checkpoints.loading",
     "DEFAULT_MODEL": ".checkpoints.registry", "DEMO_MODELS": ".checkpoints.registry",

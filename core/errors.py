@@ -26,6 +26,11 @@ class CheckpointError(ModelLoadError):
     """An uploaded or local checkpoint is unreadable, unsafe or unsupported."""
 
 
+class SettingError(CheckpointError):
+    """An ``ATTNSCOPE_*`` setting in the environment of whoever runs AttnScope is not valid: theirs to fix, and the
+    app's log says so (a visitor's page only shows it)."""
+
+
 class OutOfMemory(AttnScopeError, MemoryError):
     """A forward pass ran out of memory, the CPU's or the device's, on this input: shorten it or stream it."""
 

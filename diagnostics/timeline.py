@@ -348,13 +348,17 @@ def _one_model(records: list[dict]) -> None:
 
 
 def checkpoint_folders(folder, allowed_roots=None) -> list[tuple[int, Path]]:
-    """``[(step, path)]`` of the ``checkpoint-<step>`` folders of a Trainer output folder, by step; two folders of
-    one step (``checkpoint-01``, ``checkpoint-1``) are refused, and a step of 2**53 or more is not one."""
+    """``[(step, path)]`` of the ``checkpoint-<step>`` folders of a Trainer output folder, by step, each path under
+    ``folder`` as given; two folders of one step (``checkpoint-01``, ``checkpoint-1``) are refused, and a step of
+    2**53 or more is not one. A link of such a name counts whatever it leads to (the loader refuses one out of the
+    roots): followed here, a link to a folder outside counted and one to nothing did not, and the loader's refusal
+    named the link's absolute path."""
     root = check_allowed(Path(folder), resolve_roots(allowed_roots), wanted="the Trainer's output_dir")
     if not root.is_dir():
         raise InputError(f"{Path(folder).name} is not a folder; give the Trainer's output_dir")
-    found = sorted((int(m.group(1)), p) for p in root.iterdir()
-                   if p.is_dir() and (m := _CHECKPOINT.fullmatch(p.name)) and int(m.group(1)) < MAX_STEP)
+    found = sorted((int(m.group(1)), Path(folder) / p.name) for p in root.iterdir()
+                   if (p.is_symlink() or p.is_dir()) and (m := _CHECKPOINT.fullmatch(p.name))
+                   and int(m.group(1)) < MAX_STEP)
     if not found:
         raise InputError(f"{Path(folder).name} has no checkpoint-<step> folders; give the Trainer's output_dir")
     for (step, a), (later, b) in zip(found, found[1:]):

@@ -101,7 +101,7 @@ def waiting_text(held: int, count: int, limit: int) -> str:
 
 def run_models_limit() -> int:
     """Models loaded for one run alone held at once: ``$ATTNSCOPE_MAX_RUN_MODELS``, else ``RUN_MODELS``."""
-    return env_count(ENV_RUN_MODELS, RUN_MODELS, "models", core.InputError)
+    return env_count(ENV_RUN_MODELS, RUN_MODELS, "models")
 
 
 def probes_ui(key: str):

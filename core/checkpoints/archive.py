@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..errors import CheckpointError, clipped
+from ..errors import CheckpointError, SettingError, clipped
 from .paths import MAX_NAME_BYTES
 
 CHUNK = 1 << 20
@@ -66,7 +66,7 @@ NOT_WRITTEN = "{name}: {entry!r} could not be written ({why}); give the model fo
 
 
 def env_size(name: str, default: int) -> int:
-    """``$name`` as a number of bytes (``500MB``, ``2GB``), or ``default`` when unset or blank; CheckpointError for
+    """``$name`` as a number of bytes (``500MB``, ``2GB``), or ``default`` when unset or blank; SettingError for
     anything else that is not a size of at least 1 byte (0, 0.5, -5, inf, abc)."""
     raw = os.environ.get(name, "").strip().upper().replace(" ", "")
     if not raw:
@@ -75,19 +75,19 @@ def env_size(name: str, default: int) -> int:
     try:
         value = int(float(number) * _UNITS[raw[len(number):]])
     except (ValueError, KeyError, OverflowError):  # OverflowError: inf, 1e400
-        raise CheckpointError(f"{name}={os.environ[name]!r} is not a size; use bytes or e.g. 500MB, 2GB") from None
+        raise SettingError(f"{name}={os.environ[name]!r} is not a size; use bytes or e.g. 500MB, 2GB") from None
     if value <= 0:
-        raise CheckpointError(f"{name}={os.environ[name]!r} must be a size of at least 1 byte")
+        raise SettingError(f"{name}={os.environ[name]!r} must be a size of at least 1 byte")
     return value
 
 
-def env_count(name: str, default: int, what: str, error=CheckpointError) -> int:
-    """``$name`` as a whole number of ``what`` (1 or more), or ``default`` when unset."""
+def env_count(name: str, default: int, what: str) -> int:
+    """``$name`` as a whole number of ``what`` (1 or more), or ``default`` when unset; SettingError otherwise."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     if not re.fullmatch(r"[0-9]{1,18}", raw) or int(raw) < 1:  # isdigit() took "²" and "١٢"
-        raise error(f"{name}={raw!r} must be a whole number of {what}, 1 or more")
+        raise SettingError(f"{name}={raw!r} must be a whole number of {what}, 1 or more")
     return int(raw)
 
 

@@ -29,7 +29,7 @@ from .archive import (NO_ROOM, Limits, check_upload_size, extract_archive, has_c
                       write_loose_files)
 from .build import build_custom, build_hf, check_model_config, token_vocabulary
 from .gguf import is_gguf, load_gguf
-from .layout import IGNORED_DIRS, NO_MODEL, model_root
+from .layout import IGNORED_DIRS, NO_MODEL, entries_under, model_root
 from .paths import readable_name
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE, AttnScopeTransformer
@@ -161,20 +161,28 @@ def check_allowed(path: Path, roots: list[Path], wanted: str = MODEL_PATH) -> Pa
     """``path`` resolved (symlinks followed), or CheckpointError unless it exists under one of ``roots``
     (``wanted``: what a missing path should have been, for the message).
 
-    Outside the roots, a missing path, a link out and an unreadable one get the same message (``OUTSIDE``).
+    Outside the roots, a missing path, a link out, an unreadable one and an unknown ``~user``'s get the same message
+    (``OUTSIDE``): a ``~user`` left as typed had resolved in the working folder, "does not exist" where a real
+    account's home gave ``OUTSIDE``, so the messages told which accounts the server has.
     """
     if "\x00" in str(path):  # no file name can hold one; os.stat raises ValueError, not OSError
         raise CheckpointError(NUL_BYTE.format(path=one_line(str(path))))
-    try:
-        resolved = expand_user(path).resolve()
-        inside = any(resolved.is_relative_to(root) for root in roots)
-    except (OSError, RuntimeError, ValueError):  # a symlink loop, a path too long, no permission
-        inside = False
-    if not inside:
+    if not _inside(path, roots):
         raise CheckpointError(OUTSIDE.format(path=one_line(str(path)), env=ENV_ROOTS))
+    resolved = path.expanduser().resolve()
     if not _exists(resolved):
         raise CheckpointError(NOT_FOUND.format(path=one_line(str(path)), wanted=wanted))
     return resolved
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    """Whether ``path`` (``~`` expanded, links followed) lies under one of ``roots``; False for an unknown ``~user``,
+    a link loop, a path too long or one without permission."""
+    try:
+        resolved = path.expanduser().resolve()  # RuntimeError for an unknown ~user
+        return any(resolved.is_relative_to(root) for root in roots)
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def _exists(path: Path) -> bool:
@@ -190,11 +198,11 @@ def _stage(inputs, work: Path, limits: Limits, roots) -> tuple[Path, str, list[s
     upload.mkdir(mode=0o700)
     if isinstance(inputs, (str, Path)):
         path = check_allowed(Path(inputs), roots)
-        given = expand_user(Path(inputs))
+        given = Path(inputs)  # as typed: "~" expanded would name the server's home folder (its user) in messages
         if path.is_dir():
             label = _label(given, path)
+            _check_links(path, label, roots, limits.max_entries)
             folder = model_root(path, label, limits.max_entries)
-            _check_folder_files(folder, roots)
             return folder, label, _ignored_code(folder, recursive=False)
         if not path.is_file():  # a pipe would block the read for ever, a device never end
             raise CheckpointError(NOT_PLAIN.format(path=one_line(str(inputs))))
@@ -259,16 +267,21 @@ def _as_upload(item, roots, limits: Limits) -> Upload:
         if not path.is_file():
             raise CheckpointError(f"{one_line(str(item))} is not a file; list the files of the model folder, or pass "
                                   "the folder")
-        name = _file_name(expand_user(Path(item)), path)
+        name = _file_name(Path(item), path)
         check_upload_size(name, path.stat().st_size, limits)
         return name, path  # copied in chunks by write_loose_files
     raise CheckpointError(BAD_INPUT.format(kind=f"list holding a {type(item).__name__}"))
 
 
-def _check_folder_files(folder: Path, roots) -> None:
-    """A local folder is read in place: none of its files may link outside the allowed roots."""
-    for path in folder.iterdir():
-        check_allowed(path, roots)
+def _check_links(folder: Path, label: str, roots, max_entries: int) -> None:
+    """A local folder is read in place: no link under it (as deep as the loader looks) may lead outside the allowed
+    roots, or nowhere outside them. Checked before a file is read or counted, each named under ``label``: links
+    were followed first, so the file counts in messages told existing files outside from missing ones, and the
+    refusal named the link's absolute path."""
+    for entry in entries_under(folder, label, max_entries):
+        if entry.is_symlink() and not _inside(entry, roots):
+            shown = f"{label}/{entry.relative_to(folder).as_posix()}"
+            raise CheckpointError(OUTSIDE.format(path=one_line(shown), env=ENV_ROOTS))
 
 
 def _model_root(upload: Path, label: str) -> tuple[Path, str, list[str]]:

@@ -96,9 +96,16 @@ def _names_model(config: Path) -> bool:
 
 def files_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
     """Plain files (or links to them) under ``top``, at most ``MAX_DEPTH`` levels down, skipping tool folders."""
+    return [p for p in entries_under(top, label, max_entries) if p.is_file()]
+
+
+def entries_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
+    """What ``files_under`` picks from, no link followed: every file name and every link to a folder (or to
+    nothing) under ``top``, at most ``MAX_DEPTH`` levels down, skipping tool folders."""
     found, depth0 = [], len(top.parts)
     for root, dirs, names in os.walk(top):  # does not descend into linked folders
         here = Path(root)
+        names = names + [d for d in dirs if (here / d).is_symlink()]
         dirs[:] = [] if len(here.parts) - depth0 >= MAX_DEPTH else [d for d in dirs if d not in IGNORED_DIRS]
         for name in names:
             if name.startswith("._"):  # macOS resource forks
@@ -106,4 +113,4 @@ def files_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
             found.append(here / name)
             if max_entries is not None and len(found) > max_entries:
                 raise CheckpointError(TOO_MANY_FILES.format(name=one_line(label), limit=max_entries, depth=MAX_DEPTH))
-    return [p for p in found if p.is_file()]
+    return found

@@ -34,7 +34,8 @@ from .quiet import quiet_transformers
 from .registry import ALIASES, DEMO_MODELS, real_model, resolve_source
 from .state_dict import PICKLE_CODE, PREFERRED, WEIGHT_SUFFIXES, pickled_code
 from .tokenizer import (
-    NO_VOCABULARY, TOKENIZER_FILES, UNREADABLE, choose_tokenizer, has_vocabulary, special_count, unusable_files,
+    NO_VOCABULARY, TOKENIZER_FILES, UNREADABLE, checked_limit, choose_tokenizer, has_vocabulary, special_count,
+    unusable_files,
 )
 
 log = logging.getLogger("attnscope.load")  # what a checkpoint load inferred, borrowed or ignored (the CLI prints it)
@@ -160,6 +161,9 @@ def _tokenizer_for(path: str, model, offline: bool = True, local: bool = True):
     same folder with random ids and gave it other findings); else None. Why, in one warning, as an upload's note."""
     tokenizer, why = _own_tokenizer(path, offline)
     if tokenizer is not None:
+        note = checked_limit(tokenizer)
+        if note:
+            log.warning(note)
         return tokenizer
     borrowed, note = _borrowed_tokenizer(model) if local else (None, "")
     if why or borrowed is not None:
@@ -244,7 +248,8 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
         _check_hub_id(path)
     offline = not local and not _hub_reachable()
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=offline)
+        with quiet_transformers():  # transformers logs what the config holds as it is: newlines, escape sequences
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=offline)
     except Exception as err:
         raise ModelLoadError(_not_found_message(path, local, err)) from None
     check_config_sizes(config.to_dict())

@@ -18,8 +18,9 @@ from transformers import AutoTokenizer
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER, PreTrainedTokenizerBase
 
-from ..errors import first_line
+from ..errors import clipped, first_line
 from .json_items import MAX_DATA_ITEMS, json_items
+from .quiet import quiet_transformers
 from .regex_risk import TIME_LIMIT_S, slow_pattern
 from .registry import DEMO_MODELS
 
@@ -37,6 +38,8 @@ TOO_MANY_ITEMS = ("the checkpoint's {name} holds up to {n:,} JSON keys and value
                   "tokenizer file takes, so the tokenizer was not used; ")
 NOT_A_TOKENIZER = ("the checkpoint's {file} names {named!r} as its tokenizer_class, which is no tokenizer, so it was "
                    "not used; ")
+BAD_LIMIT = ("the checkpoint's tokenizer gives model_max_length {value}, not a number of tokens; it is ignored (the "
+             "model's positions still limit what it reads)")
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
 BACKTRACKS = ("the checkpoint's tokenizer.json splits text with the regex {pattern}, which repeats a group that can "
               "match the same text in several ways and took over {seconds:g} s on a few hundred characters, so it was "
@@ -62,6 +65,8 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
     """The tokenizer to use with a model of ``vocab_size`` embeddings; appends the reason to ``notes``."""
     tokenizer, prefix = _own_tokenizer(clean) if clean is not None else (None, "")
     if tokenizer is not None:
+        limit_note = checked_limit(tokenizer)
+        notes += [limit_note] if limit_note else []
         if not has_vocabulary(tokenizer):  # tokenizer_config.json alone: every word would be [UNK]
             prefix = NO_VOCABULARY.format(n=special_count(tokenizer))
         elif len(tokenizer) <= vocab_size:
@@ -80,6 +85,17 @@ def choose_tokenizer(clean: Path | None, vocab_size: int, causal: bool, notes: l
     return None
 
 
+def checked_limit(tokenizer) -> str:
+    """A ``model_max_length`` that is no number ("abc", a list, true) set to transformers' "no limit", and
+    ``BAD_LIMIT`` saying so; "" for a number. Every call of the tokenizer compares it with the text's length: it was
+    a TypeError ("Something went wrong" in the app, "internal error" on the command line)."""
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return ""
+    tokenizer.model_max_length = VERY_LARGE_INTEGER
+    return BAD_LIMIT.format(value=clipped(repr(value), 60))
+
+
 def borrowed_from(tokenizer) -> str | None:
     """The demo model whose tokenizer ``choose_tokenizer`` lent a model without one, or None."""
     return getattr(tokenizer, "attnscope_borrowed_from", None)
@@ -94,7 +110,8 @@ def _own_tokenizer(clean: Path):
         risky = slow_pattern(clean / "tokenizer.json") if (clean / "tokenizer.json").is_file() else None
         if risky:
             return None, BACKTRACKS.format(pattern=risky[:60], seconds=TIME_LIMIT_S)
-        tokenizer = AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False)
+        with quiet_transformers():  # it reads config.json again: transformers logs what it holds, as it is
+            tokenizer = AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
         return None, UNREADABLE.format(err=first_line(err, 120))
     if not isinstance(tokenizer, PreTrainedTokenizerBase):

@@ -358,13 +358,20 @@ def test_the_upload_caption_gives_the_limit_that_applies(monkeypatch):
 @pytest.mark.parametrize("page", ["app_pages/diagnose.py", "app_pages/compare.py"])
 @pytest.mark.parametrize("name, value", [("ATTNSCOPE_MAX_UPLOAD_BYTES", "abc"), ("ATTNSCOPE_MAX_ENTRIES", "1e3"),
                                          ("ATTNSCOPE_MAX_UPLOAD_BYTES", "inf")])
-def test_a_bad_upload_limit_setting_is_one_line_not_a_traceback(monkeypatch, page, name, value):
-    """Limits() was read outside any try: the page stopped with a traceback under the source choice."""
+def test_a_bad_upload_limit_setting_is_one_line_not_a_traceback(monkeypatch, page, name, value, caplog):
+    """Limits() was read outside any try: the page stopped with a traceback under the source choice. The server's
+    log is told too, once: only visitors' pages had said it."""
+    from app import errors
+
+    monkeypatch.setattr(errors, "_SETTINGS_LOGGED", set())
     at = _app()
     monkeypatch.setenv(name, value)
     at.switch_page(page).run()
     assert not at.exception, [e.message for e in at.exception]
     assert any(name.replace("_", "\\_") in e.value for e in at.error), [e.value for e in at.error]  # markdown
+    at.run()
+    logged = [r.getMessage() for r in caplog.records if r.name == "attnscope.app"]
+    assert len(logged) == 1 and logged[0].startswith(f"server setting: {name}={value!r}"), logged
 
 
 @pytest.mark.parametrize("configured, expected", [(100.5, 100), (100, 100), ("abc", None), (True, None), (0.5, None),

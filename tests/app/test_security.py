@@ -1,16 +1,18 @@
 """The app as a shared server: one loading path on both pages, two uploads in a row, the bounded model cache."""
 
 import io
+import pwd
 import re
 import shutil
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.server.cache import BoundedCache, LoadedModel, model_bytes, result_bytes
-from core.checkpoints.checkpoint import OUTSIDE
+from core.checkpoints.checkpoint import OUTSIDE, resolve_roots
 
 from app_runner import started_app as _app
 
@@ -56,14 +58,36 @@ def test_paths_outside_the_roots_get_one_refusal_on_both_pages(path, escaping_li
     assert _inspect_error("Hugging Face id", path) == expected  # a path typed as an id takes the same door
 
 
-@pytest.mark.parametrize("path", ["a" * 300, "a" * 300 + "/model", "~nosuchuser-attnscope/model"],
-                         ids=["long-name", "long-folder", "unknown-user"])
+@pytest.mark.parametrize("path", ["a" * 300, "a" * 300 + "/model"], ids=["long-name", "long-folder"])
 def test_paths_no_file_can_have_get_the_same_line_on_both_pages(path):
     """A name over 255 characters was "Something went wrong (OSError … File name too long: '/work/main/aaa…')",
-    showing the server's folder; an unknown ~user was a RuntimeError on Inspect (the stamp of its files)."""
+    showing the server's folder."""
     [inspect_error] = _inspect_error("Local folder", path)
     assert [inspect_error] == _diagnose_error(path)
     assert inspect_error.startswith(f"{path[:200] + '…' if len(path) > 200 else path} does not exist; give the path")
+
+
+def test_an_unknown_user_and_a_real_account_outside_the_roots_get_the_same_line():
+    """An unknown ~user was left as typed and resolved in the working folder: "does not exist", where a real
+    account's home outside the roots gave OUTSIDE, so the page told which accounts the server has. (It was a
+    RuntimeError on Inspect before that.)"""
+    roots = resolve_roots(None)
+    account = next(p.pw_name for p in pwd.getpwall() if p.pw_name.isidentifier() and p.pw_dir.startswith("/")
+                   and not any(Path(p.pw_dir).resolve().is_relative_to(root) for root in roots))
+    for path in (f"~{account}/model", "~nosuchuser-attnscope/model"):
+        expected = [OUTSIDE.format(path=path, env="ATTNSCOPE_ALLOWED_ROOTS")]
+        assert _inspect_error("Local folder", path) == expected
+        assert _diagnose_error(path) == expected
+
+
+def test_home_is_named_as_typed_not_by_the_server_s_user(monkeypatch, tmp_path):
+    """``~`` was named by the home folder it expands to: "alice holds no model", the server's user name."""
+    home = tmp_path / "alice"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    [error] = _diagnose_error("~")
+    assert error.startswith("~ holds no model") and "alice" not in error
 
 
 def test_an_unexpected_os_error_shows_its_reason_not_the_server_s_path():

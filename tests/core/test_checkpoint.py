@@ -325,6 +325,44 @@ def test_tokenizer_files_without_a_vocabulary_are_no_tokenizer(tmp_path):
     assert loaded.notes[-1].startswith("the checkpoint's tokenizer files hold no vocabulary, only its 5 special")
 
 
+@pytest.mark.parametrize("limit", ["abc", None, [512], True])
+def test_a_token_limit_that_is_no_number_is_ignored_with_a_note(tmp_path, limit, caplog):
+    """model_max_length "abc" in tokenizer_config.json: every call of the tokenizer compared it with the text's length,
+    so the app said "Something went wrong (TypeError …)", the command line "internal error", exit 3."""
+    folder = hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer())
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": limit}))
+    loaded = load(zip_folder(folder, tmp_path / "limit.zip"))
+    note = f"the checkpoint's tokenizer gives model_max_length {limit!r}, not a number of tokens; it is ignored"
+    assert any(n.startswith(note) for n in loaded.notes) == (limit is not None)  # None: transformers' "no limit"
+    assert extract_attention(loaded.model, loaded.tokenizer, "the cat sat " * 30).attentions.shape[-1] == 64
+    model, tokenizer = load_model(str(folder))  # the folder as the command line reads it: the note is logged
+    assert extract_attention(model, tokenizer, "the cat sat " * 30).attentions.shape[-1] == 64
+    assert any(r.getMessage().startswith(note) for r in caplog.records) == (limit is not None)
+
+
+def test_what_an_upload_s_config_says_reaches_no_log_of_transformers(tmp_path):
+    """The tokenizer re-read the uploaded config.json outside ``quiet_transformers``: transformers logged its
+    rope_scaling "type" as it was, so newlines and escape sequences forged server log lines and cleared the
+    command line's terminal (and 5 MB of it wrote 5 MB to stderr on every load)."""
+    import logging
+
+    folder = hf_folder(tmp_path, tiny_bert(), wordpiece_tokenizer())
+    config = json.loads((folder / "config.json").read_text())
+    forged = "x\n2026-12-07 Uvicorn server started\n\x1b[2J FORGED"
+    (folder / "config.json").write_text(json.dumps({**config, "rope_scaling": {"type": forged}}))
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        assert load(zip_folder(folder, tmp_path / "rope.zip")).tokenizer is not None
+        assert load_model(str(folder))[1] is not None
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert not [r.getMessage() for r in records if "FORGED" in r.getMessage()]
+
+
 @pytest.mark.parametrize("named", ["BertModel", "BertConfig"])
 @pytest.mark.parametrize("where", ["tokenizer_config.json", "config.json"])
 def test_a_tokenizer_class_that_names_no_tokenizer_is_not_used(tmp_path, named, where):

@@ -566,6 +566,17 @@ def test_a_folder_inside_whose_file_links_outside_is_refused(tmp_path):
     assert "tokenizer.json is outside the folders" in _refusal(str(folder))
 
 
+@pytest.mark.parametrize("target", ["/etc/passwd", "/nonexistent-attnscope", "/etc"])
+def test_a_link_out_of_a_folder_inside_is_refused_alike_wherever_it_leads(tmp_path, target):
+    """Links under a folder were followed before the roots were checked: one to a file outside was counted ("notes
+    holds no model … among its 1 files"), one to nothing was not ("0 files"), one to a folder was dropped; and a
+    refusal named the link's absolute path."""
+    folder = tmp_path / "root" / "notes"
+    (folder / "deep").mkdir(parents=True)
+    (folder / "deep" / "config.json").symlink_to(target)
+    assert _refusal(str(folder)) == OUTSIDE.format(path="notes/deep/config.json", env="ATTNSCOPE_ALLOWED_ROOTS")
+
+
 # ---------------------------------------------------------------- the untrusted entry: names and Hub ids
 
 def test_known_names_load_as_part_of_the_installation(monkeypatch):

@@ -354,6 +354,23 @@ def test_checkpoint_folder_names_are_steps_as_the_trainer_writes_them(tmp_path, 
         checkpoint_folders(tmp_path, allowed_roots=[tmp_path])
 
 
+def test_checkpoint_links_out_of_the_roots_are_each_refused_alike_by_the_path_given(tmp_path, monkeypatch):
+    """Links were followed: one to a folder outside counted as a checkpoint and one to nothing did not ("has no
+    checkpoint-<step> folders"), and the refusal named the link's absolute path (the server's home folder)."""
+    from core.checkpoints.checkpoint import OUTSIDE
+
+    monkeypatch.setenv("HOME", str(tmp_path / "alice"))
+    run = tmp_path / "alice" / "run"
+    run.mkdir(parents=True)
+    (run / "checkpoint-1").symlink_to("/etc")
+    (run / "checkpoint-2").symlink_to("/nonexistent-attnscope")
+    with pytest.raises(InputError) as caught:
+        from_checkpoints("~/run", allowed_roots=[tmp_path])
+    refusals = [OUTSIDE.format(path=f"~/run/checkpoint-{step}", env="ATTNSCOPE_ALLOWED_ROOTS") for step in (1, 2)]
+    assert str(caught.value) == (f"no checkpoint of run could be loaded: checkpoint-1 skipped: {refusals[0]}; "
+                                 f"checkpoint-2 skipped: {refusals[1]}")
+
+
 def test_a_log_of_many_parts_is_read_in_one_pass():
     """Each part's grid was checked with a pass over every head: 8,000 one-head parts (a 1 MB log) took 4.5 s."""
     parts = [f"p{i}" for i in range(8000)]
