@@ -26,7 +26,7 @@ import numpy as np
 from core.cancel import progress_span
 from core.checkpoints.build import MAX_HEADS, MAX_LAYERS
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
-from core.errors import InputError, clipped
+from core.errors import InputError, clipped, size_text
 from diagnostics.compare import role_names
 from diagnostics.monitor import MAX_STEP, SCHEMA, model_shape, record_of
 
@@ -132,7 +132,7 @@ def read_log(path, allowed_roots=None) -> Timeline:
 def check_log_size(size: int, name: str = "the log") -> None:
     """InputError for a log of more than ``MAX_LOG_BYTES``, checked before its bytes are read or copied."""
     if size > MAX_LOG_BYTES:
-        raise InputError(f"{name} is over {MAX_LOG_BYTES // 2**20} MB; log less often (every=...)")
+        raise InputError(f"{name} is over {size_text(MAX_LOG_BYTES)}; log less often (every=...)")
 
 
 def parse_log(data) -> Timeline:
@@ -233,7 +233,7 @@ class _OtherVersion(InputError):
 
 def _parse_line(line: str, number: int) -> dict:
     if len(line) > MAX_LINE_CHARS:  # parsing takes ~20 × a line padded with "[],": refused before
-        raise InputError(f"line {number} of the log is over {MAX_LINE_CHARS // 2**20} MB, more than a monitor "
+        raise InputError(f"line {number} of the log is over {MAX_LINE_CHARS:,} characters, more than a monitor "
                          "record of any model; the file is damaged")
     try:
         record = json.loads(line)

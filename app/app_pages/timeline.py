@@ -11,6 +11,7 @@ from app.server import logs, session, sources, uploads
 from app.views import compare_plots
 from app.kept import KEEP
 from core.cancel import stoppable
+from core.errors import size_text
 from diagnostics import timeline as tl
 
 KINDS = ("Upload monitor logs", "Monitor log paths", "Checkpoints folder")
@@ -38,9 +39,14 @@ def uploaded_ui() -> list:
     another page, with no word."""
     s = st.session_state
     round_key = s.setdefault("tl_upload_round", 0)
+    limit = sources.upload_limit(tl.MAX_LOG_BYTES)  # the box refuses a bigger log before it is sent
+    if limit is None:
+        sources.bad_upload_size_ui()
+        return []
     files = st.file_uploader("Monitor logs (.jsonl written by diagnostics.monitor.AttentionMonitor); read when you "
                              "press Load, then dropped; a new upload replaces the last", type=["jsonl"],
-                             accept_multiple_files=True, key=f"tl_upload_{round_key}")
+                             accept_multiple_files=True, key=f"tl_upload_{round_key}", max_upload_size=limit[1])
+    st.caption(f"Limit: {size_text(limit[0])} of logs, one or several together.")
     if files:
         drop_uploaded()
         s.tl_uploaded, s.tl_refused = logs.held_within_budget(files)  # [(run name, file)], problems

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
-from core.errors import AttnScopeError
+from core.errors import AttnScopeError, size_text
 from diagnostics import timeline as tl
 
 
@@ -55,7 +55,7 @@ def _each(named, read, size) -> tuple[dict, list[str]]:
     for name, item in named:
         if kept and size(item) <= tl.MAX_LOG_BYTES < kept + size(item):  # before it is read (one over alone:
             # ``read`` says so, whatever came before it: loading fewer at a time would not help it)
-            problems.append(f"{name}: not loaded: with the logs above it, over {tl.MAX_LOG_BYTES // 2**20} MB of logs "
+            problems.append(f"{name}: not loaded: with the logs above it, over {size_text(tl.MAX_LOG_BYTES)} of logs "
                             "in all; load fewer at a time")
             continue
         try:

@@ -152,23 +152,31 @@ def source_ui(prefix: str, label: str = "Checkpoint"):
     return (path.strip(), display_name(path)) if path.strip() else None
 
 
-def upload_limit(limits) -> tuple[int, int] | None:
+def upload_limit(max_bytes: int) -> tuple[int, int] | None:
     """``(bytes, box_mb)``: the bytes one upload may take, stated in the caption, and the whole MB given to the
     upload box, so that the browser refuses a bigger file before sending it (at ATTNSCOPE_MAX_UPLOAD_BYTES=100MB the
     box said 2,000 MB, and a 150 MB upload was refused only once sent). None when ``server.maxUploadSize`` is not a
     number of at least 1: Streamlit's server then fails every upload ("abc": HTTP 500, 0.5: HTTP 413).
 
     Streamlit's server takes ``maxUploadSize`` MB of 2**20 bytes; the box counts its MB as 10**6 bytes in most
-    browsers and as 2**20 on Windows. So the box gets whole MB of 10**6 bytes within the loader's
-    ``Limits.max_upload_bytes`` (``ATTNSCOPE_MAX_UPLOAD_BYTES``) and never more than ``maxUploadSize``: no browser
-    lets through what the server refuses with a bare HTTP 413, and the caption states what the box allows."""
+    browsers and as 2**20 on Windows. So the box gets whole MB of 10**6 bytes within ``max_bytes`` (the loader's
+    ``Limits.max_upload_bytes``, ``ATTNSCOPE_MAX_UPLOAD_BYTES``; a monitor log's cap) and never more than
+    ``maxUploadSize``: no browser lets through what the server refuses with a bare HTTP 413, and the caption states
+    what the box allows."""
     configured = st.get_option("server.maxUploadSize")  # config.toml's value, as typed: 100.5 or "abc" too
     number = isinstance(configured, (int, float)) and not isinstance(configured, bool)
     if not number or not math.isfinite(configured) or not configured >= 1:  # TOML has inf and nan
         return None
     server_bytes = int(configured * 2**20)
-    box_mb = max(1, min(min(server_bytes, limits.max_upload_bytes) // 10**6, int(configured)))
-    return min(box_mb * 10**6, server_bytes, limits.max_upload_bytes), box_mb  # under 1 MB: the box says 1
+    box_mb = max(1, min(min(server_bytes, max_bytes) // 10**6, int(configured)))
+    return min(box_mb * 10**6, server_bytes, max_bytes), box_mb  # under 1 MB: the box says 1
+
+
+def bad_upload_size_ui() -> None:
+    """The error line in place of an uploader when ``upload_limit`` finds ``server.maxUploadSize`` unusable."""
+    errors.shown(f"server.maxUploadSize is {st.get_option('server.maxUploadSize')!r} in .streamlit/config.toml, not "
+                 "a number of MB of at least 1: Streamlit refuses every upload until whoever runs this server sets it "
+                 "(2000 by default)")
 
 
 def upload_ui(prefix: str):
@@ -181,11 +189,9 @@ def upload_ui(prefix: str):
     except core.AttnScopeError as err:  # a bad setting: said in one line, and no uploader until it is fixed
         errors.show(err)
         return None
-    limit = upload_limit(limits)
+    limit = upload_limit(limits.max_upload_bytes)
     if limit is None:
-        errors.shown(f"server.maxUploadSize is {st.get_option('server.maxUploadSize')!r} in .streamlit/config.toml, "
-                     "not a number of MB of at least 1: Streamlit refuses every upload until whoever runs this server "
-                     "sets it (2000 by default)")
+        bad_upload_size_ui()
         return None
     files = st.file_uploader(
         "A .zip / .tar.gz of a model folder, or its files together (config.json, model.safetensors or "

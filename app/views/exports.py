@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import textwrap
 
 import numpy as np
 import torch
@@ -24,6 +25,8 @@ LABELLED_TOKENS = 64  # above this many tokens an axis labels only every n-th on
 # a key that took every query's weight: not drawn at all); longer maps are block-max pooled, as on the page
 EXPORT_CELLS = 1_500
 MIN_SIDE_IN = 4.0  # room for the labels, axis titles, title and colour bar of a map of a few queries or keys
+# A title's line, in characters per inch of the image: a one-line title of a short input's map ran past both edges
+TITLE_CHARS_PER_INCH = 11
 
 
 def numbered(tokens: list[str], positions=None) -> list[str]:
@@ -79,7 +82,8 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
     ax.tick_params(axis="x", labelrotation=90)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
-    ax.set_title(_mpl_text(title), fontsize=9)
+    ax.set_title(textwrap.fill(_mpl_text(title), int(width * TITLE_CHARS_PER_INCH)), fontsize=9)  # after _mpl_text:
+    # it would show the line breaks as text
     fig.tight_layout()
     return fig
 

@@ -44,7 +44,7 @@ def overview_ui(result_id: str, result: core.AttentionResult, patterns) -> None:
     sheet = derived.thumbnail_sheet(result_id, result, patterns)
     figure = plots.overview_figure(sheet, patterns, (result.n_layers, result.n_heads))
     picking.head_chart(figure, "overview", ("layer", "head"), "Overview: a thumbnail of every head's attention "
-                       "map, by layer (rows) and head (columns), its pattern and roles written under it",
+                       "map, by layer (rows) and head (columns), its pattern and roles written under it", "above",
                        width="content")
 
 

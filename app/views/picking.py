@@ -10,10 +10,11 @@ import streamlit as st
 PICK_HINT = "; click a head to open it, or choose it with the Layer and Head boxes"
 
 
-def head_chart(figure, key: str, targets: tuple[str, str], alt: str, **options) -> None:
+def head_chart(figure, key: str, targets: tuple[str, str], alt: str, opened: str, **options) -> None:
     """Draw ``figure``; a click on a point stores its ``customdata`` ``(layer, head)`` in the two ``targets`` keys
-    of the session state. ``alt`` names the chart for screen readers; the page's Layer and Head boxes are the
-    keyboard's way to a head."""
+    of the session state, and a toast says where the head opened (``opened``: "above", "below"): the head opened
+    out of view, and nothing on screen changed. ``alt`` names the chart for screen readers; the page's Layer and
+    Head boxes are the keyboard's way to a head."""
     s = st.session_state
     round_key = f"{key}_round"
     chart_key = f"{key}_{s.setdefault(round_key, 0)}"
@@ -21,8 +22,9 @@ def head_chart(figure, key: str, targets: tuple[str, str], alt: str, **options) 
     def pick() -> None:
         points = s[chart_key].selection.points
         if points:
-            s[targets[0]], s[targets[1]] = points[0]["customdata"]
+            s[targets[0]], s[targets[1]] = layer, head = points[0]["customdata"]
             s[round_key] += 1
+            st.toast(f"Layer {layer}, head {head} opened {opened}")
 
     with st.container(key=f"{key}_box"):
         st.plotly_chart(figure, key=chart_key, on_select=pick, selection_mode="points",

@@ -107,7 +107,7 @@ def pattern_map_ui(report, part: str, heads) -> None:
         figure = plots.pattern_map_figure(heads)
         st.caption("Click a head in the pattern map to open it below.")
     picking.head_chart(figure, "pattern_map", ("diag_layer", "diag_head"), "Pattern map: every head's pattern, by "
-                       "layer (rows) and head (columns); the findings above list the heads they name",
+                       "layer (rows) and head (columns); the findings above list the heads they name", "below",
                        width="content")
 
 

@@ -29,12 +29,14 @@ from .checkpoint import LoadedCheckpoint, check_allowed, load_checkpoint, resolv
 from .loading import load_model
 from .registry import ALIASES, DEMO_MODELS, canonical_name, real_model
 
-URL = ("{url} is a web address; the app never downloads: download the file yourself and upload it, or ask the "
-       "server's operator to put it in a folder the app may read")
-NO_SOURCE = "no model given; choose a model by name ({names}), give a folder, or upload a checkpoint"
+# The app's Inspect page takes no upload: where one is suggested, the messages say which pages do
+UPLOAD_PAGES = "Diagnose and Compare take uploads"
+URL = (f"{{url}} is a web address; the app never downloads: download the file yourself and upload it ({UPLOAD_PAGES}), "
+       "or ask the server's operator to put it in a folder the app may read")
+NO_SOURCE = f"no model given; choose a model by name ({{names}}), give a folder, or upload a checkpoint ({UPLOAD_PAGES})"
 NOT_CACHED = ("{name!r} is not a model this server knows ({names}), a Hugging Face id in its local cache, or a "
               "folder it may read; the app never downloads: ask the server's operator to fetch the model "
-              "(hf download {name}) or upload it")
+              f"(hf download {{name}}) or upload it ({UPLOAD_PAGES})")
 
 
 def load_untrusted(source, *, n_heads: int | None = None, limits: Limits | None = None, allowed_roots=None,

@@ -194,9 +194,17 @@ def test_timeline_refuses_a_log_over_the_cap_by_its_size_and_drops_the_uploads(m
     uploader.upload("big.jsonl", healthy).upload("small.jsonl", small)
     at = uploader.run().button(key="tl_run").click().run()
     assert not at.exception
-    assert [e.value for e in at.error][0].startswith("big.jsonl: the log is over 0 MB"), _errors(at)
+    assert [e.value for e in at.error][0].startswith("big.jsonl: the log is over 1 kB"), _errors(at)  # was "0 MB"
     assert at.session_state["tl_upload_round"] == 1  # the page is drawn again at once, with a fresh, empty uploader
     assert [u.key for u in at.get("file_uploader")] == ["tl_upload_1"] and at.session_state["timelines"] == {}
+
+
+def test_the_timeline_upload_box_refuses_a_log_over_the_cap_before_it_is_sent():
+    """The box said "2GB per file": a 257 MiB log was sent whole, then refused for being over 256 MiB."""
+    at = _page("timeline")
+    [box] = at.get("file_uploader")
+    assert box.proto.max_upload_size_mb == 268  # 256 MiB, in the box's MB of 10**6 bytes
+    assert "Limit: 268 MB of logs, one or several together." in [c.value for c in at.caption]
 
 
 def test_timeline_holds_only_the_uploaded_logs_load_would_read(monkeypatch):
@@ -218,10 +226,11 @@ def test_timeline_holds_only_the_uploaded_logs_load_would_read(monkeypatch):
     at = uploader.run()
     assert not at.exception and [name for name, _ in at.session_state["tl_uploaded"]] == ["a.jsonl"]
     assert released == ["big.jsonl", "b.jsonl", "big2.jsonl"]
-    assert [e.replace("\\", "") for e in _errors(at)] == ["big.jsonl: the log is over 0 MB; log less often (every=...)",
-                                                        "b.jsonl: not loaded: with the logs above it, over 0 MB of "
+    cap = size_text(timeline.MAX_LOG_BYTES)
+    assert [e.replace("\\", "") for e in _errors(at)] == [f"big.jsonl: the log is over {cap}; log less often (every=...)",
+                                                        f"b.jsonl: not loaded: with the logs above it, over {cap} of "
                                                         "logs in all; load fewer at a time",
-                                                        "big2.jsonl: the log is over 0 MB; log less often (every=...)"]
+                                                        f"big2.jsonl: the log is over {cap}; log less often (every=...)"]
     at = at.button(key="tl_run").click().run()  # Load reads the one held, and still names the three refused
     assert [h.value for h in at.subheader] == ["a.jsonl"] and len(_errors(at)) == 3
 
@@ -240,7 +249,7 @@ def test_a_refused_log_and_a_loaded_log_of_one_name_stay_apart(monkeypatch):
     assert any(t.value.startswith("Uploaded: attention.jsonl (2) ") for t in at.text)
     at = at.button(key="tl_run").click().run()
     assert [h.value.replace("\\", "") for h in at.subheader] == ["attention.jsonl (2)"]
-    assert _errors(at)[0].startswith("attention.jsonl: the log is over 0 MB")
+    assert _errors(at)[0].startswith(f"attention.jsonl: the log is over {size_text(timeline.MAX_LOG_BYTES)}")
 
 
 def test_timeline_uploads_outlive_a_visit_to_another_page_until_load_or_clear():
@@ -279,8 +288,9 @@ def test_timeline_keeps_at_most_the_cap_of_logs_in_all(monkeypatch, tmp_path):
         uploader.upload(name, data)
     at = uploader.run().button(key="tl_run").click().run()
     assert not at.exception and [h.value for h in at.subheader] == ["a.jsonl", "b.jsonl"]
-    assert _errors(at) == ["c.jsonl: not loaded: with the logs above it, over 0 MB of logs in all; load fewer at a "
-                           "time", "d.jsonl: not loaded: with the logs above it, over 0 MB of logs in all; load "
+    cap = size_text(timeline.MAX_LOG_BYTES)
+    assert _errors(at) == [f"c.jsonl: not loaded: with the logs above it, over {cap} of logs in all; load fewer at a "
+                           f"time", f"d.jsonl: not loaded: with the logs above it, over {cap} of logs in all; load "
                            "fewer at a time"]
     assert read == [len(healthy)] * 2  # the logs past the cap are refused before they are read
     for name in ("a", "b", "c"):

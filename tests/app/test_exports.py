@@ -225,6 +225,24 @@ def test_a_wide_map_s_image_keeps_room_for_its_labels():
     assert fig.get_figwidth() >= exports.MIN_SIDE_IN
 
 
+@pytest.mark.parametrize("tokens", [1, 4, 8, 11, 40, 400])
+def test_a_long_title_is_drawn_whole_inside_the_image(tokens):
+    """The title was one line: on a short input a rollout's ("…: Attention rollout through layer 3 (special tokens
+    hidden, rows renormalised)") lost both ends past the image's edges."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    title = ("sentence-transformers/all-MiniLM-L6-v2: Attention rollout through layer 3 (special tokens hidden, rows "
+             "renormalised)")
+    names = [f"t{i}" for i in range(tokens)]
+    fig = exports._figure(torch.full((tokens, tokens), 1.0 / tokens), names, names, title)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    drawn = fig.axes[0].title
+    box = drawn.get_window_extent(canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, (box, fig.bbox)
+    assert " ".join(drawn.get_text().split()) == title
+
+
 def test_an_image_of_a_long_map_draws_every_line_as_block_maxima():
     """Past ~2,000 tokens an image has fewer pixels than tokens, and nearest-neighbour drawing skipped rows and
     columns: a head that put every query's weight on key 1001 of 4,007 exported as an all-dark image."""

@@ -103,6 +103,7 @@ def test_an_uncached_hub_id_is_refused_without_a_download(monkeypatch):
     [diagnose_error] = _diagnose_error("bert-base-uncased-attnscope-test")
     assert inspect_error == diagnose_error
     assert "not a model this server knows" in inspect_error and "never downloads" in inspect_error
+    assert inspect_error.endswith("or upload it (Diagnose and Compare take uploads)")  # Inspect has no uploader
 
 
 def _upload_and_run(at: AppTest, name: str, data: bytes) -> AppTest:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from app_driver import (
     ARTIFACTS, TOKENS_CHANGED, click_point, download, heatmap, idle, ink, no_errors, run_inspect, shot,
@@ -98,6 +99,7 @@ def test_overview_click_selects_a_head(page):
     points = overview.locator(".scatterlayer .point")  # one per head, layer by layer
     points.first.wait_for(timeout=COLD_START_MS)
     click_point(page, points.nth(1), page.get_by_role("heading", name="Layer 0, head 1"))
+    expect(page.get_by_test_id("stToast")).to_contain_text("Layer 0, head 1 opened above")  # its map is out of view
     shot(page, "inspect_overview_click")
 
     def choose_head_5():

@@ -152,7 +152,7 @@ def test_only_what_the_timeline_reads_is_kept_of_a_record(log_text, monkeypatch)
     tracemalloc.stop()
     assert held < 4.5 * len(lines) and timeline.shape("s") == (1, 256)  # a roles list per bare head: 6.5 ×
     monkeypatch.setattr(tl, "MAX_LINE_CHARS", 1000)
-    with pytest.raises(InputError, match="line 1 of the log is over 0 MB"):
+    with pytest.raises(InputError, match="line 1 of the log is over 1,000 characters"):
         parse_log(line)
 
 
