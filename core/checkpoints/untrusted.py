@@ -33,7 +33,8 @@ from .registry import ALIASES, DEMO_MODELS, canonical_name, real_model
 UPLOAD_PAGES = "Diagnose and Compare take uploads"
 URL = (f"{{url}} is a web address; the app never downloads: download the file yourself and upload it ({UPLOAD_PAGES}), "
        "or ask the server's operator to put it in a folder the app may read")
-NO_SOURCE = f"no model given; choose a model by name ({{names}}), give a folder, or upload a checkpoint ({UPLOAD_PAGES})"
+NO_SOURCE = ("no model given; choose a model by name ({names}), give a folder, or upload a checkpoint "
+             f"({UPLOAD_PAGES})")
 NOT_CACHED = ("{name!r} is not a model this server knows ({names}), a Hugging Face id in its local cache, or a "
               "folder it may read; the app never downloads: ask the server's operator to fetch the model "
               f"(hf download {{name}}) or upload it ({UPLOAD_PAGES})")

@@ -227,10 +227,10 @@ def test_timeline_holds_only_the_uploaded_logs_load_would_read(monkeypatch):
     assert not at.exception and [name for name, _ in at.session_state["tl_uploaded"]] == ["a.jsonl"]
     assert released == ["big.jsonl", "b.jsonl", "big2.jsonl"]
     cap = size_text(timeline.MAX_LOG_BYTES)
-    assert [e.replace("\\", "") for e in _errors(at)] == [f"big.jsonl: the log is over {cap}; log less often (every=...)",
-                                                        f"b.jsonl: not loaded: with the logs above it, over {cap} of "
-                                                        "logs in all; load fewer at a time",
-                                                        f"big2.jsonl: the log is over {cap}; log less often (every=...)"]
+    assert [e.replace("\\", "") for e in _errors(at)] == [
+        f"big.jsonl: the log is over {cap}; log less often (every=...)",
+        f"b.jsonl: not loaded: with the logs above it, over {cap} of logs in all; load fewer at a time",
+        f"big2.jsonl: the log is over {cap}; log less often (every=...)"]
     at = at.button(key="tl_run").click().run()  # Load reads the one held, and still names the three refused
     assert [h.value for h in at.subheader] == ["a.jsonl"] and len(_errors(at)) == 3
 
