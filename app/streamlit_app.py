@@ -22,13 +22,13 @@ import diagnostics  # noqa: E402
 from app.server.log_lines import log_to_stderr  # noqa: E402
 from core.lazy import import_whole  # noqa: E402
 
-import_whole(core, diagnostics)
-log_to_stderr()
-
 PAGES = Path(__file__).parent / "app_pages"
 FAVICON = Path(__file__).parent / "static" / "favicon.png"  # a file: a ":material/…:" icon is fetched from Google
 
 st.set_page_config(page_title="AttnScope", page_icon=str(FAVICON), layout="wide")
+with st.spinner("Starting AttnScope: loading PyTorch and transformers (once per server start)…"):
+    import_whole(core, diagnostics)  # ~4 s the first time, the page blank white until then; instant after
+log_to_stderr()
 UNREAD_SETTINGS = ("AttnScope's settings (.streamlit/config.toml) were not read: start it from its folder, "
                    "`streamlit run app/streamlit_app.py`. Without them Streamlit's browser page sends usage "
                    "statistics to Streamlit and uploads stop at 200 MB; BertViz's scripts come inside each view.")

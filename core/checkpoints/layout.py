@@ -95,22 +95,21 @@ def _names_model(config: Path) -> bool:
 
 
 def files_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
-    """Plain files (or links to them) under ``top``, at most ``MAX_DEPTH`` levels down, skipping tool folders."""
-    return [p for p in entries_under(top, label, max_entries) if p.is_file()]
+    """Plain files (or links to them) under ``top``, at most ``MAX_DEPTH`` levels down, skipping tool folders and
+    macOS resource forks (``._*``)."""
+    return [p for p in entries_under(top, label, max_entries) if not p.name.startswith("._") and p.is_file()]
 
 
 def entries_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
-    """What ``files_under`` picks from, no link followed: every file name and every link to a folder (or to
-    nothing) under ``top``, at most ``MAX_DEPTH`` levels down, skipping tool folders."""
-    found, depth0 = [], len(top.parts)
+    """Every name under ``top`` that ``files_under`` picks from, no link followed: file names (``._*`` too: the
+    loader's readers list a folder whole), links to folders and links to nothing, at most ``MAX_DEPTH`` levels
+    down, skipping tool folders. More than ``max_entries`` of the names ``files_under`` may keep is too many."""
+    found, counted, depth0 = [], 0, len(top.parts)
     for root, dirs, names in os.walk(top):  # does not descend into linked folders
         here = Path(root)
-        names = names + [d for d in dirs if (here / d).is_symlink()]
+        found += [here / name for name in names + [d for d in dirs if (here / d).is_symlink()]]
         dirs[:] = [] if len(here.parts) - depth0 >= MAX_DEPTH else [d for d in dirs if d not in IGNORED_DIRS]
-        for name in names:
-            if name.startswith("._"):  # macOS resource forks
-                continue
-            found.append(here / name)
-            if max_entries is not None and len(found) > max_entries:
-                raise CheckpointError(TOO_MANY_FILES.format(name=one_line(label), limit=max_entries, depth=MAX_DEPTH))
+        counted += sum(not name.startswith("._") for name in names)
+        if max_entries is not None and counted > max_entries:
+            raise CheckpointError(TOO_MANY_FILES.format(name=one_line(label), limit=max_entries, depth=MAX_DEPTH))
     return found

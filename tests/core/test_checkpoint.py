@@ -363,6 +363,32 @@ def test_what_an_upload_s_config_says_reaches_no_log_of_transformers(tmp_path):
     assert not [r.getMessage() for r in records if "FORGED" in r.getMessage()]
 
 
+def test_overlapping_loads_keep_transformers_quiet_until_the_last_ends():
+    """The first load to end set transformers' logging back while another was still reading its config."""
+    import threading
+
+    from transformers.utils import logging as hf_logging
+
+    from core.checkpoints.quiet import quiet_transformers
+
+    before = hf_logging.get_verbosity()
+    entered, first_done, levels = threading.Event(), threading.Event(), []
+
+    def second():
+        with quiet_transformers():
+            entered.set()
+            first_done.wait(10)
+            levels.append(hf_logging.get_verbosity())
+
+    worker = threading.Thread(target=second)
+    with quiet_transformers():
+        worker.start()
+        entered.wait(10)
+    first_done.set()
+    worker.join(10)
+    assert levels == [hf_logging.ERROR] and hf_logging.get_verbosity() == before
+
+
 @pytest.mark.parametrize("named", ["BertModel", "BertConfig"])
 @pytest.mark.parametrize("where", ["tokenizer_config.json", "config.json"])
 def test_a_tokenizer_class_that_names_no_tokenizer_is_not_used(tmp_path, named, where):

@@ -577,6 +577,25 @@ def test_a_link_out_of_a_folder_inside_is_refused_alike_wherever_it_leads(tmp_pa
     assert _refusal(str(folder)) == OUTSIDE.format(path="notes/deep/config.json", env="ATTNSCOPE_ALLOWED_ROOTS")
 
 
+def test_a_link_named_like_a_resource_fork_is_checked_too(tmp_path):
+    """Names starting with "._" (macOS resource forks) were left out of the check, but the loader lists the model
+    folder whole: a link "._m.safetensors" to a file outside was opened and parsed."""
+    outside = bert_folder(tmp_path / "outside" / "bert")
+    folder = bert_folder(tmp_path / "root" / "bert")
+    (folder / "model.safetensors").unlink()
+    (folder / "._model.safetensors").symlink_to(outside / "model.safetensors")
+    assert _refusal(str(folder)) == OUTSIDE.format(path="bert/._model.safetensors", env="ATTNSCOPE_ALLOWED_ROOTS")
+
+
+def test_links_to_folders_and_resource_forks_are_no_files_to_count(tmp_path):
+    """A link to a folder is no file: counted, a folder of exactly the limit's files was "more than" it."""
+    folder = bert_folder(tmp_path / "root" / "bert")
+    (folder / "more").symlink_to(tmp_path / "root")
+    (folder / "._config.json").write_text("{}")
+    files = len([p for p in folder.iterdir() if p.is_file() and not p.name.startswith("._")])
+    assert load_checkpoint(str(folder), limits=Limits(max_entries=files)).architecture == "bert"
+
+
 # ---------------------------------------------------------------- the untrusted entry: names and Hub ids
 
 def test_known_names_load_as_part_of_the_installation(monkeypatch):

@@ -371,6 +371,16 @@ def test_checkpoint_links_out_of_the_roots_are_each_refused_alike_by_the_path_gi
                                  f"checkpoint-2 skipped: {refusals[1]}")
 
 
+def test_a_bad_server_setting_stops_a_checkpoint_run_as_itself(tmp_path, monkeypatch):
+    """Each checkpoint was "skipped" for it, and the run ended in an InputError the app does not log."""
+    from core import SettingError
+
+    (tmp_path / "checkpoint-1").mkdir()
+    monkeypatch.setenv("ATTNSCOPE_MAX_ENTRIES", "abc")
+    with pytest.raises(SettingError, match="ATTNSCOPE_MAX_ENTRIES='abc'"):
+        from_checkpoints(tmp_path, allowed_roots=[tmp_path])
+
+
 def test_a_log_of_many_parts_is_read_in_one_pass():
     """Each part's grid was checked with a pass over every head: 8,000 one-head parts (a 1 MB log) took 4.5 s."""
     parts = [f"p{i}" for i in range(8000)]
