@@ -46,7 +46,7 @@ def uploaded_ui() -> list:
     files = st.file_uploader("Monitor logs (.jsonl written by diagnostics.monitor.AttentionMonitor); read when you "
                              "press Load, then dropped; a new upload replaces the last", type=["jsonl"],
                              accept_multiple_files=True, key=f"tl_upload_{round_key}", max_upload_size=limit[1])
-    st.caption(f"Limit: {size_text(limit[0])} of logs, one or several together.")
+    st.caption(f"Limits: {size_text(limit[0])} per log, {size_text(tl.MAX_LOG_BYTES)} of logs together.")
     if files:
         drop_uploaded()
         s.tl_uploaded, s.tl_refused = logs.held_within_budget(files)  # [(run name, file)], problems

@@ -82,8 +82,8 @@ def _figure(weights: torch.Tensor, queries: list[str], keys: list[str], title: s
     ax.tick_params(axis="x", labelrotation=90)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
-    ax.set_title(textwrap.fill(_mpl_text(title), int(width * TITLE_CHARS_PER_INCH)), fontsize=9)  # after _mpl_text:
-    # it would show the line breaks as text
+    lines = textwrap.wrap(title, int(width * TITLE_CHARS_PER_INCH))  # before _mpl_text: a break inside its "\$"
+    ax.set_title("\n".join(_mpl_text(line) for line in lines), fontsize=9)  # drew a "\" (its line breaks as text)
     fig.tight_layout()
     return fig
 

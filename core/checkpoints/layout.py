@@ -103,7 +103,8 @@ def files_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
 def entries_under(top: Path, label: str, max_entries: int | None) -> list[Path]:
     """Every name under ``top`` that ``files_under`` picks from, no link followed: file names (``._*`` too: the
     loader's readers list a folder whole), links to folders and links to nothing, at most ``MAX_DEPTH`` levels
-    down, skipping tool folders. More than ``max_entries`` of the names ``files_under`` may keep is too many."""
+    down, skipping tool folders. More than ``max_entries`` names other than folders and ``._*`` is too many (a link
+    to nothing or a pipe counts: each is one more name to look at, and nothing is followed to tell)."""
     found, counted, depth0 = [], 0, len(top.parts)
     for root, dirs, names in os.walk(top):  # does not descend into linked folders
         here = Path(root)

@@ -204,7 +204,7 @@ def test_the_timeline_upload_box_refuses_a_log_over_the_cap_before_it_is_sent():
     at = _page("timeline")
     [box] = at.get("file_uploader")
     assert box.proto.max_upload_size_mb == 268  # 256 MiB, in the box's MB of 10**6 bytes
-    assert "Limit: 268 MB of logs, one or several together." in [c.value for c in at.caption]
+    assert "Limits: 268 MB per log, 268 MB of logs together." in [c.value for c in at.caption]
 
 
 def test_timeline_holds_only_the_uploaded_logs_load_would_read(monkeypatch):

@@ -243,6 +243,14 @@ def test_a_long_title_is_drawn_whole_inside_the_image(tokens):
     assert " ".join(drawn.get_text().split()) == title
 
 
+def test_a_dollar_sign_stays_escaped_where_the_title_breaks():
+    """The title was wrapped after "$" had become "\\$": a break between the two drew a stray backslash."""
+    title = "x" * 56 + "$" + "y" * 55 + "$zzzzz: Layer 0, head 1"
+    names = [f"t{i}" for i in range(4)]
+    lines = exports._figure(torch.full((4, 4), 0.25), names, names, title).axes[0].title.get_text().split("\n")
+    assert not any(line.endswith("\\") for line in lines) and "".join(lines).replace("\\$", "$") == title
+
+
 def test_an_image_of_a_long_map_draws_every_line_as_block_maxima():
     """Past ~2,000 tokens an image has fewer pixels than tokens, and nearest-neighbour drawing skipped rows and
     columns: a head that put every query's weight on key 1001 of 4,007 exported as an all-dark image."""
