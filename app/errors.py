@@ -15,21 +15,31 @@ log = logging.getLogger("attnscope.app")
 # core's limits tell a library or CLI user how to raise them; on a page, only whoever runs the server can
 _RAISE_LIMIT = re.compile(r"raise (?:it|the limit) with (ATTNSCOPE_[A-Z_]+)(?: or Limits\(\w+=\.\.\.\))?")
 FOR_THE_PAGE = r"whoever runs this AttnScope server can raise the limit (\1)"
-_SETTINGS_LOGGED: set[str] = set()  # bad settings the log has told (each page view would say it again)
+_OPERATOR_TOLD: set[str] = set()  # what the log has told whoever runs the server (each page view would again)
+MAX_TOLD = 1000  # distinct texts remembered; past them the set starts again
 
 
 def message(err: Exception) -> str:
-    """AttnScope's own errors carry an actionable message; anything else gets a one-line summary. A bad server
-    setting is also logged, once, for whoever runs the server: only visitors' pages had said it."""
-    if isinstance(err, core.SettingError) and str(err) not in _SETTINGS_LOGGED:
-        _SETTINGS_LOGGED.add(str(err))
-        log.error("server setting: %s", err)
+    """AttnScope's own errors carry an actionable message; anything else gets a one-line summary. What only whoever
+    runs the server can fix (a setting, the installation, the disk, the memory, a limit of theirs that turned a
+    visitor away) is also logged for them, once per text: only visitors' pages had said it."""
     if isinstance(err, core.AttnScopeError):
-        return _RAISE_LIMIT.sub(FOR_THE_PAGE, str(err))
+        text = _RAISE_LIMIT.sub(FOR_THE_PAGE, str(err))
+        if isinstance(err, (core.ServerError, core.OutOfMemory)) or text != str(err):
+            _tell_operator(f"{type(err).__name__}: {err}")
+        return text
     text = err.strerror if isinstance(err, OSError) and err.strerror else str(err)  # no server path on the page
     first = (text.strip().splitlines() or [""])[0][:300]
     log.exception("unexpected error in the app")
     return f"Something went wrong ({type(err).__name__}: {first}). Try another input; details are in the server log."
+
+
+def _tell_operator(text: str) -> None:
+    if text not in _OPERATOR_TOLD:
+        if len(_OPERATOR_TOLD) >= MAX_TOLD:
+            _OPERATOR_TOLD.clear()
+        _OPERATOR_TOLD.add(text)
+        log.warning("for whoever runs this server: %s", text)
 
 
 def show(err: Exception) -> None:

@@ -15,6 +15,7 @@ _WHERE = {
     "pick_device": ".device",
     "AttnScopeError": ".errors", "Cancelled": ".errors", "CheckpointError": ".errors", "ExtractionError": ".errors",
     "InputError": ".errors", "ModelLoadError": ".errors", "OutOfMemory": ".errors", "SettingError": ".errors",
+    "ServerError": ".errors", "InstallError": ".errors", "DiskFull": ".errors",
     "extract_attention": ".extraction.extract", "extract_module_attention": ".extraction.extract",
     "load_model": ".checkpoints.loading",
     "DEFAULT_MODEL": ".checkpoints.registry", "DEMO_MODELS": ".checkpoints.registry",

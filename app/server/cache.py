@@ -82,7 +82,7 @@ def keep_maps_within(reports: list, budget: int) -> list[str]:
     # a diagnosis's HTML report draws its findings' heads on the first probe: without it, none
     heatmaps = "" if kept or len(reports) > 1 else "; the HTML report has no heatmaps of the findings' heads"
     return [f"the attention maps of {probes - kept} of the {probes} probes are not kept for the map views "
-            f"(at most {budget / 1e6:,.0f} MB per page); the labels, findings and distances cover every probe"
+            f"(at most {size_text(budget)} per page); the labels, findings and distances cover every probe"
             + heatmaps]
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import re
 
-# Control characters but newline and tab (C0, DEL and C1: ESC and CSI start a terminal's escape sequences)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Control characters but newline and tab (C0, DEL and C1: ESC and CSI start a terminal's escape sequences), and
+# the Unicode line and paragraph separators (str.splitlines and many log viewers break lines there)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 

@@ -44,7 +44,8 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile, UploadedFileRe
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from core.checkpoints.archive import CHUNK, Limits, check_upload_size, env_size
-from core.errors import CheckpointError, size_text
+from core.checkpoints.temp_dirs import owned_temp_dir, sweep_orphans
+from core.errors import CheckpointError, DiskFull, size_text
 
 
 def _shared_copy(self: UploadedFile, memo) -> UploadedFile:
@@ -78,14 +79,24 @@ def share_uploaded_bytes() -> None:
     UploadedFile.__deepcopy__ = _shared_copy
 
 
+
+def remove_orphans() -> None:
+    """Remove the uploads a killed AttnScope process left (``temp_dirs.sweep_orphans``), once, as the server starts:
+    SIGKILL runs no finaliser, so they had stayed on disk for good."""
+    removed = sweep_orphans()
+    if removed:
+        log.warning("removed %d upload folder(s) that a killed AttnScope process left in %s", removed,
+                    tempfile.gettempdir())
+
 share_uploaded_bytes()
+remove_orphans()
 
 
 class Staged:
     """Uploaded files on disk, by the name the user gave them."""
 
     def __init__(self, reserved: int = 0, session_id: str | None = None):
-        self.folder = Path(tempfile.mkdtemp(prefix="attnscope-upload-"))
+        self.folder = owned_temp_dir()
         self.files: dict[str, Path] = {}
         self.reserved = reserved  # the bytes it was staged for, counted against max_staged_bytes while it lives
         self.session_id = session_id  # the browser session it was uploaded in (None: outside a script run)
@@ -143,7 +154,7 @@ def stage(previous: Staged | None, uploaded, limits: Limits | None = None) -> St
     except OSError as err:  # its message would show the server's private folder
         if staged is not None:
             staged.remove()
-        raise CheckpointError(f"the upload could not be stored on the server ({err.strerror or 'write failed'}); "
+        raise DiskFull(f"the upload could not be stored on the server ({err.strerror or 'write failed'}); "
                               "try again, or ask the server's operator for disk space") from None
     if previous is not None:
         previous.remove()

