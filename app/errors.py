@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 
 import streamlit as st
 
@@ -15,18 +16,19 @@ log = logging.getLogger("attnscope.app")
 # core's limits tell a library or CLI user how to raise them; on a page, only whoever runs the server can
 _RAISE_LIMIT = re.compile(r"raise (?:it|the limit) with (ATTNSCOPE_[A-Z_]+)(?: or Limits\(\w+=\.\.\.\))?")
 FOR_THE_PAGE = r"whoever runs this AttnScope server can raise the limit (\1)"
-_OPERATOR_TOLD: set[str] = set()  # what the log has told whoever runs the server (each page view would again)
-MAX_TOLD = 1000  # distinct texts remembered; past them the set starts again
+_OPERATOR_TOLD: dict[str, float] = {}  # what the log has told whoever runs the server, by kind: when
+RETELL_S = 3600.0  # a kind told again after this long (a disk that fills again); never once per page view
 
 
 def message(err: Exception) -> str:
     """AttnScope's own errors carry an actionable message; anything else gets a one-line summary. What only whoever
     runs the server can fix (a setting, the installation, the disk, the memory, a limit of theirs that turned a
-    visitor away) is also logged for them, once per text: only visitors' pages had said it."""
+    visitor away) is also logged for them: only visitors' pages had said it."""
     if isinstance(err, core.AttnScopeError):
         text = _RAISE_LIMIT.sub(FOR_THE_PAGE, str(err))
-        if isinstance(err, (core.ServerError, core.OutOfMemory)) or text != str(err):
-            _tell_operator(f"{type(err).__name__}: {err}")
+        limit = _RAISE_LIMIT.search(str(err))
+        if isinstance(err, (core.ServerError, core.OutOfMemory)) or limit:
+            _tell_operator(limit.group(1) if limit else type(err).__name__, f"{type(err).__name__}: {err}")
         return text
     text = err.strerror if isinstance(err, OSError) and err.strerror else str(err)  # no server path on the page
     first = (text.strip().splitlines() or [""])[0][:300]
@@ -34,11 +36,12 @@ def message(err: Exception) -> str:
     return f"Something went wrong ({type(err).__name__}: {first}). Try another input; details are in the server log."
 
 
-def _tell_operator(text: str) -> None:
-    if text not in _OPERATOR_TOLD:
-        if len(_OPERATOR_TOLD) >= MAX_TOLD:
-            _OPERATOR_TOLD.clear()
-        _OPERATOR_TOLD.add(text)
+def _tell_operator(kind: str, text: str) -> None:
+    """Log ``text`` unless its ``kind`` (an error type, or the setting a limit names) was told within ``RETELL_S``:
+    once per text, a visitor's refused uploads of ever new names or sizes wrote a line each."""
+    now = time.monotonic()
+    if now - _OPERATOR_TOLD.get(kind, -RETELL_S) >= RETELL_S:
+        _OPERATOR_TOLD[kind] = now
         log.warning("for whoever runs this server: %s", text)
 
 

@@ -1,5 +1,5 @@
-"""AttnScope's folders in the system's temporary folder, each named with the id of the process that made it, so
-that a later process can remove those of one that is gone.
+"""AttnScope's folders in the system's temporary folder, each named with the id of the process that made it (and of
+its PID namespace), so that a later process can remove those of one that is gone.
 
 A process removes its own on the way out (a ``finally``, a finaliser), but not when it is killed: SIGKILL, and the
 kernel's out-of-memory killer, run neither. A killed server had left its visitors' uploads on disk for good, up to
@@ -15,29 +15,40 @@ import tempfile
 from pathlib import Path
 
 PREFIX = "attnscope-upload-"
-_OWNED = re.compile(re.escape(PREFIX) + r"(\d+)-.+")
+_OWNED = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-.+")  # namespace, pid
 
 
 def owned_temp_dir() -> Path:
-    """A fresh 0700 folder (``mkdtemp``) named ``attnscope-upload-<pid>-…``; the caller removes it."""
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    """A fresh 0700 folder (``mkdtemp``) named ``attnscope-upload-<namespace>-<pid>-…``; the caller removes it."""
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{_namespace()}-{os.getpid()}-"))
 
 
 def sweep_orphans() -> int:
-    """Remove the folders ``owned_temp_dir`` made for processes that no longer run; returns how many. A folder of
-    a live process, of another user, a link, or one named otherwise is left as it is."""
+    """Remove the folders ``owned_temp_dir`` made for processes of this PID namespace that no longer run; returns
+    how many. A folder of a live process, of another namespace (a container sharing the temporary folder, whose
+    pids mean nothing here: its live server's uploads were removed), of another user, a link, or one named
+    otherwise is left as it is."""
     removed = 0
     for path in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
         owner = _OWNED.fullmatch(path.name)
         try:
-            if owner is None or _running(int(owner.group(1))) or path.is_symlink() or not path.is_dir() \
-                    or path.stat().st_uid != os.getuid():
+            if owner is None or owner.group(1) != _namespace() or _running(int(owner.group(2))) \
+                    or path.is_symlink() or not path.is_dir() or path.stat().st_uid != os.getuid():
                 continue
         except OSError:  # gone meanwhile
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += 1
     return removed
+
+
+def _namespace() -> str:
+    """This process's PID namespace: the inode of ``/proc/self/ns/pid`` on Linux; "0" where there is none (macOS,
+    Windows have no PID namespaces)."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
 
 
 def _running(pid: int) -> bool:

@@ -50,13 +50,17 @@ def test_the_handler_is_added_once_and_dates_each_record(capsys):
     (core.InputError("the text is empty"), False),
     (core.CheckpointError("x.zip holds no model"), False),
 ])
-def test_what_only_whoever_runs_the_server_can_fix_is_logged_once(monkeypatch, caplog, err, told):
+def test_what_only_whoever_runs_the_server_can_fix_is_logged_once_an_hour_by_kind(monkeypatch, caplog, err, told):
     """A damaged installed model, a full disk, an out of memory or a limit of theirs were said on visitors' pages
     only: the server's log held nothing."""
     from app import errors
 
-    monkeypatch.setattr(errors, "_OPERATOR_TOLD", set())
+    monkeypatch.setattr(errors, "_OPERATOR_TOLD", {})
     shown = [errors.message(err) for _ in range(3)]  # three page views
+    errors.message(type(err)(str(err).replace("x.zip", "y.zip").replace("text", "other text")))  # another visitor's
     logged = [r.getMessage() for r in caplog.records if r.name == "attnscope.app"]
     assert len(set(shown)) == 1 and "ATTNSCOPE_" not in shown[0].replace("(ATTNSCOPE_MAX_UPLOAD_BYTES)", "")
     assert logged == ([f"for whoever runs this server: {type(err).__name__}: {err}"] if told else [])
+    monkeypatch.setattr(errors, "RETELL_S", 0.0)  # an hour later: told again
+    errors.message(err)
+    assert len([r for r in caplog.records if r.name == "attnscope.app"]) == len(logged) + told

@@ -363,7 +363,7 @@ def test_a_bad_upload_limit_setting_is_one_line_not_a_traceback(monkeypatch, pag
     log is told too, once: only visitors' pages had said it."""
     from app import errors
 
-    monkeypatch.setattr(errors, "_OPERATOR_TOLD", set())
+    monkeypatch.setattr(errors, "_OPERATOR_TOLD", {})
     at = _app()
     monkeypatch.setenv(name, value)
     at.switch_page(page).run()

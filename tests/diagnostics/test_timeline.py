@@ -381,6 +381,22 @@ def test_a_bad_server_setting_stops_a_checkpoint_run_as_itself(tmp_path, monkeyp
         from_checkpoints(tmp_path, allowed_roots=[tmp_path])
 
 
+def test_a_full_temporary_folder_stops_a_checkpoint_run_as_itself(tmp_path, monkeypatch):
+    """Each checkpoint was "skipped" for it, and the run ended in an InputError the app does not log."""
+    from core import DiskFull
+    from core.checkpoints import checkpoint
+
+    bert_folder = tmp_path / "checkpoint-1"
+    tiny_bert().save_pretrained(bert_folder)
+
+    def full(*args, **kwargs):
+        raise DiskFull("the temporary folder has no room for the checkpoint (No space left on device)")
+
+    monkeypatch.setattr(checkpoint, "_stage", full)
+    with pytest.raises(DiskFull):
+        from_checkpoints(tmp_path, allowed_roots=[tmp_path])
+
+
 def test_a_log_of_many_parts_is_read_in_one_pass():
     """Each part's grid was checked with a pass over every head: 8,000 one-head parts (a 1 MB log) took 4.5 s."""
     parts = [f"p{i}" for i in range(8000)]
