@@ -384,7 +384,7 @@ def from_checkpoints(folder, texts=None, progress=None, allowed_roots=None) -> T
         try:
             loaded = core.load_checkpoint(path, allowed_roots=allowed_roots, device="cpu",
                                           progress=progress_span(this, 0.0, 0.2, "loading"))
-        except core.ServerError:  # a setting, the disk: the server's, not the checkpoint's, and no checkpoint would load
+        except core.ServerError:  # a setting, the disk: the server's, not the checkpoint's; none would load
             raise
         except core.ModelLoadError as err:  # a save cut short, or still being written: the others still tell
             notes.append(f"{path.name} skipped: {err}")
