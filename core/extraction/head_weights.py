@@ -142,15 +142,19 @@ def _read(module, name):
     offloaded one's are brought in then, for that module alone (bringing in every module's, the whole model's from
     the root, first, would hold a model offloaded for its size whole)."""
     try:
-        return next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
+        return _first_reading(module)
     except _OnMeta:
         pass
     with weights_in_memory(module):
         try:
-            return next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
+            return _first_reading(module)
         except _OnMeta:
             raise ExtractionError(f"the weights of {name or type(module).__name__} are not loaded (on the meta "
                                   "device); load them, e.g. with from_pretrained") from None
+
+
+def _first_reading(module):
+    return next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
 
 
 def _found(heads, q, k, v, o, scale, q_source=None, k_source=None, kv_heads=None):
