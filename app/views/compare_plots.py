@@ -8,27 +8,41 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import get_colorscale, sample_colorscale
 
 from app.plain import for_plotly
 
 from core.views import pool_map, pool_signed
 from diagnostics.reports.compare_report import number_text
+from diagnostics.reports.contrast import text_on
 from app.views.plots import MAX_CELLS, axis_labels, title_lines
+
+GRID_COLOURS = get_colorscale("Reds")
+
+
+def cell_colour(value: float, top: float) -> str:
+    """The colour of a distance grid's cell of ``value`` (``GRID_COLOURS`` from 0 to ``top``); white for NaN, which
+    plotly leaves unpainted."""
+    if value != value:
+        return "rgb(255, 255, 255)"
+    return sample_colorscale(GRID_COLOURS, [min(max(value / top, 0.0), 1.0)])[0]
 
 
 def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure:
     """Layers × heads coloured by JS distance (``grid`` ``[layers][heads]``); a click selects a head."""
     z = np.asarray(grid, dtype=np.float64)  # float32 labels printed as 0.29899999499320984
     n_layers, n_heads = z.shape
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(n_heads)), y=list(range(n_layers)), zmin=0, zmax=max(ceiling, float(z.max())),
-        colorscale="Reds", colorbar=dict(title="JS"), text=[[number_text(v) for v in row] for row in z],
-        texttemplate="%{text}", hoverinfo="skip"))
-    # Streamlit selects no heatmap cell (streamlit#8760): one invisible marker per cell takes the click and the hover
+    top = max(ceiling, float(np.nanmax(z, initial=0.0)))
+    fig = go.Figure(go.Heatmap(z=z, x=list(range(n_heads)), y=list(range(n_layers)), zmin=0, zmax=top,
+                               colorscale=GRID_COLOURS, colorbar=dict(title="JS"), hoverinfo="skip"))
+    # Streamlit selects no heatmap cell (streamlit#8760): one invisible marker per cell takes the click and the
+    # hover, and prints the cell's number in black or white, whichever reads on its red
     cells = [(l, h) for l in range(n_layers) for h in range(n_heads)]
     fig.add_trace(go.Scatter(
-        x=[h for _, h in cells], y=[l for l, _ in cells], customdata=cells, mode="markers", showlegend=False,
+        x=[h for _, h in cells], y=[l for l, _ in cells], customdata=cells, mode="markers+text", showlegend=False,
         marker=dict(symbol="square", size=28, color="rgba(0,0,0,0.01)"),
+        text=[number_text(z[l, h]) for l, h in cells], textposition="middle center",
+        textfont=dict(size=12, color=[text_on(cell_colour(z[l, h], top)) for l, h in cells]),
         hovertext=[f"layer {l}, head {h}<br>JS distance {number_text(z[l, h])}" for l, h in cells], hoverinfo="text"))
     if selected is not None:
         fig.add_shape(type="rect", x0=selected[1] - 0.5, x1=selected[1] + 0.5, y0=selected[0] - 0.5,

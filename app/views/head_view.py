@@ -54,15 +54,28 @@ function draw(focus) {
     l.el.style.display = on ? '' : 'none';
   }
 }
+function said(side, i) {  // a token and its strongest links in each shown head, as words
+  const own = side === 'q' ? D.queries : D.keys, other = side === 'q' ? D.keys : D.queries;
+  const parts = [...shown].map(hi => {
+    const h = D.heads[hi], mine = side === 'q' ? h.q : h.k, theirs = side === 'q' ? h.k : h.q;
+    const links = mine.map((m, n) => [m, n]).filter(([m]) => m === i).map(([, n]) => [h.w[n], other[theirs[n]]]);
+    links.sort((a, b) => b[0] - a[0]);
+    const top = links.slice(0, 3).map(([w, t]) => t + ' ' + w.toFixed(2)).join(', ');
+    return 'head ' + h.index + ': ' + (top || 'no link shown');
+  });
+  return (side === 'q' ? 'query ' : 'key ') + own[i] + '; ' + parts.join('; ');
+}
 function tokens(list, x, anchor, side) {  // one Tab stop per column, on the token last focused; arrows move it
   let stop = 0;
   const items = list.map((t, i) => {
-    const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok', tabindex: i ? -1 : 0}, t);
+    const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok', tabindex: i ? -1 : 0,
+                          role: 'img', 'aria-roledescription': 'token', 'aria-label': t}, t);
     for (const [on, off] of [['mouseenter', 'mouseleave'], ['focus', 'blur']]) {  // focus: the keyboard's hover
       e.addEventListener(on, () => draw({side: side, i: i}));
       e.addEventListener(off, () => draw(null));
     }
-    e.addEventListener('focus', () => {  // by key or by click: the column's one stop moves here
+    e.addEventListener('focus', () => {  // by key or by click: the column's one stop moves here; a screen reader
+      e.setAttribute('aria-label', said(side, i));  // hears in words what the lines show
       items[stop].setAttribute('tabindex', -1);
       e.setAttribute('tabindex', 0);
       stop = i;

@@ -8,10 +8,12 @@ messages are escaped: they come from files and uploads.
 """
 
 
+from diagnostics.reports.contrast import over_page, text_on
 from diagnostics.reports.html_report import plain
 from diagnostics.reports.markdown_report import md
 from diagnostics.texts import FINDING_TEXTS, SEVERITY_TITLES
 
+DISTANCE_RED = "#C0392B"  # a head's cell: this red at opacity distance / 0.5 over the page
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;
 margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
@@ -123,9 +125,9 @@ def _grid_html(report, part):
     head_row = "<tr><th>layer</th>" + "".join(f"<th>H{h}</th>" for h in range(len(grid[0]))) + "</tr>"
     rows = []
     for layer, values in enumerate(grid):
-        shade = [min(1.0, v / 0.5) if v == v else 0.0 for v in values]  # NaN (a diverged head): unshaded
-        cells = "".join(f"<td style='background:rgba(192,57,43,{a:.2f})'>{number_text(v)}</td>"
-                        for a, v in zip(shade, values))
+        shades = [over_page(DISTANCE_RED, v / 0.5) for v in values]  # NaN (a diverged head): unshaded
+        cells = "".join(f"<td style='background:{shade};color:{text_on(shade)}'>{number_text(v)}</td>"
+                        for shade, v in zip(shades, values))
         rows.append(f"<tr><th>L{layer}</th>{cells}</tr>")
     title = "JS distance per head" + ("" if part == "self" else f": {plain(part)}")
     return f"<h2>{title}</h2><table class='grid'>{head_row}{''.join(rows)}</table>"

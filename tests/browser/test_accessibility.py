@@ -47,3 +47,21 @@ def test_the_head_view_works_from_the_keyboard(browser):
     page.keyboard.press("ArrowDown")
     assert page.locator("text.tok[tabindex='0']").all_text_contents() == ["mat", "the"]  # one per column
     page.close()
+
+
+def test_a_focused_token_of_the_head_view_says_its_strongest_links_in_words(browser):
+    """A token reached with Tab had role "generic" and no name: a screen reader could not tell what the lines show."""
+    attentions = torch.full((1, 2, 3, 3), 0.05)  # (L, H, q, k)
+    attentions[0, 0, :, 0], attentions[0, 1, :, 2] = 0.9, 0.9  # head 0 looks at "the", head 1 at "mat"
+    tokens = ["the", "cat", "mat"]
+    page = browser.new_page()
+    page.set_content(head_view_html(attentions, tokens, tokens, layer=0, head=0, title="head view"))
+    assert page.get_by_role("img", name="cat").count() == 2  # a query and a key, named before they are focused
+    page.get_by_role("button").nth(1).press("Space")  # head 1 shown too
+    page.locator("text.tok").nth(1).focus()  # the query "cat"
+    said = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert said == "query cat; head 0: the 0.90, cat 0.05, mat 0.05; head 1: mat 0.90, the 0.05, cat 0.05"
+    page.locator("text.tok").nth(3).focus()  # the key "the"
+    said = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert said.startswith("key the; head 0: the 0.90, cat 0.90, mat 0.90; head 1: the 0.05")
+    page.close()
