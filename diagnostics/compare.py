@@ -24,7 +24,7 @@ A head is ``changed`` when (thresholds measured in docs/compare.md):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -34,7 +34,7 @@ from core.extraction.encode import encode, max_positions
 from core.extraction.streaming import can_stream
 from core.extraction.text_config import config_size, text_config, vocab_size
 from diagnostics.diagnose import _resolve, check_device_used, diagnose
-from diagnostics.findings import PROBE_NOTES, severity_rank
+from diagnostics.findings import DESCRIBING, PROBE_NOTES, head_names, severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
 from diagnostics.paired_stream import stream_paired_js
 from diagnostics.probes import as_probes, user_texts
@@ -84,8 +84,8 @@ class CompareReport(Exports):
     a: Report  # the diagnosis of model A (its samples: maps per probe, when not streamed)
     b: Report
     heads: list[HeadChange]
-    appeared: list  # findings of B whose code (and part) A lacks, or that got more severe
-    disappeared: list  # findings of A that B lacks
+    appeared: list  # findings of B whose code (and part) A lacks, that got more severe, or name new heads
+    disappeared: list  # findings of A that B lacks, or has on fewer heads
     streamed: bool
     thresholds: dict = field(default_factory=lambda: {"changed_js": CHANGED_JS, "label_change_js": LABEL_CHANGE_JS})
     render_markdown = staticmethod(compare_report.render_markdown)
@@ -307,12 +307,28 @@ def role_names(head) -> list[str]:
 
 
 def finding_changes(findings_a, findings_b):
-    """``(appeared, disappeared)``: B's findings A lacks (or has less severe), A's findings B lacks."""
+    """``(appeared, disappeared)``: B's findings A lacks, has less severe, or has on fewer heads; A's findings B
+    lacks, or has on fewer heads. A finding listed for its heads names them (``details["new_heads"]`` in B,
+    ``"cleared_heads"`` in A) at the end of its message: two more dead heads in a layer of their own had changed
+    neither the code nor the severity, and the comparison named neither."""
     worst_a = {}
     for f in findings_a:
         key = (f.code, f.part)
         worst_a[key] = min(worst_a.get(key, 9), severity_rank(f.severity))
     codes_b = {(f.code, f.part) for f in findings_b}
-    appeared = [f for f in findings_b if severity_rank(f.severity) < worst_a.get((f.code, f.part), 9)]
-    disappeared = [f for f in findings_a if (f.code, f.part) not in codes_b]
-    return appeared, disappeared
+    appeared = [f if severity_rank(f.severity) < worst_a.get((f.code, f.part), 9) else
+                _with_heads(f, findings_a, "new_heads", "New in B") for f in findings_b]
+    disappeared = [f if (f.code, f.part) not in codes_b else _with_heads(f, findings_b, "cleared_heads",
+                                                                          "No longer in B") for f in findings_a]
+    return [f for f in appeared if f is not None], [f for f in disappeared if f is not None]
+
+
+def _with_heads(finding, others, key: str, words: str):
+    """A copy of ``finding`` naming its heads that ``others``' findings of its code and part do not name, or None
+    when there are none (or it describes, ``DESCRIBING``)."""
+    named = {tuple(h) for f in others if (f.code, f.part) == (finding.code, finding.part) for h in f.heads}
+    heads = [h for h in finding.heads if tuple(h) not in named]
+    if not heads or finding.code in DESCRIBING:
+        return None
+    return replace(finding, details={**finding.details, key: heads},
+                   message=f"{finding.message} {words}: {head_names(heads, finding.part)}.")

@@ -71,6 +71,9 @@ PROBE_NOTES = (*INPUT_NOTES, "probe_truncated", "repeated_probe_skipped")
 # Findings whose message gives each head's number: a weight's scale is read against its threshold (SmolLM2's L0H3 is
 # 10.3 against 10); the attention findings' numbers are in ``details`` (their heads' maps show them).
 VALUED = ("qk_scale_small", "qk_scale_large", "large_qk_scores")
+# Findings naming what healthy heads do: which heads they name moves with any fine-tuning, so a comparison and a
+# timeline do not list the heads they gain or lose (a spreading ``dead_heads`` they do).
+DESCRIBING = ("sink_heads", "positional_heads")
 # Findings those notes do not cap: NaN maps are broken on any probe.
 UNCAPPED = ("non_finite_attention", "non_finite_weights")
 

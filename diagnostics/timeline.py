@@ -28,6 +28,7 @@ from core.checkpoints.build import MAX_HEADS, MAX_LAYERS
 from core.checkpoints.checkpoint import check_allowed, resolve_roots
 from core.errors import InputError, clipped, size_text
 from diagnostics.compare import role_names
+from diagnostics.findings import DESCRIBING, head_names
 from diagnostics.monitor import MAX_STEP, SCHEMA, model_shape, record_of
 
 MAX_LOG_BYTES = 256 * 1024 * 1024  # a 12 × 12 model logs ~110 KB a step: ~2,400 measurements
@@ -95,16 +96,24 @@ class Timeline:
         return changes
 
     def first_findings(self) -> list[dict]:
-        """Per finding code and part: the first step it appeared, its severity then, and its first error step."""
-        seen = {}
+        """Per finding code and part: the first step it appeared, its severity then, its first error step, and the
+        later steps at which it named heads it had not named before (``new_heads``, "step 2: L4H0, L4H5"; not for
+        ``DESCRIBING`` findings): its first message names only its first heads."""
+        seen, named = {}, {}
         for record in self.records:
             for f in record["findings"]:
-                entry = seen.setdefault((f["code"], f["part"]), {
+                key, heads = (f["code"], f["part"]), {tuple(h) for h in f.get("heads", [])}
+                entry = seen.setdefault(key, {
                     "code": f["code"], "part": f["part"], "first_step": record["step"], "severity": f["severity"],
-                    "first_error_step": None, "last_step": record["step"], "message": f["message"]})
+                    "first_error_step": None, "last_step": record["step"], "message": f["message"], "new_heads": ""})
                 entry["last_step"] = record["step"]
                 if f["severity"] == "error" and entry["first_error_step"] is None:
                     entry["first_error_step"] = record["step"]
+                new = sorted(heads - named.setdefault(key, set(heads)))
+                if new and f["code"] not in DESCRIBING:
+                    step = f"step {record['step']}: {head_names([list(h) for h in new], f['part'])}"
+                    entry["new_heads"] = f"{entry['new_heads']}; {step}" if entry["new_heads"] else step
+                named[key] |= heads
         return sorted(seen.values(), key=lambda e: (e["first_step"], e["code"]))
 
 
@@ -192,7 +201,8 @@ def _kept(record: dict) -> dict:
              if isinstance(model.get(key), (str, int, float, bool))}
     heads = [{"part": h["part"], "layer": h["layer"], "head": h["head"], "pattern": h["pattern"],
               "metrics": _metrics(h["metrics"]), **_roles(h)} for h in record["heads"]]
-    findings = [{key: f[key] for key in ("code", "severity", "part", "message")} for f in record["findings"]]
+    findings = [{**{key: f[key] for key in ("code", "severity", "part", "message")}, "heads": f.get("heads", [])}
+                for f in record["findings"]]
     parts = {name: {"layers": layers, "heads": n_heads} for name, (layers, n_heads) in _declared(record).items()}
     return {"schema": SCHEMA, "step": record["step"], "heads": heads, "findings": findings,
             "model": {**shape, "parts": parts}}
@@ -269,6 +279,8 @@ def _damage(record: dict) -> str | None:
     if not isinstance(findings, list) or not all(
             isinstance(f, dict) and _text(f, "code", "severity", "part", "message") for f in findings):
         return "a finding without its code, severity, part and message"
+    if not all(_head_pairs(f.get("heads", [])) for f in findings):
+        return "a finding whose heads are not [layer, head] pairs"
     return None
 
 
@@ -299,6 +311,13 @@ def _number(value) -> bool:
 def _label(head: dict) -> bool:
     """A pattern name, or null: a head whose attention is NaN or infinite has none (a diverged run's log)."""
     return "pattern" in head and (head["pattern"] is None or isinstance(head["pattern"], str))
+
+
+def _head_pairs(heads) -> bool:
+    """Whether a finding's ``heads`` are ``[layer, head]`` pairs (``first_findings`` names the new ones)."""
+    return isinstance(heads, list) and all(
+        isinstance(h, list) and len(h) == 2 and _whole(h[0], 0, MAX_LAYERS) and _whole(h[1], 0, MAX_HEADS)
+        for h in heads)
 
 
 def _whole(value, low, high) -> bool:

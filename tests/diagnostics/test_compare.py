@@ -269,6 +269,23 @@ def test_findings_that_appear_worsen_or_disappear():
     assert finding_changes(b, b) == ([], [])
 
 
+def test_a_finding_that_spreads_to_new_heads_names_them_and_one_that_recedes_names_the_heads_it_left():
+    """Two more dead heads (a layer of their own, their maps unchanged) changed neither the code nor the severity of
+    ``dead_heads``: the comparison listed nothing, and nothing on the page named them."""
+    a = [Finding("dead_heads", "info", [[1, 1], [1, 3]], "2 heads", "s"), Finding("sink_heads", "info", [[0, 0]],
+                                                                                   "1 head", "s")]
+    b = [Finding("dead_heads", "info", [[1, 1], [1, 3], [4, 0], [4, 5]], "4 heads", "s"),
+         Finding("sink_heads", "info", [[0, 1]], "1 head", "s")]  # sinks move with any fine-tuning: not listed
+    appeared, disappeared = finding_changes(a, b)
+    assert [(f.code, f.details["new_heads"], f.message) for f in appeared] == [
+        ("dead_heads", [[4, 0], [4, 5]], "4 heads New in B: L4H0, L4H5.")]
+    assert disappeared == [] and b[0].message == "4 heads" and b[0].details == {}  # B's own report is untouched
+    appeared, disappeared = finding_changes(b, a)
+    assert appeared == [] and [(f.code, f.details["cleared_heads"]) for f in disappeared] == [
+        ("dead_heads", [[4, 0], [4, 5]])]
+    assert disappeared[0].message.endswith("No longer in B: L4H0, L4H5.")
+
+
 def test_renderings_escape_names():
     model, tokenizer = tiny_bert(), wordpiece_tokenizer()
     report = compare((model, tokenizer), (qk_scaled(model, 8.0), tokenizer))

@@ -46,6 +46,25 @@ def test_log_gives_metrics_over_steps_pattern_changes_and_first_findings(log_tex
     assert first["diffuse_heads"]["first_step"] == 0 and first["diffuse_heads"]["last_step"] == 10
 
 
+def test_a_finding_that_spreads_names_the_step_and_the_heads_it_reached(log_text):
+    """The findings table kept the first step's message: two heads that died later were named nowhere."""
+    first, *_ = (json.loads(line) for line in log_text.splitlines())
+    records = []
+    for step, dead, sinks in ((1, [[1, 1]], [[0, 0]]), (2, [[1, 1], [1, 3]], [[0, 1]]), (5, [[1, 3]], []),
+                              (9, [[0, 2], [1, 1], [1, 3]], [[0, 0]])):
+        findings = [{"code": "dead_heads", "severity": "info", "part": "self", "heads": dead, "message": "m"},
+                    {"code": "sink_heads", "severity": "info", "part": "self", "heads": sinks, "message": "m"}]
+        records.append(json.dumps({**first, "step": step, "findings": findings}))
+    timeline = parse_log("\n".join(records))
+    rows = {f["code"]: f for f in timeline.first_findings()}
+    assert rows["dead_heads"]["new_heads"] == "step 2: L1H3; step 9: L0H2"
+    assert rows["sink_heads"]["new_heads"] == ""  # which heads sink moves with any training step
+    bad = {**first, "findings": [{"code": "dead_heads", "severity": "info", "part": "self", "heads": "L1H1",
+                                  "message": "m"}]}
+    with pytest.raises(InputError, match="line 1 of the log has a finding whose heads are not"):
+        parse_log(json.dumps(bad))
+
+
 def test_repeated_steps_keep_the_later_measurement(log_text):
     lines = log_text.splitlines()
     timeline = parse_log("\n".join(lines + [lines[0]]).encode())
