@@ -124,6 +124,20 @@ def holding(loaded: LoadedModel, notice):
         loaded.lock.release()
 
 
+@contextmanager
+def held_for_run(loaded: LoadedModel, tell):
+    """``loaded.lock`` for a Diagnose or Compare run. Each 0.25 s it waits, ``tell(text)`` says who holds it: the
+    run's progress, which also ends the wait of a visitor who has gone (``core.cancel.stoppable``). A plain acquire
+    had kept the bar on "Loading the checkpoint…" for another session's whole run, and a closed tab's run held its
+    ``run_models`` places and its loaded upload until that run ended."""
+    while not loaded.lock.acquire(timeout=0.25):
+        tell(BUSY.format(job=loaded.job or "run"))
+    try:
+        yield
+    finally:
+        loaded.lock.release()
+
+
 def _nbytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 

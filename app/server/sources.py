@@ -291,8 +291,9 @@ def opened_models(inputs: list, n_heads: int | None, progress: list, labels: lis
                   for x, tell, label in zip(inputs, progress, labels)]
         shared = {name: cache.load_model(name) for name in sorted({x for x in inputs if _known(x)})}
         with ExitStack() as locks:
-            for model in shared.values():
-                locks.enter_context(model.lock)  # one model object serves every session
+            for name, model in shared.items():  # one model object serves every session
+                tell = progress[inputs.index(name)] or (lambda fraction, message: None)
+                locks.enter_context(cache.held_for_run(model, lambda text, tell=tell: tell(0.0, text)))
                 model.job = job  # told to an Inspect waiting for it (``cache.say_if_busy``)
                 locks.callback(setattr, model, "job", "")  # cleared before the lock is let go
             yield [(shared[x].model, shared[x].tokenizer, []) if _known(x) else (c.model, c.tokenizer, c.notes)

@@ -704,6 +704,40 @@ def test_an_inspect_waiting_for_a_known_model_another_run_holds_says_so(monkeypa
     assert results == ["maps", "maps"] and told[-1] == ""
 
 
+def test_a_run_waiting_for_a_known_model_says_who_holds_it_and_stops_when_its_visitor_has_gone(monkeypatch):
+    """A Diagnose of a known model another session's run held waited on a plain acquire: its bar said "Loading the
+    checkpoint…" for that run's whole minute, and a closed tab's run held its places and upload until it ended."""
+    import core
+    from app.server import cache, sources
+
+    loaded, told, outcome = LoadedModel(Sized(1), None), [], []
+    monkeypatch.setattr(cache, "load_model", lambda *args: loaded)
+
+    def progress(fraction, message):  # the run's bar: stoppable, so it raises once the tab is gone
+        told.append(message)
+        if len(told) == 3:
+            raise core.Cancelled("the visitor left")
+
+    def run():
+        try:
+            with sources.opened_models([core.MODEL_CHOICES[0]], None, [progress]):
+                outcome.append("ran")
+        except core.Cancelled:
+            outcome.append("stopped")
+    loaded.lock.acquire()
+    loaded.job = "diagnosis"  # another session's run holds it
+    waiter = threading.Thread(target=run)
+    try:
+        waiter.start()
+        waiter.join(10)
+        assert outcome == ["stopped"] and told == [cache.BUSY.format(job="diagnosis")] * 3
+    finally:
+        loaded.job = ""
+        loaded.lock.release()
+        waiter.join(10)
+    assert not loaded.lock.locked()
+
+
 def test_every_session_waiting_for_a_held_model_is_told(monkeypatch):
     """Two sessions asking for the same text while a diagnosis held the model: the one reading it was told, the
     other waited behind it on the result cache, on the spinner alone."""
