@@ -382,3 +382,23 @@ def test_cli_reports_on_a_gguf_file(tmp_path, capsys):
 def test_supported_architectures_come_from_transformers():
     names = gguf_loading.supported_architectures()
     assert {"llama", "gpt2", "qwen2", "mistral"} <= set(names) and "tokenizer" not in names
+
+
+def test_a_gguf_load_waiting_for_another_says_so_and_stops_when_told(tmp_path):
+    """One GGUF load at a time (each holds a float32 copy); a second sat on "reading the GGUF metadata" for the
+    first one's whole length, and a visitor who had gone could not stop it waiting."""
+    from core.checkpoints.gguf import load as gguf_load
+
+    path = write_gpt2_gguf(tmp_path / "tiny.gguf", tiny_gpt2(max_positions=1024))
+    told = []
+
+    def progress(fraction, message):
+        told.append(message)
+        if message.startswith("waiting"):
+            raise core.Cancelled("the visitor left")
+
+    with gguf_load._LOAD_LOCK:  # another load converts
+        with pytest.raises(core.Cancelled):
+            gguf_load.load_gguf(path, progress=progress)
+    assert told[-1] == "waiting: another GGUF file is being converted, and they are converted one at a time"
+    assert gguf_load.load_gguf(path)[0] is not None  # the lock is free again

@@ -204,7 +204,7 @@ def load_gguf(path: Path, limits: Limits | None = None, progress=None):
     header = check_gguf(path, limits)
     tell(0.02, "reading the GGUF metadata")
     notes: list[str] = []
-    with (_LOAD_LOCK, quiet_transformers(), _one_reader(), _dequantisation_progress(tell),
+    with (_one_load(tell), quiet_transformers(), _one_reader(), _dequantisation_progress(tell),
           _kv_heads_default(header, name), _weights_map() as mapped):
         config = _checked_config(path, header, name, limits)
         auto = AutoModelForCausalLM if config.model_type in _LM_PREFIXED else AutoModel
@@ -357,6 +357,19 @@ def _gguf_tokenizer(path: Path, model, notes: list[str]):
         notes[notes_before] = NO_TOKENIZER.format(err=_reason(err, path, path.name, 100)) + notes[notes_before]
         return borrowed
     return tokenizer
+
+
+@contextmanager
+def _one_load(tell):
+    """``_LOAD_LOCK`` for the ``with``; each second it waits, ``tell`` says why (and, the app's progress being
+    stoppable, a visitor who has gone stops waiting): a second GGUF load had sat on "reading the GGUF metadata" for
+    the first one's whole length."""
+    while not _LOAD_LOCK.acquire(timeout=1.0):
+        tell(0.02, "waiting: another GGUF file is being converted, and they are converted one at a time")
+    try:
+        yield
+    finally:
+        _LOAD_LOCK.release()
 
 
 @contextmanager
