@@ -52,8 +52,16 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TransformerConfig":
+        """The config a saved ``config.json`` gives. ``n_heads`` and ``causal`` must be in it: the weights' shapes
+        imply every other size, and a config without them loaded as a 4-head encoder, whatever was saved."""
+        missing = [name for name in UNSEEN_IN_WEIGHTS if name not in data]
+        if missing:
+            raise InputError(f"it has no {' and no '.join(missing)}, which the weights do not tell")
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+UNSEEN_IN_WEIGHTS = ("n_heads", "causal")  # what no weight's shape tells
 
 
 TINY_PRESETS = {

@@ -101,19 +101,23 @@ class Timeline:
         ``DESCRIBING`` findings): its first message names only its first heads."""
         seen, named = {}, {}
         for record in self.records:
+            now = {}  # (code, part) -> the heads this step's findings of it name
             for f in record["findings"]:
-                key, heads = (f["code"], f["part"]), {tuple(h) for h in f.get("heads", [])}
+                key = (f["code"], f["part"])
                 entry = seen.setdefault(key, {
                     "code": f["code"], "part": f["part"], "first_step": record["step"], "severity": f["severity"],
                     "first_error_step": None, "last_step": record["step"], "message": f["message"], "new_heads": ""})
                 entry["last_step"] = record["step"]
                 if f["severity"] == "error" and entry["first_error_step"] is None:
                     entry["first_error_step"] = record["step"]
-                new = sorted(heads - named.setdefault(key, set(heads)))
-                if new and f["code"] not in DESCRIBING:
-                    step = f"step {record['step']}: {head_names([list(h) for h in new], f['part'])}"
-                    entry["new_heads"] = f"{entry['new_heads']}; {step}" if entry["new_heads"] else step
-                named[key] |= heads
+                now[key] = np.union1d(now.get(key, NO_HEADS), _head_codes(f.get("heads", [])))
+            for key, heads in now.items():
+                new = np.setdiff1d(heads, named[key]) if key in named else NO_HEADS
+                named[key] = np.union1d(named.get(key, NO_HEADS), heads)
+                if new.size and key[0] not in DESCRIBING:
+                    names = head_names([divmod(int(code), MAX_HEADS) for code in new], key[1])
+                    seen[key]["new_heads"] = "; ".join(filter(None, (seen[key]["new_heads"],
+                                                                     f"step {record['step']}: {names}")))
         return sorted(seen.values(), key=lambda e: (e["first_step"], e["code"]))
 
 
@@ -201,8 +205,8 @@ def _kept(record: dict) -> dict:
              if isinstance(model.get(key), (str, int, float, bool))}
     heads = [{"part": h["part"], "layer": h["layer"], "head": h["head"], "pattern": h["pattern"],
               "metrics": _metrics(h["metrics"]), **_roles(h)} for h in record["heads"]]
-    findings = [{**{key: f[key] for key in ("code", "severity", "part", "message")}, "heads": f.get("heads", [])}
-                for f in record["findings"]]
+    findings = [{**{key: f[key] for key in ("code", "severity", "part", "message")},
+                 "heads": _head_codes(f.get("heads", []))} for f in record["findings"]]
     parts = {name: {"layers": layers, "heads": n_heads} for name, (layers, n_heads) in _declared(record).items()}
     return {"schema": SCHEMA, "step": record["step"], "heads": heads, "findings": findings,
             "model": {**shape, "parts": parts}}
@@ -311,6 +315,18 @@ def _number(value) -> bool:
 def _label(head: dict) -> bool:
     """A pattern name, or null: a head whose attention is NaN or infinite has none (a diverged run's log)."""
     return "pattern" in head and (head["pattern"] is None or isinstance(head["pattern"], str))
+
+
+NO_HEADS = np.zeros(0, dtype=np.int64)
+
+
+def _head_codes(heads) -> np.ndarray:
+    """A finding's heads, ``[layer, head]`` pairs or their codes, as sorted distinct codes ``layer * MAX_HEADS +
+    head`` (int64): a log's findings are kept as such, 8 bytes a head, where their parsed lists (of a log padded with
+    long ``heads``) had taken 16 × its size."""
+    if isinstance(heads, np.ndarray):
+        return heads
+    return np.unique(np.asarray(heads, dtype=np.int64).reshape(-1, 2) @ np.array([MAX_HEADS, 1]))
 
 
 def _head_pairs(heads) -> bool:

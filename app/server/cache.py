@@ -15,6 +15,7 @@ What is computed from a result (metrics, labels, thumbnails) is cached in
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -39,7 +40,10 @@ from diagnostics.probe_texts import Probe
 from diagnostics.probes import probe_tokens, read_lengths
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
-PROGRESS_STEPS = 20  # loading-bar updates at most
+# Loading-bar updates as it moves, at most; and one for each new phase of the load, where it stands still ("reading
+# the GGUF metadata", ~3 s of SmolLM2, and "waiting: another GGUF file is being converted" had never been drawn, told
+# at the bar's first step), but not for each of its numbers ("dequantising tensor 5/272").
+PROGRESS_STEPS = 20
 MAX_RESULTS = 4  # attention results kept at once, within result_budget_bytes()
 ENV_MODEL_CACHE = "ATTNSCOPE_MODEL_CACHE_BYTES"
 ENV_RESULT_CACHE = "ATTNSCOPE_RESULT_CACHE_BYTES"
@@ -305,10 +309,10 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
     bar, shown, clicked = st.empty(), [], []
 
     def progress(fraction: float, message: str) -> None:  # a GGUF file dequantises for seconds to minutes
-        step = int(fraction * PROGRESS_STEPS)
-        if clicked or (shown and step <= shown[-1]):
+        step, phase = int(fraction * PROGRESS_STEPS), re.sub(r"\d+", "#", message)  # "tensor #/#": one phase
+        if clicked or (shown and step <= shown[-1][0] and phase == shown[-1][1]):
             return  # a click waits: drawing would take it again, inside the load
-        shown.append(step)
+        shown.append((step, phase))
         with _handed_back(clicked):
             bar.progress(min(1.0, fraction), text=f"Loading {source}: {message}")
 

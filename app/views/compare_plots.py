@@ -18,14 +18,25 @@ from diagnostics.reports.contrast import text_on
 from app.views.plots import MAX_CELLS, axis_labels, title_lines
 
 GRID_COLOURS = get_colorscale("Reds")
+NO_DISTANCE = "rgb(217, 217, 217)"  # a diverged head's cell, in a light and a dark theme alike
 
 
 def cell_colour(value: float, top: float) -> str:
-    """The colour of a distance grid's cell of ``value`` (``GRID_COLOURS`` from 0 to ``top``); white for NaN, which
-    plotly leaves unpainted."""
+    """The colour of a distance grid's cell of ``value`` (``GRID_COLOURS`` from 0 to ``top``; ``NO_DISTANCE`` for
+    NaN)."""
     if value != value:
-        return "rgb(255, 255, 255)"
+        return NO_DISTANCE
     return sample_colorscale(GRID_COLOURS, [min(max(value / top, 0.0), 1.0)])[0]
+
+
+def _no_distance_cells(z) -> list:
+    """A grey heatmap under the cells with no distance (a diverged head), or none: plotly leaves a NaN cell
+    unpainted, and its "n/a" in black was unreadable on a dark theme's background."""
+    if not np.isnan(z).any():
+        return []
+    grey = np.where(np.isnan(z), 0.0, np.nan)
+    return [go.Heatmap(z=grey, x=list(range(z.shape[1])), y=list(range(z.shape[0])), showscale=False,
+                       colorscale=[[0, NO_DISTANCE], [1, NO_DISTANCE]], hoverinfo="skip")]
 
 
 def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure:
@@ -33,8 +44,9 @@ def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure
     z = np.asarray(grid, dtype=np.float64)  # float32 labels printed as 0.29899999499320984
     n_layers, n_heads = z.shape
     top = max(ceiling, float(np.nanmax(z, initial=0.0)))
-    fig = go.Figure(go.Heatmap(z=z, x=list(range(n_heads)), y=list(range(n_layers)), zmin=0, zmax=top,
-                               colorscale=GRID_COLOURS, colorbar=dict(title="JS"), hoverinfo="skip"))
+    fig = go.Figure(_no_distance_cells(z) + [go.Heatmap(
+        z=z, x=list(range(n_heads)), y=list(range(n_layers)), zmin=0, zmax=top, colorscale=GRID_COLOURS,
+        colorbar=dict(title="JS"), hoverinfo="skip")])
     # Streamlit selects no heatmap cell (streamlit#8760): one invisible marker per cell takes the click and the
     # hover, and prints the cell's number in black or white, whichever reads on its red
     cells = [(l, h) for l in range(n_layers) for h in range(n_heads)]

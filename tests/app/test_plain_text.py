@@ -130,7 +130,7 @@ def test_a_diverged_head_s_distance_reads_n_a_on_the_page_as_in_the_reports():
     """The page's hover said "JS distance nan" where the reports and docs say "n/a"."""
     from app.views.compare_plots import distance_grid_figure
 
-    _, cells = distance_grid_figure([[0.1, float("nan")]]).data
+    _, _, cells = distance_grid_figure([[0.1, float("nan")]]).data  # a grey cell under the n/a, the distances, cells
     assert list(cells.text) == ["0.100", "n/a"] and cells.hovertext[1] == "layer 0, head 1<br>JS distance n/a"
 
 

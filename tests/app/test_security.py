@@ -535,11 +535,15 @@ class _RecordingLock:
     def __init__(self, name, taken):
         self.name, self.taken = name, taken
 
-    def __enter__(self):
+    def acquire(self, timeout=-1):
         self.taken.append(self.name)
+        return True
 
-    def __exit__(self, *exc):
+    def release(self):
         self.taken.append(f"/{self.name}")
+
+    def locked(self):
+        return False
 
 
 def test_pages_lock_shared_known_models_once_each_and_in_name_order(monkeypatch):
@@ -1236,3 +1240,32 @@ def test_the_neuron_view_reads_the_model_its_result_came_from(monkeypatch):
     result = type("Result", (), {"encoder": None})()
     bertviz_ui.neuron_view_ui("t_", "id", result, 0, 0, "model", ("/models/bert", (("config.json", 2, 7),)))
     assert asked == [("/models/bert", (("config.json", 2, 7),))]
+
+
+def test_a_known_model_s_loading_bar_shows_each_phase_of_the_load_not_each_number(monkeypatch):
+    """The bar drew a message only when it moved a twentieth: "reading the GGUF metadata" (~3 s of SmolLM2) and a
+    wait for another GGUF file's conversion, both told where "checking" had been, were never drawn."""
+    import core
+    from app.server import cache
+
+    drawn = []
+
+    class Bar:
+        def progress(self, fraction, text):
+            drawn.append(text.split(": ", 1)[1])
+
+        def empty(self):
+            pass
+
+    def load(source, n_heads=None, progress=None):
+        for fraction, message in ((0.0, "checking"), (0.02, "reading the metadata"), (0.02, "waiting"),
+                                  (0.02, "waiting"), (0.03, "dequantising 1/9"), (0.04, "dequantising 2/9"),
+                                  (0.5, "dequantising 5/9"), (0.51, "dequantising 6/9")):
+            progress(fraction, message)
+        return SimpleNamespace(model=Sized(1), tokenizer=None)
+    monkeypatch.setattr(cache.st, "empty", Bar)
+    monkeypatch.setattr(cache.core, "load_untrusted", load)
+    monkeypatch.setattr(cache, "model_cache", lambda: BoundedCache(2, 10**9, lambda m: 1))
+    monkeypatch.setattr(cache, "source_stamp", lambda source: ())
+    cache.load_model(core.MODEL_CHOICES[0])
+    assert drawn == ["checking", "reading the metadata", "waiting", "dequantising 1/9", "dequantising 5/9"]

@@ -229,7 +229,7 @@ def test_weights_too_few_for_the_config_are_refused_before_the_model_is_built(mo
     config = dict(tiny_bert().config.to_dict(), hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                   intermediate_size=4096, vocab_size=30522)
     custom = {"model_type": "attnscope", "vocab_size": 30522, "d_model": 768, "n_heads": 12, "n_layers": 12,
-              "d_ff": 3072, "max_positions": 512}
+              "d_ff": 3072, "max_positions": 512, "causal": False}
     built = []
     monkeypatch.setattr(AutoModel, "from_pretrained", lambda *a, **k: built.append(1))
     monkeypatch.setattr(build, "AttnScopeTransformer", lambda *a, **k: built.append(1))

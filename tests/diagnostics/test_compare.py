@@ -8,7 +8,9 @@ import torch
 from transformers import GPTNeoConfig, GPTNeoModel
 
 from core.errors import InputError
-from diagnostics.compare import CHANGED_JS, LABEL_CHANGE_JS, compare, finding_changes, head_change
+from diagnostics.compare import (
+    CHANGED_JS, LABEL_CHANGE_JS, CompareReport, compare, finding_changes, head_change,
+)
 from diagnostics.findings import Finding
 from diagnostics.reports.report import HeadReport
 from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
@@ -284,6 +286,12 @@ def test_a_finding_that_spreads_to_new_heads_names_them_and_one_that_recedes_nam
     assert appeared == [] and [(f.code, f.details["cleared_heads"]) for f in disappeared] == [
         ("dead_heads", [[4, 0], [4, 5]])]
     assert disappeared[0].message.endswith("No longer in B: L4H0, L4H5.")
+    errors = [Finding("dead_heads", "error", [[0, h] for h in range(4)], "4 heads", "s")]
+    moved = [Finding("dead_heads", "error", [[0, 1], [0, 2], [0, 3], [1, 0]], "4 heads", "s")]
+    report = CompareReport(None, None, [], *finding_changes(errors, moved), streamed=False)
+    assert report.appeared[0].details["new_heads"] == [[1, 0]] and not report.has_new_errors  # no new error: exit 0
+    report = CompareReport(None, None, [], *finding_changes(errors[:0], moved), streamed=False)
+    assert report.has_new_errors
 
 
 def test_renderings_escape_names():

@@ -65,13 +65,16 @@ def test_every_cell_of_the_comparison_html_reads_at_aa(report):
 def test_every_number_of_the_app_s_distance_grid_reads_on_its_cell():
     from plotly.colors import sample_colorscale
 
-    from app.views.compare_plots import distance_grid_figure
+    from app.views.compare_plots import NO_DISTANCE, distance_grid_figure
 
     values = [[0.0, 0.1, 0.2, 0.26], [0.3, 0.35, 0.41, 0.5], [0.05, 0.15, 0.45, math.nan]]
-    heat, cells = distance_grid_figure(values).data
+    grey, heat, cells = distance_grid_figure(values).data
     assert heat.text is None and heat.texttemplate is None  # the numbers are the cells' markers' own text
+    # the NaN cell alone is painted grey: it had been the theme's background, its black "n/a" unreadable on a dark one
+    painted = [[v == v for v in row] for row in grey.z]
+    assert painted == [[False] * 4, [False] * 4, [False] * 3 + [True]] and grey.colorscale[0][1] == NO_DISTANCE
     scale = [list(stop) for stop in heat.colorscale]  # the figure holds tuples, which plotly reads as one colour
     shown = [(float(heat.z[l][h]), colour) for (l, h), colour in zip(cells.customdata, cells.textfont.color)]
     for value, colour in shown:
-        cell = "#ffffff" if value != value else sample_colorscale(scale, [value / heat.zmax])[0]
+        cell = NO_DISTANCE if value != value else sample_colorscale(scale, [value / heat.zmax])[0]
         assert contrast(colour, cell) >= AA, (value, colour, cell)

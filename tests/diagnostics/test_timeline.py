@@ -59,6 +59,11 @@ def test_a_finding_that_spreads_names_the_step_and_the_heads_it_reached(log_text
     rows = {f["code"]: f for f in timeline.first_findings()}
     assert rows["dead_heads"]["new_heads"] == "step 2: L1H3; step 9: L0H2"
     assert rows["sink_heads"]["new_heads"] == ""  # which heads sink moves with any training step
+    twice = [{"code": "dead_heads", "severity": "info", "part": "self", "heads": heads, "message": "m"}
+             for heads in ([[0, 0]], [[1, 1]])]  # one code twice in one record: both are its first heads
+    once = parse_log(json.dumps({**first, "findings": twice}) + "\n" + json.dumps({**first, "step": 7,
+                                                                                  "findings": twice[1:]}))
+    assert [f["new_heads"] for f in once.first_findings()] == [""]
     bad = {**first, "findings": [{"code": "dead_heads", "severity": "info", "part": "self", "heads": "L1H1",
                                   "message": "m"}]}
     with pytest.raises(InputError, match="line 1 of the log has a finding whose heads are not"):
