@@ -130,7 +130,7 @@ def findings_ui(name, timeline) -> None:
     st.markdown("**Findings: first step**")
     findings = _kept(name, "findings", timeline.first_findings)
     columns = ["part"] * (len(timeline.parts) > 1) + ["code", "severity", "first_step", "first_error_step", "last_step",
-                                                      "message", "new_heads"]
+                                                      "new_heads", "message"]
     st.dataframe(pd.DataFrame(findings)[columns] if findings else pd.DataFrame(), hide_index=True,
                  key=f"tl_findings_{name}")
     changes = _kept(name, "changes", lambda: pd.DataFrame(timeline.pattern_changes()))

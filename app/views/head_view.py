@@ -63,7 +63,7 @@ function said(side, i) {  // a token and its strongest links in each shown head,
     const top = links.slice(0, 3).map(([w, t]) => t + ' ' + w.toFixed(2)).join(', ');
     return 'head ' + h.index + ': ' + (top || 'no link shown');
   });
-  return (side === 'q' ? 'query ' : 'key ') + own[i] + '; ' + parts.join('; ');
+  return (side === 'q' ? 'query ' : 'key ') + own[i] + '; ' + (parts.join('; ') || 'no head shown');
 }
 function tokens(list, x, anchor, side) {  // one Tab stop per column, on the token last focused; arrows move it
   let stop = 0;

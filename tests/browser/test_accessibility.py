@@ -64,4 +64,8 @@ def test_a_focused_token_of_the_head_view_says_its_strongest_links_in_words(brow
     page.locator("text.tok").nth(3).focus()  # the key "the"
     said = page.evaluate("document.activeElement.getAttribute('aria-label')")
     assert said.startswith("key the; head 0: the 0.90, cat 0.90, mat 0.90; head 1: the 0.05")
+    for head in range(2):  # both hidden
+        page.get_by_role("button").nth(head).press("Enter")
+    page.locator("text.tok").nth(0).focus()
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "query the; no head shown"
     page.close()
