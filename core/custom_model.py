@@ -23,6 +23,9 @@ from .whole import is_probability, is_size
 MODEL_TYPE = "attnscope"
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+UNSEEN_IN_WEIGHTS = ("n_heads", "causal")  # what no weight's shape tells: a config.json must say them
+NOT_REAL = ("{key} holds {got} numbers where the {model_type} model has real-valued weights: a quantized model's "
+            "integer codes are not its weights; give its floating-point weights (dequantize it first)")
 
 
 @dataclass
@@ -59,9 +62,6 @@ class TransformerConfig:
             raise InputError(f"it has no {' and no '.join(missing)}, which the weights do not tell")
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-UNSEEN_IN_WEIGHTS = ("n_heads", "causal")  # what no weight's shape tells
 
 
 TINY_PRESETS = {
@@ -171,8 +171,18 @@ def load_custom_model(folder: str | Path, config: dict | None = None) -> AttnSco
     return load_custom_state(AttnScopeTransformer(cfg), state)
 
 
+def check_real(key: str, tensor: torch.Tensor, want: torch.Tensor, model_type: str, error=ModelLoadError) -> None:
+    """``error`` for a tensor of integers or booleans where the model has real numbers (``want``): a quantized
+    model's int8 codes had been cast to weights of up to ±127 without a word."""
+    if want.is_floating_point() and not tensor.is_floating_point():
+        raise error(NOT_REAL.format(key=key, got=str(tensor.dtype).removeprefix("torch."), model_type=model_type))
+
+
 def load_custom_state(model: AttnScopeTransformer, state: dict) -> AttnScopeTransformer:
     state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+    expected = model.state_dict()
+    for key in sorted(state.keys() & expected.keys()):  # read by load_model too, not only through build_custom
+        check_real(key, state[key], expected[key], MODEL_TYPE)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatch

@@ -22,7 +22,9 @@ import transformers
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, PreTrainedModel
 
 from .archive import ENV_MAX_MODEL, NO_ROOM, Limits, check_room, no_room
-from ..custom_model import CONFIG_NAME, AttnScopeTransformer, TransformerConfig, load_custom_state, parameter_count
+from ..custom_model import (
+    CONFIG_NAME, AttnScopeTransformer, TransformerConfig, check_real, load_custom_state, parameter_count,
+)
 from ..errors import CheckpointError, DiskFull, ModelLoadError
 from ..errors import first_line as _short
 from .quiet import quiet_transformers
@@ -115,8 +117,6 @@ DROPPED = ("the {model_type} model built from config.json does not use {n} of th
            "they were dropped, so the model read is not all of the one saved — check config.json's settings")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; give the config.json saved with these weights")
-NOT_REAL = ("{key} holds {got} numbers where the {model_type} model has real-valued weights: a quantized model's "
-            "integer codes are not its weights; give its floating-point weights (dequantize it first)")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
            "(e.g. {key}); give the weights saved with this config.json")
 UNWRAPPED = ("the weights' names start with {prefix!r} (a training wrapper's, as DDP or Lightning save them); read "
@@ -237,7 +237,7 @@ def build_custom(config: dict, state: dict[str, torch.Tensor], limits: Limits) -
         model = AttnScopeTransformer(cfg)
         expected = model.state_dict()
         for key in sorted(state.keys() & expected.keys()):
-            _check_real(key, state[key], expected[key], "attnscope")
+            check_real(key, state[key], expected[key], "attnscope", CheckpointError)
     except CheckpointError:
         raise
     except Exception as err:  # noqa: BLE001 - a wrong type in any field
@@ -393,7 +393,7 @@ def token_vocabulary(model) -> int:
 
 def _check_shapes(skeleton, state, model_type: str) -> None:
     """CheckpointError for a tensor the model holds in another shape, or as real numbers where the weights hold
-    integers (``_check_real``)."""
+    integers (``check_real``)."""
     expected = skeleton.state_dict()
     for key, tensor in sorted(state.items()):
         want = expected.get(_model_name(key, expected, skeleton))
@@ -402,15 +402,7 @@ def _check_shapes(skeleton, state, model_type: str) -> None:
         if tuple(tensor.shape) != tuple(want.shape):
             raise CheckpointError(SHAPE.format(key=key, got=list(tensor.shape), want=list(want.shape),
                                                model_type=model_type))
-        _check_real(key, tensor, want, model_type)
-
-
-def _check_real(key: str, tensor: torch.Tensor, want: torch.Tensor, model_type: str) -> None:
-    """CheckpointError for a tensor of integers or booleans where the model has real numbers (``want``): a quantized
-    model's int8 codes had been cast to weights of up to ±127 without a word."""
-    if want.is_floating_point() and not tensor.is_floating_point():
-        raise CheckpointError(NOT_REAL.format(key=key, got=str(tensor.dtype).removeprefix("torch."),
-                                              model_type=model_type))
+        check_real(key, tensor, want, model_type, CheckpointError)
 
 
 def _numel(state: dict[str, torch.Tensor], skip=()) -> int:

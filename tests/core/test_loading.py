@@ -75,6 +75,33 @@ def test_a_custom_config_whose_causal_is_not_a_bool_is_refused(tmp_path):
         load_model(str(tmp_path))
 
 
+@pytest.mark.parametrize("load", [load_model, load_checkpoint])
+@pytest.mark.parametrize("left_out", [["n_heads"], ["causal"], ["n_heads", "causal"]])
+def test_a_custom_config_without_its_head_count_or_causality_is_refused(tmp_path, monkeypatch, load, left_out):
+    """No weight's shape tells either: an 8-head decoder whose config.json lacked them loaded as a 4-head encoder,
+    and was diagnosed as one without a word."""
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    preset = TINY_PRESETS["attnscope-nano-decoder"]
+    save_custom_model(AttnScopeTransformer(replace(preset, n_heads=8)), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in left_out}))
+    with pytest.raises(ModelLoadError, match=f"it has no {' and no '.join(left_out)}, which the weights do not tell"):
+        load(str(tmp_path))
+
+
+@pytest.mark.parametrize("load", [load_model, load_checkpoint])
+def test_custom_weights_of_integers_are_refused_on_every_path(tmp_path, monkeypatch, load):
+    """Uploads refused a quantized model's int8 codes; load_model (the CLI's path) cast them to weights of ±127."""
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    save_custom_model(AttnScopeTransformer(TINY_PRESETS["attnscope-nano-encoder"]), tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    save_file({k: (v * 10).to(torch.int8) for k, v in state.items()}, tmp_path / "model.safetensors")
+    with pytest.raises(ModelLoadError, match=r"holds int8 numbers where the attnscope model has real-valued weights"):
+        load(str(tmp_path))
+
+
 def test_a_custom_folder_without_a_readable_config_is_one_error(tmp_path):
     """load_custom_model raised FileNotFoundError and JSONDecodeError as they were."""
     from core import load_custom_model
