@@ -263,7 +263,7 @@ def _check_whole_maps(model, lengths):
         return
     needed, fits = over  # every probe cut to fits tokens fits
     name = type(model).__name__
-    if getattr(model.config, "is_encoder_decoder", False):
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
         why = f"{name} is an encoder-decoder, which AttnScope does not stream"
     elif can_stream(model):
         why = "whole maps were asked for (stream=False)"

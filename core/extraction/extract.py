@@ -141,11 +141,15 @@ def _extract_custom(model: AttnScopeTransformer, tokenizer, text, text_pair) -> 
 
 def _extract_module(model: nn.Module, tokenizer, text, text_pair) -> AttentionResult:
     enc = encode(tokenizer, text, text_pair, max_positions(None, tokenizer))  # the tokenizer's limit only
+    check_maps_fit(model, enc.input_ids.shape[-1])  # every layer's per-head maps are held: asked for, not fused
     attentions, causal = module_ids_attention(model, enc.input_ids.to(model_device(model)))  # (L, H, q, k)
     return _result(tokenizer, enc, attentions, causal)
 
 
 TAKES_EMBEDDINGS = "for a module that takes embeddings, call core.extract_module_attention(module, inputs, tokens=...)"
+# An embedding looked up past its table: a text longer than the module's positions, or ids past its vocabulary
+OUT_OF_RANGE = ("the input is probably longer than the module's position table, or holds ids past its embeddings: "
+                "give a shorter text, or the tokenizer it was trained with")
 
 
 def module_ids_attention(model: nn.Module, input_ids: torch.Tensor, hint: str = TAKES_EMBEDDINGS + " instead"
@@ -172,6 +176,7 @@ def _run_module(module, call: str, hint: str, *inputs, **kwargs):
     except AttnScopeError:
         raise
     except Exception as err:  # the module's own forward rejected the inputs
+        hint = OUT_OF_RANGE if isinstance(err, IndexError) else hint  # not "takes embeddings": it took the ids
         raise ExtractionError(f"{type(module).__name__}{call} failed ({first_line(err)}); {hint}") from None
 
 

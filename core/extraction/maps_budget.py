@@ -13,6 +13,7 @@ import math
 import os
 
 import torch
+from torch import nn
 
 from ..checkpoints.archive import env_size
 from ..device import model_device
@@ -89,11 +90,12 @@ def maps_over_budget(model, lengths, budget: int) -> tuple[int, int] | None:
 
 
 def whole_maps_bytes(model, lengths) -> int:
-    """float32 bytes of the whole maps of inputs of ``lengths`` tokens (0 when the config does not say the model's
-    size): layers × heads × T² × 4 each, three parts (encoder, decoder, cross) for an encoder-decoder."""
+    """float32 bytes of the whole maps of inputs of ``lengths`` tokens: layers × heads × T² × 4 each, three parts
+    (encoder, decoder, cross) for an encoder-decoder. A module without a config (``nn.MultiheadAttention`` layers)
+    counts its layers' heads (it had counted 0, and 57 MiB of maps passed a 1 MiB budget); 0 when neither says."""
     layers = config_size(model, "num_hidden_layers", "n_layers")
     heads = config_size(model, "num_attention_heads", "n_heads")
     if layers is None or heads is None:
-        return 0
+        layers, heads = 1, sum(m.num_heads for m in model.modules() if isinstance(m, nn.MultiheadAttention))
     parts = 3 if getattr(text_config(model), "is_encoder_decoder", False) else 1  # encoder, decoder, cross (about)
     return 4 * parts * layers * heads * sum(n * n for n in lengths)

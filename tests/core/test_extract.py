@@ -502,6 +502,41 @@ class EncoderLM(nn.Module):
         return self.encoder(self.embed(input_ids), mask=mask, is_causal=self.causal)
 
 
+def test_a_module_s_whole_maps_are_held_to_the_budget_too(monkeypatch):
+    """nn.MultiheadAttention modules were never checked: with the budget at 1 MiB, 8 layers x 8 heads on 482 tokens
+    returned 57 MiB of maps (extract_attention) and held 55 MiB in a report (diagnose counted their size as 0)."""
+    from core.extraction.maps_budget import whole_maps_bytes
+    from diagnostics import diagnose
+
+    model, tokenizer = EncoderLM().eval(), tiny.wordpiece_tokenizer()
+    assert whole_maps_bytes(model, [10, 20]) == 4 * 3 * 4 * (10 * 10 + 20 * 20)  # 3 layers x 4 heads
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", "2000")
+    with pytest.raises(InputError, match=r"this text is \d+ tokens for EncoderLM, whose whole attention maps would"):
+        extract_attention(model, tokenizer, TEXT)
+    with pytest.raises(InputError, match=r"EncoderLM computes attention in its own code.* over the 1.95 KiB limit"):
+        diagnose((model, tokenizer), [TEXT])
+    monkeypatch.delenv("ATTNSCOPE_MAX_MAPS_BYTES")
+    assert extract_attention(model, tokenizer, TEXT).attentions.shape[:2] == (3, 4)
+
+
+class PositionedLM(EncoderLM):
+    """Token ids plus learned positions from a table of 8 rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.positions = nn.Embedding(8, 32)
+
+    def forward(self, input_ids):
+        return self.encoder(self.embed(input_ids) + self.positions(torch.arange(input_ids.shape[1])))
+
+
+def test_a_text_longer_than_a_module_s_positions_is_said_as_such():
+    """It was sent to core.extract_module_attention "for a module that takes embeddings": this one takes ids."""
+    with pytest.raises(ExtractionError, match=r"^PositionedLM\(input_ids\) failed \(IndexError: index out of range in "
+                                              r"self\); the input is probably longer than the module's position table"):
+        extract_attention(PositionedLM().eval(), tiny.wordpiece_tokenizer(), TEXT + " " + TEXT)
+
+
 def _manual_layer_weights(model, input_ids):
     """Per-head weights recomputed by calling each layer's self_attn directly."""
     x, maps = model.embed(input_ids), []
