@@ -23,6 +23,7 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
 import core
+import transformers.models.bert.modeling_bert  # in the baseline: import core no longer loads torch or transformers
 def kb(key): return int(Path("/proc/self/status").read_text().split(key + ":")[1].split()[0]) * 1024
 base = kb("VmRSS")
 folder = Path({folder!r})
