@@ -1,7 +1,8 @@
 """A model's attention over training steps: read a monitor log or diagnose a folder of checkpoints.
 
-Both give a ``Timeline``: one ``monitor.record_of`` record per step (what
-``monitor.AttentionMonitor`` writes to its JSONL log), with the aggregations
+Both give a ``Timeline``: one record per step, what it reads of ``monitor.record_of``'s (what
+``monitor.AttentionMonitor`` writes to its JSONL log; ``_kept``: a finding's heads as an ``(n, 2)`` array of
+``[layer, head]``), with the aggregations
 the app's Timeline page draws: a per-head metric as ``[steps, layers, heads]``,
 the pattern (and role) changes between consecutive steps, and the step at which
 each finding first appeared.
@@ -49,7 +50,7 @@ _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)", re.ASCII)  # as the Trainer nam
 
 @dataclass
 class Timeline:
-    records: list[dict]  # monitor records, one per step, by step
+    records: list[dict]  # what the Timeline reads of monitor records (``_kept``), one per step, by step
     notes: list[str] = field(default_factory=list)  # what was skipped or sampled, for the user
 
     @property
@@ -110,7 +111,7 @@ class Timeline:
                 entry["last_step"] = record["step"]
                 if f["severity"] == "error" and entry["first_error_step"] is None:
                     entry["first_error_step"] = record["step"]
-                now[key] = np.union1d(now.get(key, NO_HEADS), _head_codes(f.get("heads", [])))
+                now[key] = np.union1d(now.get(key, NO_HEADS), _codes(_head_array(f.get("heads", []))))
             for key, heads in now.items():
                 new = np.setdiff1d(heads, named[key]) if key in named else NO_HEADS
                 named[key] = np.union1d(named.get(key, NO_HEADS), heads)
@@ -206,7 +207,7 @@ def _kept(record: dict) -> dict:
     heads = [{"part": h["part"], "layer": h["layer"], "head": h["head"], "pattern": h["pattern"],
               "metrics": _metrics(h["metrics"]), **_roles(h)} for h in record["heads"]]
     findings = [{**{key: f[key] for key in ("code", "severity", "part", "message")},
-                 "heads": _head_codes(f.get("heads", []))} for f in record["findings"]]
+                 "heads": _head_array(f.get("heads", []))} for f in record["findings"]]
     parts = {name: {"layers": layers, "heads": n_heads} for name, (layers, n_heads) in _declared(record).items()}
     return {"schema": SCHEMA, "step": record["step"], "heads": heads, "findings": findings,
             "model": {**shape, "parts": parts}}
@@ -320,13 +321,15 @@ def _label(head: dict) -> bool:
 NO_HEADS = np.zeros(0, dtype=np.int64)
 
 
-def _head_codes(heads) -> np.ndarray:
-    """A finding's heads, ``[layer, head]`` pairs or their codes, as sorted distinct codes ``layer * MAX_HEADS +
-    head`` (int64): a log's findings are kept as such, 8 bytes a head, where their parsed lists (of a log padded with
-    long ``heads``) had taken 16 × its size."""
-    if isinstance(heads, np.ndarray):
-        return heads
-    return np.unique(np.asarray(heads, dtype=np.int64).reshape(-1, 2) @ np.array([MAX_HEADS, 1]))
+def _head_array(heads) -> np.ndarray:
+    """A finding's ``[layer, head]`` pairs as a sorted ``(n, 2)`` int32 array, each once: 8 bytes a head, where the
+    parsed lists of a log padded with long ``heads`` had taken 16 × its size."""
+    return np.unique(np.asarray(heads, dtype=np.int32).reshape(-1, 2), axis=0)
+
+
+def _codes(pairs: np.ndarray) -> np.ndarray:
+    """``(n, 2)`` pairs as codes ``layer * MAX_HEADS + head``, for set operations."""
+    return pairs[:, 0].astype(np.int64) * MAX_HEADS + pairs[:, 1]
 
 
 def _head_pairs(heads) -> bool:
@@ -428,7 +431,7 @@ def from_checkpoints(folder, texts=None, progress=None, allowed_roots=None) -> T
         record = record_of(diagnose(source, texts, progress=progress_span(this, 0.2, 1.0)), step)
         del loaded, source  # one model alive at a time: the next one loads before this loop names it
         _same_model(records, record, chosen)
-        records.append(record)
+        records.append(_kept(record))  # as a log's: the same records whichever way the Timeline was read
     tell(1.0, "done")
     if not records:
         raise InputError(f"no checkpoint of {Path(folder).name} could be loaded: " + "; ".join(notes))

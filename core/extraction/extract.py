@@ -157,7 +157,7 @@ def module_ids_attention(model: nn.Module, input_ids: torch.Tensor, hint: str = 
     """``(attentions (L, H, T, T), causal)`` of an ``nn.MultiheadAttention``-based module run on token ids
     ``(1, T)``: its own exceptions (followed by ``hint``), and layers that read another layout, as one
     ExtractionError line."""
-    maps = _run_module(model, "(input_ids)", hint, input_ids)
+    maps = _run_module(model, "(input_ids)", hint, input_ids, out_of_range=OUT_OF_RANGE)
     attentions = maps.attentions  # (L, H, q, k)
     if maps.batch != 1 or attentions.shape[-1] != input_ids.shape[-1]:
         raise ExtractionError(
@@ -168,15 +168,17 @@ def module_ids_attention(model: nn.Module, input_ids: torch.Tensor, hint: str = 
     return attentions, maps.causal
 
 
-def _run_module(module, call: str, hint: str, *inputs, **kwargs):
-    """``run_with_hooks``, the module's own exceptions as one ExtractionError line."""
+def _run_module(module, call: str, hint: str, *inputs, out_of_range: str | None = None, **kwargs):
+    """``run_with_hooks``, the module's own exceptions as one ExtractionError line; an embedding looked up past
+    its table is told ``out_of_range`` where given, in place of ``hint``."""
     try:
         with told_out_of_memory(module):
             return run_with_hooks(module, *inputs, **kwargs)
     except AttnScopeError:
         raise
     except Exception as err:  # the module's own forward rejected the inputs
-        hint = OUT_OF_RANGE if isinstance(err, IndexError) else hint  # not "takes embeddings": it took the ids
+        if out_of_range and isinstance(err, IndexError) and "index out of range in self" in str(err):
+            hint = out_of_range  # F.embedding's own words: it took the ids, so not "takes embeddings"
         raise ExtractionError(f"{type(module).__name__}{call} failed ({first_line(err)}); {hint}") from None
 
 

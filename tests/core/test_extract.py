@@ -537,6 +537,17 @@ def test_a_text_longer_than_a_module_s_positions_is_said_as_such():
         extract_attention(PositionedLM().eval(), tiny.wordpiece_tokenizer(), TEXT + " " + TEXT)
 
 
+class TakesEmbeddings(EncoderLM):
+    def forward(self, embeddings):  # (1, T, E): ids (1, T) have no third dimension
+        return self.encoder(embeddings.transpose(1, 2).transpose(1, 2))
+
+
+def test_an_index_error_of_a_module_that_takes_embeddings_keeps_its_hint():
+    with pytest.raises(ExtractionError, match=r"\(IndexError: Dimension out of range .*; for a module that takes "
+                                              r"embeddings, call core.extract_module_attention"):
+        extract_attention(TakesEmbeddings().eval(), tiny.wordpiece_tokenizer(), TEXT)
+
+
 def _manual_layer_weights(model, input_ids):
     """Per-head weights recomputed by calling each layer's self_attn directly."""
     x, maps = model.embed(input_ids), []

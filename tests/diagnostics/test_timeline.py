@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from core.errors import AttnScopeError, InputError
-from diagnostics.monitor import AttentionMonitor
+from diagnostics import diagnose
+from diagnostics.monitor import AttentionMonitor, record_of
 from diagnostics.timeline import MAX_CELLS, Timeline, checkpoint_folders, from_checkpoints, parse_log, read_log
 from tiny import bpe_tokenizer, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
@@ -302,6 +303,10 @@ def test_checkpoint_folders_are_diagnosed_in_step_order(tmp_path):
     timeline = from_checkpoints(tmp_path, texts=PROBES, allowed_roots=[tmp_path],
                                 progress=lambda fraction, message: seen.append((fraction, message)))
     assert timeline.steps == [5, 20] and timeline.shape() == (2, 4)
+    logged = parse_log(json.dumps(record_of(diagnose((model, tokenizer), PROBES), 5)))
+    for read in (timeline, logged):  # the same records whichever way it was read: a finding's heads as pairs
+        heads = [f["heads"] for f in read.records[0]["findings"]]
+        assert heads and all(h.dtype == np.int32 and h.shape[1:] == (2,) for h in heads)
     messages = [m for _, m in seen]
     assert messages[0] == "checkpoint 5 (1/2): loading" and messages[-1] == "done"
     # the bar moves inside each checkpoint's diagnosis (one step per probe), forward only
