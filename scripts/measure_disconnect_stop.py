@@ -6,8 +6,9 @@
 
 Starts the app and, in Chromium, diagnoses the known SmolLM2 on 25 long probes, or compares it with itself on
 them (demo-bert, the model diagnosed before, read its 25 probes of at most 512 tokens in ~5 s: the second probe
-could pass before the script saw it, and the run end on its own); closes the tab once the second probe runs, and prints one JSON line: the server's CPU seconds in successive
-windows after the close, and the load average. A server that stops spends ~0 s per window soon after.
+could pass before the script saw it, and the run end on its own); closes the tab once the second probe runs,
+and prints one JSON line: the server's CPU seconds in successive windows after the close, and the load average.
+A server that stops spends ~0 s per window soon after.
 """
 
 import argparse
