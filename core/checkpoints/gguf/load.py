@@ -361,9 +361,9 @@ def _gguf_tokenizer(path: Path, model, notes: list[str]):
 
 @contextmanager
 def _one_load(tell):
-    """``_LOAD_LOCK`` for the ``with``; each second it waits, ``tell`` says why (and, the app's progress being
-    stoppable, a visitor who has gone stops waiting): a second GGUF load had sat on "reading the GGUF metadata" for
-    the first one's whole length."""
+    """``_LOAD_LOCK`` for the ``with``; each second it waits, ``tell`` says why (and where ``tell`` stops a run
+    whose visitor has gone, as an upload's does, the wait ends): a second GGUF load had sat on an earlier message
+    for the first one's whole length."""
     while not _LOAD_LOCK.acquire(timeout=1.0):
         tell(0.02, "waiting: another GGUF file is being converted, and they are converted one at a time")
     try:
