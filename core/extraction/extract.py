@@ -152,12 +152,15 @@ OUT_OF_RANGE = ("the input is probably longer than the module's position table, 
                 "give a shorter text, or the tokenizer it was trained with")
 
 
-def module_ids_attention(model: nn.Module, input_ids: torch.Tensor, hint: str = TAKES_EMBEDDINGS + " instead"
+def module_ids_attention(model: nn.Module, input_ids: torch.Tensor, hint: str | None = None
                          ) -> tuple[torch.Tensor, bool]:
     """``(attentions (L, H, T, T), causal)`` of an ``nn.MultiheadAttention``-based module run on token ids
-    ``(1, T)``: its own exceptions (followed by ``hint``), and layers that read another layout, as one
-    ExtractionError line."""
-    maps = _run_module(model, "(input_ids)", hint, input_ids, out_of_range=OUT_OF_RANGE)
+    ``(1, T)``: its own exceptions (followed by ``hint``, the caller's words for every failure; by default "takes
+    embeddings", and ``OUT_OF_RANGE`` for an embedding looked up past its table), and layers that read another
+    layout, as one ExtractionError line."""
+    out_of_range = OUT_OF_RANGE if hint is None else None  # a caller's hint (the repeated probe's) says it all
+    maps = _run_module(model, "(input_ids)", hint or TAKES_EMBEDDINGS + " instead", input_ids,
+                       out_of_range=out_of_range)
     attentions = maps.attentions  # (L, H, q, k)
     if maps.batch != 1 or attentions.shape[-1] != input_ids.shape[-1]:
         raise ExtractionError(

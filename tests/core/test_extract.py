@@ -535,6 +535,11 @@ def test_a_text_longer_than_a_module_s_positions_is_said_as_such():
     with pytest.raises(ExtractionError, match=r"^PositionedLM\(input_ids\) failed \(IndexError: index out of range in "
                                               r"self\); the input is probably longer than the module's position table"):
         extract_attention(PositionedLM().eval(), tiny.wordpiece_tokenizer(), TEXT + " " + TEXT)
+    from diagnostics import diagnose  # the repeated probe, which AttnScope drew itself, keeps its own words
+
+    note = diagnose((PositionedLM().eval(), tiny.wordpiece_tokenizer()), ["a b c"]).finding("repeated_probe_skipped")
+    assert note.message.endswith("the probe's 64 token ids, drawn from the tokenizer's vocabulary, may be more than "
+                                 "the module has positions or embedding rows for.")
 
 
 class TakesEmbeddings(EncoderLM):
