@@ -185,6 +185,13 @@ def _run_module(module, call: str, hint: str, *inputs, out_of_range: str | None 
         raise ExtractionError(f"{type(module).__name__}{call} failed ({first_line(err)}); {hint}") from None
 
 
+def _sequence_length(inputs) -> int:
+    """The length the maps of ``inputs`` are read at, before the forward: the longest dimension of the first tensor
+    but its features ((1, T, E), (T, 1, E) or (T, E) embeddings); 0 without one (nothing is refused)."""
+    first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 2), None)
+    return max(first.shape[:-1]) if first is not None else 0
+
+
 def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | None = None, **kwargs) -> AttentionResult:
     """Attention of any ``nn.MultiheadAttention``-based module run on arbitrary ``inputs`` of one sequence.
 
@@ -194,6 +201,7 @@ def extract_module_attention(module: nn.Module, *inputs, tokens: list[str] | Non
     sequence is refused (InputError): pass one item per call.
     """
     start = time.perf_counter()
+    check_maps_fit(module, _sequence_length(inputs))
     with eval_mode(module):
         maps = _run_module(module, "(inputs)", "give it the inputs its forward takes", *inputs, **kwargs)
     if maps.batch > 1:  # the maps are one sequence's: the other items would have been dropped without a word

@@ -515,8 +515,11 @@ def test_a_module_s_whole_maps_are_held_to_the_budget_too(monkeypatch):
         extract_attention(model, tokenizer, TEXT)
     with pytest.raises(InputError, match=r"EncoderLM computes attention in its own code.* over the 1.95 KiB limit"):
         diagnose((model, tokenizer), [TEXT])
+    with pytest.raises(InputError, match=r"this text is 40 tokens for TransformerEncoder"):  # embeddings (1, T, E)
+        extract_module_attention(model.encoder, torch.zeros(1, 40, 32))
     monkeypatch.delenv("ATTNSCOPE_MAX_MAPS_BYTES")
     assert extract_attention(model, tokenizer, TEXT).attentions.shape[:2] == (3, 4)
+    assert extract_module_attention(model.encoder, torch.zeros(1, 40, 32)).attentions.shape == (3, 4, 40, 40)
 
 
 class PositionedLM(EncoderLM):
