@@ -9,7 +9,8 @@ the block runs, and ``stoppable`` wraps a ``progress(fraction, message)``
 callback so each progress step (one probe of a diagnosis) asks too. Hooks are
 removed in ``finally``, as TransformerLens does with its temporary hooks.
 ``progress_span`` hands one step of a longer job (one model of a comparison, one
-checkpoint of a timeline) its share of the caller's progress bar.
+checkpoint of a timeline) its share of the caller's progress bar. ``waited_for`` takes a lock in rounds, so a
+wait for another run can say so and stop.
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ def stoppable(progress, should_stop):
         if progress is not None:
             progress(fraction, message)
     return tell
+
+
+@contextmanager
+def waited_for(lock, waiting, every_s: float):
+    """``lock`` for the ``with``, taken in rounds of ``every_s`` seconds with ``waiting()`` called after each round
+    it was not free: the wait can say why, and end (``waiting`` may raise ``Cancelled``), as a plain acquire
+    cannot."""
+    while not lock.acquire(timeout=every_s):
+        waiting()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def progress_span(progress, start: float, stop: float, prefix: str = ""):

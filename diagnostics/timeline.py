@@ -111,7 +111,7 @@ class Timeline:
                 entry["last_step"] = record["step"]
                 if f["severity"] == "error" and entry["first_error_step"] is None:
                     entry["first_error_step"] = record["step"]
-                now[key] = np.union1d(now.get(key, NO_HEADS), _codes(_head_array(f.get("heads", []))))
+                now[key] = np.union1d(now.get(key, NO_HEADS), _codes(f["heads"]))  # as ``_kept`` keeps them
             for key, heads in now.items():
                 new = np.setdiff1d(heads, named[key]) if key in named else NO_HEADS
                 named[key] = np.union1d(named.get(key, NO_HEADS), heads)

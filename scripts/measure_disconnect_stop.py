@@ -38,7 +38,7 @@ def fill_probes(page) -> None:
     time.sleep(1)
 
 
-def start_diagnose(page, app_root: Path) -> None:
+def start_diagnose(page) -> None:
     page.locator(".st-key-diag_kind").get_by_text("Known model", exact=True).click()
     page.locator(".st-key-diag_known").wait_for()
     time.sleep(2)  # the rerun that drew the picker may still be replacing it
@@ -50,7 +50,7 @@ def start_diagnose(page, app_root: Path) -> None:
     page.get_by_role("button", name="Diagnose", exact=True).click()
 
 
-def start_compare(page, app_root: Path) -> None:
+def start_compare(page) -> None:
     page.get_by_role("link", name="Compare", exact=True).click()
     page.get_by_role("heading", name="Compare two models").wait_for()
     for side in ("a", "b"):
@@ -77,7 +77,7 @@ def main():
         with sync_playwright() as p:
             browser = launch_chromium(p)
             page = open_diagnose_page(browser, url)
-            (start_compare if args.page == "compare" else start_diagnose)(page, args.app_root)
+            (start_compare if args.page == "compare" else start_diagnose)(page)
             page.get_by_text("probe 2/", exact=False).first.wait_for(timeout=300_000)
             page.close()
             browser.close()

@@ -30,7 +30,7 @@ import core
 from app.server import session
 from core.errors import size_text
 from core.extraction.maps_budget import maps_over_budget, shorten_advice
-from core.cancel import stop_between_layers
+from core.cancel import stop_between_layers, waited_for
 from core.checkpoints.archive import env_size, max_model_bytes
 from core.checkpoints.checkpoint import expand_user
 from core.checkpoints.layout import files_under
@@ -40,6 +40,7 @@ from diagnostics.probe_texts import Probe
 from diagnostics.probes import probe_tokens, read_lengths
 
 MAX_MODELS = 3  # models kept in memory at once (LRU beyond that)
+WAIT_ROUND_S = 0.25  # how often a session waiting for a known model another holds looks again, and says so
 # Loading-bar updates as it moves, at most; and one for each new phase of the load, where it stands still ("reading
 # the GGUF metadata", ~3 s of SmolLM2, and "waiting: another GGUF file is being converted" had never been drawn, told
 # at the bar's first step), but not for each of its numbers ("dequantising tensor 5/272").
@@ -118,28 +119,22 @@ def holding(loaded: LoadedModel, notice):
     Looked at again every 0.25 s: a look before the wait missed a run that took the model after another Inspect, or
     that held it but had not yet said what it does, and that Inspect then waited out the whole run without a word."""
     told = False
-    while not loaded.lock.acquire(timeout=0.25):
+
+    def waiting():
+        nonlocal told
         told = told or say_if_busy(loaded, notice)
-    try:
+    with waited_for(loaded.lock, waiting, WAIT_ROUND_S):
         if told:
             notice.empty()
         yield
-    finally:
-        loaded.lock.release()
 
 
-@contextmanager
 def held_for_run(loaded: LoadedModel, tell):
-    """``loaded.lock`` for a Diagnose or Compare run. Each 0.25 s it waits, ``tell(text)`` says who holds it: the
+    """``loaded.lock`` for a Diagnose or Compare run. Each round it waits, ``tell(text)`` says who holds it: the
     run's progress, which also ends the wait of a visitor who has gone (``core.cancel.stoppable``). A plain acquire
     had kept the bar on "Loading the checkpoint…" for another session's whole run, and a closed tab's run held its
     ``run_models`` places and its loaded upload until that run ended."""
-    while not loaded.lock.acquire(timeout=0.25):
-        tell(BUSY.format(job=loaded.job or "run"))
-    try:
-        yield
-    finally:
-        loaded.lock.release()
+    return waited_for(loaded.lock, lambda: tell(BUSY.format(job=loaded.job or "run")), WAIT_ROUND_S)
 
 
 def _nbytes(tensors) -> int:

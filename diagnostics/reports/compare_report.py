@@ -8,7 +8,7 @@ messages are escaped: they come from files and uploads.
 """
 
 
-from diagnostics.reports.contrast import over_page, text_on
+from diagnostics.reports.contrast import over_page, painted
 from diagnostics.reports.html_report import plain
 from diagnostics.reports.markdown_report import md
 from diagnostics.texts import FINDING_TEXTS, SEVERITY_TITLES
@@ -126,7 +126,7 @@ def _grid_html(report, part):
     rows = []
     for layer, values in enumerate(grid):
         shades = [over_page(DISTANCE_RED, v / 0.5) for v in values]  # NaN (a diverged head): unshaded
-        cells = "".join(f"<td style='background:{shade};color:{text_on(shade)}'>{number_text(v)}</td>"
+        cells = "".join(f"<td style='{painted(shade)}'>{number_text(v)}</td>"
                         for shade, v in zip(shades, values))
         rows.append(f"<tr><th>L{layer}</th>{cells}</tr>")
     title = "JS distance per head" + ("" if part == "self" else f": {plain(part)}")

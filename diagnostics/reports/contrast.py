@@ -37,6 +37,11 @@ def text_on(background: str) -> str:
     return BLACK if contrast(BLACK, background) >= contrast(WHITE, background) else WHITE
 
 
+def painted(background: str) -> str:
+    """The inline style of text on a ``background`` colour: it, and black or white text, whichever reads better."""
+    return f"background:{background};color:{text_on(background)}"
+
+
 def over_page(colour: str, alpha: float) -> str:
     """``colour`` at opacity ``alpha`` (NaN: 0) over the white page, as ``#rrggbb``."""
     alpha = 0.0 if math.isnan(alpha) else min(max(alpha, 0.0), 1.0)

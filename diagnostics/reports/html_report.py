@@ -10,7 +10,7 @@ from html import escape
 
 from core.extraction.tokens import visible
 from diagnostics.findings import NAMED_HEADS, head_names
-from diagnostics.reports.contrast import text_on
+from diagnostics.reports.contrast import painted
 from diagnostics.reports.markdown_report import severity_counts
 from diagnostics.texts import (
     BORDERLINE_MARK, BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
@@ -71,7 +71,7 @@ def _finding(report, f):
     color = SEVERITY_COLORS[f.severity]
     text = FINDING_TEXTS[f.code]
     maps = _finding_maps(report, f)
-    return (f"<div class='finding' style='border-color:{color}'><h3><span class='badge' style='{_painted(color)}'>"
+    return (f"<div class='finding' style='border-color:{color}'><h3><span class='badge' style='{painted(color)}'>"
             f"{SEVERITY_TITLES[f.severity]}</span>{plain(text.title)} <code>{f.code}</code></h3>"
             f"<p>{plain(f.body)}</p><p><em>What it means:</em> {plain(text.meaning)}</p>"
             f"<p><em>What to do:</em> {plain(f.suggestion)}</p>{_all_heads(f)}{maps}</div>")
@@ -135,16 +135,10 @@ def _grid(report, part):
             color = PATTERN_TEXTS[label].color if label in PATTERN_TEXTS else "#777"
             short = f"<br><small>{plain(role_label(head.roles, short=True))}</small>" if head.roles else ""
             mark = BORDERLINE_MARK if head.borderline else ""
-            cells.append(f"<td style='{_painted(color)}' title='{_tip(head)}'>{label or 'no label'}{mark}{offset}"
+            cells.append(f"<td style='{painted(color)}' title='{_tip(head)}'>{label or 'no label'}{mark}{offset}"
                          f"{short}</td>")
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
     return f"<h2>{plain(title)}</h2><table class='grid'>{head_row}{''.join(rows)}</table>{_borderline(report, part)}"
-
-
-def _painted(background: str) -> str:
-    """The style of text on a ``background`` colour: black or white, whichever reads better (white on the pattern
-    map's green was 3.2:1, on the warning badge's orange 2.8:1; WCAG AA asks 4.5:1)."""
-    return f"background:{background};color:{text_on(background)}"
 
 
 def _tip(head):
@@ -167,7 +161,7 @@ def _borderline(report, part):
 
 
 def _legend():
-    spans = "".join(f"<span style='{_painted(t.color)}'>{plain(t.title)}</span>" for t in PATTERN_TEXTS.values())
+    spans = "".join(f"<span style='{painted(t.color)}'>{plain(t.title)}</span>" for t in PATTERN_TEXTS.values())
     rows = "".join(f"<tr><th>{plain(t.title)}</th><td>{plain(t.looks_like)}</td><td>{plain(t.reading)}</td>"
                    f"<td>{plain(t.action)}</td></tr>" for t in PATTERN_TEXTS.values())
     roles = "".join(f"<tr><th>{plain(t.title)} ({plain(t.short)})</th><td>{plain(t.meaning)}</td></tr>"

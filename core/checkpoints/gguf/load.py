@@ -38,6 +38,7 @@ from .header import DEFAULT_ALIGNMENT, GGUFHeader, read_gguf_header
 from .shapes import NOT_MATCHING, check_tensor_shapes
 from ..quiet import quiet_transformers
 from ..tokenizer import choose_tokenizer
+from ...cancel import waited_for
 from ...errors import Cancelled, CheckpointError, counted, first_line, quoted
 from ...whole import is_size
 
@@ -359,17 +360,12 @@ def _gguf_tokenizer(path: Path, model, notes: list[str]):
     return tokenizer
 
 
-@contextmanager
 def _one_load(tell):
     """``_LOAD_LOCK`` for the ``with``; each second it waits, ``tell`` says why (and where ``tell`` stops a run
     whose visitor has gone, as an upload's does, the wait ends): a second GGUF load had sat on an earlier message
     for the first one's whole length."""
-    while not _LOAD_LOCK.acquire(timeout=1.0):
-        tell(0.02, "waiting: another GGUF file is being converted, and they are converted one at a time")
-    try:
-        yield
-    finally:
-        _LOAD_LOCK.release()
+    return waited_for(_LOAD_LOCK, lambda: tell(0.02, "waiting: another GGUF file is being converted, and they are "
+                                               "converted one at a time"), 1.0)
 
 
 @contextmanager
