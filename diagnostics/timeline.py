@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,9 @@ MAX_CUT_LINES, MAX_CUT_SHOWN = 100, 10
 # One record: a head entry is ~740 bytes, so 16 MB is 22,000 heads (SmolLM2's 270 heads: 200 KB).
 MAX_LINE_CHARS = 16 * 2**20
 MAX_METRICS = 64  # numeric metrics kept per head: a monitor writes 23
+# Measurements (lines) of one log: each costs ~0.6 KB kept even with no heads, so 4.5 million headless lines under
+# MAX_LOG_BYTES took 3.9 GB. A 1 × 1-head model logs ~1.3 KB a step: a log of 200,000 steps is past 256 MB anyway.
+MAX_RECORDS = 2**17
 MAX_CHECKPOINTS = 40  # more are sampled evenly (first and last kept): each is a model load and a diagnosis
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)", re.ASCII)  # as the Trainer names them: ASCII digits
 
@@ -158,6 +162,9 @@ def parse_log(data) -> Timeline:
     for number, line in enumerate(_LINE_END.split(str(data).removeprefix("\ufeff")), 1):
         if not line.strip():
             continue
+        if len(records) == MAX_RECORDS:
+            raise InputError(f"the log holds more than {MAX_RECORDS:,} measurements; log less often (every=...) "
+                             "or split the log")
         try:
             records.append(_kept(_parse_line(line, number)))
         except _OtherVersion as err:  # the lines this version can read still show, the others are named
@@ -204,7 +211,7 @@ def _kept(record: dict) -> dict:
     model = record.get("model") if isinstance(record.get("model"), dict) else {}
     shape = {key: model.get(key) for key in ("name", "architecture", "layers", "heads", "causal")
              if isinstance(model.get(key), (str, int, float, bool))}
-    heads = [{"part": h["part"], "layer": h["layer"], "head": h["head"], "pattern": h["pattern"],
+    heads = [{"part": sys.intern(h["part"]), "layer": h["layer"], "head": h["head"], "pattern": _name(h["pattern"]),
               "metrics": _metrics(h["metrics"]), **_roles(h)} for h in record["heads"]]
     findings = [{**{key: f[key] for key in ("code", "severity", "part", "message")},
                  "heads": _head_array(f.get("heads", []))} for f in record["findings"]]
@@ -217,11 +224,16 @@ def _roles(head: dict) -> dict:
     """``{"roles": (names, ...)}``, or ``{}`` for a head without roles: a key and a list each had cost more than the
     JSON of a bare head entry."""
     names = role_names(head)
-    return {"roles": tuple(names)} if names else {}
+    return {"roles": tuple(map(sys.intern, names))} if names else {}
+
+
+def _name(value):
+    """A pattern name shared by every head that has it (``json.loads`` makes each anew: 9 bytes a head took ~60)."""
+    return sys.intern(value) if isinstance(value, str) else value
 
 
 def _metrics(metrics: dict) -> dict:
-    numbers = ((key, value) for key, value in metrics.items() if isinstance(key, str) and len(key) <= 64
+    numbers = ((sys.intern(key), value) for key, value in metrics.items() if isinstance(key, str) and len(key) <= 64
                and _number(value))
     return dict(itertools.islice(numbers, MAX_METRICS))
 

@@ -168,17 +168,38 @@ def test_only_what_the_timeline_reads_is_kept_of_a_record(log_text, monkeypatch)
     assert held < len(line) / 4 and set(kept) == {"schema", "step", "model", "heads", "findings"}
     assert len(kept["heads"][0]["metrics"]) == tl.MAX_METRICS and "text" not in kept["heads"][0]["metrics"]
     assert kept["heads"][0]["metrics"]["entropy"] == record["heads"][0]["metrics"]["entropy"]
-    bare = [{"part": "s", "layer": 0, "head": h, "pattern": None, "metrics": {}} for h in range(256)]
-    lines = "\n".join(json.dumps({"schema": tl.SCHEMA, "step": s, "heads": bare, "model": {"parts": {"s": {
+    # "self", the monitor's part name: json.loads makes each head's anew (one-letter strings are shared): 4.9 ×
+    bare = [{"part": "self", "layer": 0, "head": h, "pattern": "sparse", "metrics": {}} for h in range(256)]
+    lines = "\n".join(json.dumps({"schema": tl.SCHEMA, "step": s, "heads": bare, "model": {"parts": {"self": {
         "layers": 1, "heads": 256}}}}, separators=(",", ":")) for s in range(20))
     tracemalloc.start()
     timeline = parse_log(lines)
     held = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    assert held < 4.5 * len(lines) and timeline.shape("s") == (1, 256)  # a roles list per bare head: 6.5 ×
+    assert held < 4.5 * len(lines) and timeline.shape("self") == (1, 256)  # a roles list per bare head: 6.5 ×
     monkeypatch.setattr(tl, "MAX_LINE_CHARS", 1000)
     with pytest.raises(InputError, match="line 1 of the log is over 1,000 characters"):
         parse_log(line)
+
+
+def test_a_log_of_more_measurements_than_the_timeline_keeps_is_refused_while_read(monkeypatch):
+    """A 255 MB log of 4.5 million lines without heads was read whole, at 3.9 GB: no grid bounded it."""
+    import tracemalloc
+
+    from diagnostics import timeline as tl
+    line = json.dumps({"schema": tl.SCHEMA, "step": 0, "heads": []})
+    log = "\n".join(line.replace('"step": 0', f'"step": {s}') for s in range(40))
+    monkeypatch.setattr(tl, "MAX_RECORDS", 40)
+    assert len(parse_log(log).records) == 40
+    with pytest.raises(InputError, match="more than 40 measurements; log less often"):
+        parse_log(log + "\n" + line.replace('"step": 0', '"step": 40'))
+    monkeypatch.undo()
+    headless = "\n".join(line.replace('"step": 0', f'"step": {s}') for s in range(20_000))
+    tracemalloc.start()
+    parse_log(headless)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held / 20_000 * tl.MAX_RECORDS < 128 * 2**20  # the most a log of lines without heads can keep
 
 
 def test_two_models_in_one_log_are_refused(log_text):
