@@ -20,6 +20,17 @@ _LINE_START = re.compile(r"^(\s*)([-+=>])")  # a list, quote or heading underlin
 _NUMBERED = re.compile(r"^(\s*\d+)([.)])")  # "1." would start a numbered list
 
 
+# Characters of a token shown as an axis or head-view label: SmolLM2 has 80-character "####…" pieces, and one such
+# label took a 13-token heatmap's whole width (its plot 64 px wide, 8 of 13 labels dropped, its own among them)
+LABEL_CHARS = 20
+
+
+def short_label(token: str) -> str:
+    """A token's label cut to ``LABEL_CHARS`` characters, "…" last when cut (the whole token stays in the hover
+    of the head view, the CSV and the JSON)."""
+    return token if len(token) <= LABEL_CHARS else token[:LABEL_CHARS - 1] + "…"
+
+
 def for_plotly(text: str) -> str:
     """Text for plotly labels, titles and hover: plotly renders a subset of HTML (links, tags, entities)."""
     return html.escape(str(text), quote=False)

@@ -15,7 +15,7 @@ from app.plain import for_plotly
 from core.views import pool_map, pool_signed
 from diagnostics.reports.compare_report import number_text
 from diagnostics.reports.contrast import text_on
-from app.views.plots import MAX_CELLS, axis_labels, title_lines
+from app.views.plots import MAX_CELLS, axis_labels, slant_room, title_lines
 
 GRID_COLOURS = get_colorscale("Reds")
 NO_DISTANCE = "rgb(217, 217, 217)"  # a diverged head's cell, in a light and a dark theme alike
@@ -84,7 +84,7 @@ def map_figure(weights, queries, keys, title: str, difference: bool = False) -> 
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(type="category", autorange="reversed")
     text, lines = title_lines(title)
-    fig.update_layout(title=text, height=min(700, 200 + 12 * len(z)) + 20 * (lines - 1),
+    fig.update_layout(title=text, height=min(700, 200 + 12 * len(z)) + 20 * (lines - 1) + slant_room(x),
                       margin=dict(l=10, r=10, t=20 + 20 * lines, b=10))
     return fig
 

@@ -15,7 +15,7 @@ import html
 
 import torch
 
-from app.plain import json_for_html
+from app.plain import LABEL_CHARS, json_for_html
 from core.views import top_links
 
 HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -65,11 +65,16 @@ function said(side, i) {  // a token and its strongest links in each shown head,
   });
   return (side === 'q' ? 'query ' : 'key ') + own[i] + '; ' + (parts.join('; ') || 'no head shown');
 }
+function cut(t) {  // a long token's first characters and "…", as app.plain.short_label: whole, one 80-character
+  const ch = [...t];  // token ran 430 px past the frame's edge; the mouse's tooltip and the label say it whole
+  return ch.length <= D.label_chars ? t : ch.slice(0, D.label_chars - 1).join('') + '\u2026';
+}
 function tokens(list, x, anchor, side) {  // one Tab stop per column, on the token last focused; arrows move it
   let stop = 0;
   const items = list.map((t, i) => {
     const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok', tabindex: i ? -1 : 0,
-                          role: 'img', 'aria-roledescription': 'token', 'aria-label': t}, t);
+                          role: 'img', 'aria-roledescription': 'token', 'aria-label': t}, cut(t));
+    if (cut(t) !== t) { const tip = document.createElementNS(NS, 'title'); tip.textContent = t; e.appendChild(tip); }
     for (const [on, off] of [['mouseenter', 'mouseleave'], ['focus', 'blur']]) {  // focus: the keyboard's hover
       e.addEventListener(on, () => draw({side: side, i: i}));
       e.addEventListener(off, () => draw(null));
@@ -132,7 +137,8 @@ def head_view_data(attentions: torch.Tensor, queries: list[str], keys: list[str]
         q, k, w = top_links(weights, top_k, MIN_WEIGHT)
         heads.append({"index": h, "color": HEAD_COLORS[h % len(HEAD_COLORS)], "q": q.tolist(), "k": k.tolist(),
                       "w": [round(v, 3) for v in w.tolist()]})
-    return {"queries": queries, "keys": keys, "heads": heads, "selected": head, "row": ROW_PX, "top_k": top_k}
+    return {"queries": queries, "keys": keys, "heads": heads, "selected": head, "row": ROW_PX, "top_k": top_k,
+            "label_chars": LABEL_CHARS}
 
 
 def head_view_html(attentions: torch.Tensor, queries: list[str], keys: list[str], layer: int, head: int,

@@ -9,6 +9,7 @@ not the 262,144 JSON numbers of the full map. Exports use the full map.
 from __future__ import annotations
 
 import base64
+import html
 import io
 
 import numpy as np
@@ -16,7 +17,7 @@ import plotly.graph_objects as go
 import torch
 from PIL import Image
 
-from app.plain import for_plotly
+from app.plain import for_plotly, short_label
 from core.views import pool_map
 from diagnostics.texts import BORDERLINE_MARK, PATTERN_TEXTS, role_label, vote_label
 
@@ -139,12 +140,20 @@ def axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str
     """Unique category labels (plotly merges equal ones): ``"3 the"`` or ``"8–11 the…"`` when pooled, numbered by
     ``positions``, each token's position in the whole input (a zoom window, hidden special tokens).
 
-    Tokens are escaped: plotly renders tags and entities in labels and hover text.
+    Tokens are escaped: plotly renders tags and entities in labels and hover text; and cut (``short_label``): the
+    position keeps two tokens of one beginning apart.
     """
     if block == 1:
-        return [f"{p} {for_plotly(t)}" for p, t in zip(positions, tokens)]
-    return [f"{positions[i]}–{positions[min(i + block, len(tokens)) - 1]} {for_plotly(tokens[i])}…"
+        return [f"{p} {for_plotly(short_label(t))}" for p, t in zip(positions, tokens)]
+    return [f"{positions[i]}–{positions[min(i + block, len(tokens)) - 1]} {for_plotly(short_label(tokens[i]))}…"
             for i in range(0, len(tokens), block)]
+
+
+def slant_room(labels: list[str]) -> int:
+    """Height in px that x labels slanted at -60° take past a short one's ("12 the", which a map's height leaves
+    room for): ~6 px a character. Without it two 20-character labels took the map's rows (7 of 13 labelled)."""
+    longest = max((len(html.unescape(label)) for label in labels), default=0)
+    return 6 * max(0, longest - 8)
 
 
 # Characters of a chart title's line: plotly does not wrap titles, and a longer one was cut at the chart's edge
@@ -185,7 +194,8 @@ def heatmap_figure(weights: torch.Tensor, queries: list[str], keys: list[str], l
     fig.update_yaxes(type="category", title="query", autorange="reversed")
     side = min(900, 220 + 14 * len(heat["y"]))
     text, lines = title_lines(title)
-    fig.update_layout(title=text, height=side + 20 * (lines - 1), margin=dict(l=10, r=10, t=20 + 20 * lines, b=10))
+    fig.update_layout(title=text, height=side + 20 * (lines - 1) + slant_room(heat["x"]),
+                      margin=dict(l=10, r=10, t=20 + 20 * lines, b=10))
     return fig
 
 

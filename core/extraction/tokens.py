@@ -30,7 +30,11 @@ _FALLBACK_BYTE = re.compile(r"<0x([0-7][0-9A-F])>")  # SentencePiece's byte-fall
 # a label around), word joiners, the byte-order mark. Not the zero-width (non-)joiners, parts of Persian words and
 # emoji, nor the format characters that draw (Arabic number signs, an emoji flag's tag characters).
 _INVISIBLE = {0x00AD, 0x061C, 0x180E, 0xFEFF, *range(0x200B, 0x200C), *range(0x200E, 0x2010),
-              *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x2066, 0x2070), *range(0xFFF9, 0xFFFC)}
+              *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x2066, 0x2070), *range(0xFFF9, 0xFFFC),
+              *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B)}  # shorthand and musical format controls
+# Characters that draw nothing, kept inside a token (a joiner joins, a Hangul filler fills a syllable), written out
+# when a token is only these: four such tokens were four blank labels, and not one joiner has anything to join
+_BLANK = {0x200C, 0x200D, 0x115F, 0x1160, 0x2800, 0x3164, 0xFFA0}
 
 
 def prettify_token(token: str) -> str:
@@ -48,9 +52,12 @@ def prettify_token(token: str) -> str:
 def _standalone(text: str) -> str:
     """``text`` as a label of its own: one ``␣`` per character when it is word-start marks or spaces only (a token
     of spaces); combining marks with nothing to sit on (an Arabic vowel, a Devanagari vowel sign) on a dotted
-    circle, Unicode's way of showing one alone; a lone variation selector (the U+FE0F after "❤") as its escape."""
+    circle, Unicode's way of showing one alone; a lone variation selector (the U+FE0F after "❤"), or characters that
+    draw nothing (``_BLANK``), as their escapes."""
     if not text.strip(WORD_START + " "):
         return "␣" * len(text)
+    if all(ord(ch) in _BLANK for ch in text):
+        return text.encode("unicode_escape").decode("ascii")
     if not all(unicodedata.category(ch) in ("Mn", "Mc", "Me") for ch in text):
         return text
     if all(_is_variation_selector(ch) for ch in text):
@@ -74,7 +81,7 @@ def _visible(ch: str, spaces: bool = True) -> str:
     if code < 0x20 or 0x7F <= code < 0xA0:
         return f"\\x{code:02x}"  # ASCII: every font draws it
     if code in _INVISIBLE or (spaces and ch != " " and unicodedata.category(ch) in ("Zs", "Zl", "Zp")):
-        return f"\\u{code:04x}"  # invisible, or a space that looks like a plain one (all in the BMP)
+        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"  # invisible, or a space like a plain one
     return ch
 
 

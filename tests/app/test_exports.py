@@ -358,3 +358,23 @@ def test_only_the_labels_an_image_draws_can_be_boxes(fallback_fonts):
     assert exports.undrawn_characters(tokens, tokens, "title") == []
     tokens[3] = "\u24b7"  # labelled
     assert exports.undrawn_characters(tokens, tokens, "title") == ["\u24b7"]
+
+
+def test_a_long_token_leaves_the_image_its_map_and_every_label_inside_it():
+    """SmolLM2 has 80-character "####…" pieces: a code comment's banner drawn whole pushed its rows' labels and
+    numbers past the image's left edge ("Tight layout not applied")."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    names = ["x", "=", "1", "#" * 80, "⏎", "#" * 76, "y"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "Tight layout not applied" warning
+        fig = exports._figure(torch.full((7, 7), 1 / 7), names, names, "code")
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+    ax, renderer = fig.axes[0], canvas.get_renderer()
+    rows = [label for label in ax.get_yticklabels() if label.get_text()]
+    assert [label.get_text() for label in rows][3] == "3 " + "#" * 19 + "…"
+    for label in rows + [label for label in ax.get_xticklabels() if label.get_text()]:
+        box = label.get_window_extent(renderer)
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0, (label.get_text(), box)
+    assert ax.get_window_extent(renderer).width > 0.4 * fig.bbox.width  # the map keeps most of the width

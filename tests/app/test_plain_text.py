@@ -21,7 +21,7 @@ def test_plotly_labels_escape_tags_and_entities():
     fig = plots.heatmap_figure(_attention()[0, 0], MARKUP, MARKUP, title="<b>model</b>")
     labels = [*fig.data[0].x, *fig.data[0].y, fig.layout.title.text]
     assert not any("<a " in s or "<!--" in s or "</script>" in s or "<b>" in s for s in labels)
-    assert fig.data[0].x[0] == '0 &lt;a href="http://127.0.0.1:9/phish"&gt;'
+    assert fig.data[0].x[0] == '0 &lt;a href="http://127…'  # cut at 20 characters (LABEL_CHARS), then escaped
     assert fig.data[0].x[4] == "4 &amp;amp;"  # shows "&amp;" literally
     assert for_plotly("a < b & c > d") == "a &lt; b &amp; c &gt; d"
 
@@ -141,3 +141,19 @@ def test_long_chart_titles_break_into_lines_instead_of_being_cut():
     assert fig.layout.title.text == ("sentence-transformers/all-MiniLM-L6-v2: Layer 1, head 8<br>(special tokens "
                                      "hidden) &lt;b&gt;")
     assert fig.layout.margin.t == 60  # room for both lines
+
+
+def test_a_long_token_s_label_is_cut_and_stays_told_apart_by_its_position():
+    """An 80-character token's whole label took a 13-token heatmap's width: the plot was 64 px and 8 of its 13
+    labels, its own among them, were dropped (i18n audit, stop 56). The head view keeps the whole token."""
+    from app.plain import LABEL_CHARS
+
+    tokens = ["x", "#" * 80, "#" * 76, "<" * 30]
+    fig = plots.heatmap_figure(_attention(4)[0, 0], tokens, tokens)
+    labels = fig.data[0].y
+    short = plots.heatmap_figure(_attention(4)[0, 0], list("abcd"), list("abcd"))
+    assert fig.layout.height >= short.layout.height + 6 * 12  # room for the slanted key labels: rows kept theirs
+    assert labels[:3] == ("0 x", "1 " + "#" * (LABEL_CHARS - 1) + "…", "2 " + "#" * (LABEL_CHARS - 1) + "…")
+    assert labels[3] == "3 " + "&lt;" * (LABEL_CHARS - 1) + "…"  # cut, then escaped: no entity cut in two
+    data = json.loads(_script_data(head_view.head_view_html(_attention(4), tokens, tokens, 1, 0)))
+    assert data["queries"] == tokens and data["label_chars"] == LABEL_CHARS

@@ -69,3 +69,22 @@ def test_a_focused_token_of_the_head_view_says_its_strongest_links_in_words(brow
     page.locator("text.tok").nth(0).focus()
     assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "query the; no head shown"
     page.close()
+
+
+def test_a_long_token_is_cut_inside_the_head_view_and_said_whole(browser):
+    """SmolLM2's 80- and 76-character "####…" tokens ran 430 px past both edges of the view, cut alike: the two
+    looked the same, with nothing to say they were cut (i18n audit, stop 56)."""
+    attentions = torch.full((1, 1, 4, 4), 0.25)  # (L, H, q, k)
+    tokens = ["x", "#" * 80, "#" * 76, "y"]
+    page = browser.new_page()
+    page.set_content(head_view_html(attentions, tokens, tokens, layer=0, head=0, title="head view"))
+    width = page.evaluate("document.getElementById('view').getBoundingClientRect().width")
+    for i in range(8):
+        box = page.locator("text.tok").nth(i).bounding_box()
+        assert 0 <= box["x"] and box["x"] + box["width"] <= width, (i, box)
+    cut = page.locator("text.tok").nth(1)
+    assert cut.evaluate("e => e.firstChild.textContent") == "#" * 19 + "\u2026"
+    assert cut.get_attribute("aria-label") == "#" * 80 and cut.locator("title").text_content() == "#" * 80
+    assert page.locator("text.tok").nth(2).locator("title").text_content() == "#" * 76
+    assert page.locator("text.tok").nth(0).locator("title").count() == 0  # a short token has no tooltip
+    page.close()

@@ -208,10 +208,14 @@ def _byte_alphabet(text: str) -> str:
     ("\u064e", "◌\u064e"), ("\u0652\u064e", "◌\u0652\u064e"), ("\u093e", "◌\u093e"),  # Arabic, Devanagari signs
     ("\u20dd", "◌\u20dd"),  # an enclosing mark
     ("\u0645\u064e", "\u0645\u064e"), ("e\u0301", "e\u0301"), ("\u2764\ufe0f", "\u2764\ufe0f"),  # marks on a base
+    ("\u200d", "\\u200d"), ("\u200c", "\\u200c"), ("\u3164", "\\u3164"), ("\u2800", "\\u2800"),  # blank alone
+    ("\u200d\u200c", "\\u200d\\u200c"), ("\U0001d173", "\\U0001d173"), ("a\U0001d173", "a\\U0001d173"),
+    ("\u0644\u200c", "\u0644\u200c"), ("\U0001f469\u200d\U0001f4bb", "\U0001f469\u200d\U0001f4bb"),  # joining
 ])
 def test_a_token_of_marks_alone_is_drawn_where_a_label_shows_it(text, shown):
     """SmolLM2 splits "I ❤️ you" after the heart and Arabic before its vowel marks: the token U+FE0F gave the label
-    "4 " and a fatha sat on the label's space, "1 َ", blank-looking labels on the maps (stop-51 text audit)."""
+    "4 " and a fatha sat on the label's space, "1 َ", blank-looking labels on the maps (stop-51 text audit). A token
+    of joiners or Hangul fillers alone had a blank label; a musical format control (U+1D173) was not escaped."""
     assert prettify_token(text) == shown
     assert byte_level_token(_byte_alphabet(text)) == shown
 
