@@ -17,6 +17,7 @@ that cannot be written (a full disk) is bad input, 2.
 """
 
 import argparse
+import contextlib
 import logging
 import os
 import secrets
@@ -25,7 +26,7 @@ import sys
 from pathlib import Path
 
 from core.checkpoints.paths import readable
-from core.errors import AttnScopeError, InputError, first_line
+from core.errors import AttnScopeError, InputError, first_line, one_line
 from core.extraction.tokens import visible
 from diagnostics.probe_texts import MIN_JUDGED_TOKENS
 from diagnostics.reports.exports import unwritable
@@ -100,9 +101,8 @@ def main(argv=None):
     problem = _refusal(args, comparing)
     if problem:  # said before the model is loaded and minutes of diagnosis, not after
         return _fail(problem, EXIT_BAD_INPUT)
-    _print_load_notes()
     try:
-        with _progress(args.quiet) as progress:
+        with _load_notes_printed(), _progress(args.quiet) as progress:
             report = _compare(args, progress) if comparing else _diagnose(args, progress)
         text = {"json": report.to_json, "markdown": report.to_markdown, "html": report.to_html}[args.format]()
         _emit(text, args.out)
@@ -136,6 +136,8 @@ def _refusal(args, comparing) -> str | None:
     if args.out == "":
         return f"--out needs a file name (or {STDOUT} for stdout)"
     out = None if args.out == STDOUT else args.out
+    if out and out.endswith(("/", os.sep)):  # Path() drops the slash: "reports/" wrote a file named reports
+        return f"--out {one_line(out)} names a folder; give a file name"
     sources = {"A": args.a, "B": args.b} if comparing else {"": args.source}
     for which, source in sources.items() if out else ():
         if _overwrites(Path(out), source):
@@ -143,7 +145,7 @@ def _refusal(args, comparing) -> str | None:
             return f"--out {out} would overwrite {model} being diagnosed ({source}); write the report elsewhere"
     problem = out and unwritable(Path(out))
     if problem:
-        return f"cannot write {args.out}: {problem}"
+        return f"cannot write {one_line(args.out)}: {problem}"
     return args.device and _unusable_device(args.device)
 
 
@@ -156,17 +158,17 @@ def _overwrites(out: Path, source: str) -> bool:
         return False
     try:
         path = (DEMO_MODELS[name] if name in DEMO_MODELS else Path(name).expanduser()).resolve()
-    except RuntimeError:  # a link loop: the loader refuses it in its own words
-        return False
-    if not path.exists():  # a Hub id, or a missing path the loader will refuse
+        if not path.exists():  # a Hub id, or a missing path the loader will refuse
+            return False
+    except (RuntimeError, OSError):  # a link loop, a folder it may not search: the loader refuses it in its words
         return False
     try:
         out = out.resolve()
-    except RuntimeError:  # a link loop: writing it fails with its own message
+        if path.is_dir():
+            return out == path or path in out.parents or _links_into(out, path)
+        return out == path or (out.exists() and out.samefile(path))  # samefile: a hard link too
+    except (RuntimeError, OSError):  # a link loop, a name too long: writing it fails with its own message
         return False
-    if path.is_dir():
-        return out == path or path in out.parents or _links_into(out, path)
-    return out == path or (out.exists() and out.samefile(path))  # samefile: a hard link too
 
 
 def _links_into(out: Path, folder: Path) -> bool:
@@ -213,17 +215,21 @@ def _stdout_closed() -> int:
     return EXIT_BROKEN_PIPE
 
 
-def _print_load_notes() -> None:
+@contextlib.contextmanager
+def _load_notes_printed():
     """What loading a checkpoint inferred, borrowed or ignored (an architecture read from the weights, a demo
-    model's tokenizer): one ``note:`` line each on stderr, as the app shows them above its report."""
+    model's tokenizer): one ``note:`` line each on stderr, as the app shows them above its report. The logger is
+    as it was afterwards: a caller's own handlers (or pytest's) saw no load note after a first ``main()``."""
     load_log = logging.getLogger("attnscope.load")
-    for old in [h for h in load_log.handlers if getattr(h, "attnscope_cli", False)]:
-        load_log.removeHandler(old)  # an earlier main()'s, bound to the stderr of then
-    handler = _NoteHandler(sys.stderr)
+    handler, propagate = _NoteHandler(sys.stderr), load_log.propagate
     handler.setFormatter(_NoteFormatter())
-    handler.attnscope_cli = True
     load_log.addHandler(handler)
     load_log.propagate = False
+    try:
+        yield
+    finally:
+        load_log.removeHandler(handler)
+        load_log.propagate = propagate
 
 
 def _unusable_device(device: str) -> str | None:

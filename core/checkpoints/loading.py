@@ -8,6 +8,7 @@ a checkpoint must never run its own Python code by default.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import re
@@ -23,7 +24,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
-from ..errors import CheckpointError, InputError, ModelLoadError, first_line, quoted
+from ..errors import CheckpointError, InputError, ModelLoadError, first_line, one_line, quoted
 from .archive import ARCHIVE_SUFFIXES, is_archive, model_limits
 from .build import SHAPE, UNWRAPPED, check_config_sizes, check_missing, dropped_note, load_dtype, wrapper_prefix
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint, token_reading
@@ -64,7 +65,23 @@ def load_model(
     An archive, a single weights file, a folder without config.json or one whose
     model is a .gguf goes through ``core.checkpoints.checkpoint.load_checkpoint``
     (``n_heads`` is for bare state dicts, whose weights do not say how many heads they have).
+    A path that cannot be read (no permission, a name too long) is a ``ModelLoadError`` naming it.
     """
+    try:
+        return _load_model(source, device, trust_remote_code, device_map, max_memory, n_heads, progress)
+    except OSError as err:
+        if err.errno not in _UNREADABLE or err.filename is None:
+            raise
+        name = Path(str(err.filename)).name or str(err.filename)  # not a staging folder's path: the file's name
+        where = "" if str(source).rstrip("/").endswith(name) else f" ({one_line(readable(name), 80)} in it)"
+        raise ModelLoadError(f"cannot read {one_line(readable(str(source)))}{where}: {err.strerror.lower()}") from None
+
+
+# A user's path that cannot be read: their input (exit 2 from the command line), not an internal error
+_UNREADABLE = {errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR}
+
+
+def _load_model(source, device, trust_remote_code, device_map, max_memory, n_heads, progress):
     _check_placement(device, device_map, max_memory)
     path, known = resolve_source(source), real_model(source)
     if known is not None:  # an installed wheel: a trusted, hash-checked path outside the allowed roots
@@ -77,7 +94,7 @@ def load_model(
         path = str(expand_user(path))
     if not is_utf8(path) and Path(path).exists():  # a Latin-1 name: the Rust readers open it through a UTF-8 link
         with utf8_path(Path(path)) as openable:
-            model, tokenizer = load_model(openable, device, trust_remote_code, device_map, max_memory, n_heads,
+            model, tokenizer = _load_model(openable, device, trust_remote_code, device_map, max_memory, n_heads,
                                           progress)
         if getattr(model.config, "name_or_path", None) == str(openable):  # named as given, not by the private link
             model.config.name_or_path = readable(path)

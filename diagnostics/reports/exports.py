@@ -24,7 +24,16 @@ def _finite(value):
 
 def unwritable(path: Path, make_folders: bool = False) -> str | None:
     """Why a file cannot be written at ``path`` (a folder, a missing folder, a file in the way, no permission), or
-    None; with ``make_folders`` the missing folders are the writer's to make (the nearest existing one is checked)."""
+    None; with ``make_folders`` the missing folders are the writer's to make (the nearest existing one is checked).
+    A file already there needs only its own permission: the writers write it in place where its folder takes no
+    new file."""
+    try:
+        return _unwritable(path, make_folders)
+    except OSError as err:  # a name too long, a folder that cannot be searched
+        return (err.strerror or str(err)).lower()
+
+
+def _unwritable(path: Path, make_folders: bool) -> str | None:
     if path.is_dir():
         return "it is a folder; give a file name"
     folder = path.parent
@@ -34,7 +43,7 @@ def unwritable(path: Path, make_folders: bool = False) -> str | None:
         return f"the folder {folder} does not exist"
     if not folder.is_dir():
         return f"{folder} is a file, not a folder"
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not os.access(path if path.exists() else folder, os.W_OK):
         return "permission denied"
     return None
 

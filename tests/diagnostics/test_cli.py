@@ -132,6 +132,40 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert "Traceback" not in "".join(lines)
 
 
+def test_main_leaves_the_load_log_as_it_found_it(tmp_path, caplog):
+    """main() turned the load log's propagation off for good: a later load's notes reached no caller's handler
+    (a core test failed whenever a CLI test ran before it)."""
+    import logging
+
+    assert cli.main([str(tmp_path / "missing"), "--quiet"]) == 2
+    load_log = logging.getLogger("attnscope.load")
+    assert load_log.propagate and not load_log.handlers
+    with caplog.at_level(logging.WARNING, "attnscope.load"):
+        load_log.warning("a later note")
+    assert "a later note" in caplog.text
+
+
+def test_a_model_path_that_cannot_be_read_is_bad_input_not_an_internal_error(tmp_path, capsys, monkeypatch):
+    """An unreadable folder, tokenizer.json or GGUF, or a name too long, was "internal error (PermissionError …);
+    please report it", exit 3, and named the upload's staging copy (CLI audit, stop 56)."""
+    from core.checkpoints import loading
+
+    assert cli.main(["./" + "a" * 300, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read ./aaa") and err.endswith("…: file name too long\n")
+
+    def unreadable(name):
+        def load(*args):
+            raise PermissionError(13, "Permission denied", f"/tmp/attnscope-upload-1/upload/{name}")
+        return load
+    for source, name, said in (("m4", "config.json", "m4 (config.json in it)"), ("u.gguf", "u.gguf", "u.gguf")):
+        monkeypatch.setattr(loading, "_load_model", unreadable(name))
+        assert cli.main([source, "--quiet"]) == 2
+        assert capsys.readouterr().err == f"error: cannot read {said}: permission denied\n"
+    monkeypatch.setattr(loading, "_load_model", lambda *args: (_ for _ in ()).throw(OSError(28, "No space left")))
+    assert cli.main(["m4", "--quiet"]) == 3  # no file of the user's: still a distinct status
+
+
 def test_loader_messages_do_not_ask_a_command_line_user_to_upload(tmp_path, capsys):
     """The CLI reads files through the app's loader, whose advice said 'upload the complete file'."""
     (tmp_path / "cut.safetensors").write_bytes(b"junk!")
@@ -157,6 +191,40 @@ def test_an_unwritable_out_is_refused_before_the_diagnosis(tmp_path, capsys, mon
         assert why in capsys.readouterr().err
     assert ran == []  # nothing was diagnosed first
 
+
+
+def test_an_out_the_system_cannot_even_look_at_is_one_line_before_the_diagnosis(tmp_path, capsys, monkeypatch):
+    """A name too long or a folder that may not be searched raised from the --out checks, before main's handler:
+    a traceback and exit 1 (CLI audit, stop 56); and "reports/" wrote a file named reports."""
+    ran = []
+    monkeypatch.setattr(cli, "_diagnose", lambda args, progress: ran.append(args))
+    long = tmp_path / ("a" * 300 + ".md")
+    assert cli.main(["demo-bert", "--out", str(long), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and err.endswith("…: file name too long\n") and len(err) < 300
+    with monkeypatch.context() as patched:  # root searches any folder: the folder's refusal, as the system says it
+        patched.setattr(Path, "is_dir", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+        assert cli.main(["demo-bert", "--out", str(tmp_path / "unread" / "x.md"), "--quiet"]) == 2
+    assert capsys.readouterr().err == f"error: cannot write {tmp_path / 'unread' / 'x.md'}: permission denied\n"
+    for out in (str(tmp_path / "new") + "/", str(tmp_path / "old.md") + "/"):
+        (tmp_path / "old.md").write_text("kept")
+        assert cli.main(["demo-bert", "--out", out, "--quiet"]) == 2
+        assert capsys.readouterr().err == f"error: --out {out} names a folder; give a file name\n"
+    assert ran == [] and not (tmp_path / "new").exists() and (tmp_path / "old.md").read_text() == "kept"
+
+
+def test_a_writable_report_in_a_read_only_folder_is_not_refused(tmp_path, capsys, monkeypatch, diagnosed):
+    """The check asked for a folder that takes new files, so the file was refused by its own name while a link to
+    it was written (the writer falls back to writing in place)."""
+    out = tmp_path / "report.md"
+    out.write_text("old")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path and real_access(path, mode))
+    monkeypatch.setattr(cli.os, "replace", lambda *args: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    assert cli.main(["demo-bert", "--out", str(out), "--quiet"]) == 0
+    assert out.read_text().startswith("# AttnScope diagnosis")
+    assert cli.main(["demo-bert", "--out", str(tmp_path / "new.md"), "--quiet"]) == 2  # a new file: refused
+    assert capsys.readouterr().err.endswith("new.md: permission denied\n")
 
 
 def test_a_device_out_of_memory_is_bad_input_with_advice(bert_dir, capsys, monkeypatch):
