@@ -15,6 +15,8 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
+from benchmarks import MODELS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "diagnostics"))  # pathologies
 
 
@@ -40,7 +42,7 @@ def summarise(name: str) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["minilm", "smollm2", "demo-bert", "demo-gpt2"])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     args = parser.parse_args(argv)
     print("| model | copy | reachable score bound (min–max over heads) | warnings and errors |\n|---|---|---|---|",
           flush=True)

@@ -26,6 +26,8 @@ import os
 import sys
 import time
 
+from benchmarks import positive
+
 
 def gpt2_model(tokens: int, layers: int):
     import torch
@@ -101,8 +103,8 @@ def measure(name: str, tokens: int, layers: int, default_probes: bool) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["gpt2", "smollm2"], choices=["gpt2", "smollm2"])
-    parser.add_argument("--tokens", type=int, default=2048)
-    parser.add_argument("--layers", type=int, default=12, help="layers of the gpt2 model (12: GPT-2 small)")
+    parser.add_argument("--tokens", type=positive, default=2048)
+    parser.add_argument("--layers", type=positive, default=12, help="layers of the gpt2 model (12: GPT-2 small)")
     parser.add_argument("--default-probes", action="store_true", help="also time diagnose() on the built-in probes")
     args = parser.parse_args(argv)
     import torch

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import positive  # noqa: E402
 from diagnostics.monitor import DEFAULT_EVERY, AttentionMonitor  # noqa: E402
 
 SIZES = {"small": dict(n_embd=256, n_layer=6, n_head=8), "tiny": dict(n_embd=32, n_layer=2, n_head=4)}
@@ -84,10 +85,10 @@ def measure(size="small", steps=20, every=DEFAULT_EVERY, batch=16, length=128, f
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=SIZES, default="small")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--every", type=int, default=DEFAULT_EVERY)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--steps", type=positive, default=20)
+    parser.add_argument("--every", type=positive, default=DEFAULT_EVERY)
+    parser.add_argument("--batch", type=positive, default=16)
+    parser.add_argument("--length", type=positive, default=128)
     parser.add_argument("--full", action="store_true")
     args = parser.parse_args(argv)
     r = measure(args.size, args.steps, args.every, args.batch, args.length, args.full)

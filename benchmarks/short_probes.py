@@ -26,6 +26,8 @@ from collections import Counter
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from benchmarks import MODELS, positive
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "diagnostics"))  # pathologies
 
 WINDOWS = 12
@@ -127,8 +129,8 @@ def no_text_fits():
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["minilm", "smollm2", "demo-bert", "demo-gpt2"])
-    parser.add_argument("--lengths", nargs="+", type=int, default=[4, 8, 16, 24, 32, 40, 48, 64, 96])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--lengths", nargs="+", type=positive, default=[4, 8, 16, 24, 32, 40, 48, 64, 96])
     parser.add_argument("--half", choices=["heldout", "tuning"], default="heldout",
                         help="the half of the real-model texts cut into windows")
     parser.add_argument("--random", action="store_true",

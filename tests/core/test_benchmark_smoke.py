@@ -62,3 +62,21 @@ def test_the_js_sampling_benchmark_compares_sampled_with_every_row():
     assert cells[:4] == ["minilm", "96", "32", "396"] and 0 < float(cells[4]) < 0.1, cells
     every = [c.strip() for c in compare("minilm", 96, 96).strip("|").split("|")]
     assert float(every[4]) == 0 and every[7] == "0", every
+
+
+@pytest.mark.parametrize(("module", "argv", "said"), [
+    ("diagnose", ["--tokens", "0"], "--tokens: must be at least 1, got 0"),
+    ("diagnose", ["--layers", "0"], "--layers: must be at least 1"),
+    ("monitor_overhead", ["--steps", "0"], "--steps: must be at least 1"),
+    ("calibration", ["--models", "nosuch"], "invalid choice: 'nosuch'"),
+    ("short_probes", ["--models", "nosuch"], "invalid choice: 'nosuch'"),
+    ("short_probes", ["--lengths", "8", "x"], "not a whole number: 'x'"),
+])
+def test_a_benchmark_refuses_a_bad_argument_in_one_line(module, argv, said, capsys):
+    """--tokens 0 was an IndexError, --steps 0 a ZeroDivisionError, --models nosuch a ModelLoadError, each a
+    traceback after the setup (CLI audit, stop 56)."""
+    import importlib
+
+    with pytest.raises(SystemExit) as ended:
+        importlib.import_module(f"benchmarks.{module}").main(argv)
+    assert ended.value.code == 2 and said in capsys.readouterr().err
