@@ -121,8 +121,10 @@ def _load_model(source, device, trust_remote_code, device_map, max_memory, n_hea
         raise ModelLoadError(f"{path} is a file AttnScope does not read: give a model folder, an archive "
                              f"({', '.join(ARCHIVE_SUFFIXES)}), a weights file ({', '.join(WEIGHT_SUFFIXES)}) "
                              "or a .gguf")
-    elif Path(path).exists():
+    elif Path(path).is_dir():
         raise ModelLoadError(f"{path} is not a model folder: it has no {CONFIG_NAME}")
+    elif Path(path).exists():  # a pipe, a device: "not a model folder" had named the wrong thing
+        raise ModelLoadError(f"{path} is not a file or a folder (a pipe or a device?); give a model folder or file")
     model, tokenizer = _load_hf(path, trust_remote_code, device_map, max_memory)
     if device_map is None:
         model = model.to(pick_device(device))
@@ -167,8 +169,8 @@ def _refuse_device_map(device_map, source, what: str) -> None:
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as err:  # bad JSON or UTF-8, a 5,000-digit number, deep nesting
+        return json.loads(path.read_text())  # an OSError (no permission) is load_model's "cannot read"
+    except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, a 5,000-digit number, deep nesting
         raise ModelLoadError(f"{path} is not valid JSON ({first_line(err)})") from None
 
 

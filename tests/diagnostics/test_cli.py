@@ -164,6 +164,19 @@ def test_a_model_path_that_cannot_be_read_is_bad_input_not_an_internal_error(tmp
         assert capsys.readouterr().err == f"error: cannot read {said}: permission denied\n"
     monkeypatch.setattr(loading, "_load_model", lambda *args: (_ for _ in ()).throw(OSError(28, "No space left")))
     assert cli.main(["m4", "--quiet"]) == 3  # no file of the user's: still a distinct status
+    assert "internal error" in capsys.readouterr().err
+    monkeypatch.undo()
+    folder = tmp_path / "m1"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied", str(self))))
+    assert cli.main([str(folder), "--quiet"]) == 2  # it said "is not valid JSON (PermissionError …)"
+    assert capsys.readouterr().err == f"error: cannot read {folder} (config.json in it): permission denied\n"
+    monkeypatch.undo()
+    os.mkfifo(tmp_path / "fifo.safetensors")  # it said "is not a model folder: it has no config.json"
+    assert cli.main([str(tmp_path / "fifo.safetensors"), "--quiet"]) == 2
+    assert "fifo.safetensors is not a file or a folder (a pipe or a device?)" in capsys.readouterr().err
 
 
 def test_loader_messages_do_not_ask_a_command_line_user_to_upload(tmp_path, capsys):
