@@ -2,7 +2,19 @@
 
 import argparse
 
-MODELS = ("minilm", "smollm2", "demo-bert", "demo-gpt2")  # the models the calibration benchmarks judge
+MODELS = ["minilm", "smollm2", "demo-bert", "demo-gpt2"]  # the calibration benchmarks' default models
+
+
+def rows_or_exit(parser, name: str, table) -> None:
+    """The rows ``table(name)`` returns (a table's rows for model ``name``), printed; a model that does not load is
+    argparse's one line and exit 2 (``--models nosuch`` was a ModelLoadError traceback)."""
+    from core.errors import AttnScopeError
+
+    try:
+        for row in table(name):
+            print(row, flush=True)
+    except AttnScopeError as err:
+        parser.error(f"--models {name}: {err}")
 
 
 def positive(text: str) -> int:

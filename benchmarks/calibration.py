@@ -15,7 +15,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from benchmarks import MODELS
+from benchmarks import MODELS, rows_or_exit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "diagnostics"))  # pathologies
 
@@ -42,13 +42,12 @@ def summarise(name: str) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--models", nargs="+", default=MODELS, help="names, Hub ids or folders core.load_model reads")
     args = parser.parse_args(argv)
     print("| model | copy | reachable score bound (min–max over heads) | warnings and errors |\n|---|---|---|---|",
           flush=True)
     for name in args.models:
-        for row in summarise(name):
-            print(row, flush=True)
+        rows_or_exit(parser, name, summarise)
     return 0
 
 

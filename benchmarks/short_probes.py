@@ -26,7 +26,7 @@ from collections import Counter
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from benchmarks import MODELS, positive
+from benchmarks import MODELS, positive, rows_or_exit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "diagnostics"))  # pathologies
 
@@ -129,7 +129,7 @@ def no_text_fits():
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--models", nargs="+", default=MODELS, help="names, Hub ids or folders core.load_model reads")
     parser.add_argument("--lengths", nargs="+", type=positive, default=[4, 8, 16, 24, 32, 40, 48, 64, 96])
     parser.add_argument("--half", choices=["heldout", "tuning"], default="heldout",
                         help="the half of the real-model texts cut into windows")
@@ -140,15 +140,13 @@ def main(argv=None) -> int:
         print("| model | tokens | healthy, random ids | healthy, random vocabulary | Q/K × 8, random ids "
               "| Q/K × 8, random vocabulary |\n|---|---|---|---|---|---|", flush=True)
         for name in args.models:
-            for row in random_rows(name, args.lengths):
-                print(row, flush=True)
+            rows_or_exit(parser, name, lambda m: random_rows(m, args.lengths))
         return 0
     print("| model | tokens | tuning: healthy with a warning or error | tuning: Q/K × 8 saturated error "
           "| held-out: healthy with a warning or error | held-out: Q/K × 8 saturated error |\n"
           "|---|---|---|---|---|---|", flush=True)
     for name in args.models:
-        for row in summarise(name, args.lengths, args.half):
-            print(row, flush=True)
+        rows_or_exit(parser, name, lambda m: summarise(m, args.lengths, args.half))
     return 0
 
 

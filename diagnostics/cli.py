@@ -136,7 +136,8 @@ def _refusal(args, comparing) -> str | None:
     if args.out == "":
         return f"--out needs a file name (or {STDOUT} for stdout)"
     out = None if args.out == STDOUT else args.out
-    if out and out.endswith(("/", os.sep)):  # Path() drops the slash: "reports/" wrote a file named reports
+    if out and Path(out).name != os.path.basename(out):  # "reports/", "reports/.": Path() drops the slash and the
+        # dot, and they wrote a file named reports
         return f"--out {one_line(out)} names a folder; give a file name"
     sources = {"A": args.a, "B": args.b} if comparing else {"": args.source}
     for which, source in sources.items() if out else ():

@@ -162,11 +162,11 @@ def parse_log(data) -> Timeline:
     for number, line in enumerate(_LINE_END.split(str(data).removeprefix("\ufeff")), 1):
         if not line.strip():
             continue
-        if len(records) == MAX_RECORDS:
-            raise InputError(f"the log holds more than {MAX_RECORDS:,} measurements; log less often (every=...) "
-                             "or split the log")
         try:
             records.append(_kept(_parse_line(line, number)))
+            if len(records) > MAX_RECORDS:  # a parsed one: a last line cut short is skipped, not counted
+                raise InputError(f"the log holds more than {MAX_RECORDS:,} measurements; log less often (every=...) "
+                                 "or split the log")
         except _OtherVersion as err:  # the lines this version can read still show, the others are named
             other.append((err.number, err.schema, str(err)))  # not the error: its traceback holds the parsed record
         except _NotJSON as err:  # a write cut short (disk full, a killed run) leaves half a line

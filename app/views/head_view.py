@@ -15,7 +15,7 @@ import html
 
 import torch
 
-from app.plain import LABEL_CHARS, json_for_html
+from app.plain import json_for_html, short_label
 from core.views import top_links
 
 HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -65,16 +65,12 @@ function said(side, i) {  // a token and its strongest links in each shown head,
   });
   return (side === 'q' ? 'query ' : 'key ') + own[i] + '; ' + (parts.join('; ') || 'no head shown');
 }
-function cut(t) {  // a long token's first characters and "…", as app.plain.short_label: whole, one 80-character
-  const ch = [...t];  // token ran 430 px past the frame's edge; the mouse's tooltip and the label say it whole
-  return ch.length <= D.label_chars ? t : ch.slice(0, D.label_chars - 1).join('') + '\u2026';
-}
-function tokens(list, x, anchor, side) {  // one Tab stop per column, on the token last focused; arrows move it
-  let stop = 0;
-  const items = list.map((t, i) => {
+function tokens(list, shown, x, anchor, side) {  // one Tab stop per column, on the token last focused; arrows
+  let stop = 0;  // move it. A long token is shown cut (whole, an 80-character one ran 430 px past the frame's edge),
+  const items = list.map((t, i) => {  // the mouse's tooltip and the spoken label say it whole
     const e = el('text', {x: x, y: 29 + R * i, 'text-anchor': anchor, class: 'tok', tabindex: i ? -1 : 0,
-                          role: 'img', 'aria-roledescription': 'token', 'aria-label': t}, cut(t));
-    if (cut(t) !== t) { const tip = document.createElementNS(NS, 'title'); tip.textContent = t; e.appendChild(tip); }
+                          role: 'img', 'aria-roledescription': 'token', 'aria-label': t}, shown[i]);
+    if (shown[i] !== t) { const tip = document.createElementNS(NS, 'title'); tip.textContent = t; e.appendChild(tip); }
     for (const [on, off] of [['mouseenter', 'mouseleave'], ['focus', 'blur']]) {  // focus: the keyboard's hover
       e.addEventListener(on, () => draw({side: side, i: i}));
       e.addEventListener(off, () => draw(null));
@@ -94,8 +90,8 @@ function tokens(list, x, anchor, side) {  // one Tab stop per column, on the tok
     return e;
   });
 }
-tokens(D.queries, X0, 'end', 'q');
-tokens(D.keys, X1, 'start', 'k');
+tokens(D.queries, D.shown_queries, X0, 'end', 'q');
+tokens(D.keys, D.shown_keys, X1, 'start', 'k');
 el('text', {x: X0, y: 12, 'text-anchor': 'end', class: 'hdr'}, 'query');
 el('text', {x: X1, y: 12, class: 'hdr'}, 'key');
 const bar = document.getElementById('heads');
@@ -138,7 +134,7 @@ def head_view_data(attentions: torch.Tensor, queries: list[str], keys: list[str]
         heads.append({"index": h, "color": HEAD_COLORS[h % len(HEAD_COLORS)], "q": q.tolist(), "k": k.tolist(),
                       "w": [round(v, 3) for v in w.tolist()]})
     return {"queries": queries, "keys": keys, "heads": heads, "selected": head, "row": ROW_PX, "top_k": top_k,
-            "label_chars": LABEL_CHARS}
+            "shown_queries": [short_label(t) for t in queries], "shown_keys": [short_label(t) for t in keys]}
 
 
 def head_view_html(attentions: torch.Tensor, queries: list[str], keys: list[str], layer: int, head: int,

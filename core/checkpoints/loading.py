@@ -169,7 +169,9 @@ def _refuse_device_map(device_map, source, what: str) -> None:
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())  # an OSError (no permission) is load_model's "cannot read"
+        return json.loads(path.read_text())
+    except OSError as err:  # not "is not valid JSON (PermissionError …)"; EIO, ESTALE too: the disk's, said as such
+        raise ModelLoadError(f"cannot read {path}: {(err.strerror or str(err)).lower()}") from None
     except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, a 5,000-digit number, deep nesting
         raise ModelLoadError(f"{path} is not valid JSON ({first_line(err)})") from None
 

@@ -156,4 +156,19 @@ def test_a_long_token_s_label_is_cut_and_stays_told_apart_by_its_position():
     assert labels[:3] == ("0 x", "1 " + "#" * (LABEL_CHARS - 1) + "…", "2 " + "#" * (LABEL_CHARS - 1) + "…")
     assert labels[3] == "3 " + "&lt;" * (LABEL_CHARS - 1) + "…"  # cut, then escaped: no entity cut in two
     data = json.loads(_script_data(head_view.head_view_html(_attention(4), tokens, tokens, 1, 0)))
-    assert data["queries"] == tokens and data["label_chars"] == LABEL_CHARS
+    assert data["queries"] == tokens and data["shown_keys"] == [t if len(t) <= 20 else t[:19] + "…" for t in tokens]
+
+
+@pytest.mark.parametrize(("token", "shown"), [
+    ("\\u200d" * 4, "\\u200d" * 3 + "…"),  # a blank token's escapes: none cut in two ("\u200d\u…")
+    ("ab" + "\\U0001d173" * 2 + "x" * 20, "ab\\U0001d173…"),
+    ("\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466" * 21,  # a family of four is one character
+     "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466" * 19 + "…"),
+    ("e\u0301" * 25, "e\u0301" * 19 + "…"), ("\U0001f44d\U0001f3fd" * 25, "\U0001f44d\U0001f3fd" * 19 + "…"),
+    ("e\u0301" * 20, "e\u0301" * 20),  # 20 characters of 40 code points: not cut
+])
+def test_a_label_is_cut_between_the_characters_a_reader_sees(token, shown):
+    """Cut at 19 code points, a family emoji lost a member (another valid emoji) and an escape its last digits."""
+    from app.plain import short_label
+
+    assert short_label(token) == shown

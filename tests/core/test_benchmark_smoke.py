@@ -68,8 +68,9 @@ def test_the_js_sampling_benchmark_compares_sampled_with_every_row():
     ("diagnose", ["--tokens", "0"], "--tokens: must be at least 1, got 0"),
     ("diagnose", ["--layers", "0"], "--layers: must be at least 1"),
     ("monitor_overhead", ["--steps", "0"], "--steps: must be at least 1"),
-    ("calibration", ["--models", "nosuch"], "invalid choice: 'nosuch'"),
-    ("short_probes", ["--models", "nosuch"], "invalid choice: 'nosuch'"),
+    ("calibration", ["--models", "nosuch"], "--models nosuch: "),
+    ("short_probes", ["--models", "nosuch", "--lengths", "8"], "--models nosuch: "),
+    ("short_probes", ["--random", "--models", "nosuch", "--lengths", "8"], "--models nosuch: "),
     ("short_probes", ["--lengths", "8", "x"], "not a whole number: 'x'"),
 ])
 def test_a_benchmark_refuses_a_bad_argument_in_one_line(module, argv, said, capsys):

@@ -172,11 +172,15 @@ def test_a_model_path_that_cannot_be_read_is_bad_input_not_an_internal_error(tmp
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (_ for _ in ()).throw(
         PermissionError(13, "Permission denied", str(self))))
     assert cli.main([str(folder), "--quiet"]) == 2  # it said "is not valid JSON (PermissionError …)"
-    assert capsys.readouterr().err == f"error: cannot read {folder} (config.json in it): permission denied\n"
+    assert capsys.readouterr().err == f"error: cannot read {folder / 'config.json'}: permission denied\n"
     monkeypatch.undo()
     os.mkfifo(tmp_path / "fifo.safetensors")  # it said "is not a model folder: it has no config.json"
     assert cli.main([str(tmp_path / "fifo.safetensors"), "--quiet"]) == 2
     assert "fifo.safetensors is not a file or a folder (a pipe or a device?)" in capsys.readouterr().err
+    (tmp_path / "eio").mkdir()  # an I/O error (a failing disk, NFS) stays bad input: a one-line exit 2
+    (tmp_path / "eio" / "config.json").symlink_to("/proc/self/mem")
+    assert cli.main([str(tmp_path / "eio"), "--quiet"]) == 2
+    assert capsys.readouterr().err.endswith("config.json: input/output error\n")
 
 
 def test_loader_messages_do_not_ask_a_command_line_user_to_upload(tmp_path, capsys):
@@ -219,7 +223,7 @@ def test_an_out_the_system_cannot_even_look_at_is_one_line_before_the_diagnosis(
         patched.setattr(Path, "is_dir", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
         assert cli.main(["demo-bert", "--out", str(tmp_path / "unread" / "x.md"), "--quiet"]) == 2
     assert capsys.readouterr().err == f"error: cannot write {tmp_path / 'unread' / 'x.md'}: permission denied\n"
-    for out in (str(tmp_path / "new") + "/", str(tmp_path / "old.md") + "/"):
+    for out in (str(tmp_path / "new") + "/", str(tmp_path / "old.md") + "/", str(tmp_path / "new") + "/."):
         (tmp_path / "old.md").write_text("kept")
         assert cli.main(["demo-bert", "--out", out, "--quiet"]) == 2
         assert capsys.readouterr().err == f"error: --out {out} names a folder; give a file name\n"

@@ -193,6 +193,7 @@ def test_a_log_of_more_measurements_than_the_timeline_keeps_is_refused_while_rea
     assert len(parse_log(log).records) == 40
     with pytest.raises(InputError, match="more than 40 measurements; log less often"):
         parse_log(log + "\n" + line.replace('"step": 0', '"step": 40'))
+    assert parse_log(log + "\n" + line[:20]).notes == ["line 41 of the log is not JSON (a write cut short?): skipped"]
     monkeypatch.undo()
     headless = "\n".join(line.replace('"step": 0', f'"step": {s}') for s in range(20_000))
     tracemalloc.start()
