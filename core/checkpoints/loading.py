@@ -73,7 +73,7 @@ def load_model(
         if err.errno not in _UNREADABLE or err.filename is None:
             raise
         name = Path(str(err.filename)).name or str(err.filename)  # not a staging folder's path: the file's name
-        where = "" if str(source).rstrip("/").endswith(name) else f" ({one_line(readable(name), 80)} in it)"
+        where = "" if Path(str(source)).name == name else f" ({one_line(readable(name), 80)} in it)"
         raise ModelLoadError(f"cannot read {one_line(readable(str(source)))}{where}: {err.strerror.lower()}") from None
 
 
