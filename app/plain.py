@@ -11,7 +11,8 @@ from __future__ import annotations
 import html
 import json
 import re
-import unicodedata
+
+import regex
 
 from core.extraction.tokens import visible
 
@@ -26,37 +27,23 @@ _NUMBERED = re.compile(r"^(\s*\d+)([.)])")  # "1." would start a numbered list
 LABEL_CHARS = 20
 
 
-# An escape (core.extraction.tokens.visible) cut short at a label's end: "\u200" would read as another character
-_CUT_ESCAPE = re.compile(r"\\(x[0-9a-f]?|u[0-9a-f]{0,3}|U[0-9a-f]{0,7})?$")
+# An escape of core.extraction.tokens.visible: cut short at a label's end, "\u200" would read as another character
+_ESCAPE = re.compile(r"\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
+_CHARACTER = regex.compile(r"\X")  # a user-perceived character: Unicode's extended grapheme cluster (UAX #29)
 
 
 def short_label(token: str) -> str:
     """A token's label cut to ``LABEL_CHARS`` characters, "…" last when cut (the whole token stays in the head
-    view's tooltip, the CSV and the JSON). Characters, as a reader counts them: a letter with its marks, or an
-    emoji joined with others, is one and is never cut in two (a family of four cut to three is another emoji),
-    nor is an escape (``\u200d``)."""
-    clusters = _clusters(token)
-    if len(clusters) <= LABEL_CHARS:
+    view's tooltip, the CSV and the JSON). Characters, as a reader counts them: a letter with its marks, a flag, a
+    Hangul syllable of jamo or an emoji joined with others is one and is never cut in two (a family of four cut to
+    three is another emoji), nor is an escape (``\u200d``)."""
+    characters = _CHARACTER.findall(token)
+    if len(characters) <= LABEL_CHARS:
         return token
-    return _CUT_ESCAPE.sub("", "".join(clusters[:LABEL_CHARS - 1])) + "…"
-
-
-def _clusters(text: str) -> list[str]:
-    """``text`` in the characters a reader sees: each with the marks, joiners, variation selectors, skin tones and
-    tags that extend it, and what a zero-width joiner joins to it."""
-    clusters = []
-    for ch in text:
-        if clusters and (_extends(ch) or clusters[-1].endswith("\u200d")):
-            clusters[-1] += ch
-        else:
-            clusters.append(ch)
-    return clusters
-
-
-def _extends(ch: str) -> bool:
-    code = ord(ch)
-    return (unicodedata.category(ch) in ("Mn", "Mc", "Me") or code == 0x200D or 0xFE00 <= code <= 0xFE0F
-            or 0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F)
+    kept = "".join(characters[:LABEL_CHARS - 1])  # a prefix of the token
+    start = kept.rfind("\\")
+    escape = _ESCAPE.match(token, start) if start >= 0 else None
+    return (kept[:start] if escape and escape.end() > len(kept) else kept) + "…"
 
 
 def for_plotly(text: str) -> str:

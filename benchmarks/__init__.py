@@ -8,12 +8,12 @@ MODELS = ["minilm", "smollm2", "demo-bert", "demo-gpt2"]  # the calibration benc
 def rows_or_exit(parser, name: str, table) -> None:
     """The rows ``table(name)`` returns (a table's rows for model ``name``), printed; a model that does not load is
     argparse's one line and exit 2 (``--models nosuch`` was a ModelLoadError traceback)."""
-    from core.errors import AttnScopeError
+    from core.errors import ModelLoadError
 
     try:
         for row in table(name):
             print(row, flush=True)
-    except AttnScopeError as err:
+    except ModelLoadError as err:  # only: a benchmark's own bug keeps its traceback
         parser.error(f"--models {name}: {err}")
 
 

@@ -77,8 +77,10 @@ def load_model(
         raise ModelLoadError(f"cannot read {one_line(readable(str(source)))}{where}: {err.strerror.lower()}") from None
 
 
-# A user's path that cannot be read: their input (exit 2 from the command line), not an internal error
-_UNREADABLE = {errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR}
+# A user's path that cannot be read: their input (exit 2 from the command line), not an internal error; the disk's
+# failures to read it (EIO, a stale NFS handle) too
+_UNREADABLE = {errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EIO, errno.ESTALE,
+               errno.ENXIO}
 
 
 def _load_model(source, device, trust_remote_code, device_map, max_memory, n_heads, progress):
@@ -168,10 +170,12 @@ def _refuse_device_map(device_map, source, what: str) -> None:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except OSError as err:  # not "is not valid JSON (PermissionError …)"; EIO, ESTALE too: the disk's, said as such
-        raise ModelLoadError(f"cannot read {path}: {(err.strerror or str(err)).lower()}") from None
+    try:  # an OSError (no permission, a failing disk) is load_model's "cannot read", naming the user's path: this
+        return json.loads(path.read_text())  # one may be a private link to a folder whose name is not UTF-8
+    except OSError as err:
+        if err.filename is None:  # a failed read (EIO) names no file: the file it was reading
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        raise
     except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, a 5,000-digit number, deep nesting
         raise ModelLoadError(f"{path} is not valid JSON ({first_line(err)})") from None
 

@@ -166,6 +166,12 @@ def test_a_long_token_s_label_is_cut_and_stays_told_apart_by_its_position():
      "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466" * 19 + "…"),
     ("e\u0301" * 25, "e\u0301" * 19 + "…"), ("\U0001f44d\U0001f3fd" * 25, "\U0001f44d\U0001f3fd" * 19 + "…"),
     ("e\u0301" * 20, "e\u0301" * 20),  # 20 characters of 40 code points: not cut
+    ("\U0001f1e9\U0001f1ea" * 12, "\U0001f1e9\U0001f1ea" * 12),  # 12 flags of 24 code points: not cut
+    ("\U0001f1e9\U0001f1ea" * 21, "\U0001f1e9\U0001f1ea" * 19 + "…"),  # a flag is two regional indicators
+    ("\u1100\u1161\u11a8" * 21, "\u1100\u1161\u11a8" * 19 + "…"),  # a syllable of three jamo
+    ("\u0915\u094d\u0937" * 21, "\u0915\u094d\u0937" * 19 + "…"),  # the conjunct क्ष
+    ("a\u200d" * 40, "a\u200d" * 19 + "…"),  # a joiner between letters joins no emoji: 40 characters
+    ("a" * 18 + "\\" + "b" * 10, "a" * 18 + "\\…"),  # a backslash of the token's own is kept
 ])
 def test_a_label_is_cut_between_the_characters_a_reader_sees(token, shown):
     """Cut at 19 code points, a family emoji lost a member (another valid emoji) and an escape its last digits."""

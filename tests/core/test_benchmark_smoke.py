@@ -81,3 +81,17 @@ def test_a_benchmark_refuses_a_bad_argument_in_one_line(module, argv, said, caps
     with pytest.raises(SystemExit) as ended:
         importlib.import_module(f"benchmarks.{module}").main(argv)
     assert ended.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_benchmark_s_own_error_keeps_its_traceback():
+    """Every AttnScopeError of a run was said as "--models demo-bert: …" (exit 2): a benchmark's bug after its model
+    loaded, blamed on the argument, without its traceback."""
+    import argparse
+
+    from benchmarks import rows_or_exit
+    from core.errors import InputError
+
+    def table(name):
+        raise InputError("probe 1 of 1: its text is empty")
+    with pytest.raises(InputError):
+        rows_or_exit(argparse.ArgumentParser(), "demo-bert", table)

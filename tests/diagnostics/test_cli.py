@@ -172,7 +172,12 @@ def test_a_model_path_that_cannot_be_read_is_bad_input_not_an_internal_error(tmp
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (_ for _ in ()).throw(
         PermissionError(13, "Permission denied", str(self))))
     assert cli.main([str(folder), "--quiet"]) == 2  # it said "is not valid JSON (PermissionError …)"
-    assert capsys.readouterr().err == f"error: cannot read {folder / 'config.json'}: permission denied\n"
+    assert capsys.readouterr().err == f"error: cannot read {folder} (config.json in it): permission denied\n"
+    latin = tmp_path / os.fsdecode(b"caf\xe9")  # opened through a private link: the message names the user's folder
+    latin.mkdir()
+    (latin / "config.json").write_text("{}")
+    assert cli.main([str(latin), "--quiet"]) == 2
+    assert capsys.readouterr().err == f"error: cannot read {tmp_path}/caf\ufffd (config.json in it): permission denied\n"
     monkeypatch.undo()
     os.mkfifo(tmp_path / "fifo.safetensors")  # it said "is not a model folder: it has no config.json"
     assert cli.main([str(tmp_path / "fifo.safetensors"), "--quiet"]) == 2
@@ -180,7 +185,7 @@ def test_a_model_path_that_cannot_be_read_is_bad_input_not_an_internal_error(tmp
     (tmp_path / "eio").mkdir()  # an I/O error (a failing disk, NFS) stays bad input: a one-line exit 2
     (tmp_path / "eio" / "config.json").symlink_to("/proc/self/mem")
     assert cli.main([str(tmp_path / "eio"), "--quiet"]) == 2
-    assert capsys.readouterr().err.endswith("config.json: input/output error\n")
+    assert capsys.readouterr().err.endswith("eio (config.json in it): input/output error\n")
 
 
 def test_loader_messages_do_not_ask_a_command_line_user_to_upload(tmp_path, capsys):
