@@ -177,7 +177,8 @@ def test_a_model_path_that_cannot_be_read_is_bad_input_not_an_internal_error(tmp
     latin.mkdir()
     (latin / "config.json").write_text("{}")
     assert cli.main([str(latin), "--quiet"]) == 2
-    assert capsys.readouterr().err == f"error: cannot read {tmp_path}/caf\ufffd (config.json in it): permission denied\n"
+    said = f"error: cannot read {tmp_path}/caf\ufffd (config.json in it): permission denied\n"
+    assert capsys.readouterr().err == said
     monkeypatch.undo()
     os.mkfifo(tmp_path / "fifo.safetensors")  # it said "is not a model folder: it has no config.json"
     assert cli.main([str(tmp_path / "fifo.safetensors"), "--quiet"]) == 2
