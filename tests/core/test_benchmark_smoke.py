@@ -66,6 +66,7 @@ def test_the_js_sampling_benchmark_compares_sampled_with_every_row():
 
 @pytest.mark.parametrize(("module", "argv", "said"), [
     ("diagnose", ["--tokens", "0"], "--tokens: must be at least 1, got 0"),
+    ("long_inputs", ["--lengths", "24", "0"], "--lengths: must be at least 1, got 0"),  # each failed in its worker
     ("diagnose", ["--layers", "0"], "--layers: must be at least 1"),
     ("monitor_overhead", ["--steps", "0"], "--steps: must be at least 1"),
     ("calibration", ["--models", "nosuch"], "--models nosuch: "),
