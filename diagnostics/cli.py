@@ -143,7 +143,8 @@ def _refusal(args, comparing) -> str | None:
     for which, source in sources.items() if out else ():
         if _overwrites(Path(out), source):
             model = f"model {which}" if which else "the model"
-            return f"--out {out} would overwrite {model} being diagnosed ({source}); write the report elsewhere"
+            return (f"--out {one_line(out)} would overwrite {model} being diagnosed ({one_line(source)}); write the "
+                    "report elsewhere")
     problem = out and unwritable(Path(out))
     if problem:
         return f"cannot write {one_line(args.out)}: {problem}"

@@ -74,7 +74,7 @@ def load_model(
             raise
         name = Path(str(err.filename)).name or str(err.filename)  # not a staging folder's path: the file's name
         where = "" if Path(str(source)).name == name else f" ({one_line(readable(name), 80)} in it)"
-        raise ModelLoadError(f"cannot read {one_line(readable(str(source)))}{where}: {err.strerror.lower()}") from None
+        raise ModelLoadError(f"cannot read {_shown(source)}{where}: {err.strerror.lower()}") from None
 
 
 # A user's path that cannot be read: their input (exit 2 from the command line), not an internal error; the disk's
@@ -120,13 +120,14 @@ def _load_model(source, device, trust_remote_code, device_map, max_memory, n_hea
             _refuse_device_map(device_map, source, "a checkpoint (its weights are not model.safetensors)")
             return _load_as_upload(path, n_heads, device, progress)
     elif Path(path).is_file():
-        raise ModelLoadError(f"{path} is a file AttnScope does not read: give a model folder, an archive "
+        raise ModelLoadError(f"{_shown(path)} is a file AttnScope does not read: give a model folder, an archive "
                              f"({', '.join(ARCHIVE_SUFFIXES)}), a weights file ({', '.join(WEIGHT_SUFFIXES)}) "
                              "or a .gguf")
     elif Path(path).is_dir():
-        raise ModelLoadError(f"{path} is not a model folder: it has no {CONFIG_NAME}")
+        raise ModelLoadError(f"{_shown(path)} is not a model folder: it has no {CONFIG_NAME}")
     elif Path(path).exists():  # a pipe, a device: "not a model folder" had named the wrong thing
-        raise ModelLoadError(f"{path} is not a file or a folder (a pipe or a device?); give a model folder or file")
+        raise ModelLoadError(f"{_shown(path)} is not a file or a folder (a pipe or a device?); give a model folder "
+                             "or file")
     model, tokenizer = _load_hf(path, trust_remote_code, device_map, max_memory)
     if device_map is None:
         model = model.to(pick_device(device))
@@ -169,6 +170,11 @@ def _refuse_device_map(device_map, source, what: str) -> None:
                          f"{quoted(str(source))} is read as {what}, which is loaded whole: give device= instead")
 
 
+def _shown(path) -> str:
+    """A path as a message names it: one line, cut, its undecodable bytes as U+FFFD."""
+    return one_line(readable(str(path)))
+
+
 def _read_json(path: Path) -> dict:
     try:  # an OSError (no permission, a failing disk) is load_model's "cannot read", naming the user's path: this
         return json.loads(path.read_text())  # one may be a private link to a folder whose name is not UTF-8
@@ -177,7 +183,7 @@ def _read_json(path: Path) -> dict:
             raise OSError(err.errno, err.strerror, str(path)) from None
         raise
     except (ValueError, RecursionError) as err:  # bad JSON or UTF-8, a 5,000-digit number, deep nesting
-        raise ModelLoadError(f"{path} is not valid JSON ({first_line(err)})") from None
+        raise ModelLoadError(f"{_shown(path)} is not valid JSON ({first_line(err)})") from None
 
 
 def _tokenizer_for(path: str, model, offline: bool = True, local: bool = True):
@@ -255,9 +261,9 @@ def _check_hub_id(path: str) -> None:
     """A missing folder or a malformed id fails here, with a message naming what would work."""
     demos = ", ".join([*ALIASES, *DEMO_MODELS])
     if path.lower().endswith((*WEIGHT_SUFFIXES, *ARCHIVE_SUFFIXES, ".gguf")):  # a file's name, not a Hub id
-        raise ModelLoadError(f"no file or folder {path}; check the path, or use a demo model: {demos}")
+        raise ModelLoadError(f"no file or folder {_shown(path)}; check the path, or use a demo model: {demos}")
     if path.startswith(("/", "./", "../", "~", "\\")):
-        raise ModelLoadError(f"folder {path} does not exist; check the path, or use a demo model: {demos}")
+        raise ModelLoadError(f"folder {_shown(path)} does not exist; check the path, or use a demo model: {demos}")
     try:
         huggingface_hub.utils.validate_repo_id(path)
     except Exception:
@@ -336,7 +342,7 @@ def _mismatched(path: str, config, offline: bool, trust_remote_code: bool) -> st
 
 def _not_found_message(path: str, local: bool, err: Exception) -> str:
     if local:
-        return f"{path} has a config.json that transformers cannot read ({first_line(err)})"
+        return f"{_shown(path)} has a config.json that transformers cannot read ({first_line(err)})"
     return (
         f"could not load model {path!r}: it is not a local folder and it could not be fetched from the "
         f"Hugging Face Hub or found in the local cache (offline, or an unknown id?). Use a local model "

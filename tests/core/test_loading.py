@@ -242,6 +242,20 @@ def test_bad_sources_are_clear_errors(source, message):
         load_model(source)
 
 
+def test_a_long_or_odd_source_is_named_cut_and_on_one_line(tmp_path):
+    """A path was put in the message whole: a newline in a folder's name split it in two, and a long path ran it
+    to 800 characters, in the CLI and in the app's error box alike."""
+    deep = tmp_path / ("m\n" + "d" * 200) / ("e" * 200)
+    deep.mkdir(parents=True)
+    (deep / "notes\n.txt").write_text("hi")
+    (deep / "bad").mkdir()
+    (deep / "bad" / "config.json").write_text("{not json")
+    for source in (deep, deep / "notes\n.txt", deep / "bad", deep / "missing", deep / "missing.safetensors"):
+        with pytest.raises(ModelLoadError) as caught:
+            load_model(str(source))
+        assert "\n" not in str(caught.value) and len(str(caught.value)) < 500, str(caught.value)
+
+
 def test_folder_without_config(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
     with pytest.raises(ModelLoadError, match="no config.json"):

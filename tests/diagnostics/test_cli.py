@@ -475,6 +475,17 @@ def test_an_out_that_is_the_model_is_refused_before_the_diagnosis(bert_dir, tmp_
     assert not (bert_dir / "report.json").exists() and diagnosed == []
 
 
+def test_an_out_inside_a_model_with_a_long_or_odd_name_is_refused_in_one_short_line(tmp_path, capsys, diagnosed):
+    """The overwrite refusal printed --out and the model's path uncut: a newline in the folder's name split the
+    message in two, and a long path ran it to 800 characters."""
+    folder = tmp_path / ("m\n" + "d" * 200) / ("e" * 200)
+    folder.mkdir(parents=True)
+    assert cli.main([str(folder), "--out", str(folder / "report.md"), "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "would overwrite the model" in lines[0] and len(lines[0]) < 600, lines
+    assert diagnosed == [] and not (folder / "report.md").exists()
+
+
 def test_an_out_beside_the_model_or_named_like_a_known_model_is_written(tmp_path, monkeypatch, diagnosed):
     """A known model's name is not a file here: `demo-bert --out demo-bert` writes ./demo-bert."""
     archive = tmp_path / "bert.zip"
