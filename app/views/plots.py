@@ -145,8 +145,14 @@ def axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str
     """
     if block == 1:
         return [f"{p} {for_plotly(short_label(t))}" for p, t in zip(positions, tokens)]
-    return [f"{positions[i]}–{positions[min(i + block, len(tokens)) - 1]} {for_plotly(short_label(tokens[i]))}…"
+    return [f"{positions[i]}–{positions[min(i + block, len(tokens)) - 1]} {_first_of_block(tokens[i])}"
             for i in range(0, len(tokens), block)]
+
+
+def _first_of_block(token: str) -> str:
+    """A pooled block's first token and "…" for the rest: one "…", not two, when the token's label was cut."""
+    label = short_label(token)
+    return for_plotly(label) if label != token else for_plotly(token) + "…"
 
 
 def slant_room(labels: list[str]) -> int:

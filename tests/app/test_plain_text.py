@@ -159,6 +159,16 @@ def test_a_long_token_s_label_is_cut_and_stays_told_apart_by_its_position():
     assert data["queries"] == tokens and data["shown_keys"] == [t if len(t) <= 20 else t[:19] + "…" for t in tokens]
 
 
+def test_a_pooled_label_says_more_follow_with_one_ellipsis():
+    """A pooled block's label is its first token and "…" for the rest; a long first token, cut with its own "…",
+    ended "……" (stop 56's open item)."""
+    from app.plain import LABEL_CHARS
+
+    tokens = ["#" * 80, "a", "the", "b", "…", "c"]
+    labels = plots.axis_labels(tokens, 2, list(range(6)))
+    assert labels == ["0–1 " + "#" * (LABEL_CHARS - 1) + "…", "2–3 the…", "4–5 ……"]  # the token "…" keeps its own
+
+
 @pytest.mark.parametrize(("token", "shown"), [
     ("\\u200d" * 4, "\\u200d" * 3 + "…"),  # a blank token's escapes: none cut in two ("\u200d\u…")
     ("ab" + "\\U0001d173" * 2 + "x" * 20, "ab\\U0001d173…"),
