@@ -46,6 +46,7 @@ WAIT_ROUND_S = 0.25  # how often a session waiting for a known model another hol
 # at the bar's first step), but not for each of its numbers ("dequantising tensor 5/272").
 PROGRESS_STEPS = 20
 MAX_RESULTS = 4  # attention results kept at once, within result_budget_bytes()
+MAX_ROLLOUTS = 4  # rollouts kept at once, within result_budget_bytes() of their own
 ENV_MODEL_CACHE = "ATTNSCOPE_MODEL_CACHE_BYTES"
 ENV_RESULT_CACHE = "ATTNSCOPE_RESULT_CACHE_BYTES"
 RESULT_BUDGET_BYTES = 2 * 10**9  # SmolLM2 on 5,000 characters (1,089 tokens) is 1.28 GB; MiniLM at 512 tokens 75 MB
@@ -258,6 +259,14 @@ def model_cache() -> BoundedCache:
 def result_cache() -> BoundedCache:
     """The attention results of this server process, shared by every session."""
     return BoundedCache(MAX_RESULTS, result_budget_bytes(), result_bytes)
+
+
+@st.cache_resource(show_spinner=False)
+def rollout_cache() -> BoundedCache:
+    """The rollouts of results (``app.views.derived.rollouts``), shared by every session: the last ``MAX_ROLLOUTS``
+    shown, within the result budget again. A rollout is 1/heads of its result, which fits that budget, so one
+    always fits; by count alone, four of a one-head model took four times the budget."""
+    return BoundedCache(MAX_ROLLOUTS, result_budget_bytes(), lambda rollout: _nbytes([rollout]))
 
 
 MAX_STAMPED_FILES = 1000  # a folder's files looked at for its stamp (the loader refuses bigger model folders)

@@ -5,7 +5,9 @@ cached by the result id (the result itself, ``_result``, is not hashed), so a
 rollout, every head's metrics or a layer's head-view links are computed once
 per result and reused by every later rerun and every session. Small arrays go
 through ``st.cache_data``; the every-head table and the head-view links, read
-on every rerun and never mutated, through ``st.cache_resource`` (no copy).
+on every rerun and never mutated, through ``st.cache_resource`` (no copy); the
+rollouts, as large as a result's layer averages, through
+``app.server.cache.rollout_cache``, bounded in bytes.
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ import streamlit as st
 
 import core
 import diagnostics.classify.patterns as patterns
+from app.server import cache
 from app.views import plots
 from app.views.head_view import head_view_data, head_view_page
 from core import views
 from diagnostics.measure.metrics import finite_head, head_metrics, layer_metrics
 
 
-@st.cache_resource(max_entries=4, show_spinner="Computing the attention rollout…")  # read-only
-def rollouts(result_id: str, _result: core.AttentionResult):
-    """The rollout through every layer ``(L, t, t)``, in one pass: each layer's is a step of the next one's."""
-    return views.attention_rollout(_result.attentions)  # (L, t, t)
+def rollouts(result_id: str, result: core.AttentionResult):
+    """The rollout through every layer ``(L, t, t)``, in one pass: each layer's is a step of the next one's. Kept
+    in ``cache.rollout_cache``, bounded in bytes (read-only)."""
+    def computed():
+        with st.spinner("Computing the attention rollout…"):
+            return views.attention_rollout(result.attentions)  # (L, t, t)
+    return cache.rollout_cache().get(result_id, computed)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

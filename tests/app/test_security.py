@@ -288,6 +288,36 @@ def test_attention_results_are_bounded_in_bytes_not_only_in_count(monkeypatch):
     assert app_cache.result_budget_bytes() == app_cache.RESULT_BUDGET_BYTES
 
 
+def test_the_rollouts_kept_fit_the_result_budget(monkeypatch):
+    """Rollouts were kept by count only (the last 4, of any size): one of a one-head model is as large as its
+    result, so four took four times the result budget (SmolLM2 at ~1,335 tokens: 0.86 GB beside it)."""
+    import gc
+    import weakref
+
+    import streamlit as st
+    import torch
+
+    import core
+    from app.server import cache as app_cache
+    from app.views import derived
+
+    def result(n):
+        return core.AttentionResult([str(i) for i in range(n)], torch.full((1, 1, n, n), 1 / n), False,
+                                    [False] * n, [False] * n)
+
+    first, second = result(100), result(100)  # (1, 1, 100, 100): 40 kB, and so is each rollout
+    monkeypatch.setenv(app_cache.ENV_RESULT_CACHE, str(result_bytes(first) * 3 // 2))
+    st.cache_resource.clear()
+    try:
+        kept = weakref.ref(derived.rollouts("first", first))
+        again = derived.rollouts("second", second)
+        gc.collect()
+        assert kept() is None  # dropped: two do not fit
+        assert derived.rollouts("second", second) is again and torch.allclose(again, (torch.full((1, 100, 100), 0.01) + torch.eye(100)) / 2)
+    finally:
+        st.cache_resource.clear()
+
+
 # ---------------------------------------------------------------- the session's end stops the work
 
 def test_stop_when_gone_follows_the_runtime_and_the_stop_request(monkeypatch):
