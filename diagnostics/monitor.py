@@ -96,6 +96,7 @@ class AttentionMonitor:
         self._warned: set = set()  # (code, part) of the findings already warned about
         self._warned_uniform = False
         self.seconds = 0.0  # spent measuring, in total
+        self.trainer_steps = 0  # optimiser steps the Trainer callback has seen, over every train() call
 
     def on_step(self, model, step: int) -> dict | None:
         """Measure ``model`` at ``step`` if it is due; returns the logged record (None when not due)."""

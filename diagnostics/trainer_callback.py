@@ -2,8 +2,9 @@
 
 Measures once at ``on_train_begin`` (``monitor.check``: a model or tokenizer it cannot read stops the run there,
 before its first step; a new run logs it as step 0, the untrained model, as a loop calling ``on_step(model, 0)``
-does; a resumed run's step was logged by the run before), then after each optimiser step at ``state.global_step``
-(1 after the first step), on the unwrapped model (``monitor.unwrap``: DDP's ``.module``, torch.compile's
+does; a resumed run's, or a later ``train()`` call's, only checks the model), then after each optimiser step at
+``state.global_step`` (1 after the first step; a later ``train()`` call, whose count starts at 0 again, goes on from
+the steps before), on the unwrapped model (``monitor.unwrap``: DDP's ``.module``, torch.compile's
 ``._orig_mod``). A measurement that fails during training is logged as an error and training goes on. The
 tokenizer, when the monitor has none, is the Trainer's ``processing_class``.
 """
@@ -14,19 +15,26 @@ from transformers import TrainerCallback
 class AttentionMonitorCallback(TrainerCallback):
     def __init__(self, monitor):
         self.monitor = monitor
+        self.steps_before = 0  # the monitor's steps from earlier train() calls, when this one starts again at 0
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        # a later train() call (a notebook cell run again, a second phase) restarts global_step at 0 on the trained
+        # model: its steps follow the ones logged, not replace them as a new step 0, 2, 4
+        again = state.global_step == 0 and self.monitor.trainer_steps > 0
+        self.steps_before = self.monitor.trainer_steps if again else 0
         if model is not None:
             self._take_tokenizer(processing_class)
-            record = self.monitor.check(model, state.global_step)
-            if state.global_step == 0:
+            record = self.monitor.check(model, self.steps_before)
+            if state.global_step == 0 and not again:
                 self.monitor.publish(record)
         return control
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        step = self.steps_before + state.global_step
+        self.monitor.trainer_steps = step
         if model is not None:
             self._take_tokenizer(processing_class)
-            self.monitor.on_step(model, state.global_step)  # unwrapped by the monitor
+            self.monitor.on_step(model, step)  # unwrapped by the monitor
         return control
 
     def _take_tokenizer(self, processing_class):

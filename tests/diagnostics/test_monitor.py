@@ -245,6 +245,23 @@ def test_a_model_the_monitor_cannot_read_stops_the_run_before_its_first_step(tmp
 
 
 @pytest.mark.slow
+def test_a_second_train_call_continues_the_step_count_instead_of_logging_a_trained_model_as_step_0(tmp_path):
+    """A notebook cell run twice: the Trainer's global_step starts at 0 again, so the trained model was logged as
+    step 0 and steps 2 and 4 again, and the Timeline showed the second call's in place of the first's (audit, stop
+    57). The monitor counts the Trainer's steps across its calls."""
+    from diagnostics.timeline import read_log
+
+    log_path = tmp_path / "attention.jsonl"
+    monitor = AttentionMonitor(probes=PROBES, every=2, log_path=log_path)
+    trainer = _trainer(tmp_path, bpe_tokenizer(), monitor, steps=3)
+    trainer.train()
+    trainer.train()
+    assert [r["step"] for r in lines(log_path)] == [0, 2, 4, 6]  # 3 steps, then 3 more: 4 and 6
+    timeline = read_log(log_path, allowed_roots=[tmp_path])
+    assert timeline.steps == [0, 2, 4, 6] and not timeline.notes
+
+
+@pytest.mark.slow
 def test_a_measurement_that_fails_mid_run_is_logged_and_training_goes_on(tmp_path, monkeypatch, caplog):
     """A full disk at one measurement raised OSError out of Trainer.train(): the run ended there."""
     monitor = AttentionMonitor(probes=PROBES, every=1, log_path=tmp_path / "attention.jsonl")
