@@ -33,9 +33,9 @@ from diagnostics.compare import role_names
 from diagnostics.findings import DESCRIBING, head_names
 from diagnostics.monitor import MAX_STEP, SCHEMA, model_shape, record_of
 
-MAX_LOG_BYTES = 256 * 1024 * 1024  # a 12 × 12 model logs ~110 KB a step: ~2,400 measurements
+MAX_LOG_BYTES = 256 * 10**6  # 256 MB, as the pages say it; a 12 × 12 model logs ~110 KB a step: ~2,300 measurements
 # Steps × layers × heads of one part's grid (8 MiB of float32): SmolLM2's 30 × 9 heads over 7,700 steps. A real
-# log writes each cell as a ~740-byte head entry, so one under MAX_LOG_BYTES fills fewer than 370,000 cells.
+# log writes each cell as a ~740-byte head entry, so one under MAX_LOG_BYTES fills fewer than 350,000 cells.
 MAX_CELLS = 2**21
 # A monitor log measures every head at every step: a larger grid that its head entries fill less than 1/64 of
 # (one head at layer 511, head 1023) is damage, so the grid stays bounded by what the file really holds.

@@ -12,6 +12,7 @@ from app.plain import for_markdown
 from app.kept import KEEP
 from core.extraction.tokens import visible
 from diagnostics.findings import head_names
+from diagnostics.reports.markdown_report import causal_text, shape_text
 from diagnostics.texts import BORDERLINE_MARK, PATTERN_TEXTS, borderline_note
 
 SEVERITY_BADGE = {"error": ":red-badge[:material/error: error]", "warning": ":orange-badge[:material/warning: warning]",
@@ -34,8 +35,8 @@ def report_ui(report, name: str = "", notes: list[str] = ()) -> None:
 def summary_ui(report, name: str, notes: list[str]) -> None:
     model = report.model
     st.subheader(f"Report: {for_markdown(name or model.get('name', 'model'))}")
-    st.caption(", ".join(f"{k}: {model[k]}" for k in ("architecture", "layers", "heads", "parameters", "causal")
-                         if k in model))
+    st.caption(f"architecture: {for_markdown(model['architecture'])}, layers × heads: {shape_text(model)}, "
+               f"parameters: {model['parameters']:,}, causal: {causal_text(model)}")
     for note in notes:
         st.info(for_markdown(note))
 

@@ -11,7 +11,7 @@ from html import escape
 from core.extraction.tokens import visible
 from diagnostics.findings import NAMED_HEADS, head_names
 from diagnostics.reports.contrast import painted
-from diagnostics.reports.markdown_report import severity_counts
+from diagnostics.reports.markdown_report import causal_text, severity_counts, shape_text
 from diagnostics.texts import (
     BORDERLINE_MARK, BORDERLINE_TEXT, FINDING_TEXTS, PATTERN_TEXTS, ROLE_TEXTS, SEVERITY_TITLES, role_label, vote_label,
 )
@@ -59,9 +59,8 @@ def render_html(report):
 
 def _summary(report):
     m = report.model
-    shape = ", ".join(f"{p}: {s['layers']} × {s['heads']}" for p, s in m["parts"].items()) or "unknown"
-    rows = [("architecture", f"{m['architecture']} ({m.get('model_type') or 'custom'})"), ("layers × heads", shape),
-            ("parameters", f"{m['parameters']:,}"), ("causal", "yes" if m["causal"] else "no"),
+    rows = [("architecture", f"{m['architecture']} ({m.get('model_type') or 'custom'})"),
+            ("layers × heads", shape_text(m)), ("parameters", f"{m['parameters']:,}"), ("causal", causal_text(m)),
             ("device", m["device"]), ("probes", report.probed_with),
             ("time", f"{m['elapsed_s']:.1f} s")]
     return "<table>" + "".join(f"<tr><th>{k}</th><td>{plain(str(v))}</td></tr>" for k, v in rows) + "</table>"

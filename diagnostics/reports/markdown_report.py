@@ -38,9 +38,9 @@ def render_markdown(report):
     lines += [
         "| | |", "|---|---|",
         f"| architecture | {md(m['architecture'])} ({md(m.get('model_type') or 'custom')}) |",
-        f"| layers × heads | {_shape(m)} |",
+        f"| layers × heads | {shape_text(m)} |",
         f"| parameters | {m['parameters']:,} |",
-        f"| causal | {'yes' if m['causal'] else 'no'} |",
+        f"| causal | {causal_text(m)} |",
         f"| device | {md(m['device'])} |",
         f"| probes | {report.probed_with} |",
         f"| time | {m['elapsed_s']:.1f} s |", "",
@@ -64,8 +64,18 @@ def render_markdown(report):
     return "\n".join(lines) + "\n"
 
 
-def _shape(model):
+def shape_text(model: dict) -> str:
+    """Every part's ``layers × heads``: ``"encoder: 3 × 4, decoder: 2 × 2, cross: 2 × 2"`` (the summary's ``layers``
+    and ``heads`` are the first part's alone)."""
     return ", ".join(f"{p}: {s['layers']} × {s['heads']}" for p, s in model["parts"].items()) or "unknown"
+
+
+def causal_text(model: dict) -> str:
+    """Whether the model's attention is causal: ``"yes"``, ``"no"``, or ``"decoder only"`` for an encoder-decoder
+    (the summary's ``causal`` is the self part's, False when it has none)."""
+    if "self" not in model["parts"] and "decoder" in model["parts"]:
+        return "decoder only"
+    return "yes" if model["causal"] else "no"
 
 
 def _pattern_table(report, part):

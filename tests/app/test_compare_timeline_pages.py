@@ -200,11 +200,12 @@ def test_timeline_refuses_a_log_over_the_cap_by_its_size_and_drops_the_uploads(m
 
 
 def test_the_timeline_upload_box_refuses_a_log_over_the_cap_before_it_is_sent():
-    """The box said "2GB per file": a 257 MiB log was sent whole, then refused for being over 256 MiB."""
+    """The box said "2GB per file": a 257 MiB log was sent whole, then refused for being over 256 MiB. The cap is
+    256 MB, as docs/app.md says (it was 256 MiB, which the page said as "268 MB")."""
     at = _page("timeline")
     [box] = at.get("file_uploader")
-    assert box.proto.max_upload_size_mb == 268  # 256 MiB, in the box's MB of 10**6 bytes
-    assert "Limits: 268 MB per log, 268 MB of logs together." in [c.value for c in at.caption]
+    assert box.proto.max_upload_size_mb == 256  # the box's MB of 10**6 bytes
+    assert "Limits: 256 MB per log, 256 MB of logs together." in [c.value for c in at.caption]
 
 
 def test_timeline_holds_only_the_uploaded_logs_load_would_read(monkeypatch):

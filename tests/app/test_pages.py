@@ -775,6 +775,11 @@ def test_an_encoder_decoder_s_findings_name_the_part_of_their_heads(bart_folder)
     heads = [e.text[0].value for e in at.expander if e.label.startswith("All ")]  # a finding's heads, folded
     parts = {f.part for f in at.session_state["report"].findings if f.heads}
     assert len(parts) > 1 and {h.split(" ")[0] for h in heads} == parts, heads
+    # the summary line gave the encoder's shape alone and "causal: False" (audit, stop 57), as the reports do not
+    shape = "layers × heads: encoder: 2 × 4, decoder: 2 × 4, cross: 2 × 4"
+    assert any(shape in c.value and "causal: decoder only" in c.value for c in at.caption), [c.value for c in at.caption]
+    markdown = at.session_state["report"].to_markdown()
+    assert "| causal | decoder only |" in markdown and f"| {shape.replace(': ', ' | ', 1)} |" in markdown
 
 
 def test_a_finding_says_its_title_and_names_its_heads_once(bart_folder):
