@@ -26,11 +26,9 @@ from diagnostics.measure.metrics import finite_head, head_metrics, layer_metrics
 
 def rollouts(result_id: str, result: core.AttentionResult):
     """The rollout through every layer ``(L, t, t)``, in one pass: each layer's is a step of the next one's. Kept
-    in ``cache.rollout_cache``, bounded in bytes (read-only)."""
-    def computed():
-        with st.spinner("Computing the attention rollout…"):
-            return views.attention_rollout(result.attentions)  # (L, t, t)
-    return cache.rollout_cache().get(result_id, computed)
+    in ``cache.rollout_cache``, bounded in bytes (read-only). No spinner here: ``view_map``'s cache would replay it;
+    ``head_detail.build_view`` shows one."""
+    return cache.rollout_cache().get(result_id, lambda: views.attention_rollout(result.attentions))  # (L, t, t)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
