@@ -32,11 +32,11 @@ from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
 from core.extraction.extract import check_weights_loaded
 from core.extraction.maps_budget import (
-    ENV_MAX_MAPS, NO_TOKEN_FITS, maps_budget, maps_over_budget, whole_maps_bytes,
+    ENV_MAX_MAPS, NO_TOKEN_FITS, maps_budget, maps_over_budget, over_text, whole_maps_bytes,
 )
 from core.extraction.head_weights import attention_weights
 from core.extraction.offload import parameter_count
-from core.errors import InputError, counted, size_text
+from core.errors import InputError, counted
 from core.extraction.streaming import can_stream
 from diagnostics.findings import (
     UNCAPPED, Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
@@ -272,7 +272,7 @@ def _check_whole_maps(model, lengths):
     limit = _whole_maps_budget()
     set_by = "" if limit == WHOLE_MAPS_MAX_BYTES else f" ({ENV_MAX_MAPS}, by default half this process's memory)"
     raise InputError(f"{why}, and the whole attention maps of these probes ({max(lengths):,} tokens at most) would "
-                     f"take {size_text(needed, binary=True)}, over the {size_text(limit, binary=True)} limit{set_by}; "
+                     f"take {over_text(needed, limit, binary=True)} limit{set_by}; "
                      + (f"give shorter or fewer probes (these would fit cut to {counted(fits, 'token')} at most)"
                         if fits else NO_TOKEN_FITS))
 

@@ -29,7 +29,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 import core
 from app.server import session
 from core.errors import size_text
-from core.extraction.maps_budget import maps_over_budget, shorten_advice
+from core.extraction.maps_budget import maps_over_budget, over_text, shorten_advice
 from core.cancel import stop_between_layers, waited_for
 from core.checkpoints.archive import env_size, max_model_bytes
 from core.checkpoints.checkpoint import expand_user
@@ -420,7 +420,8 @@ def _everyone_gone(key: tuple) -> bool:
 def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: str) -> None:
     """Refuse, before the forward pass, a text whose attention maps would not fit the result budget: characters
     do not bound tokens (5,000 digits are 5,000 SmolLM2 tokens, 27 GB of maps)."""
-    inputs = [Probe(text, text_pair or None)] + ([Probe(target)] if target else [])
+    reads_target = target and getattr(getattr(loaded.model, "config", None), "is_encoder_decoder", False)
+    inputs = [Probe(text, text_pair or None)] + ([Probe(target)] if reads_target else [])  # others drop it
     lengths = read_lengths(loaded.model, loaded.tokenizer, inputs)[0]  # none without a tokenizer
     tokens = max(lengths, default=0)
     over = maps_over_budget(loaded.model, [tokens], result_budget_bytes())
@@ -430,6 +431,5 @@ def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: s
         whole = probe_tokens(loaded.tokenizer, inputs[longest])
         read = f"{whole:,} tokens for this model" + (f", which reads the first {tokens:,}" if whole > tokens else "")
         raise core.InputError(f"{'the target text' if longest else 'this text'} is {read}; the attention maps would "
-                              f"take {size_text(needed)}, over the {size_text(result_budget_bytes())} a result "
-                              f"may take on this server; {shorten_advice(fits)} (the server's operator sets the limit "
-                              f"with {ENV_RESULT_CACHE})")
+                              f"take {over_text(needed, result_budget_bytes())} a result may take on this server; "
+                              f"{shorten_advice(fits)} (the server's operator sets the limit with {ENV_RESULT_CACHE})")

@@ -145,8 +145,10 @@ def axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str
     """
     if block == 1:
         return [f"{p} {for_plotly(short_label(t))}" for p, t in zip(positions, tokens)]
+    starts = range(0, len(tokens), block)
     return [f"{positions[i]}–{positions[min(i + block, len(tokens)) - 1]} {_first_of_block(tokens[i])}"
-            for i in range(0, len(tokens), block)]
+            if i + 1 < len(tokens) else f"{positions[i]} {for_plotly(short_label(tokens[i]))}"  # a last block of one
+            for i in starts]
 
 
 def _first_of_block(token: str) -> str:

@@ -60,13 +60,20 @@ def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None
     if over is not None:
         needed, fits = over
         raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
-                         f"would take {size_text(needed)}, over the {size_text(budget)} they may take here "
+                         f"would take {over_text(needed, budget)} they may take here "
                          f"({ENV_MAX_MAPS}, by default half the memory this process may use, at most the GPU's "
                          f"free memory); {shorten_advice(fits)}, or use diagnostics.stream_statistics, which never "
                          "holds the maps")
 
 
 NO_TOKEN_FITS = "not even one token fits: raise the limit"  # a budget too small for one token's maps
+
+
+def over_text(needed: int, budget: int, binary: bool = False) -> str:
+    """``"4.32 GB, over the 2 GB"``: what maps need against a budget, for a refusal; ``"just over the 2 GB"`` when
+    the two read alike ("would take 2 GB, over the 2 GB" said nothing)."""
+    need, room = size_text(needed, binary), size_text(budget, binary)
+    return f"{need}, over the {room}" if need != room else f"just over the {room}"
 
 
 def shorten_advice(fits: int) -> str:

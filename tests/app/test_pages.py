@@ -319,6 +319,30 @@ def test_a_target_text_too_long_for_the_result_budget_is_named(monkeypatch):
         cache._check_result_size(loaded, "the fox", "", "1 " * 200)
 
 
+def test_a_long_target_is_no_refusal_for_a_model_that_does_not_read_it(monkeypatch):
+    """Only an encoder-decoder reads the target (extraction drops it for any other model, saying so): SmolLM2 with a
+    short text and 2,000 digits as its target was refused for a text it would not read (long-input audit)."""
+    from app.server import cache
+    from tiny import bpe_tokenizer, tiny_gpt2
+
+    monkeypatch.setenv("ATTNSCOPE_RESULT_CACHE_BYTES", "100000")
+    cache._check_result_size(cache.LoadedModel(tiny_gpt2(), bpe_tokenizer()), "the fox", "", "1 " * 200)
+
+
+def test_maps_just_over_the_budget_are_not_said_to_take_what_the_budget_is(monkeypatch):
+    """1,361 SmolLM2 tokens take 2,000,470,680 bytes: the refusal said "would take 2 GB, over the 2 GB"."""
+    import pytest
+
+    import core
+    from app.server import cache
+    from tiny import tiny_bert, wordpiece_tokenizer
+
+    monkeypatch.setenv("ATTNSCOPE_RESULT_CACHE_BYTES", "100000")  # 56 tokens of tiny BERT: 100,352 bytes
+    with pytest.raises(core.InputError, match="would take just over the 100 kB a result may take on this server; "
+                                              "shorten it to about 55 tokens"):
+        cache._check_result_size(cache.LoadedModel(tiny_bert(), wordpiece_tokenizer()), "1 " * 54, "", "")
+
+
 
 def test_a_server_started_outside_attnscope_s_folder_says_its_settings_were_not_read(monkeypatch):
     """.streamlit/config.toml is read from the folder the server starts in: started elsewhere, the browser page sent

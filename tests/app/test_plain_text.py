@@ -164,9 +164,10 @@ def test_a_pooled_label_says_more_follow_with_one_ellipsis():
     ended "……" (stop 56's open item)."""
     from app.plain import LABEL_CHARS
 
-    tokens = ["#" * 80, "a", "the", "b", "…", "c"]
-    labels = plots.axis_labels(tokens, 2, list(range(6)))
-    assert labels == ["0–1 " + "#" * (LABEL_CHARS - 1) + "…", "2–3 the…", "4–5 ……"]  # the token "…" keeps its own
+    tokens = ["#" * 80, "a", "the", "b", "…", "c", "end"]
+    labels = plots.axis_labels(tokens, 2, list(range(7)))
+    assert labels == ["0–1 " + "#" * (LABEL_CHARS - 1) + "…", "2–3 the…", "4–5 ……",  # the token "…" keeps its own
+                      "6 end"]  # a last block of one token: "6–6 end…" promised more
 
 
 @pytest.mark.parametrize(("token", "shown"), [
