@@ -30,7 +30,7 @@ from core.checkpoints.registry import canonical_name
 from core.checkpoints.tokenizer import borrowed_from
 from core.device import model_device
 from core.extraction.encode import TRUNCATED, max_positions
-from core.extraction.extract import check_weights_loaded
+from core.extraction.extract import check_tokenizer, check_weights_loaded
 from core.extraction.maps_budget import (
     ENV_MAX_MAPS, NO_TOKEN_FITS, maps_budget, maps_over_budget, over_text, whole_maps_bytes,
 )
@@ -172,6 +172,8 @@ def _resolve(source, device, n_heads=None, progress=None):
             raise InputError("source must be a (model, tokenizer) pair, a model, or a model name or folder")
         model, tokenizer = source
         check_weights_loaded(model)
+        if tokenizer is not None:  # a nanoGPT-style encode/decode object: a raw TypeError in the probes' check
+            check_tokenizer(tokenizer)
         return model, tokenizer, _name(model)
     if isinstance(source, nn.Module):
         check_weights_loaded(source)

@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from core.errors import AttnScopeError, InputError, clipped, first_line
+from core.extraction.extract import check_tokenizer
 from core.extraction.streaming import can_stream
 from diagnostics.diagnose import diagnose
 from diagnostics.findings import INPUT_NOTES
@@ -76,9 +77,8 @@ class AttentionMonitor:
         for name, value, least in (("every", every, 1), ("uniform_after", uniform_after, 0)):
             if type(value) is not int or value < least:
                 raise InputError(f"{name} must be a whole number of steps, at least {least}; got {value!r}")
-        if tokenizer is not None and not callable(tokenizer):  # a name ("gpt2") failed at the first measurement
-            raise InputError(f"tokenizer must be the model's tokenizer object (AutoTokenizer.from_pretrained(...)) "
-                             f"or None, not {type(tokenizer).__name__} {repr(tokenizer)[:40]}")
+        if tokenizer is not None:  # a name ("gpt2") failed at the first measurement
+            check_tokenizer(tokenizer)
         probes = user_texts(probes)  # a generator, read once here, had left the measurements the default probes
         _check_probes(probes)
         self.tokenizer, self.probes, self.every = tokenizer, probes, every

@@ -9,7 +9,7 @@ the steps before), on the unwrapped model (``monitor.unwrap``: DDP's ``.module``
 tokenizer, when the monitor has none, is the Trainer's ``processing_class``.
 """
 
-from transformers import TrainerCallback
+from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 
 class AttentionMonitorCallback(TrainerCallback):
@@ -38,5 +38,8 @@ class AttentionMonitorCallback(TrainerCallback):
         return control
 
     def _take_tokenizer(self, processing_class):
+        """The Trainer's tokenizer, or a processor's (an image or audio processor holds one, or none)."""
         if self.monitor.tokenizer is None and processing_class is not None:
-            self.monitor.tokenizer = processing_class
+            tokenizer = (processing_class if isinstance(processing_class, PreTrainedTokenizerBase)
+                         else getattr(processing_class, "tokenizer", None))
+            self.monitor.tokenizer = tokenizer if isinstance(tokenizer, PreTrainedTokenizerBase) else None

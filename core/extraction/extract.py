@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..custom_model import AttnScopeTransformer
 from ..device import model_device
@@ -23,7 +23,7 @@ from .hf_extract import extract_hf, flag_ignored, is_causal_model, stack_layers,
 from .maps_budget import check_maps_fit
 from .offload import offloaded
 from .out_of_memory import told_out_of_memory
-from .module_extract import attention_modules, run_with_hooks
+from .module_extract import READABLE_LAYERS, attention_modules, run_with_hooks
 from ..result import AttentionResult
 from .tokens import display_tokens
 
@@ -70,7 +70,7 @@ def extract_attention(model, tokenizer, text: str, text_pair: str | None = None,
         else:
             raise ExtractionError(
                 f"{type(model).__name__} is not a Hugging Face model, an AttnScope model, or a module "
-                "containing torch.nn.MultiheadAttention; AttnScope cannot read its attention"
+                f"containing torch.nn.MultiheadAttention; AttnScope cannot read its attention: {READABLE_LAYERS}"
             )
     if target is not None and target.strip() and result.encoder is None:  # read by encoder-decoders only
         result.warnings.append(f"{TARGET_UNUSED}: {type(model).__name__} is not an encoder-decoder, so only the text "
@@ -90,9 +90,21 @@ def check_model_and_tokenizer(model, tokenizer) -> None:
                          "load one with core.load_model(name), which gives (model, tokenizer)")
     if tokenizer is None:
         raise ExtractionError("this model has no tokenizer, so text cannot be fed to it; load one with the model")
-    if isinstance(tokenizer, nn.Module) or not callable(tokenizer):
+    check_tokenizer(tokenizer)
+
+
+def check_tokenizer(tokenizer) -> None:
+    """InputError for a tokenizer that is no Hugging Face tokenizer: AttnScope reads a text with its special-token
+    masks and offsets. A nanoGPT-style encode/decode object was told to swap the arguments, and a function returning
+    ids failed with a raw TypeError or IndexError."""
+    if isinstance(tokenizer, nn.Module):
         raise InputError(f"tokenizer must be the model's tokenizer, not a {type(tokenizer).__name__}; pass the model "
                          "first, then its tokenizer")
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        raise InputError(f"tokenizer must be a Hugging Face tokenizer, not a {type(tokenizer).__name__}: load the "
+                         "model's with AutoTokenizer.from_pretrained(...), or put your vocabulary in "
+                         "transformers.PreTrainedTokenizerFast(tokenizer_object=...); or give token ids to "
+                         "core.extract_module_attention")
 
 
 def check_weights_loaded(model) -> None:

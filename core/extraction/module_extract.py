@@ -66,6 +66,20 @@ def _fastpath_off():
                 torch.backends.mha.set_fastpath_enabled(_fastpath_users[1])
 
 
+# What a module whose attention AttnScope cannot read should do instead (every refusal of one says it).
+READABLE_LAYERS = ("build its attention layers from nn.MultiheadAttention itself (SDPA or a softmax written out gives "
+                   "no weights to read), or use AttnScope's own core.custom_model")
+
+
+def _refuse_own_forward(modules, model):
+    """A subclass of nn.MultiheadAttention with a forward of its own takes other arguments and returns other
+    outputs than the hooks read (a TypeError, or an IndexError, from deep inside the capture)."""
+    own = next((m for m in modules if type(m).forward is not nn.MultiheadAttention.forward), None)
+    if own is not None:
+        raise ExtractionError(f"{type(model).__name__} has {type(own).__name__}, a subclass of nn.MultiheadAttention "
+                              f"with a forward of its own, which AttnScope cannot read; {READABLE_LAYERS}")
+
+
 def _refuse_extra_keys(modules, model):
     if any(m.bias_k is not None or m.add_zero_attn for m in modules):
         raise ExtractionError(f"{type(model).__name__} uses nn.MultiheadAttention with add_bias_kv or add_zero_attn, "
@@ -85,7 +99,9 @@ def capture_mha_weights(model: nn.Module):
     The module still returns what its caller asked for (averaged weights, or none)."""
     modules = attention_modules(model)
     if not modules:
-        raise ExtractionError(f"{type(model).__name__} contains no torch.nn.MultiheadAttention layer")
+        raise ExtractionError(f"{type(model).__name__} contains no torch.nn.MultiheadAttention layer; "
+                              f"{READABLE_LAYERS}")
+    _refuse_own_forward(modules, model)
     _refuse_extra_keys(modules, model)
     captured, handles, asked, thread = [], [], [], threading.get_ident()
 

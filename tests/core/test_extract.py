@@ -753,8 +753,69 @@ def test_tokenizer_larger_than_vocabulary_is_clear_error():
 
 
 def test_module_without_attention_is_clear_error():
-    with pytest.raises(ExtractionError, match="MultiheadAttention"):
+    """Each refusal says what to do: a nanoGPT block on SDPA was told "AttnScope cannot read its attention" alone
+    (custom-model audit, stop 57)."""
+    with pytest.raises(ExtractionError, match="MultiheadAttention.*build its attention layers from "
+                                              "nn.MultiheadAttention itself.*core.custom_model"):
         extract_attention(nn.Linear(3, 3), tiny.wordpiece_tokenizer(), TEXT)
+    with pytest.raises(ExtractionError, match="contains no torch.nn.MultiheadAttention layer; build its attention"):
+        extract_module_attention(nn.Linear(32, 32), torch.zeros(1, 4, 32))
+
+
+def test_a_tokenizer_that_is_no_hugging_face_tokenizer_is_one_line_on_every_path():
+    """A nanoGPT-style encode/decode object was told to "pass the model first" (it was second) and failed diagnose
+    with a raw TypeError; a function returning ids failed with a TypeError or an IndexError (custom-model audit)."""
+    from diagnostics import diagnose
+    from diagnostics.monitor import AttentionMonitor
+
+    class CharTokenizer:
+        def encode(self, text):
+            return [ord(c) % 200 for c in text]
+
+        def decode(self, ids):
+            return "".join(chr(i) for i in ids)
+
+    model = EncoderLM().eval()
+    for tokenizer in (CharTokenizer(), lambda text: [ord(c) % 200 for c in text],
+                      lambda text: torch.tensor([[ord(c) % 200 for c in text]])):
+        name = type(tokenizer).__name__
+        for run in (lambda: extract_attention(model, tokenizer, TEXT), lambda: diagnose((model, tokenizer), [TEXT]),
+                    lambda: AttentionMonitor(tokenizer=tokenizer)):
+            with pytest.raises(InputError, match=f"tokenizer must be a Hugging Face tokenizer, not a {name}: .*"
+                                                 "PreTrainedTokenizerFast"):
+                run()
+    with pytest.raises(InputError, match="model must be a loaded torch model, not BertTokenizer"):  # swapped
+        extract_attention(tiny.wordpiece_tokenizer(), model, TEXT)
+
+
+def test_a_subclass_of_multihead_attention_with_its_own_forward_is_refused_in_one_line():
+    """A fused-QKV layer subclassing nn.MultiheadAttention with its own forward(x) failed deep in the hooks, with a
+    TypeError (its arguments renamed to nn.MultiheadAttention's) or an IndexError (one output, not two), and a hint
+    to call extract_module_attention, which failed alike (custom-model audit, stop 57)."""
+    class FusedSelfAttention(nn.MultiheadAttention):
+        def forward(self, x):  # (B, T, E)
+            return super().forward(x, x, x, need_weights=False)[0]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.attn = nn.Embedding(200, 32), FusedSelfAttention(32, 4, batch_first=True)
+
+        def forward(self, ids):
+            return self.attn(self.embed(ids))
+
+    message = "Net has FusedSelfAttention, a subclass of nn.MultiheadAttention with a forward of its own"
+    with pytest.raises(ExtractionError, match=message):
+        extract_attention(Net().eval(), tiny.wordpiece_tokenizer(), TEXT)
+    with pytest.raises(ExtractionError, match="Net has FusedSelfAttention"):
+        extract_module_attention(Net().eval(), torch.zeros(1, 4, dtype=torch.long))
+
+    class Renamed(nn.MultiheadAttention):  # a subclass that only renames: read as nn.MultiheadAttention
+        pass
+
+    model = EncoderLM().eval()
+    model.encoder.layers[0].self_attn.__class__ = Renamed
+    assert extract_attention(model, tiny.wordpiece_tokenizer(), TEXT).attentions.shape[:2] == (3, 4)
 
 
 def test_a_module_mixing_multihead_attention_with_fused_attention_is_refused_not_cut_short():

@@ -87,6 +87,17 @@ def test_a_wrapped_model_is_measured_as_the_model_inside(wrap):
     assert callback.monitor.seconds > 0
 
 
+def test_the_callback_takes_a_processor_s_tokenizer_and_no_other_object():
+    """Only a Hugging Face tokenizer reads the probes: an audio or image model's processor (its tokenizer inside,
+    or none) stopped the run, the processor taken for a tokenizer."""
+    tokenizer = bpe_tokenizer()
+    for processing_class, taken in ((tokenizer, tokenizer), (types.SimpleNamespace(tokenizer=tokenizer), tokenizer),
+                                    (types.SimpleNamespace(image_mean=[0.5]), None)):
+        callback = AttentionMonitor(probes=PROBES, every=1).callback()
+        callback._take_tokenizer(processing_class)
+        assert callback.monitor.tokenizer is taken
+
+
 def test_a_tensorboard_folder_may_exist_or_be_made(tmp_path):
     """Its check took the folder for a file: one holding an ``events`` sub-folder was refused."""
     (tmp_path / "tb" / "events").mkdir(parents=True)
@@ -285,7 +296,8 @@ def test_a_measurement_that_fails_mid_run_is_logged_and_training_goes_on(tmp_pat
 
 def test_a_tokenizer_that_is_not_one_is_refused_when_the_monitor_is_made():
     """tokenizer="gpt2" was accepted and failed at the first measurement ('str' object is not callable)."""
-    with pytest.raises(InputError, match="tokenizer must be the model's tokenizer object .* not str 'gpt2'"):
+    with pytest.raises(InputError, match="tokenizer must be a Hugging Face tokenizer, not a str: load the model's "
+                                         "with AutoTokenizer.from_pretrained"):
         AttentionMonitor(tokenizer="gpt2", probes=PROBES)
 
 
