@@ -29,6 +29,7 @@ ground truth's (``real_truth``), and docs/classifier.md shows precision and
 recall on the held-out half of the real-model set.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -59,7 +60,7 @@ BROAD_MIN = 0.92
 # Rows whose non-sink mass is below this count for nothing in the repeated-probe scores (see real_truth).
 REST_MIN = 0.05
 # Inputs of ``role_scores``: averaged or per-probe metrics under these names.
-ROLE_METRICS = ("sink_level", "rest_diag_mass", "rest_entropy", "rest_mean_distance")
+ROLE_METRICS = ("sink_level", "sink_mass", "rest_diag_mass", "rest_entropy", "rest_mean_distance")
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,14 @@ def role_scores(values, repeated=None) -> dict:
     """
     get = values.get if isinstance(values, dict) else lambda name: getattr(values, name)
     diag = get("rest_diag_mass").float()  # (..., 7)
+    # a head with < REST_MIN of its mass off the sinks has no role of that rest, as in the ground truth: a pure
+    # sink head's rest (none) read as within 0 tokens of the query, "local"
+    rest = 1.0 - get("sink_mass").float() >= REST_MIN  # (...)
     scores = {"previous_token": diag[..., OFFSETS.index(-1)], "next_token": diag[..., OFFSETS.index(1)],
-              "self": diag[..., OFFSETS.index(0)], "sink": get("sink_level").float(),
-              "local": get("rest_mean_distance").float(), "broad": get("rest_entropy").float()}
+              "self": diag[..., OFFSETS.index(0)], "broad": get("rest_entropy").float()}
+    scores = {role: torch.where(rest, score, 0.0) for role, score in scores.items()}
+    scores |= {"sink": get("sink_level").float(),
+               "local": torch.where(rest, get("rest_mean_distance").float(), math.inf)}
     near = scores["local"] <= LOCAL_DISTANCE
     return scores | {"_near": near} | (repeated or {})
 

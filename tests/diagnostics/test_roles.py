@@ -42,6 +42,16 @@ def test_pure_sink_stays_vertical_with_only_the_sink_role():
     assert "previous_token" not in names(head.roles)
 
 
+def test_a_head_with_almost_nothing_off_its_sink_has_no_role_of_that_rest():
+    """A head with all its mass on the first token was also "local" (its rest, none, within 0 tokens of the
+    query); the ground truth gives a head with < 5 % off the sinks no role but the sink (custom-model audit)."""
+    for sink in (1.0, 0.99):  # none left, or 1 % on the previous token
+        head = classify_head(causal_rows(N, lambda i: i - 1 if i > 1 else 1, sink=sink), causal=True)
+        assert names(head.roles) == ["sink"], head.roles
+    head = classify_head(causal_rows(N, lambda i: i - 1 if i > 1 else 1, sink=0.9), causal=True)
+    assert "previous_token" in names(head.roles)  # 10 % off the sink: its rest has a role
+
+
 def test_a_sink_beside_an_unstructured_rest_is_the_pattern_of_the_rest():
     # 0.7 on the first token, the rest uniform: Kovaleva et al. would call it vertical; with the sink
     # factored out it is diffuse with the sink role (only an almost pure sink stays vertical)
