@@ -17,7 +17,7 @@ the report then carries no maps (``Report.samples`` is empty).
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -45,8 +45,9 @@ from diagnostics.measure.metrics import HeadMetrics, finite_head, layer_metrics
 from diagnostics.classify.patterns import classify_metrics
 from diagnostics.classify.roles import DUPLICATE_MIN, INDUCTION_MIN, head_roles, repeated_scores, role_scores
 from diagnostics.probes import (
-    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, default_probes, fitting_probes, random_probe, read_lengths,
-    probe_variety, repeated_probe, unfit_defaults_note, user_texts, verdict_cap, vocabulary_probe,
+    RANDOM_PROBES, VOCABULARY_PROBES, RepeatedProbe, default_probes, fitting_probes, is_plain_module, module_run,
+    random_probe, read_lengths, probe_variety, repeated_probe, unfit_defaults_note, user_texts, verdict_cap,
+    vocabulary_probe,
 )
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
@@ -124,6 +125,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     if not streamed:
         _check_whole_maps(model, lengths)
     layers = attention_weights(model)
+    if tokenizer is not None and is_plain_module(model):
+        layers = _in_call_order(layers, module_run(model, tokenizer))
     with record_qk_norms(layers) as norms:  # the queries and keys the probes produce, for the weight checks
         if streamed:
             results = [_stream_probe(model, tokenizer, probe, i, len(probes), tell) for i, probe in enumerate(probes)]
@@ -185,6 +188,16 @@ def _resolve(source, device, n_heads=None, progress=None):
         progress(0.0, "loading the model")
     model, tokenizer = core.load_model(source, device=device, n_heads=n_heads, progress=progress)
     return model, tokenizer, readable(canonical_name(source))  # an alias: its Hub id; not UTF-8: with U+FFFD
+
+
+def _in_call_order(layers, run):
+    """A plain module's weight layers numbered as its maps are: by the order it calls its nn.MultiheadAttention
+    modules, one layer per call. One it never calls has no map (its weights were checked as a layer the maps did
+    not have: "L2H0" of a 2-layer model); ``layers`` as they are when the run failed (``run`` None)."""
+    if run is None:
+        return layers
+    by_name = {layer.name: layer for layer in layers}
+    return [replace(by_name[name], layer=i) for i, name in enumerate(run.called) if name in by_name]
 
 
 def _name(model):

@@ -124,6 +124,10 @@ class AttentionMonitor:
             record = self.measure(model, step)
         except Exception as error:  # noqa: BLE001  any cause, told in one line
             raise InputError(f"the attention monitor cannot measure this model: {_why(error)}") from error
+        if not record["heads"]:  # only its weights checked (no tokenizer, no vocab_size): every record would be empty
+            note = next((f["message"] for f in record["findings"] if f["code"] == "no_tokenizer"), "")
+            raise InputError("the attention monitor measured no head of this model" + (f" ({note})" if note else "")
+                             + "; give it the model's tokenizer: AttentionMonitor(tokenizer=...)")
         self._check_same_model(record)
         return record
 

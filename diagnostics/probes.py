@@ -39,7 +39,7 @@ from core.custom_model import AttnScopeTransformer
 from core.device import model_device
 from core.errors import ExtractionError, InputError, counted
 from core.extraction.hf_extract import causal_maps, eager_attention, map_windows, stack_layers, taken
-from core.extraction.module_extract import attention_modules
+from core.extraction.module_extract import attention_modules, called_modules
 from core.extraction.encode import is_utf8, max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal, module_ids_attention
 from core.extraction.text_config import text_config, vocab_size
@@ -141,8 +141,41 @@ def default_probes(model, tokenizer) -> tuple[Probe, ...]:
 
 
 def reads_as_decoder(model, tokenizer) -> bool:
-    """True for a decoder-only model with a tokenizer: it reads its probes as ``decoder_probe`` gives them."""
-    return tokenizer is not None and model_is_causal(model)
+    """True for a decoder-only model with a tokenizer: it reads its probes as ``decoder_probe`` gives them. A
+    PyTorch model of no config says whether it is causal only by its masks, once run (``module_run``)."""
+    if tokenizer is None:
+        return False
+    if is_plain_module(model):
+        run = module_run(model, tokenizer)
+        return run is not None and run.causal
+    return model_is_causal(model)
+
+
+def is_plain_module(model) -> bool:
+    """A PyTorch model of no config, built from ``nn.MultiheadAttention``: what it does shows only when it runs."""
+    return getattr(model, "config", None) is None and bool(attention_modules(model))
+
+
+SHORT_TEXT = "The cat sat on the mat."  # what a plain module is run on before its probes
+
+
+@dataclass
+class ModuleRun:
+    causal: bool  # whether its layers mask later tokens
+    called: list[str]  # its nn.MultiheadAttention modules' names, in the order it calls them
+
+
+def module_run(model, tokenizer) -> ModuleRun | None:
+    """``ModuleRun`` of a plain module (``is_plain_module``) on ``SHORT_TEXT``; None when that run fails, whose
+    cause the probes' own run says. ``model_is_causal`` had read every such model as an encoder (a causal one got
+    the encoder probes, its sentence pairs glued together), and its weights were numbered in registration order."""
+    ids = tokenizer(SHORT_TEXT, return_tensors="pt")["input_ids"].to(model_device(model))  # (1, T)
+    try:
+        with torch.no_grad(), called_modules(model) as called:
+            causal = module_ids_attention(model, ids)[1]
+    except (ExtractionError, InputError):
+        return None
+    return ModuleRun(causal, called)
 
 
 def fitting_probes(tokenizer, texts, defaults=DEFAULT_PROBES, limit=None):

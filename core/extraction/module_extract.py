@@ -31,6 +31,24 @@ def attention_modules(model: nn.Module) -> list[nn.MultiheadAttention]:
     return [m for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
 
 
+@contextmanager
+def called_modules(model: nn.Module):
+    """Yield a list that fills with the name of each ``nn.MultiheadAttention`` of ``model`` this thread calls, in
+    the order called (a module called for two layers is named twice; one never called, not at all)."""
+    names = {module: name for name, module in model.named_modules() if isinstance(module, nn.MultiheadAttention)}
+    called, thread = [], threading.get_ident()
+
+    def heard(module, args, output):
+        if threading.get_ident() == thread:
+            called.append(names[module])
+    hooks = [module.register_forward_hook(heard) for module in names]
+    try:
+        yield called
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
 def _is_causal_call(kwargs: dict, q_len: int, k_len: int) -> bool:
     """Whether the call's mask blocks exactly the keys after each query: a bool mask (True = blocked) or an
     additive one whose blocked entries are -inf or a large finite negative (finfo.min, -1e9), 2-D or per head."""

@@ -294,6 +294,26 @@ def test_a_measurement_that_fails_mid_run_is_logged_and_training_goes_on(tmp_pat
         f"device); {tmp_path / 'attention.jsonl'} has no line for it; training goes on"]
 
 
+def test_a_model_the_monitor_can_measure_no_head_of_is_refused_by_check():
+    """A PyTorch model of no config and no tokenizer cannot be probed, even with random ids (no vocab_size):
+    check() passed, and every step logged a record of no heads (custom-model audit, stop 57)."""
+    class EncoderLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(300, 32)
+            self.encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True),
+                                                       2, enable_nested_tensor=False)
+
+        def forward(self, ids):
+            return self.encoder(self.embed(ids))
+
+    model = EncoderLM().eval()
+    with pytest.raises(InputError, match="the attention monitor measured no head of this model .*vocab_size.*; "
+                                         r"give it the model's tokenizer: AttentionMonitor\(tokenizer=...\)"):
+        AttentionMonitor(probes=PROBES).check(model)
+    assert len(AttentionMonitor(tokenizer=bpe_tokenizer(), probes=PROBES).check(model)["heads"]) == 8
+
+
 def test_a_tokenizer_that_is_not_one_is_refused_when_the_monitor_is_made():
     """tokenizer="gpt2" was accepted and failed at the first measurement ('str' object is not callable)."""
     with pytest.raises(InputError, match="tokenizer must be a Hugging Face tokenizer, not a str: load the model's "

@@ -64,6 +64,62 @@ def test_a_plain_pytorch_model_is_diagnosed():
     assert len(report.heads) == 8 and report.model["name"] == "EncoderLM"
 
 
+def test_a_causal_plain_pytorch_model_reads_the_decoder_probes():
+    """A model of no config was read as an encoder before it ran: a causal one got the encoder probes, each
+    sentence pair glued into one text ("walk?It is") with a warning per pair (custom-model audit, stop 57)."""
+    from torch import nn
+
+    from diagnostics.diagnose import diagnose
+    from diagnostics.probes import reads_as_decoder
+
+    class CausalLM(nn.Module):
+        def __init__(self, causal):
+            super().__init__()
+            self.embed, self.causal = nn.Embedding(300, 32), causal
+            layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+        def forward(self, input_ids):
+            mask = nn.Transformer.generate_square_subsequent_mask(input_ids.shape[1]) if self.causal else None
+            return self.encoder(self.embed(input_ids), mask=mask, is_causal=self.causal)
+
+    torch.manual_seed(0)
+    tokenizer = bpe_tokenizer()
+    assert reads_as_decoder(CausalLM(True).eval(), tokenizer) and not reads_as_decoder(CausalLM(False), tokenizer)
+    report = diagnose((CausalLM(True).eval(), tokenizer))
+    assert report.model["causal"] and not [n for n in report.findings if "sentence-pair" in n.message], [
+        n.message for n in report.findings]
+
+
+def test_a_plain_pytorch_model_s_weights_are_numbered_as_it_calls_its_layers():
+    """Weights were numbered in registration order over every nn.MultiheadAttention: a spare one the model never
+    calls was checked as "L2" of a 2-layer model ("4 of 12 heads", custom-model audit, stop 57), and layers defined
+    in another order than called got each other's weight findings."""
+    from torch import nn
+
+    from diagnostics.diagnose import diagnose
+
+    class Reversed(nn.Module):  # defines second, first, spare; calls first, second
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(300, 32)
+            self.second, self.first, self.spare = (nn.MultiheadAttention(32, 4, batch_first=True) for _ in range(3))
+            with torch.no_grad():
+                self.spare.in_proj_weight[:64].zero_()  # its Q/K zero: qk_scale_small if it were checked
+                self.first.in_proj_weight[:64].mul_(1e-4)  # layer 0 as called: its Q/K tiny
+
+        def forward(self, input_ids):
+            x = self.embed(input_ids)
+            x = x + self.first(x, x, x)[0]
+            return x + self.second(x, x, x)[0]
+
+    torch.manual_seed(0)
+    report = diagnose((Reversed().eval(), bpe_tokenizer()), ["the quick brown fox jumps over the lazy dog " * 8])
+    assert len(report.heads) == 8
+    small = next(f for f in report.findings if f.code == "qk_scale_small")
+    assert small.heads == [[0, 0], [0, 1], [0, 2], [0, 3]] and "of 8 heads" in small.message, small.message
+
+
 def test_a_plain_pytorch_model_whose_forward_rejects_the_repeated_probe_still_gets_its_report():
     """The repeated probe draws from the whole vocabulary, up to the tokenizer's limit; a module with 40 positions
     ran the text probes but ended the whole diagnosis with torch's bare IndexError on that probe."""
