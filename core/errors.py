@@ -66,9 +66,15 @@ def quoted(text: str) -> str:
 
 
 def one_line(text: str, limit: int = 200) -> str:
-    """A typed path or name as a one-line message shows it: cut to ``limit``, and as its ``repr`` when it holds a
-    control or format character (a newline split the message in two, U+202E reversed what followed)."""
-    return clipped(text, limit) if text.isprintable() else clipped(repr(text), limit)
+    """A typed path or name as a one-line message shows it: as its ``repr`` when it holds a control or format
+    character (a newline split the message in two, U+202E reversed what followed), and at most ``limit``
+    characters, cut in the middle: a path's end names the file and its suffix, which the message is about
+    (".../runs/bad…" had been said to be no valid JSON, its "/config.json" cut off)."""
+    text = text if text.isprintable() else repr(text)
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return text[:head] + "…" + text[len(text) - (limit - head - 1):]
 
 
 def size_text(n: int, binary: bool = False) -> str:

@@ -96,7 +96,9 @@ class AttentionMonitor:
         self._warned: set = set()  # (code, part) of the findings already warned about
         self._warned_uniform = False
         self.seconds = 0.0  # spent measuring, in total
-        self.trainer_steps = 0  # optimiser steps the Trainer callback has seen, over every train() call
+        # the Trainer callback's optimiser steps over its train() calls, and (a weak reference to) the model they
+        # trained: a later call on that same model goes on from them
+        self.trainer_steps, self.trainer_model = 0, None
 
     def on_step(self, model, step: int) -> dict | None:
         """Measure ``model`` at ``step`` if it is due; returns the logged record (None when not due)."""

@@ -26,29 +26,41 @@ from diagnostics.measure.metrics import finite_head, head_metrics, layer_metrics
 
 def rollouts(result_id: str, result: core.AttentionResult):
     """The rollout through every layer ``(L, t, t)``, in one pass: each layer's is a step of the next one's. Kept
-    in ``cache.rollout_cache``, bounded in bytes (read-only). No spinner here: ``view_map``'s cache would replay it;
-    ``head_detail.build_view`` shows one."""
-    return cache.rollout_cache().get(result_id, lambda: views.attention_rollout(result.attentions))  # (L, t, t)
+    in ``cache.rollout_cache``, bounded in bytes (read-only)."""
+    def computed():
+        with st.spinner("Computing the attention rollout…"):  # drawn after 0.5 s: only the first time
+            return views.attention_rollout(result.attentions)  # (L, t, t)
+    return cache.rollout_cache().get(result_id, computed)
+
+
+def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: bool, result: core.AttentionResult):
+    """``(weights (q, k), (queries, their positions), (keys, their positions), hidden special tokens)`` of one view
+    of one layer; a position is the token's place in the input, which hiding special tokens keeps. A rollout's is
+    cut from the rollout cache at each rerun, outside ``st.cache_data`` (which would replay its spinner)."""
+    if mode == "rollout":
+        return _shown(rollouts(result_id, result)[layer], result, hide_special)  # (t, t)
+    return _map_view(result_id, mode, layer, head, hide_special, result)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def view_map(result_id: str, mode: str, layer: int, head: int, hide_special: bool, _result: core.AttentionResult):
-    """``(weights (q, k), (queries, their positions), (keys, their positions), hidden special tokens)`` of one view
-    of one layer; a position is the token's place in the input, which hiding special tokens keeps."""
+def _map_view(result_id: str, mode: str, layer: int, head: int, hide_special: bool, _result: core.AttentionResult):
     if mode == "average":
         weights = views.head_average(_result.attentions[layer:layer + 1])[0]  # (q, k)
-    elif mode == "rollout":
-        weights = rollouts(result_id, _result)[layer]  # (t, t)
     else:
         weights = _result.attentions[layer, head]  # (q, k)
-    queries, keys, hidden = list(_result.tokens), list(_result.keys), []
+    return _shown(weights, _result, hide_special)
+
+
+def _shown(weights, result: core.AttentionResult, hide_special: bool):
+    """``view_map``'s tuple of ``weights (q, k)`` of ``result``, its special tokens hidden if asked."""
+    queries, keys, hidden = list(result.tokens), list(result.keys), []
     kept_q, kept_k = list(range(len(queries))), list(range(len(keys)))
     if hide_special:
-        hidden = {t for t, s in zip(_result.tokens, _result.special) if s}
-        hidden = sorted(hidden | {t for t, s in zip(_result.keys, _result.keys_special) if s})
-        weights, kept_q, kept_k = views.hide_positions(weights, _result.special, _result.keys_special)
+        hidden = {t for t, s in zip(result.tokens, result.special) if s}
+        hidden = sorted(hidden | {t for t, s in zip(result.keys, result.keys_special) if s})
+        weights, kept_q, kept_k = views.hide_positions(weights, result.special, result.keys_special)
         queries, keys = [queries[i] for i in kept_q], [keys[i] for i in kept_k]
-    # a copy: a view would pickle the whole result's storage
+    # a copy: a view would pickle the whole result's storage (st.cache_data), or hold the rollout's
     return weights.clone(), (queries, kept_q), (keys, kept_k), hidden
 
 

@@ -105,9 +105,6 @@ def build_view(result_id: str, result: core.AttentionResult, layer: int, head: i
                model: str) -> MapView:
     """The map the options ask for, with the notes the page must state."""
     mode = options["mode"]
-    if mode == "rollout":  # every layer's at once, the first time (0.75 s), outside view_map's cached call
-        with st.spinner("Computing the attention rollout…"):
-            derived.rollouts(result_id, result)
     weights, (queries, kept_q), (keys, kept_k), hidden = derived.view_map(result_id, mode, layer, head,
                                                                          options["hide_special"], result)
     notes = {"average": [AVERAGE_NOTE], "rollout": [ROLLOUT_NOTE]}.get(mode, [])

@@ -70,10 +70,10 @@ NO_TOKEN_FITS = "not even one token fits: raise the limit"  # a budget too small
 
 
 def over_text(needed: int, budget: int, binary: bool = False) -> str:
-    """``"4.32 GB, over the 2 GB"``: what maps need against a budget, for a refusal; ``"just over the 2 GB"`` when
-    the two read alike ("would take 2 GB, over the 2 GB" said nothing)."""
+    """``"4.32 GB, over the 2 GB"``: what maps need against a budget, for a refusal; ``"just over the 2 GB"``
+    within 1 % of it, where the two read alike or nearly ("2 GB, over the 2 GB"; "1 MB, over the 1,000 kB")."""
     need, room = size_text(needed, binary), size_text(budget, binary)
-    return f"{need}, over the {room}" if need != room else f"just over the {room}"
+    return f"just over the {room}" if need == room or needed < 1.01 * budget else f"{need}, over the {room}"
 
 
 def shorten_advice(fits: int) -> str:

@@ -166,6 +166,21 @@ def test_inspect_switch_head_and_options(bert_folder):
     assert heatmap["colorbar"]["ticktext"][0] == "≤ 0.0001"  # the floor holds every smaller weight (it said 0.0001)
 
 
+def test_a_rollout_is_computed_once_for_every_layer_and_rerun(bert_folder, monkeypatch):
+    """The rollout is cut from the rollout cache at each rerun (outside view_map's st.cache_data, which would have
+    replayed its spinner); computed once per result while it is kept."""
+    from core import views
+
+    computed, rollout = [], views.attention_rollout
+    monkeypatch.setattr(views, "attention_rollout", lambda a: computed.append(1) or rollout(a))
+    at = _inspect(_app(), str(bert_folder), text="A rollout of its own.")
+    at.radio(key="inspect_mode").set_value("rollout").run()
+    at.selectbox(key="layer").set_value(1).run()
+    at.checkbox(key="inspect_log_scale").check().run()
+    assert not at.exception and not _errors(at) and _headings(at)[0] == "Attention rollout through layer 1"
+    assert len(computed) == 1 and not any("Computing the attention rollout" in m.value for m in at.markdown)
+
+
 def test_the_bertviz_model_view_starts_afresh_for_a_new_result_and_layer(bert_folder):
     """Its pickers kept the choice made on the previous result (layer 3 of 4 on a 2-layer model: 'Choose at least
     one layer'), and ignored the explorer's layer once opened."""
@@ -801,7 +816,8 @@ def test_an_encoder_decoder_s_findings_name_the_part_of_their_heads(bart_folder)
     assert len(parts) > 1 and {h.split(" ")[0] for h in heads} == parts, heads
     # the summary line gave the encoder's shape alone and "causal: False" (audit, stop 57), as the reports do not
     shape = "layers × heads: encoder: 2 × 4, decoder: 2 × 4, cross: 2 × 4"
-    assert any(shape in c.value and "causal: decoder only" in c.value for c in at.caption), [c.value for c in at.caption]
+    captions = [c.value for c in at.caption]
+    assert any(shape in c and "causal: decoder only" in c for c in captions), captions
     markdown = at.session_state["report"].to_markdown()
     assert "| causal | decoder only |" in markdown and f"| {shape.replace(': ', ' | ', 1)} |" in markdown
 

@@ -248,12 +248,16 @@ def test_a_long_or_odd_source_is_named_cut_and_on_one_line(tmp_path):
     deep = tmp_path / ("m\n" + "d" * 200) / ("e" * 200)
     deep.mkdir(parents=True)
     (deep / "notes\n.txt").write_text("hi")
-    (deep / "bad").mkdir()
-    (deep / "bad" / "config.json").write_text("{not json")
-    for source in (deep, deep / "notes\n.txt", deep / "bad", deep / "missing", deep / "missing.safetensors"):
+    bad = deep.parent / ("f" * 200) / "bad"
+    bad.mkdir(parents=True)
+    (bad / "config.json").write_text("{not json")
+    for source, named in ((deep, "eeee' is not a model folder"), (deep / "notes\n.txt", "notes\\n.txt' is a file"),
+                          (bad, "bad/config.json' is not valid JSON"), (deep / "missing", "eeee/missing' does"),
+                          (deep / "missing.safetensors", "missing.safetensors'; check the path")):
         with pytest.raises(ModelLoadError) as caught:
             load_model(str(source))
-        assert "\n" not in str(caught.value) and len(str(caught.value)) < 500, str(caught.value)
+        message = str(caught.value)  # cut in the middle: the end names the file and its suffix
+        assert "\n" not in message and len(message) < 500 and named in message, message
 
 
 def test_folder_without_config(tmp_path):

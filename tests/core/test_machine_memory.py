@@ -86,6 +86,18 @@ def test_sizes_in_messages_are_never_rounded_to_zero(n, binary, text):
     assert size_text(n, binary) == text
 
 
+@pytest.mark.parametrize("needed, budget, binary, text", [
+    (2_000_470_680, 2 * 10**9, False, "just over the 2 GB"),  # 1,361 SmolLM2 tokens: "2 GB, over the 2 GB"
+    (1_000_200, 999_999, False, "just over the 1,000 kB"),  # "1 MB, over the 1,000 kB"
+    (2**30 + 5, 2**30 - 2**18, True, "just over the 1,024 MiB"),
+    (4_320_000_000, 2 * 10**9, False, "4.32 GB, over the 2 GB"),
+])
+def test_maps_over_a_budget_are_said_against_it_in_words_that_differ(needed, budget, binary, text):
+    from core.extraction.maps_budget import over_text
+
+    assert over_text(needed, budget, binary) == text
+
+
 def test_a_budget_too_small_for_one_token_asks_for_a_larger_budget(monkeypatch):
     """ATTNSCOPE_RESULT_CACHE_BYTES=100 said "shorten it to about 0 tokens"."""
     import tiny

@@ -271,6 +271,16 @@ def test_a_second_train_call_continues_the_step_count_instead_of_logging_a_train
     timeline = read_log(log_path, allowed_roots=[tmp_path])
     assert timeline.steps == [0, 2, 4, 6] and not timeline.notes
 
+    # a new model each train() (model_init; a cell that builds it again) is a new run: not drawn as one history
+    log_path.unlink()
+    trainer = _trainer(tmp_path, bpe_tokenizer(), AttentionMonitor(probes=PROBES, every=2, log_path=log_path))
+    model = trainer.model
+    trainer.model_init = lambda: type(model)(model.config)
+    trainer.train()
+    trainer.train()
+    assert [r["step"] for r in lines(log_path)] == [0, 2, 0, 2]
+    assert read_log(log_path, allowed_roots=[tmp_path]).notes == ["2 repeated steps: the later measurements are shown"]
+
 
 @pytest.mark.slow
 def test_a_measurement_that_fails_mid_run_is_logged_and_training_goes_on(tmp_path, monkeypatch, caplog):
