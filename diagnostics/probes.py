@@ -131,11 +131,11 @@ def probe_tokens(tokenizer, probe: Probe) -> int:
 
 def default_probes(model, tokenizer) -> tuple[Probe, ...]:
     """``CAUSAL_PROBES`` for a decoder-only model that reads each of them whole, else ``DEFAULT_PROBES`` (a decoder
-    reads them as ``decoder_probe`` gives them)."""
+    reads them as ``decoder_probe`` gives them: also a plain module's, whose position limit no config says)."""
     if not reads_as_decoder(model, tokenizer):
         return DEFAULT_PROBES
     limit = max_positions(model, tokenizer)
-    if limit is not None and max(probe_tokens(tokenizer, p) for p in CAUSAL_PROBES) > limit:
+    if is_plain_module(model) or limit is not None and max(probe_tokens(tokenizer, p) for p in CAUSAL_PROBES) > limit:
         return tuple(decoder_probe(p) for p in DEFAULT_PROBES)
     return CAUSAL_PROBES
 
@@ -171,7 +171,7 @@ def module_run(model, tokenizer) -> ModuleRun | None:
     the encoder probes, its sentence pairs glued together), and its weights were numbered in registration order."""
     ids = tokenizer(SHORT_TEXT, return_tensors="pt")["input_ids"].to(model_device(model))  # (1, T)
     try:
-        with torch.no_grad(), called_modules(model) as called:
+        with torch.no_grad(), eval_mode(model), called_modules(model) as called:  # no dropout draw, no BatchNorm step
             causal = module_ids_attention(model, ids)[1]
     except (ExtractionError, InputError):
         return None

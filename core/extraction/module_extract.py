@@ -90,12 +90,21 @@ READABLE_LAYERS = ("build its attention layers from nn.MultiheadAttention itself
 
 
 def _refuse_own_forward(modules, model):
-    """A subclass of nn.MultiheadAttention with a forward of its own takes other arguments and returns other
-    outputs than the hooks read (a TypeError, or an IndexError, from deep inside the capture)."""
-    own = next((m for m in modules if type(m).forward is not nn.MultiheadAttention.forward), None)
+    """A subclass of nn.MultiheadAttention whose forward does not take nn.MultiheadAttention's arguments (the hooks
+    pass them by name; ``forward(self, x)`` failed with a TypeError deep inside the capture). torch's quantizable
+    and quantized ones, and a pass-through ``forward(self, *args, **kwargs)``, take them."""
+    own = next((m for m in modules if not _takes_mha_arguments(type(m).forward)), None)
     if own is not None:
         raise ExtractionError(f"{type(model).__name__} has {type(own).__name__}, a subclass of nn.MultiheadAttention "
-                              f"with a forward of its own, which AttnScope cannot read; {READABLE_LAYERS}")
+                              f"whose forward takes other arguments, which AttnScope cannot read; {READABLE_LAYERS}")
+
+
+def _takes_mha_arguments(forward) -> bool:
+    try:
+        inspect.signature(forward).bind(None, **dict.fromkeys(_MHA_POSITIONAL))
+    except (TypeError, ValueError):  # ValueError: a builtin with no signature
+        return False
+    return True
 
 
 def _refuse_extra_keys(modules, model):
@@ -117,8 +126,9 @@ def capture_mha_weights(model: nn.Module):
     The module still returns what its caller asked for (averaged weights, or none)."""
     modules = attention_modules(model)
     if not modules:
-        raise ExtractionError(f"{type(model).__name__} contains no torch.nn.MultiheadAttention layer; "
-                              f"{READABLE_LAYERS}")
+        advice = ("read it with core.extract_attention(model, tokenizer, text)" if hasattr(model, "config")
+                  else READABLE_LAYERS)  # a Hugging Face or AttnScope model: extract_attention reads it
+        raise ExtractionError(f"{type(model).__name__} contains no torch.nn.MultiheadAttention layer; {advice}")
     _refuse_own_forward(modules, model)
     _refuse_extra_keys(modules, model)
     captured, handles, asked, thread = [], [], [], threading.get_ident()
@@ -134,6 +144,9 @@ def capture_mha_weights(model: nn.Module):
         if threading.get_ident() != thread:  # another thread's call of a shared module: not this capture's
             return None
         need, average = asked.pop()
+        if not (isinstance(output, tuple) and len(output) == 2):  # a subclass's forward that returns the output alone
+            raise ExtractionError(f"{type(module).__name__} returned no (output, weights) pair, as "
+                                  f"nn.MultiheadAttention does; AttnScope cannot read it: {READABLE_LAYERS}")
         weights = output[1]  # (B, H, q, k), or (H, q, k) for an unbatched call
         if weights is None or weights.dim() not in (3, 4):
             raise ExtractionError("nn.MultiheadAttention returned no per-head weights")

@@ -760,6 +760,9 @@ def test_module_without_attention_is_clear_error():
         extract_attention(nn.Linear(3, 3), tiny.wordpiece_tokenizer(), TEXT)
     with pytest.raises(ExtractionError, match="contains no torch.nn.MultiheadAttention layer; build its attention"):
         extract_module_attention(nn.Linear(32, 32), torch.zeros(1, 4, 32))
+    with pytest.raises(ExtractionError, match="BertModel contains no torch.nn.MultiheadAttention layer; read it with "
+                                              "core.extract_attention"):  # not "build it from nn.MultiheadAttention"
+        extract_module_attention(tiny.tiny_bert(), torch.zeros(1, 4, dtype=torch.long))
 
 
 def test_a_tokenizer_that_is_no_hugging_face_tokenizer_is_one_line_on_every_path():
@@ -802,20 +805,34 @@ def test_a_subclass_of_multihead_attention_with_its_own_forward_is_refused_in_on
             self.embed, self.attn = nn.Embedding(200, 32), FusedSelfAttention(32, 4, batch_first=True)
 
         def forward(self, ids):
-            return self.attn(self.embed(ids))
+            x = self.embed(ids)
+            return self.attn(x) if isinstance(self.attn, FusedSelfAttention) else self.attn(x, x, x)[0]
 
-    message = "Net has FusedSelfAttention, a subclass of nn.MultiheadAttention with a forward of its own"
+    message = "Net has FusedSelfAttention, a subclass of nn.MultiheadAttention whose forward takes other arguments"
     with pytest.raises(ExtractionError, match=message):
         extract_attention(Net().eval(), tiny.wordpiece_tokenizer(), TEXT)
     with pytest.raises(ExtractionError, match="Net has FusedSelfAttention"):
         extract_module_attention(Net().eval(), torch.zeros(1, 4, dtype=torch.long))
 
-    class Renamed(nn.MultiheadAttention):  # a subclass that only renames: read as nn.MultiheadAttention
-        pass
+    class OutputAlone(nn.MultiheadAttention):  # its arguments, but the output alone
+        def forward(self, query, key, value, **kwargs):
+            return super().forward(query, key, value, **kwargs)[0]
+
+    class Logged(nn.MultiheadAttention):  # passes everything through: read as nn.MultiheadAttention
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs)
+
+    import torch.ao.nn.quantizable as quantizable  # torch's own subclass, as eager quantization swaps in
 
     model = EncoderLM().eval()
-    model.encoder.layers[0].self_attn.__class__ = Renamed
+    model.encoder.layers[0].self_attn.__class__ = OutputAlone
+    with pytest.raises(ExtractionError, match="OutputAlone returned no \\(output, weights\\) pair"):
+        extract_attention(model, tiny.wordpiece_tokenizer(), TEXT)
+    model.encoder.layers[0].self_attn.__class__ = Logged
     assert extract_attention(model, tiny.wordpiece_tokenizer(), TEXT).attentions.shape[:2] == (3, 4)
+    net = Net().eval()
+    net.attn = quantizable.MultiheadAttention(32, 4, batch_first=True)  # its forward of its own, the same arguments
+    assert extract_attention(net, tiny.wordpiece_tokenizer(), TEXT).attentions.shape[:2] == (1, 4)
 
 
 def test_a_module_mixing_multihead_attention_with_fused_attention_is_refused_not_cut_short():

@@ -70,7 +70,8 @@ def test_a_causal_plain_pytorch_model_reads_the_decoder_probes():
     from torch import nn
 
     from diagnostics.diagnose import diagnose
-    from diagnostics.probes import reads_as_decoder
+    from diagnostics.probe_texts import DEFAULT_PROBES, decoder_probe
+    from diagnostics.probes import default_probes, reads_as_decoder
 
     class CausalLM(nn.Module):
         def __init__(self, causal):
@@ -86,7 +87,11 @@ def test_a_causal_plain_pytorch_model_reads_the_decoder_probes():
     torch.manual_seed(0)
     tokenizer = bpe_tokenizer()
     assert reads_as_decoder(CausalLM(True).eval(), tokenizer) and not reads_as_decoder(CausalLM(False), tokenizer)
-    report = diagnose((CausalLM(True).eval(), tokenizer))
+    model = CausalLM(True).train()  # as the monitor finds it: its short run draws no dropout (review, stop 57)
+    rng = torch.get_rng_state()
+    assert default_probes(model, tokenizer) == tuple(decoder_probe(p) for p in DEFAULT_PROBES)  # no known limit:
+    assert torch.equal(torch.get_rng_state(), rng) and model.training  # not CAUSAL_PROBES, twice as long
+    report = diagnose((model.eval(), tokenizer))
     assert report.model["causal"] and not [n for n in report.findings if "sentence-pair" in n.message], [
         n.message for n in report.findings]
 
