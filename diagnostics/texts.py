@@ -23,7 +23,7 @@ Sources behind the readings and suggestions:
 from dataclasses import dataclass
 
 from diagnostics.classify.patterns import DIFFUSE_MIN, PURE_SINK
-from diagnostics.classify.roles import BROAD_MIN, OFFSET_MIN, SINK_MIN
+from diagnostics.classify.roles import BROAD_MIN, OFFSET_MIN, REST_MIN, SINK_MIN
 from diagnostics.measure.metrics import SINK_REFERENCE_KEYS
 from diagnostics.measure.row_stats import OFFSETS
 
@@ -130,7 +130,8 @@ ROLE_TEXTS = {
         f"{SINK_REFERENCE_KEYS}-token "
         "text (score: that mass; a head parks less on a longer text, and the score corrects for it). Normal "
         "in trained models, a way to do nothing (Xiao et al. 2023; Gu et al. 2024); the pattern describes "
-        "what the head does with the rest."),
+        f"what the head does with the rest. A head with less than {REST_MIN:.0%} of its attention off the sinks has "
+        "no role of that rest (previous or next token, self, local, broad)."),
     "local": RoleText(
         "Local", "loc",
         "Keeps its non-sink attention within about 2.5 tokens of the query on average, without one "
