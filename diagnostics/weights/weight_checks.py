@@ -152,9 +152,12 @@ def _normalised(lw) -> bool:
     return any(source is not None and source.feed is not None for source in (lw.q_source, lw.k_source))
 
 
-def _details(code, threshold, values) -> dict:
+def _details(code, threshold, values, norms) -> dict:
+    """A finding's details; a dead head's values are norms, its thresholds ratios of the norms ``norms`` gives
+    (``reference``, the typical layer's strongest head's, and ``strongest``, each named layer's): "1.85" against
+    "threshold 0.05" had read as alive."""
     details = {"threshold": threshold, "values": values}
-    return {**details, "layer_threshold": DEAD_LAYER_RATIO} if code == "dead_heads" else details
+    return {**details, "layer_threshold": DEAD_LAYER_RATIO, **norms} if code == "dead_heads" else details
 
 
 def _median_strongest(stats) -> float:
@@ -172,8 +175,10 @@ def _part_findings(layers, stats, part):
     values = {code: {} for code in flagged}
     pairs = []
     reference = _median_strongest(stats)
+    norms = {"reference": round(reference, 4), "strongest": {}}  # what the dead heads' thresholds are ratios of
     for lw, s in zip(layers, stats):
         strongest = s["ov_norm"].max()
+        norms["strongest"][f"L{lw.layer}"] = round(float(strongest), 4)
         floor = max(DEAD_RATIO * strongest, DEAD_LAYER_RATIO * reference, 1e-8)
         rules = {"dead_heads": (s["ov_norm"] < floor, s["ov_norm"])}
         if not _normalised(lw):  # a q/k norm sets the scores' scale, whatever W_Q and W_K's (max_score reads it)
@@ -192,7 +197,9 @@ def _part_findings(layers, stats, part):
                     pairs.append((lw.layer, a, b, float(s["similarity"][a, b])))
     thresholds = {"qk_scale_small": QK_SCALE_SMALL, "qk_scale_large": QK_SCALE_LARGE,
                   "large_qk_scores": SCORE_LIMIT, "dead_heads": DEAD_RATIO}
-    findings = [make_finding(code, heads, total, part, _details(code, thresholds[code], values[code]),
+    dead_layers = {f"L{layer}" for layer, _ in flagged["dead_heads"]}  # the layers it names
+    norms["strongest"] = {name: norm for name, norm in norms["strongest"].items() if name in dead_layers}
+    findings = [make_finding(code, heads, total, part, _details(code, thresholds[code], values[code], norms),
                              layer_heads=layers[0].n_heads, threshold=thresholds[code],
                              layer_threshold=DEAD_LAYER_RATIO)
                 for code, heads in flagged.items() if heads]

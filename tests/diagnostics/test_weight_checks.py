@@ -195,6 +195,16 @@ def test_a_layer_pruned_to_near_zero_is_dead():
     assert found["dead_heads"].heads == [[0, h] for h in range(4)] and found["dead_heads"].details["layers"] == [0]
     assert found["dead_heads"].severity == "warning"  # a third of the heads, but a whole layer
     assert "dead_heads" not in {f.code for f in weight_findings(gpt2_layers(3))}
+    # its values are norms and its thresholds ratios: the details give the norms they are ratios of, so a reader can
+    # check each head ("1.85" against "threshold 0.05" read as alive; judgement audit, stop 57)
+    details = found["dead_heads"].details
+    assert set(details["strongest"]) == {"L0"} and details["reference"] > 0
+    assert all(value < details["layer_threshold"] * details["reference"] for value in details["values"].values())
+
+    model = custom()  # heads dead beside their own layer's strongest: below threshold × strongest
+    model.blocks[1].attn.out_proj.weight[:, 0:16] *= 1e-3
+    details = {f.code: f for f in weight_findings(model)}["dead_heads"].details
+    assert all(value < details["threshold"] * details["strongest"]["L1"] for value in details["values"].values())
 
 
 @torch.no_grad()
