@@ -115,7 +115,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     check_device_used(device, source)
     model, tokenizer, name = _resolve(source, device, n_heads, progress_span(tell, 0.0, LOADED) if progress else None)
     texts = user_texts(texts)  # [] means the defaults, as None: they are judged as the defaults
-    probes, coverage, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer),
+    run = module_run(model, tokenizer) if tokenizer is not None and is_plain_module(model) else None  # once
+    probes, coverage, fit_notes = fitting_probes(tokenizer, texts, default_probes(model, tokenizer, run),
                                                  max_positions(model, tokenizer))
     replaced = bool(fit_notes)  # unfit default probes, replaced by in-vocabulary ones
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
@@ -124,9 +125,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     streamed = not replaced and _streams(model, tokenizer, lengths, stream)
     if not streamed:
         _check_whole_maps(model, lengths)
-    layers = attention_weights(model)
-    if tokenizer is not None and is_plain_module(model):
-        layers = _in_call_order(layers, module_run(model, tokenizer))
+    layers = _in_call_order(attention_weights(model), run)
     with record_qk_norms(layers) as norms:  # the queries and keys the probes produce, for the weight checks
         if streamed:
             results = [_stream_probe(model, tokenizer, probe, i, len(probes), tell) for i, probe in enumerate(probes)]
@@ -193,7 +192,8 @@ def _resolve(source, device, n_heads=None, progress=None):
 def _in_call_order(layers, run):
     """A plain module's weight layers numbered as its maps are: by the order it calls its nn.MultiheadAttention
     modules, one layer per call. One it never calls has no map (its weights were checked as a layer the maps did
-    not have: "L2H0" of a 2-layer model); ``layers`` as they are when the run failed (``run`` None)."""
+    not have: "L2H0" of a 2-layer model); ``layers`` as they are without a run (``run`` None: no plain module, no
+    tokenizer, or the run failed)."""
     if run is None:
         return layers
     by_name = {layer.name: layer for layer in layers}

@@ -129,10 +129,11 @@ def probe_tokens(tokenizer, probe: Probe) -> int:
     return len(tokenizer(probe.text, probe.text_pair, verbose=False)["input_ids"])
 
 
-def default_probes(model, tokenizer) -> tuple[Probe, ...]:
+def default_probes(model, tokenizer, run=None) -> tuple[Probe, ...]:
     """``CAUSAL_PROBES`` for a decoder-only model that reads each of them whole, else ``DEFAULT_PROBES`` (a decoder
-    reads them as ``decoder_probe`` gives them: also a plain module's, whose position limit no config says)."""
-    if not reads_as_decoder(model, tokenizer):
+    reads them as ``decoder_probe`` gives them: also a plain module's, whose position limit no config says).
+    ``run``: a plain module's ``module_run``, when the caller has it."""
+    if not reads_as_decoder(model, tokenizer, run):
         return DEFAULT_PROBES
     limit = max_positions(model, tokenizer)
     if is_plain_module(model) or limit is not None and max(probe_tokens(tokenizer, p) for p in CAUSAL_PROBES) > limit:
@@ -140,13 +141,14 @@ def default_probes(model, tokenizer) -> tuple[Probe, ...]:
     return CAUSAL_PROBES
 
 
-def reads_as_decoder(model, tokenizer) -> bool:
+def reads_as_decoder(model, tokenizer, run=None) -> bool:
     """True for a decoder-only model with a tokenizer: it reads its probes as ``decoder_probe`` gives them. A
-    PyTorch model of no config says whether it is causal only by its masks, once run (``module_run``)."""
+    PyTorch model of no config says whether it is causal only by its masks, once run (``run``, or ``module_run``
+    now)."""
     if tokenizer is None:
         return False
     if is_plain_module(model):
-        run = module_run(model, tokenizer)
+        run = run or module_run(model, tokenizer)
         return run is not None and run.causal
     return model_is_causal(model)
 
