@@ -52,6 +52,7 @@ from diagnostics.probes import (
 from diagnostics.measure.redundancy import REDUNDANT_JS, js_distance, pairs_finding, redundant_pairs
 from diagnostics.reports.report import HeadReport, Report
 from diagnostics.measure.row_stats import OFFSETS
+from diagnostics.measure.word_sinks import ordinary_keys, word_sink_scores
 from diagnostics.streaming import stream_statistics
 from diagnostics.texts import FINDING_TEXTS
 from diagnostics.weights.qk_norms import record_qk_norms
@@ -85,6 +86,7 @@ class Measured:
     distances: torch.Tensor  # [L, H, H] pairwise JS distances
     sinks: list  # [L][H] display string of each head's strongest sink key
     causal: bool
+    word_sinks: torch.Tensor  # [L, H] sink score of the heads whose sink key is an ordinary word, else 0
 
 
 @dataclass
@@ -135,7 +137,7 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
                                          unread=len(texts or []), weights_known=bool(layers))
             fit_notes = [n for n in fit_notes if n.code not in {m.code for m in notes}]  # the later note says more
             results = samples
-            parts = _measured_parts(samples, progress_span(tell, MEASURING_FROM, PROBES_TO))
+            parts = _measured_parts(samples, progress_span(tell, MEASURING_FROM, PROBES_TO), tokenizer is not None)
     # After the recording: the bound is about the inputs the model reads, and the repeated probe's random tokens
     # include ones no text uses ([unused*] among MiniLM's; with them its bound reached 127.7, on its texts 47.0).
     repeated, repeat_notes = _repeated(model, tokenizer, tell)
@@ -304,7 +306,10 @@ def _stream_probe(model, tokenizer, probe, i, count, tell):
 
 def _measured(r) -> Measured:
     """A ``StreamResult`` as the ``Measured`` of its probe."""
-    return Measured(r.metrics, r.patterns, r.distances, r.sink_tokens, r.causal)
+    m = r.metrics
+    ordinary = ordinary_keys(r.tokens, r.special, r.padding) if r.tokens else torch.zeros(len(r.token_ids), dtype=bool)
+    words = word_sink_scores(m.sink_score, m.sink_key, ordinary)  # (L, H)
+    return Measured(m, r.patterns, r.distances, r.sink_tokens, r.causal, words)
 
 
 def _repeated(model, tokenizer, tell) -> "tuple[Repeated | None, list[Finding]]":
@@ -332,15 +337,15 @@ def _truncation_notes(results):
     return [note("probe_truncated", detail=f"{len(cut)} of {len(results)} probes; {cut[0][0]}")]
 
 
-def _measured_parts(samples, tell) -> dict[str, list[Measured]]:
+def _measured_parts(samples, tell, named=True) -> dict[str, list[Measured]]:
     """``{part: [Measured per probe]}``, one probe after another under the bar (SmolLM2's seven took 12 s of its 33
-    at one value)."""
+    at one value). ``named``: the tokens are the text's (False: random ids, ``#id``)."""
     parts, count = _parts(samples), len(samples)
     measured = {part: [] for part in parts}
     for i, probes_parts in enumerate(zip(*parts.values())):
         tell(i / count, f"measuring heads ({i + 1}/{count})")
         for part, r in zip(parts, probes_parts):
-            measured[part].append(measure(r))
+            measured[part].append(measure(r, named))
     return measured
 
 
@@ -353,12 +358,15 @@ def _parts(samples):
     return {"self": samples}
 
 
-def measure(r) -> Measured:
-    """The metrics, labels, distances and sink tokens of one ``AttentionResult`` (one part of one probe)."""
+def measure(r, named=True) -> Measured:
+    """The metrics, labels, distances and sink tokens of one ``AttentionResult`` (one part of one probe);
+    ``named``: its keys are the text's tokens, not random ids (whose words are unknown: no word sinks)."""
     attn = r.attentions[..., : r.attentions.shape[-1], :]  # cross-attention: at most k query rows
     m = layer_metrics(attn, causal=r.causal, special=r.keys_special, padding=r.keys_padding, windows=r.windows)
     sinks = [[r.keys[int(k)] for k in row] for row in m.sink_key.tolist()]
-    return Measured(m, classify_metrics(m), js_distance(attn, r.causal, r.keys_padding), sinks, r.causal)
+    ordinary = ordinary_keys(r.keys, r.keys_special, r.keys_padding) & named  # (k,)
+    words = word_sink_scores(m.sink_score, m.sink_key, ordinary)  # (L, H)
+    return Measured(m, classify_metrics(m), js_distance(attn, r.causal, r.keys_padding), sinks, r.causal, words)
 
 
 def diagnose_part(part, measured, repeated=None):
@@ -368,6 +376,7 @@ def diagnose_part(part, measured, repeated=None):
     distances = [m.distances for m in measured]  # each (L, H, H)
     sinks = [m.sinks for m in measured]
     avg = _average(per_text)
+    avg["word_sink_score"] = torch.stack([m.word_sinks for m in measured]).mean(0)  # (L, H)
     n_layers, n_heads = avg["entropy"].shape
     sink_tokens = [[Counter(s[l][h] for s in sinks).most_common(1)[0][0] for h in range(n_heads)]
                    for l in range(n_layers)]
@@ -436,7 +445,7 @@ def _redundancy(distance, avg, repeated, part):
         distance = torch.maximum(distance, repeated.measured.distances)  # (L, H, H)
     pairs = redundant_pairs(distance, exclude=diffuse_mask(avg))
     n_layers, n_heads = avg["entropy"].shape
-    return pairs_finding("redundant_heads", pairs, n_layers * n_heads, part, REDUNDANT_JS)
+    return pairs_finding("redundant_heads", pairs, n_layers * n_heads, part, REDUNDANT_JS, layer_heads=n_heads)
 
 
 def _average(per_text):

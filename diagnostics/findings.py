@@ -55,13 +55,16 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
     "similar_head_weights": ("info", "warning", "error"),
     "large_qk_scores": ("info", "warning", "warning"),
     "sink_heads": ("info", "info", "info"),  # healthy SmolLM2: 60% of its heads on Spanish, German, Russian
+    "word_sink_heads": ("info", "warning", "error"),  # healthy models: none (``measure.word_sinks``)
     "positional_heads": ("info", "info", "warning"),
 }
-# Most of one layer's heads uniform, one-hot or dead: the layer is broken (one re-initialised layer of SmolLM2
-# took its loss from 3.17 to 12.15 and was 9 of 270 heads: information). Healthy MiniLM and SmolLM2 have at most
-# 11% of a layer's heads diffuse on any probe measured; demo-bert (4 heads a layer) 50%, 75% on random numbers.
+# Most of one layer's heads uniform, one-hot, dead, near copies or parked on an ordinary word: the layer is broken
+# (one re-initialised layer of SmolLM2 took its loss from 3.17 to 12.15 and was 9 of 270 heads: information; Q/K
+# biases x 30 left 11 of MiniLM layer 3's 12 heads near copies). Healthy MiniLM and SmolLM2 have at most 11% of a
+# layer's heads diffuse on any probe measured; demo-bert (4 heads a layer) 50%, 75% on random numbers; none of the
+# four healthy models has a near copy or a word sink on the default probes, 32 one-sentence texts or 6 odd ones.
 LAYER_SHARE = 0.75
-LAYER_CODES = ("diffuse_heads", "saturated_heads", "dead_heads")
+LAYER_CODES = ("diffuse_heads", "saturated_heads", "dead_heads", "redundant_heads", "word_sink_heads")
 # Notes that say probes cannot bear a verdict (too short; out of vocabulary): the findings come from the others or
 # are capped (``probes.verdict_cap``).
 INPUT_NOTES = ("probes_short", "probes_repetitive", "probes_unfit")
@@ -91,7 +94,8 @@ DIFFUSE_GAP = 0.1
 # on the paragraph-long default probes (entropy <= 0.1 on both).
 SATURATED_ENTROPY = 0.1
 SATURATED_CONFIDENCE = 0.8
-# A key that receives half the attention of the queries that can see it.
+# A key that receives half the attention of the queries that can see it. On an ordinary word (not the first, a
+# special or a punctuation token) the same bar names ``word_sink_heads``: healthy SmolLM2 reaches 0.44 on "the".
 SINK_SCORE = 0.5
 # Half or more of the mass on one diagonal offset, the whole row's majority.
 POSITIONAL_MASS = 0.5
@@ -232,7 +236,8 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
     """Findings read off per-head metrics averaged over the probes (each a ``[L, H]`` tensor).
 
     ``metrics`` needs ``entropy``, ``uniform_gap``, ``confidence``, ``sink_score`` and
-    ``best_offset_mass``/``best_offset``; ``sink_tokens`` (``[L][H]`` strings)
+    ``best_offset_mass``/``best_offset``, and may hold ``word_sink_score`` (the sink score where the sink key is
+    an ordinary word, ``measure.word_sinks``); ``sink_tokens`` (``[L][H]`` strings)
     names each head's sink key when known; ``copying`` (bool ``[L, H]``) marks
     induction and duplicate-token heads, whose sharpness is their role.
     """
@@ -241,12 +246,15 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
     broken = ~torch.isfinite(entropy) | ~torch.isfinite(metrics["confidence"])  # (L, H): NaN or inf maps
     out = [make_finding("non_finite_attention", _flagged(broken), total, part)] if broken.any() else []
     saturated = saturated_mask(metrics, copying)  # (L, H)
+    word_sink = metrics.get("word_sink_score", torch.zeros_like(entropy))  # (L, H)
+    on_word = (word_sink >= SINK_SCORE) & ~saturated  # (L, H)
     checks = [
         ("diffuse_heads", diffuse_mask(metrics), metrics["uniform_gap"], {"threshold": DIFFUSE_GAP}),
         ("saturated_heads", saturated, entropy,
          {"threshold": SATURATED_ENTROPY, "confidence": SATURATED_CONFIDENCE}),
-        ("sink_heads", (metrics["sink_score"] >= SINK_SCORE) & ~saturated, metrics["sink_score"],
+        ("sink_heads", (metrics["sink_score"] >= SINK_SCORE) & ~saturated & ~on_word, metrics["sink_score"],
          {"threshold": SINK_SCORE}),
+        ("word_sink_heads", on_word, word_sink, {"threshold": SINK_SCORE}),
         ("positional_heads", (metrics["best_offset_mass"] >= POSITIONAL_MASS) & ~saturated,
          metrics["best_offset_mass"], {"threshold": POSITIONAL_MASS}),
     ]
@@ -257,7 +265,7 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None):
         details = {**fields, "values": _per_head(values, heads)}
         if code == "positional_heads":
             details["offsets"] = {f"L{l}H{h}": int(metrics["best_offset"][l, h]) for l, h in heads}
-        if code == "sink_heads" and sink_tokens is not None:
+        if code in ("sink_heads", "word_sink_heads") and sink_tokens is not None:
             details["sink_tokens"] = {f"L{l}H{h}": sink_tokens[l][h] for l, h in heads}
         out.append(make_finding(code, heads, total, part, details, layer_heads=entropy.shape[-1], **fields))
     return out

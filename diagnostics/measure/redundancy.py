@@ -227,8 +227,9 @@ def redundant_pairs(distance, exclude=None, threshold=REDUNDANT_JS):
     return pairs
 
 
-def pairs_finding(code, pairs, total, part, threshold):
-    """One finding naming ``pairs`` ``(layer, a, b, value)``; None when there are none."""
+def pairs_finding(code, pairs, total, part, threshold, layer_heads=None):
+    """One finding naming ``pairs`` ``(layer, a, b, value)``; None when there are none. ``layer_heads``: the heads
+    of one layer, for ``findings.LAYER_CODES``' rule (near copies that are most of one layer)."""
     if not pairs:
         return None
     heads = sorted({(l, a) for l, a, _, _ in pairs} | {(l, b) for l, _, b, _ in pairs})
@@ -236,4 +237,5 @@ def pairs_finding(code, pairs, total, part, threshold):
     named = [f"{prefix}L{l}H{a}~L{l}H{b} ({v:.3f})" for l, a, b, v in pairs]
     shown = ", ".join(named[:10]) + (f", … and {len(named) - 10} more" if len(named) > 10 else "")
     details = {"threshold": threshold, "pairs": [[[l, a], [l, b], round(v, 4)] for l, a, b, v in pairs]}
-    return make_finding(code, heads, total, part, details, threshold=threshold, n_pairs=len(pairs), pairs=shown)
+    return make_finding(code, heads, total, part, details, layer_heads, threshold=threshold, n_pairs=len(pairs),
+                        pairs=shown)

@@ -95,3 +95,25 @@ def copied_heads(model):
                     bias = proj.bias.view(heads, -1)  # (H, d)
                     bias[1:] = bias[0]
         yield model
+
+
+@contextmanager
+def random_query_bias(model, layer, scale, seed=0):
+    """One layer's query bias replaced by Gaussian noise ``scale`` times its largest entry: the bias then outweighs
+    what each query says, and every query of a head prefers the same key, an ordinary word that changes from text to
+    text (× 20 on MiniLM's layer 3: mean-pooled output cosine 0.45-0.49 to the healthy model)."""
+    with _restored(model), torch.no_grad():
+        bias = _projections(model)[layer]["q"][0].bias
+        noise = torch.randn(bias.shape, generator=torch.Generator().manual_seed(seed))  # (out,)
+        bias.copy_(noise * bias.abs().max() * scale)
+        yield model
+
+
+@contextmanager
+def scaled_qk_biases(model, layer, factor):
+    """One layer's query and key biases times ``factor``: × 30 on MiniLM's layer 3 makes 11 of its 12 heads near
+    copies of each other."""
+    with _restored(model), torch.no_grad():
+        for name in ("q", "k"):
+            _projections(model)[layer][name][0].bias.mul_(factor)
+        yield model

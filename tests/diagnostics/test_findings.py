@@ -24,7 +24,8 @@ def test_severity_scales_with_the_share_of_heads():
 
 def metrics(n_layers=2, n_heads=4, **overrides):
     """Per-head metrics of ordinary sparse heads, with some heads overridden: name -> {(l, h): value}."""
-    base = {"entropy": 0.6, "uniform_gap": 1.2, "confidence": 0.4, "sink_score": 0.2, "best_offset_mass": 0.2}
+    base = {"entropy": 0.6, "uniform_gap": 1.2, "confidence": 0.4, "sink_score": 0.2, "best_offset_mass": 0.2,
+            "word_sink_score": 0.0}
     out = {name: torch.full((n_layers, n_heads), value) for name, value in base.items()}
     out["best_offset"] = torch.zeros(n_layers, n_heads, dtype=torch.long)
     for name, cells in overrides.items():
@@ -104,6 +105,34 @@ def test_diffuse_saturated_sink_and_positional_thresholds():
     assert found["sink_heads"].details["sink_tokens"] == {"L1H2": "[CLS]"}
     assert found["positional_heads"].details["offsets"] == {"L1H3": -1}
     assert found["diffuse_heads"].suggestion == FINDING_TEXTS["diffuse_heads"].suggestion
+
+
+def test_heads_parked_on_an_ordinary_word_are_not_benign_sinks():
+    """A damaged query bias sends every query of a head to one word of the text: a sink score that used to be
+    called a benign attention sink. On an ordinary word it is a finding of its own, a whole layer a warning."""
+    word = {(1, h): 0.7 for h in range(3)}  # 3 of layer 1's 4 heads
+    found = codes(attention_findings(metrics(4, 4, sink_score=dict(word), word_sink_score=dict(word)),
+                                     sink_tokens=[["the"] * 4, ["dog"] * 4] * 2))
+    assert "sink_heads" not in found
+    assert found["word_sink_heads"].heads == [[1, 0], [1, 1], [1, 2]]
+    assert found["word_sink_heads"].severity == "warning" and found["word_sink_heads"].details["layers"] == [1]
+    assert found["word_sink_heads"].details["sink_tokens"] == {"L1H0": "dog", "L1H1": "dog", "L1H2": "dog"}
+    one = codes(attention_findings(metrics(4, 4, sink_score={(1, 0): 0.7, (2, 1): 0.9},
+                                           word_sink_score={(1, 0): 0.7})))
+    assert one["word_sink_heads"].severity == "info" and one["word_sink_heads"].heads == [[1, 0]]
+    assert one["sink_heads"].heads == [[2, 1]]  # a sink on the first token or [SEP]: the benign kind
+    below = codes(attention_findings(metrics(4, 4, sink_score=dict(word), word_sink_score={(1, 0): 0.44})))
+    assert "word_sink_heads" not in below  # healthy SmolLM2's "the" reaches 0.44
+
+
+def test_near_copies_that_are_most_of_one_layer_are_a_warning():
+    """Q/K biases x 30 made 11 of MiniLM layer 3's 12 heads near copies: 11 of 72 heads, information."""
+    from diagnostics.measure.redundancy import pairs_finding
+
+    pairs = [(3, a, a + 1, 0.01) for a in range(10)]  # heads 0-10 of layer 3
+    found = pairs_finding("redundant_heads", pairs, 72, "self", 0.1, layer_heads=12)
+    assert found.severity == "warning" and found.details["layers"] == [3]
+    assert pairs_finding("redundant_heads", pairs[:4], 72, "self", 0.1, layer_heads=12).severity == "info"
 
 
 def test_sharp_heads_with_a_role_are_not_saturated():

@@ -15,7 +15,8 @@ from diagnostics.findings import SATURATED_CONFIDENCE, SATURATED_ENTROPY
 from diagnostics.probe_texts import CAUSAL_PROBES, DEFAULT_PROBES, PROBE_MAX_TOKENS
 from diagnostics.probes import RANDOM_LENGTH, probe_tokens
 from diagnostics.weights.weight_checks import SCORE_LIMIT, weight_findings
-from pathologies import copied_heads, scaled_qk, scaled_values, zeroed_output_norm
+from pathologies import (copied_heads, random_query_bias, scaled_qk, scaled_qk_biases, scaled_values,
+                         zeroed_output_norm)
 
 pytestmark = pytest.mark.slow
 
@@ -137,6 +138,36 @@ def test_every_head_a_copy_is_redundant(loaded):
     found = report.finding("redundant_heads")
     assert found.severity == "error" and "orthogonality penalty" in found.suggestion, (name, severe(report))
     assert report.finding("similar_head_weights").severity == "error"
+
+
+def test_a_layer_whose_heads_all_read_one_ordinary_word_is_a_warning(loaded):
+    """A random query bias (× 20) on MiniLM's layer 3 sent each of its heads to one word of each text ("dog",
+    "bicycle", "and"; 0.5-0.8 of the attention), its output far from the healthy one, and the report called them
+    attention sinks, information. Healthy models park at most 0.44 of a head's attention on a word
+    (SmolLM2's "the"), and get no such finding."""
+    name, pair, healthy = loaded
+    assert healthy.finding("word_sink_heads") is None, name
+    if name != "minilm":
+        return  # the demo models' outputs barely move (cosine >= 0.98): nothing to find
+    with random_query_bias(pair[0], 3, 20):
+        report = diagnose(pair)
+    found = report.finding("word_sink_heads")
+    assert found.severity == "warning" and found.details["layers"] == [3], severe(report)
+    assert {layer for layer, _ in found.heads} == {3} and len(found.heads) >= 9
+    sink = report.finding("sink_heads")
+    assert sink is None or not set(map(tuple, sink.heads)) & set(map(tuple, found.heads))  # not benign sinks too
+
+
+def test_most_of_a_layer_near_copies_is_a_warning(loaded):
+    """Q/K biases × 30 on MiniLM's layer 3 made 11 of its 12 heads near copies: 11 of 72 heads, information,
+    although that layer had one head's worth of attention left."""
+    name, pair, _ = loaded
+    if name != "minilm":
+        return
+    with scaled_qk_biases(pair[0], 3, 30):
+        found = diagnose(pair).finding("redundant_heads")
+    assert found.severity == "warning" and found.details["layers"] == [3], found
+    assert "of the heads of layer 3" in found.message
 
 
 def test_sharp_heads_with_a_role_are_named_by_their_role(loaded):
