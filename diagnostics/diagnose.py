@@ -378,11 +378,12 @@ def diagnose_part(part, measured, repeated=None):
     avg = _average(per_text)
     avg["word_sink_score"] = torch.stack([m.word_sinks for m in measured]).mean(0)  # (L, H)
     n_layers, n_heads = avg["entropy"].shape
-    sink_tokens = [[Counter(s[l][h] for s in sinks).most_common(1)[0][0] for h in range(n_heads)]
-                   for l in range(n_layers)]
+    sink_tokens = [[_most_common(s[l][h] for s in sinks) for h in range(n_heads)] for l in range(n_layers)]
+    word_tokens = [[_most_common(m.sinks[l][h] for m in measured if m.word_sinks[l, h] > 0) for h in range(n_heads)]
+                   for l in range(n_layers)]  # a word sink's own word: the same head sinks on "," in other texts
     causal = measured[0].causal
     copy_scores = _repeated_roles(repeated)
-    findings = attention_findings(avg, part, sink_tokens, _copying(copy_scores, causal))
+    findings = attention_findings(avg, part, sink_tokens, _copying(copy_scores, causal), word_tokens)
     redundant = _redundancy(torch.stack(distances).mean(0), avg, repeated, part)
     roles = head_roles(role_scores(avg, copy_scores), causal)
     probe_roles = [head_roles(role_scores(m, copy_scores), causal) for m in per_text]  # per probe, [L][H]
@@ -390,6 +391,12 @@ def diagnose_part(part, measured, repeated=None):
                           Counter(r.role for p in probe_roles for r in p[l][h]))
              for l in range(n_layers) for h in range(n_heads)]
     return heads, findings + ([redundant] if redundant else [])
+
+
+def _most_common(tokens):
+    """The most frequent of ``tokens`` (the first seen of the ties), or None when there are none."""
+    counted = Counter(tokens).most_common(1)
+    return counted[0][0] if counted else None
 
 
 def _judged_part(part, measured, repeated, judged):

@@ -253,15 +253,15 @@ FINDING_TEXTS = {
         f"≥ {SINK_MIN} of the mass on the first or a special token, carried to a 20-token text.",
     ),
     "word_sink_heads": FindingText(
-        "Heads parked on an ordinary word",
-        "Most queries of these heads put their mass on one ordinary word of the text, not on the first token, a "
-        "special token or punctuation, where trained models park attention they do not use. A query or key bias "
-        "that outweighs what each query says does this: every query then prefers the same word, a different one "
-        "in each text, and the head passes that word to every position.",
-        "A head or two on a frequent word can be healthy (SmolLM2-135M gives \"the\" up to 0.44 of some heads' "
-        "attention). Most of a layer is damage: compare the model with an earlier checkpoint (python -m "
-        "diagnostics compare OLD NEW) and restore that layer's query and key weights and biases, and the norm "
-        "that feeds it, from one that is sound.",
+        "Layers parked on ordinary words",
+        "Most heads of these layers put the mass of most queries on one ordinary word of the text, not on the first "
+        "token, a special token or punctuation, where trained models park attention they do not use. A query or "
+        "key bias that outweighs what each query says does this: every query then prefers the same word, a "
+        "different one in each text, and the layer passes those words to every position. (A few heads on a "
+        "frequent word are a trained model's: healthy SmolLM2-135M parks up to 4 of a layer's 9 on an early "
+        "\"the\", and they are named as sinks.)",
+        "Compare the model with an earlier checkpoint (python -m diagnostics compare OLD NEW) and restore these "
+        "layers' query and key weights and biases, and the norm that feeds them, from one that is sound.",
         "{count} of {total} heads ({percent}) put ≥ {threshold} of the attention of the queries that see it on "
         "one ordinary word (not the first token, a special token or punctuation): {heads}.",
     ),

@@ -26,6 +26,9 @@ from functools import lru_cache
 WORD_START = "▁"  # SentencePiece's own marker: the one readers of tokenizer output already know
 _REPLACEMENTS = {"▁": WORD_START, "\n": "⏎", "\t": "⇥"}
 _FALLBACK_BYTE = re.compile(r"<0x([0-7][0-9A-F])>")  # SentencePiece's byte-fallback piece of one ASCII character
+# What a display string writes for a character it cannot show or a byte that is no whole character (``\x0d``,
+# ``\u00a0``, ``\U000e0001``, ``<0xE2>``): its letters and digits are the escape's, not the text's.
+ESCAPES = re.compile(r"\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|<0x[0-9A-F]{2}>")
 # Invisible format characters: zero-width space, marks and bidi controls (a right-to-left override turns the rest of
 # a label around), word joiners, the byte-order mark. Not the zero-width (non-)joiners, parts of Persian words and
 # emoji, nor the format characters that draw (Arabic number signs, an emoji flag's tag characters).

@@ -40,3 +40,10 @@ def test_a_probe_scores_the_head_parked_on_a_word_and_not_the_one_on_the_first_t
     assert measure(_parked(tokens, 8)).word_sinks.max() == 0  # "." is punctuation
     # random ids ("#123", a model without its tokenizer): their words are unknown
     assert measure(_parked(tokens, 5), named=False).word_sinks.max() == 0
+
+
+def test_escaped_characters_and_bytes_are_not_words():
+    """A display string escapes a carriage return (``\\x0d``), a no-break space (``\\u00a0``), a variation selector
+    and the bytes of an emoji (``<0xE2>``): their letters and digits are the escape's."""
+    tokens = ["Hi", "\\x0d", "\\u00a0", "\\ufe0f", "▁<0xE2>", "<0x9D>", "\\U000e0001", "▁ok", "a\\x0db"]
+    assert ordinary_keys(tokens).tolist() == [False, False, False, False, False, False, False, True, True]
