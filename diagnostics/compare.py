@@ -32,7 +32,7 @@ from core.cancel import progress_span
 from core.errors import InputError
 from core.extraction.encode import encode, max_positions
 from core.extraction.streaming import can_stream
-from core.extraction.text_config import config_size, text_config, vocab_size
+from core.extraction.text_config import config_size, is_encoder_decoder, vocab_size
 from diagnostics.diagnose import _resolve, check_device_used, diagnose
 from diagnostics.findings import DESCRIBING, PROBE_NOTES, head_names, severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
@@ -204,7 +204,7 @@ def shared_tokenizer(tok_a, tok_b, model_a, model_b):
 def _check_limits(model_a, model_b) -> None:
     """InputError, before either model runs, when they read different lengths: the whole maps of a long probe
     would differ in shape (refused only after both diagnoses), while the streamed path cut both to the shorter."""
-    pairs = [bool(getattr(text_config(m), "is_encoder_decoder", False)) for m in (model_a, model_b)]
+    pairs = [is_encoder_decoder(m) for m in (model_a, model_b)]
     if pairs[0] != pairs[1]:  # it was told after both diagnoses, as "one model is causal and the other is not"
         which, other = ("A", "B") if pairs[0] else ("B", "A")
         raise InputError(f"{which} is an encoder-decoder and {other} is not (its heads are one stack, not encoder, "

@@ -38,6 +38,7 @@ from core.extraction.head_weights import attention_weights
 from core.extraction.offload import parameter_count
 from core.errors import InputError, counted
 from core.extraction.streaming import can_stream
+from core.extraction.text_config import is_encoder_decoder
 from diagnostics.findings import (
     UNCAPPED, Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
 )
@@ -246,7 +247,7 @@ def _streams(model, tokenizer, lengths, stream) -> bool:
     """Whether to stream the probes: asked for, or (``stream=None``) one probe is long or their maps too big."""
     if stream is False or tokenizer is None:
         return False
-    streamable = can_stream(model) and not getattr(model.config, "is_encoder_decoder", False)
+    streamable = can_stream(model) and not is_encoder_decoder(model)
     if stream:
         if not streamable:
             raise InputError(f"streaming covers Hugging Face and AttnScope encoders and decoders whose attention "
@@ -280,7 +281,7 @@ def _check_whole_maps(model, lengths):
         return
     needed, fits = over  # every probe cut to fits tokens fits
     name = type(model).__name__
-    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+    if is_encoder_decoder(model):
         why = f"{name} is an encoder-decoder, which AttnScope does not stream"
     elif can_stream(model):
         why = "whole maps were asked for (stream=False)"
@@ -316,7 +317,7 @@ def _repeated(model, tokenizer, tell) -> "tuple[Repeated | None, list[Finding]]"
     """``(repeated, notes)``: the repeated-sequence probe (induction, duplicate-token; ``probes.repeated_probe``),
     or None where it does not apply (no tokenizer, an encoder-decoder: no note, the schema says so) or cannot run
     (too few positions or ordinary tokens, attention not readable from token ids: a note says why)."""
-    if tokenizer is None or getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+    if tokenizer is None or is_encoder_decoder(model):
         return None, []
     tell(0.86, "repeated-sequence probe")
     try:

@@ -38,6 +38,7 @@ import torch
 from core.errors import AttnScopeError, InputError, clipped, first_line
 from core.extraction.extract import check_tokenizer
 from core.extraction.streaming import can_stream
+from core.extraction.text_config import is_encoder_decoder
 from diagnostics.diagnose import diagnose
 from diagnostics.findings import INPUT_NOTES
 from diagnostics.probes import as_probes, user_texts
@@ -303,7 +304,7 @@ def _fresh_line(log) -> bytes:
 
 def _streams(model, tokenizer):
     """Stream (no maps held) whenever the model can be streamed; otherwise maps of the short probes, dropped after."""
-    if tokenizer is None or getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+    if tokenizer is None or is_encoder_decoder(model):
         return None
     return True if can_stream(model) else None
 

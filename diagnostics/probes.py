@@ -42,7 +42,7 @@ from core.extraction.hf_extract import causal_maps, eager_attention, map_windows
 from core.extraction.module_extract import attention_modules, called_modules
 from core.extraction.encode import is_utf8, max_positions, special_marks, typed_specials
 from core.extraction.extract import eval_mode, model_is_causal, module_ids_attention
-from core.extraction.text_config import text_config, vocab_size
+from core.extraction.text_config import is_encoder_decoder, text_config, vocab_size
 from core.extraction.spelling import can_drop, characters_spelt
 from core.extraction.tokens import display_tokens, is_byte_level
 from core.result import AttentionResult
@@ -345,7 +345,7 @@ def random_probe(model, seed, length=RANDOM_LENGTH):
 def _refuse_encoder_decoder(model, what) -> None:
     """ExtractionError for an encoder-decoder: its forward needs decoder inputs, and token-id probes cover one
     stack of layers."""
-    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+    if is_encoder_decoder(model):
         raise ExtractionError(f"{what} covers encoders and decoders, not encoder-decoders")
 
 

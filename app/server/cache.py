@@ -30,6 +30,7 @@ import core
 from app.server import session
 from core.errors import size_text
 from core.extraction.maps_budget import maps_over_budget, over_text, shorten_advice
+from core.extraction.text_config import is_encoder_decoder
 from core.cancel import stop_between_layers, waited_for
 from core.checkpoints.archive import env_size, max_model_bytes
 from core.checkpoints.checkpoint import expand_user
@@ -420,7 +421,7 @@ def _everyone_gone(key: tuple) -> bool:
 def _check_result_size(loaded: LoadedModel, text: str, text_pair: str, target: str) -> None:
     """Refuse, before the forward pass, a text whose attention maps would not fit the result budget: characters
     do not bound tokens (5,000 digits are 5,000 SmolLM2 tokens, 27 GB of maps)."""
-    reads_target = target and getattr(getattr(loaded.model, "config", None), "is_encoder_decoder", False)
+    reads_target = target and is_encoder_decoder(loaded.model)
     inputs = [Probe(text, text_pair or None)] + ([Probe(target)] if reads_target else [])  # others drop it
     lengths = read_lengths(loaded.model, loaded.tokenizer, inputs)[0]  # none without a tokenizer
     tokens = max(lengths, default=0)

@@ -32,7 +32,7 @@ from .encode import encode, max_positions, segment_inputs
 from ..errors import AttnScopeError, ExtractionError, first_line
 from ..result import AttentionResult
 from .tokens import display_tokens
-from .text_config import text_config, text_model, vocab_size
+from .text_config import is_encoder_decoder, text_config, text_model, vocab_size
 from .windows import attention_windows, in_window
 
 
@@ -233,7 +233,7 @@ def extract_hf(model, tokenizer, text, text_pair=None, target=None) -> Attention
     limit = max_positions(model, tokenizer)
     enc = encode(tokenizer, text, text_pair, limit, vocab_size(model))
     device = model_device(model)
-    if getattr(model.config, "is_encoder_decoder", False):
+    if is_encoder_decoder(model):
         with eager_attention(model), torch.no_grad():
             return _encoder_decoder(model, tokenizer, enc, target if target and target.strip() else text, limit, device)
     check_maps_fit(model, enc.input_ids.shape[-1])  # before the forward pass: 72 GB of maps had killed the process

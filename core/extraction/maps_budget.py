@@ -19,7 +19,7 @@ from ..checkpoints.archive import env_size
 from ..device import model_device
 from ..errors import InputError, counted, size_text
 from .machine_memory import machine_memory
-from .text_config import config_size, text_config
+from .text_config import config_size, is_encoder_decoder
 
 ENV_MAX_MAPS = "ATTNSCOPE_MAX_MAPS_BYTES"
 
@@ -104,5 +104,5 @@ def whole_maps_bytes(model, lengths) -> int:
     heads = config_size(model, "num_attention_heads", "n_heads")
     if layers is None or heads is None:
         layers, heads = 1, sum(m.num_heads for m in model.modules() if isinstance(m, nn.MultiheadAttention))
-    parts = 3 if getattr(text_config(model), "is_encoder_decoder", False) else 1  # encoder, decoder, cross (about)
+    parts = 3 if is_encoder_decoder(model) else 1  # encoder, decoder, cross (about)
     return 4 * parts * layers * heads * sum(n * n for n in lengths)

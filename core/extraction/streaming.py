@@ -42,7 +42,7 @@ from .extract import check_weights_loaded, eval_mode
 from .hf_extract import implementations
 from .out_of_memory import STREAMED, told_out_of_memory
 from .scratch import Scratch, buffer, release_freed_memory
-from .text_config import config_size, vocab_size
+from .text_config import config_size, is_encoder_decoder, vocab_size
 
 STREAM_IMPLEMENTATION = "attnscope_stream"
 # Attention weights per chunk (heads × rows × keys): 8 M floats = 32 MB, about
@@ -332,7 +332,7 @@ def stream_attention(
 def _forward(model, input_ids, attention_mask, token_type_ids=None):
     if isinstance(model, AttnScopeTransformer):
         return model(input_ids, attention_mask=attention_mask)
-    if getattr(model.config, "is_encoder_decoder", False):
+    if is_encoder_decoder(model):
         return model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
     no_cache = {"use_cache": False} if hasattr(model.config, "use_cache") else {}  # a KV cache costs memory
     segments = segment_inputs(model, token_type_ids, input_ids.device)

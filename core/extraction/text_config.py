@@ -25,6 +25,11 @@ def text_config(model):
     return inner if isinstance(inner, PretrainedConfig) else config
 
 
+def is_encoder_decoder(model) -> bool:
+    """Whether ``model``'s config says it is an encoder-decoder (BART, T5, Whisper): a model with no config is not."""
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
 def config_size(model, *names: str) -> int | None:
     """The first of ``names`` (Hugging Face's, then AttnScope's) that ``model``'s text config holds as a whole
     number, e.g. ``config_size(model, "num_hidden_layers", "n_layers")``; None when it holds none."""
