@@ -31,6 +31,11 @@ def loaded(request):
     return request.param, pair, diagnose(pair)
 
 
+TWEET = ("Had the best day ever!!! 😂😂😂 🎉🎉 We went to the beach 🏖️ and ate ice cream 🍦🍦 then watched the sunset "
+         "🌅❤️❤️ My dog 🐶 ran around like crazy 🤣🤣 and my sister 👧 built a huge sandcastle 🏰✨ Can't wait to go back "
+         "next week 🙌🙌🙌 #summer #fun 😎🔥🔥🔥 Love you all 💕💕💕 Good night 🌙😴💤")
+
+
 # Broken copies are diagnosed on two default probes (one a sentence pair): their errors cover every head.
 SHORT = [DEFAULT_PROBES[0].text, (DEFAULT_PROBES[5].text, DEFAULT_PROBES[5].text_pair)]
 
@@ -143,14 +148,15 @@ def test_every_head_a_copy_is_redundant(loaded):
 def test_a_layer_whose_heads_all_read_one_ordinary_word_is_a_warning(loaded):
     """A random query bias (× 20) on MiniLM's layer 3 sent each of its heads to one word of each text ("dog",
     "bicycle", "and"; 0.5-0.8 of the attention), its output far from the healthy one, and the report called them
-    attention sinks, information. Healthy SmolLM2 parks up to 4 of a layer's 9 heads on an early "the" (12 heads
-    on this sentence): sinks, not this finding."""
+    attention sinks, information. Healthy SmolLM2 parks heads of several layers on one early "the" (12 heads on the
+    sentence; 31 on the tweet, 7 of layer 7's 9, which was a warning): a sink it made, not this finding."""
     name, pair, healthy = loaded
     assert healthy.finding("word_sink_heads") is None, name
     if name == "smollm2":
-        the = diagnose(pair, texts=["Of all the books on the shelf, the one with the red cover was the most "
-                                    "interesting to the students in the class."])
-        assert the.finding("word_sink_heads") is None and the.finding("sink_heads") is not None
+        for text in ("Of all the books on the shelf, the one with the red cover was the most interesting to the "
+                     "students in the class.", TWEET):
+            the = diagnose(pair, texts=[text])
+            assert the.finding("word_sink_heads") is None and the.finding("sink_heads") is not None, text
     if name != "minilm":
         return  # the demo models' outputs barely move (cosine >= 0.98): nothing to find
     with random_query_bias(pair[0], 3, 20):

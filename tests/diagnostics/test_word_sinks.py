@@ -47,3 +47,17 @@ def test_escaped_characters_and_bytes_are_not_words():
     and the bytes of an emoji (``<0xE2>``): their letters and digits are the escape's."""
     tokens = ["Hi", "\\x0d", "\\u00a0", "\\ufe0f", "▁<0xE2>", "<0x9D>", "\\U000e0001", "▁ok", "a\\x0db"]
     assert ordinary_keys(tokens).tolist() == [False, False, False, False, False, False, False, True, True]
+
+
+def test_a_word_that_heads_of_several_layers_park_on_is_the_models_own_sink():
+    """Healthy SmolLM2 parks 31 heads of layers 3-10 on one early "the"; a damaged query bias parks the heads of
+    its one layer on words of their own (at most 2 on one word)."""
+    ordinary = ordinary_keys(["The", "▁day", "▁the", "▁beach", "▁dog"])
+    sink_key = torch.tensor([[2, 2, 0], [2, 3, 0], [4, 4, 1]])  # (L=3, H=3)
+    sink_score = torch.tensor([[0.7, 0.6, 0.9], [0.55, 0.8, 0.9], [0.9, 0.7, 0.4]])
+    words = word_sink_scores(sink_score, sink_key, ordinary)
+    assert words[0, :2].tolist() == [0, 0] and words[1, 0] == 0  # "the": layers 0 and 1 park on it
+    assert torch.allclose(words[1, 1:], torch.tensor([0.8, 0.0])) and torch.allclose(words[2], sink_score[2])
+    weak = sink_score.clone()
+    weak[1, 0] = 0.3  # a head of layer 1 that leans to "the" without parking there: "the" is layer 0's alone
+    assert word_sink_scores(weak, sink_key, ordinary)[0, :2].tolist() == [0.699999988079071, 0.6000000238418579]
