@@ -307,10 +307,8 @@ def _stream_probe(model, tokenizer, probe, i, count, tell):
 
 def _measured(r) -> Measured:
     """A ``StreamResult`` as the ``Measured`` of its probe."""
-    m = r.metrics
-    ordinary = ordinary_keys(r.tokens, r.special, r.padding) if r.tokens else torch.zeros(len(r.token_ids), dtype=bool)
-    words = word_sink_scores(m.sink_score, m.sink_key, ordinary)  # (L, H)
-    return Measured(m, r.patterns, r.distances, r.sink_tokens, r.causal, words)
+    words = _word_sinks(r.metrics, r.tokens, r.special, r.padding)  # (L, H); no tokens: ids alone, no tokenizer
+    return Measured(r.metrics, r.patterns, r.distances, r.sink_tokens, r.causal, words)
 
 
 def _repeated(model, tokenizer, tell) -> "tuple[Repeated | None, list[Finding]]":
@@ -365,9 +363,17 @@ def measure(r, named=True) -> Measured:
     attn = r.attentions[..., : r.attentions.shape[-1], :]  # cross-attention: at most k query rows
     m = layer_metrics(attn, causal=r.causal, special=r.keys_special, padding=r.keys_padding, windows=r.windows)
     sinks = [[r.keys[int(k)] for k in row] for row in m.sink_key.tolist()]
-    ordinary = ordinary_keys(r.keys, r.keys_special, r.keys_padding) & named  # (k,)
-    words = word_sink_scores(m.sink_score, m.sink_key, ordinary)  # (L, H)
+    words = _word_sinks(m, r.keys if named else [], r.keys_special, r.keys_padding)  # (L, H)
     return Measured(m, classify_metrics(m), js_distance(attn, r.causal, r.keys_padding), sinks, r.causal, words)
+
+
+def _word_sinks(metrics, tokens, special, padding):
+    """``word_sink_scores`` of a probe whose keys read ``tokens``; 0 everywhere without them (random ids, whose
+    words are unknown)."""
+    if not tokens:
+        return torch.zeros_like(metrics.sink_score)  # (L, H)
+    ordinary = ordinary_keys(tokens, special, padding)  # (k,)
+    return word_sink_scores(metrics.sink_score, metrics.sink_key, ordinary)  # (L, H)
 
 
 def diagnose_part(part, measured, repeated=None):

@@ -185,14 +185,8 @@ class MetricAccumulator:
         self.scratch = Scratch() if scratch is None else scratch
         self.special = _key_mask(special, n_keys, "special")
         self.padding = _key_mask(padding, n_keys, "padding")
-        self.sinks = torch.zeros(n_keys, dtype=torch.bool) if self.special is None else self.special.clone()
-        self.sinks[self._first_key()] = True  # the first token (Xiao et al. 2023) and [CLS]/[SEP] (Clark et al. 2019)
+        self.sinks = sink_keys(n_keys, self.special, self.padding)  # (k,)
         self._sums = None
-
-    def _first_key(self) -> int:
-        """The first token: the first key that is not padding (left padding puts pads before it)."""
-        real = (~self.padding).nonzero() if self.padding is not None else None
-        return int(real[0]) if real is not None and real.numel() else 0
 
     def update(self, chunk, q_start, logits=None):
         """Add rows ``q_start .. q_start + qc - 1`` given as ``chunk [..., qc, k]``.
@@ -466,6 +460,16 @@ def _has_hidden_mass(a, valid):
         return False
     first = int(cols[0])
     return bool(torch.mul(a[..., first:], hidden[:, first:]).abs_().sum() != 0)
+
+
+def sink_keys(n_keys, special=None, padding=None) -> torch.Tensor:
+    """Bool ``[k]``: the keys the metrics factor out as sinks, the first token (Xiao et al. 2023: the first key that
+    is not padding, as left padding puts pads before it) and the special ones ([CLS]/[SEP]; Clark et al. 2019)."""
+    special, padding = _key_mask(special, n_keys, "special"), _key_mask(padding, n_keys, "padding")
+    sinks = torch.zeros(n_keys, dtype=torch.bool) if special is None else special.clone()  # (k,)
+    real = (~padding).nonzero() if padding is not None else None
+    sinks[int(real[0]) if real is not None and real.numel() else 0] = True
+    return sinks
 
 
 def _key_mask(mask, n_keys, name):

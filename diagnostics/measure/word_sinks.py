@@ -17,6 +17,7 @@ import torch
 
 from core.extraction.tokens import ESCAPES
 from diagnostics.findings import SINK_SCORE
+from diagnostics.measure.metrics import sink_keys
 
 # A key is a word when its text holds a letter or a digit ("▁the", "##ing", "1998"); "." "," "⏎" "—" are not, nor
 # what a display string escapes ("\x0d", "\u00a0", the bytes "<0xE2><0x9D>" of an emoji).
@@ -24,15 +25,11 @@ WORD = regex.compile(r"[\p{L}\p{N}]")
 
 
 def ordinary_keys(tokens, special=None, padding=None) -> torch.Tensor:
-    """Bool ``[k]``: the keys that are words of the text, other than the first real token (a sink wherever it
-    is) and special or padding tokens."""
-    ordinary = torch.tensor([bool(WORD.search(ESCAPES.sub("", token))) for token in tokens], dtype=torch.bool)  # (k,)
-    for flags in (special, padding):
-        if flags is not None and len(flags):
-            ordinary &= ~torch.as_tensor(flags, dtype=torch.bool)
-    real = [i for i, pad in enumerate(padding or []) if not pad]
-    ordinary[real[0] if real else 0] = False
-    return ordinary
+    """Bool ``[k]``: the keys that are words of the text, other than the metrics' sinks (``metrics.sink_keys``: the
+    first real token, a sink wherever it is, and the special tokens) and padding."""
+    words = torch.tensor([bool(WORD.search(ESCAPES.sub("", token))) for token in tokens], dtype=torch.bool)  # (k,)
+    pads = torch.zeros_like(words) if padding is None else torch.as_tensor(padding, dtype=torch.bool)  # (k,)
+    return words & ~sink_keys(len(tokens), special, padding) & ~pads
 
 
 def word_sink_scores(sink_score, sink_key, ordinary) -> torch.Tensor:

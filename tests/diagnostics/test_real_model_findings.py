@@ -161,8 +161,10 @@ def test_a_layer_whose_heads_all_read_one_ordinary_word_is_a_warning(loaded):
         return  # the demo models' outputs barely move (cosine >= 0.98): nothing to find
     with random_query_bias(pair[0], 3, 20):
         report = diagnose(pair)
+        streamed = diagnose(pair, stream=True)  # the path of long probes: their tokens come from StreamResult
     found = report.finding("word_sink_heads")
     assert found.severity == "warning" and found.details["layers"] == [3], severe(report)
+    assert streamed.model["streamed"] and streamed.finding("word_sink_heads").heads == found.heads
     assert {layer for layer, _ in found.heads} == {3} and len(found.heads) >= 9
     assert all(word.isalpha() for word in found.details["sink_tokens"].values()), found.details  # L3H8: not ","
     sink = report.finding("sink_heads")
