@@ -129,10 +129,13 @@ def probe_tokens(tokenizer, probe: Probe) -> int:
     return len(tokenizer(probe.text, probe.text_pair, verbose=False)["input_ids"])
 
 
-def default_probes(model, tokenizer, run=None) -> tuple[Probe, ...]:
+NOT_RUN = object()  # a plain module's short run not made yet (None: made, and failed)
+
+
+def default_probes(model, tokenizer, run=NOT_RUN) -> tuple[Probe, ...]:
     """``CAUSAL_PROBES`` for a decoder-only model that reads each of them whole, else ``DEFAULT_PROBES`` (a decoder
     reads them as ``decoder_probe`` gives them: also a plain module's, whose position limit no config says).
-    ``run``: a plain module's ``module_run``, when the caller has it."""
+    ``run``: a plain module's ``module_run``, when the caller has made it."""
     if not reads_as_decoder(model, tokenizer, run):
         return DEFAULT_PROBES
     limit = max_positions(model, tokenizer)
@@ -141,14 +144,14 @@ def default_probes(model, tokenizer, run=None) -> tuple[Probe, ...]:
     return CAUSAL_PROBES
 
 
-def reads_as_decoder(model, tokenizer, run=None) -> bool:
+def reads_as_decoder(model, tokenizer, run=NOT_RUN) -> bool:
     """True for a decoder-only model with a tokenizer: it reads its probes as ``decoder_probe`` gives them. A
     PyTorch model of no config says whether it is causal only by its masks, once run (``run``, or ``module_run``
-    now)."""
+    now; a failed run, None, is not made again)."""
     if tokenizer is None:
         return False
     if is_plain_module(model):
-        run = run or module_run(model, tokenizer)
+        run = module_run(model, tokenizer) if run is NOT_RUN else run
         return run is not None and run.causal
     return model_is_causal(model)
 

@@ -148,6 +148,30 @@ def test_a_plain_pytorch_model_whose_forward_rejects_the_repeated_probe_still_ge
     assert "ShortPositions(input_ids) failed (IndexError" in report.finding("repeated_probe_skipped").message
 
 
+def test_a_plain_pytorch_model_that_fails_is_run_once_before_its_probes():
+    """Its short run (is it causal?) failed, and choosing the default probes ran it again: a failing module ran
+    three times before its error was shown (stop 58's re-read)."""
+    from torch import nn
+
+    from core import ExtractionError
+    from diagnostics.diagnose import diagnose
+
+    class Failing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.attn, self.calls = nn.Embedding(200, 32), nn.MultiheadAttention(32, 4), 0
+
+        def forward(self, input_ids):
+            self.calls += 1
+            self.attn(*[self.embed(input_ids)] * 3)
+            raise RuntimeError("boom")
+
+    model = Failing().eval()
+    with pytest.raises(ExtractionError, match=r"Failing\(input_ids\) failed \(RuntimeError: boom\)"):
+        diagnose((model, wordpiece_tokenizer()), ["the cat sat on the mat"])
+    assert model.calls == 2  # the short run, then the probe's own run, which says why
+
+
 def test_a_model_whose_attention_cannot_be_read_at_all_is_refused():
     """No tokenizer, no token ids it can be probed with, no known weight layout: it got an empty report with no
     finding, as if healthy, and a note saying its weights were checked (they were not)."""
