@@ -241,6 +241,7 @@ def _metrics(metrics: dict) -> dict:
 # Line ends a log may have (a Windows editor's, an old Mac's): not splitlines' U+2028, U+0085, ..., which the
 # monitor's JSON (ensure_ascii=False) leaves unescaped inside a string, and which split a record in two
 _LINE_END = re.compile(r"\r\n|\r|\n")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # "\ud800": JSON decodes a lone one to text no UTF-8 holds
 
 
 class _NotJSON(InputError):
@@ -266,6 +267,9 @@ def _parse_line(line: str, number: int) -> dict:
         record = json.loads(line)
     except (ValueError, RecursionError) as err:  # bad JSON, a 5,000-digit number, deep nesting
         raise _NotJSON(number, err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__) from None
+    if _SURROGATE_ESCAPE.search(line) and _holds_lone_surrogate(record):
+        raise InputError(f"line {number} of the log holds an unpaired surrogate escape (\\ud800-\\udfff), text "
+                         "that no UTF-8 file holds; the file is damaged")
     schema = record.get("schema") if isinstance(record, dict) else None
     if isinstance(schema, str) and schema.startswith(SCHEMA.split("/")[0] + "/") and schema != SCHEMA:
         raise _OtherVersion(number, schema)
@@ -276,6 +280,16 @@ def _parse_line(line: str, number: int) -> dict:
     if damage:
         raise InputError(f"line {number} of the log has {damage}; the file is damaged")
     return record
+
+
+def _holds_lone_surrogate(record) -> bool:
+    """Whether the parsed ``record`` holds a lone surrogate (a pair is one character once parsed): Streamlit
+    cannot send one to the page, and a finding's message with one stopped the Timeline drawing every run."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _damage(record: dict) -> str | None:

@@ -90,6 +90,7 @@ def load(kind, value) -> tuple[dict, list[str]]:
         bar.empty()
 
 
+@errors.caught  # one run that cannot be drawn is one line: the runs after it had not been drawn either
 def run_ui(name, timeline, metric, layer, part) -> None:
     st.subheader(for_markdown(name))  # a file name: plain text
     for note in timeline.notes:

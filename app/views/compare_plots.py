@@ -106,11 +106,13 @@ def steps_heatmap_figure(values, steps, title: str) -> go.Figure:
 def steps_lines_figure(values, steps, layer: int, title: str, metric: str = "") -> go.Figure:
     """One line per head of ``layer``: a metric ``[steps, layers, heads]`` (at most 1) over the steps, on one axis
     from 0 to 1 whatever the values (runs drawn side by side had axes of 0.85-1 and 0-2 beside each other), lower
-    where a sink score is negative (a model with learned sinks: its rows sum to less than 1)."""
+    where a sink score is negative (a model with learned sinks: its rows sum to less than 1), never below -1, the
+    least an excess mass can be (a hand-edited -1e30 drew every other head flat on 0)."""
     fig = go.Figure([go.Scatter(x=list(steps), y=values[:, layer, h].astype(np.float32), mode="lines+markers",
                                 name=f"L{layer}H{h}") for h in range(values.shape[2])])
     fig.update_xaxes(title="step")
     low = min(0.0, float(np.nanmin(values[:, layer]))) if values[:, layer].size else 0.0  # a learned sink: < 0
+    low = max(low, -1.0)
     fig.update_yaxes(range=[low - 0.02, 1.02], title=for_plotly(metric))
     fig.update_layout(title=for_plotly(title), height=320, margin=dict(l=10, r=10, t=40, b=10))
     return fig

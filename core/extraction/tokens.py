@@ -34,7 +34,8 @@ ESCAPES = re.compile(r"\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|<0x[0-9A-F]{
 # emoji, nor the format characters that draw (Arabic number signs, an emoji flag's tag characters).
 _INVISIBLE = {0x00AD, 0x061C, 0x180E, 0xFEFF, *range(0x200B, 0x200C), *range(0x200E, 0x2010),
               *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x2066, 0x2070), *range(0xFFF9, 0xFFFC),
-              *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B)}  # shorthand and musical format controls
+              *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B),  # shorthand and musical format controls
+              *range(0xD800, 0xE000)}  # a lone surrogate ("\ud800" in a JSON file): no UTF-8 holds it, Streamlit failed
 # Characters that draw nothing, kept inside a token (a joiner joins, a Hangul filler fills a syllable), written out
 # when a token is only these: four such tokens were four blank labels, and not one joiner has anything to join
 _BLANK = {0x200C, 0x200D, 0x115F, 0x1160, 0x2800, 0x3164, 0xFFA0}

@@ -470,6 +470,42 @@ def test_timeline_one_unreadable_log_is_named_and_the_others_still_show(monkeypa
     assert len(at.error) == 3 and len(at.get("plotly_chart")) == 4
 
 
+def test_timeline_a_run_that_cannot_be_drawn_is_one_line_and_the_others_still_show(monkeypatch):
+    """A log with a lone surrogate ("\\ud800") in a finding's message stopped the page at that run: a
+    UnicodeEncodeError, and the runs after it not drawn (timeline audit, stop 59). The log is now refused when read;
+    a run that fails when drawn no longer takes the others with it."""
+    from app.views import compare_plots
+
+    healthy = (LOGS / "healthy.jsonl").read_bytes()
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload_0")
+    uploader.upload("bad.jsonl", healthy.replace(b'"message": "', b'"message": "\\ud800 ', 1))
+    uploader.upload("good.jsonl", healthy)
+    at = uploader.run().button(key="tl_run").click().run()
+    assert not at.exception and [h.value for h in at.subheader] == ["good.jsonl"], _errors(at)
+    from app.plain import for_markdown
+
+    assert _errors(at) == [for_markdown("bad.jsonl: line 1 of the log holds an unpaired surrogate escape "
+                                        "(\\ud800-\\udfff), text that no UTF-8 file holds; the file is damaged")]
+    drawn, heatmap = [], compare_plots.steps_heatmap_figure
+
+    def first_fails(*args, **kwargs):
+        drawn.append(1)
+        if len(drawn) == 1:
+            raise ValueError("cannot draw this one")
+        return heatmap(*args, **kwargs)
+
+    monkeypatch.setattr(compare_plots, "steps_heatmap_figure", first_fails)
+    at = _page("timeline")
+    uploader = at.file_uploader(key="tl_upload_0")
+    uploader.upload("one.jsonl", healthy)
+    uploader.upload("two.jsonl", healthy)
+    at = uploader.run().button(key="tl_run").click().run()
+    assert not at.exception and [h.value for h in at.subheader] == ["one.jsonl", "two.jsonl"]
+    assert len(at.error) == 1 and "cannot draw this one" in at.error[0].value
+    assert len(at.get("plotly_chart")) == 2  # two's heatmap and lines
+
+
 def test_timeline_paths_missing_or_listed_twice(monkeypatch, tmp_path):
     """A missing log was told to give "a model folder, an archive or a weights file"; a path listed twice showed
     the server path as the run's name."""
@@ -522,3 +558,6 @@ def test_negative_sink_scores_of_learned_sinks_stay_on_the_axis():
     values = np.full((2, 1, 2), -0.027, dtype=np.float32)  # (steps, layers, heads)
     fig = compare_plots.steps_lines_figure(values, [0, 10], 0, "Layer 0", "Sink score")
     assert fig.layout.yaxis.range[0] < -0.027 and fig.layout.yaxis.range[1] == 1.02
+    damaged = np.array([[[0.2, -1e30]], [[0.3, 0.1]]], dtype=np.float32)  # a hand-edited log's -1e30
+    assert compare_plots.steps_lines_figure(damaged, [0, 10], 0, "Layer 0", "Sink score").layout.yaxis.range[0] == (
+        pytest.approx(-1.02))  # the other heads stay readable: no excess mass is below -1

@@ -102,6 +102,16 @@ def test_markdown_escapes_metacharacters_and_directives():
         assert shown.splitlines() == [shown] and shown.startswith("a "), shown  # one line: no list, heading, quote
 
 
+def test_a_lone_surrogate_is_written_out_where_the_page_would_fail_on_it():
+    """JSON reads "\\ud800" as a lone surrogate, which no UTF-8 holds: a message or token with one was a
+    UnicodeEncodeError traceback on the page (timeline audit, stop 59)."""
+    from core.extraction.tokens import prettify_token
+
+    assert for_markdown("bad \ud800 name") == r"bad \\ud800 name"
+    assert prettify_token("a\udfff") == r"a\udfff"
+    assert for_markdown("\U0001F600") == "\U0001F600"  # a character outside the BMP (a pair in UTF-16) stays
+
+
 def test_names_never_show_server_paths():
     assert display_name("/tmp/attnscope-upload-6lfcdel4/clean") == "clean"
     assert display_name("~/models/my-bert/") == "my-bert"

@@ -90,6 +90,16 @@ def test_bad_logs_are_one_line_errors(text, message):
         parse_log(text)
 
 
+@pytest.mark.parametrize("field", ['"message": "', '"part": "', '"code": "'])
+def test_a_lone_surrogate_escape_is_damage_and_a_pair_is_a_character(log_text, field):
+    """JSON reads "\\ud800" as text no UTF-8 holds: a log with one in a finding's message stopped the Timeline
+    page with a UnicodeEncodeError, and the runs after it were not drawn."""
+    with pytest.raises(InputError, match="line 1 of the log holds an unpaired surrogate escape"):
+        parse_log(log_text.replace(field, field + "\\ud800", 1))
+    paired = parse_log(log_text.replace('"message": "', '"message": "\\ud83d\\ude00 \\\\ud800 ', 1))
+    assert paired.records[0]["findings"][0]["message"].startswith("\U0001F600 \\ud800 ")  # the emoji; "\\ud800"
+
+
 def test_a_line_that_is_not_json_is_skipped_when_others_read(log_text):
     lines = log_text.splitlines()
     timeline = parse_log("\n".join([lines[0], lines[1][:500], lines[2]]))
