@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import unicodedata
 
 import regex
 
@@ -44,6 +45,15 @@ def short_label(token: str) -> str:
     start = kept.rfind("\\")
     escape = _ESCAPE.match(token, start) if start >= 0 else None
     return (kept[:start] if escape and escape.end() > len(kept) else kept) + "…"
+
+
+def isolated(label: str) -> str:
+    """``label`` between Unicode's first-strong isolate marks (FSI … PDI) when it holds right-to-left letters, so
+    that it reads as one unit in its own direction beside the position number before it: "1 ب__<0xD9>" was drawn
+    "1 0>__بxD9>", the escape's digits taken into the Arabic run. Labels of left-to-right text stay as they are."""
+    if any(unicodedata.bidirectional(ch) in ("R", "AL") for ch in label):
+        return f"\u2068{label}\u2069"
+    return label
 
 
 def for_plotly(text: str) -> str:

@@ -28,6 +28,7 @@ the previous occurrence of the current one (offset ``-half + 1``) and a
 duplicate-token head to the previous occurrence itself (offset ``-half``).
 """
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -213,8 +214,9 @@ def unfit_defaults_note(notes, error):
 
 def _unfit_note(coverage, action):
     low = [c for c in coverage if c < MIN_COVERAGE]
+    lowest = math.floor(min(low) * 1000) / 1000  # rounded down: 0.8974 had read "fewer than 90% (lowest 90%)"
     detail = (f"{len(low)} of {len(coverage)} probes have fewer than {MIN_COVERAGE:.0%} of their tokens in the "
-              f"vocabulary (lowest {min(low):.0%}); {action}")
+              f"vocabulary (lowest {lowest:.1%}); {action}")
     return note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage], threshold=MIN_COVERAGE)
 
 

@@ -351,8 +351,8 @@ FINDING_TEXTS = {
         "Probes do not fit the vocabulary",
         "Some probe texts are mostly made of tokens the model's vocabulary does not hold ([UNK], byte fallback), "
         "so on them the model sees runs of one placeholder token, not text.",
-        "Diagnose with texts in the model's language and vocabulary (--text); the in-vocabulary probes used "
-        "instead say how the heads treat tokens they know, not how they read text.",
+        "Diagnose with texts in the model's language and vocabulary (--text). Where default probes were replaced, "
+        "the in-vocabulary probes in their place say how the heads treat tokens they know, not how they read text.",
         "Probes do not fit the vocabulary: {detail}.",
     ),
     "probes_short": FindingText(

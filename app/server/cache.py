@@ -99,6 +99,7 @@ class LoadedModel:
     tokenizer: object
     lock: threading.Lock = field(default_factory=threading.Lock)
     job: str = ""  # what a Diagnose or Compare run holding ``lock`` does ("diagnosis"), told to those waiting
+    notes: tuple[str, ...] = ()  # what loading it said (a borrowed tokenizer, an architecture read off the weights)
 
 
 BUSY = ("This model is busy with another session's {job}, which holds it until it ends (a known model serves one "
@@ -329,7 +330,7 @@ def load_model(source: str, stamp: tuple | None = None, n_heads: int | None = No
         if files == source_stamp(source):  # the newest files (a slow load of older ones drops nothing)
             # their earlier copies: no Run can ask for them again, and kept they push other sessions' models out
             model_cache().discard(lambda key: key[0] == source and key[1] != files)
-        return LoadedModel(loaded.model, loaded.tokenizer)
+        return LoadedModel(loaded.model, loaded.tokenizer, notes=tuple(loaded.notes))
     source = canonical_name(source)  # 'Demo-BERT' and 'demo-bert' are one model, one lock
     files = source_stamp(source) if stamp is None else stamp
     try:
@@ -382,8 +383,11 @@ def attention(key: tuple) -> core.AttentionResult:
         with holding(loaded, notice):  # the tokenizer too is shared: a fast one keeps its truncation setting
             _check_result_size(loaded, text, text_pair, target)
             with stop_between_layers(loaded.model, gone and (lambda: _everyone_gone(key))):
-                return core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None,
-                                              target or None)
+                result = core.extract_attention(loaded.model, loaded.tokenizer, text, text_pair or None,
+                                                target or None)
+        if loaded.notes:  # shown with the reading's own: Inspect had never said the tokenizer was borrowed
+            result.warnings[:0] = loaded.notes
+        return result
     told = []
 
     def tell_if_busy():  # another session reads this same text, behind a model another run holds

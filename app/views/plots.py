@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import torch
 from PIL import Image
 
-from app.plain import for_plotly, short_label
+from app.plain import for_plotly, isolated, short_label
 from core.views import pool_map
 from diagnostics.texts import BORDERLINE_MARK, PATTERN_TEXTS, role_label, vote_label
 
@@ -144,10 +144,10 @@ def axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str
     position keeps two tokens of one beginning apart.
     """
     if block == 1:
-        return [f"{p} {for_plotly(short_label(t))}" for p, t in zip(positions, tokens)]
+        return [f"{p} {isolated(for_plotly(short_label(t)))}" for p, t in zip(positions, tokens)]
     starts = range(0, len(tokens), block)
-    return [f"{positions[i]}–{positions[min(i + block, len(tokens)) - 1]} {_first_of_block(tokens[i])}"
-            if i + 1 < len(tokens) else f"{positions[i]} {for_plotly(short_label(tokens[i]))}"  # a last block of one
+    return [f"{positions[i]}–{positions[min(i + block, len(tokens)) - 1]} {isolated(_first_of_block(tokens[i]))}"
+            if i + 1 < len(tokens) else f"{positions[i]} {isolated(for_plotly(short_label(tokens[i])))}"  # block of 1
             for i in starts]
 
 

@@ -517,6 +517,21 @@ def test_inspect_reads_a_hub_id_again_once_the_cache_holds_a_newer_revision(tmp_
     assert not at.exception and not _errors(at), _errors(at)
     assert _charts(at)[-1].proto.spec != before
 
+def test_inspect_says_what_loading_the_checkpoint_said(tmp_path):
+    """A folder without a tokenizer is read with a demo model's of the same vocabulary size: Diagnose said so,
+    Inspect drew demo-bert's tokens without a word (browser audit, stop 59)."""
+    import shutil
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[2] / "core" / "demo_models" / "demo-bert"
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(demo / name, tmp_path / name)
+    at = _inspect(_app(), str(tmp_path))
+    assert not at.exception and not _errors(at) and len(_charts(at)) == 2
+    assert any("no tokenizer in the checkpoint; using demo-bert's tokenizer" in w.value for w in at.warning), [
+        w.value for w in at.warning]
+
+
 def test_inspect_names_the_model_by_its_folder_not_its_path(bert_folder):
     at = _inspect(_app(), str(bert_folder))
     title = at.get("plotly_chart")[0].proto.spec

@@ -112,6 +112,16 @@ def test_a_lone_surrogate_is_written_out_where_the_page_would_fail_on_it():
     assert for_markdown("\U0001F600") == "\U0001F600"  # a character outside the BMP (a pair in UTF-16) stays
 
 
+def test_a_right_to_left_token_s_label_is_isolated_from_its_position():
+    """SmolLM2 splits Arabic into pieces with byte escapes: "1 ب__<0xD9>" was drawn "1 0>__بxD9>", the escape's
+    digits taken into the Arabic run (browser audit, stop 59). Left-to-right labels are unchanged."""
+    from app.views.plots import axis_labels
+
+    assert axis_labels(["ب__<0xD9>", "the", "مرحبا"], 1, [1, 2, 3]) == [
+        "1 \u2068ب__&lt;0xD9&gt;\u2069", "2 the", "3 \u2068مرحبا\u2069"]
+    assert axis_labels(["שלום", "x", "y"], 2, [0, 1, 2]) == ["0–1 \u2068שלום…\u2069", "2 y"]
+
+
 def test_names_never_show_server_paths():
     assert display_name("/tmp/attnscope-upload-6lfcdel4/clean") == "clean"
     assert display_name("~/models/my-bert/") == "my-bert"

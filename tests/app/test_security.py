@@ -1128,7 +1128,7 @@ def test_a_folder_s_new_files_drop_its_old_copy_but_a_slow_load_of_old_files_dro
             stamp["now"] = ("S3",)  # the trainer saves again while this load reads S2's files
             reading.set()
             gate.wait(5)
-        return SimpleNamespace(model=torch.nn.Linear(1, 1), tokenizer=None)
+        return SimpleNamespace(model=torch.nn.Linear(1, 1), tokenizer=None, notes=[])
 
     monkeypatch.setattr(cache.core, "load_untrusted", load_untrusted)
     stamps = lambda: sorted(key[1] for key in models.keys())  # noqa: E731
@@ -1294,7 +1294,7 @@ def test_a_known_model_s_loading_bar_shows_each_phase_of_the_load_not_each_numbe
                                   (0.02, "waiting"), (0.03, "dequantising 1/9"), (0.04, "dequantising 2/9"),
                                   (0.5, "dequantising 5/9"), (0.51, "dequantising 6/9")):
             progress(fraction, message)
-        return SimpleNamespace(model=Sized(1), tokenizer=None)
+        return SimpleNamespace(model=Sized(1), tokenizer=None, notes=[])
     monkeypatch.setattr(cache.st, "empty", Bar)
     monkeypatch.setattr(cache.core, "load_untrusted", load)
     monkeypatch.setattr(cache, "model_cache", lambda: BoundedCache(2, 10**9, lambda m: 1))

@@ -246,6 +246,15 @@ def test_short_probes_show_what_they_measured_and_long_ones_judge_it():
     assert {sum(h.metrics["votes"].values()) for h in both.heads} == {2}  # both probes label the heads
 
 
+def test_an_unfit_probe_s_coverage_reads_below_the_threshold_and_the_advice_fits_what_was_done():
+    """89.74 % read "fewer than 90% ... (lowest 90%)", and a caller's kept probes were told of "the in-vocabulary
+    probes used instead", which no probe was (browser audit, stop 59)."""
+    note = verdict_cap([110, 120], None, [1.0, 0.8974], [80, 60])[2][0]
+    assert "fewer than 90% of their tokens in the vocabulary (lowest 89.7%); they were kept" in note.message
+    assert "Where default probes were replaced" in note.suggestion
+    assert "(lowest 0.0%)" in verdict_cap([110, 120], None, [1.0, 0.0], [80, 60])[2][0].message
+
+
 def test_verdict_is_judged_on_the_probes_that_can_be():
     """One short, repetitive or unfit probe beside a paragraph no longer caps what the paragraph shows."""
     assert verdict_cap([110, 16], None, None, [80, 10])[:2] == ("error", [True, False])
