@@ -318,11 +318,20 @@ def finding_changes(findings_a, findings_b):
         key = (f.code, f.part)
         worst_a[key] = min(worst_a.get(key, 9), severity_rank(f.severity))
     codes_b = {(f.code, f.part) for f in findings_b}
-    appeared = [f if severity_rank(f.severity) < worst_a.get((f.code, f.part), 9) else
-                _with_heads(f, findings_a, "new_heads", "New in B") for f in findings_b]
+    appeared = [_appeared(f, findings_a, worst_a.get((f.code, f.part), 9)) for f in findings_b]
     disappeared = [f if (f.code, f.part) not in codes_b else _with_heads(f, findings_b, "cleared_heads",
                                                                           "No longer in B") for f in findings_a]
     return [f for f in appeared if f is not None], [f for f in disappeared if f is not None]
+
+
+def _appeared(finding, findings_a, rank_a: int):
+    """B's ``finding`` as the comparison lists it, or None: whole when A lacks its code (``rank_a`` 9); also when A
+    has it less severe, then naming its heads A's do not name (a layer's Q/K × 0 raised demo-bert's diffuse heads
+    to a warning, and the two heads diffuse in A too read as part of the damage); else only for new heads."""
+    if rank_a == 9:
+        return finding
+    named = _with_heads(finding, findings_a, "new_heads", "New in B")
+    return (named or finding) if severity_rank(finding.severity) < rank_a else named
 
 
 def _with_heads(finding, others, key: str, words: str):

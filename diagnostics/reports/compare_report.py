@@ -34,12 +34,19 @@ def _head_name(h):
     return f"L{h.layer}H{h.head}" if h.part == "self" else f"{h.part} L{h.layer}H{h.head}"
 
 
+def _changed(report) -> str:
+    """"9 of 16 heads changed (JS distance ≥ 0.05, ...)": what counts as changed, the non-finite maps too when a
+    head changed for that (they have no distance, and the line had counted them under a rule they do not meet)."""
+    non_finite = any("non_finite" in h.reasons for h in report.changed)
+    return (f"{len(report.changed)} of {len(report.heads)} heads changed (JS distance ≥ "
+            f"{report.thresholds['changed_js']}, or a new pattern or role at distance ≥ "
+            f"{report.thresholds['label_change_js']}{', or a map finite in one model only' if non_finite else ''})")
+
+
 def render_markdown(report):
     a, b = report.a.model, report.b.model
     lines = [f"# AttnScope comparison: {md(a['name'])} → {md(b['name'])}", "",
-             f"{len(report.changed)} of {len(report.heads)} heads changed "
-             f"(JS distance ≥ {report.thresholds['changed_js']}, "
-             f"or a new pattern or role at distance ≥ {report.thresholds['label_change_js']}); "
+             f"{_changed(report)}; "
              f"probes: {len(report.a.probes) or 'random token ids'}{', streamed' if report.streamed else ''}.", ""]
     lines += _findings_markdown("Findings that appeared in B", report.appeared, advice=True)
     lines += _findings_markdown("Findings that disappeared from A", report.disappeared)
@@ -87,9 +94,7 @@ def render_html(report):
     a, b = report.a.model, report.b.model
     title = f"AttnScope comparison: {plain(str(a['name']))} → {plain(str(b['name']))}"
     body = [f"<h1>{title}</h1>",
-            f"<p>{len(report.changed)} of {len(report.heads)} heads changed "
-            f"(JS distance ≥ {report.thresholds['changed_js']}, or a new pattern or role at distance ≥ "
-            f"{report.thresholds['label_change_js']}).</p>"]
+            f"<p>{_changed(report)}.</p>"]
     body += _findings_html("Findings that appeared in B", report.appeared, advice=True)
     body += _findings_html("Findings that disappeared from A", report.disappeared)
     if report.notes:

@@ -177,6 +177,10 @@ def test_a_diverged_head_is_changed_and_a_copy_of_it_is_not():
     assert [(h.layer, h.head, h.reasons) for h in report.changed] == [(1, 0, ["non_finite"])]
     assert "| L1H0 | n/a | non_finite |" in report.to_markdown() and '"js_distance": null' in report.to_json()
     assert " → no label | " in report.to_markdown() and " → no label</td>" in report.to_html()  # NaN: no pattern
+    rule = "or a map finite in one model only)"  # the line's rule had not covered the heads it counted
+    assert f"{rule}; probes: 1." in report.to_markdown() and f"{rule}.</p>" in report.to_html()
+    assert "finite in one model" not in compare((model, tokenizer), (qk_scaled(model, 8.0), tokenizer),
+                                                texts).to_markdown()
     same = compare((diverged, tokenizer), (copy.deepcopy(diverged), tokenizer), texts)
     assert not same.changed and max(h.js_distance for h in same.heads) == 0.0
 
@@ -293,6 +297,18 @@ def test_a_finding_that_spreads_to_new_heads_names_them_and_one_that_recedes_nam
     report = CompareReport(None, None, [], *finding_changes(errors[:0], moved), streamed=False)
     assert report.has_new_errors
 
+
+
+def test_a_finding_that_grows_more_severe_names_its_new_heads():
+    """demo-bert with layer 1's Q/K × 0: ``diffuse_heads`` went from info on L3H0, L3H3 to a warning on those and
+    layer 1's four, listed whole: the two heads diffuse in A (distance ≤ 0.012) read as part of the damage."""
+    a = [Finding("diffuse_heads", "info", [[3, 0], [3, 3]], "2 heads", "s")]
+    b = [Finding("diffuse_heads", "warning", [[1, 0], [1, 1], [1, 2], [1, 3], [3, 0], [3, 3]], "6 heads", "s")]
+    appeared, _ = finding_changes(a, b)
+    assert [(f.severity, f.details["new_heads"], f.message) for f in appeared] == [
+        ("warning", [[1, 0], [1, 1], [1, 2], [1, 3]], "6 heads New in B: L1H0, L1H1, L1H2, L1H3.")]
+    same = [Finding("diffuse_heads", "warning", [[3, 0], [3, 3]], "2 heads", "s")]  # raised on the same heads
+    assert finding_changes(a, same)[0] == same  # listed, whole
 
 def test_renderings_escape_names():
     model, tokenizer = tiny_bert(), wordpiece_tokenizer()
