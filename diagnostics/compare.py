@@ -102,6 +102,15 @@ class CompareReport(Exports):
         gate."""
         return any(f.severity == "error" and "new_heads" not in f.details for f in self.appeared)
 
+    @property
+    def first_changed_layers(self) -> dict[str, int]:
+        """``{part: layer}``: the first layer of each part with a changed head. Every later layer reads its output,
+        so their heads change with it: MiniLM with layer 3's Q/K × 8 changes 36 of 72 heads, none before layer 3."""
+        first = {}
+        for h in self.changed:
+            first[h.part] = min(first.get(h.part, h.layer), h.layer)
+        return first
+
     def distance_grid(self, part=None):
         """``[layers][heads]`` JS distances of ``part`` (default: the first)."""
         parts = list(dict.fromkeys(h.part for h in self.heads))
@@ -131,6 +140,7 @@ class CompareReport(Exports):
             "a": self.a.model, "b": self.b.model, "probes": self.a.probes, "streamed": self.streamed,
             "thresholds": self.thresholds,
             "summary": {"heads": len(self.heads), "changed": len(self.changed),
+                        "first_changed_layers": self.first_changed_layers,
                         "appeared": len(self.appeared), "disappeared": len(self.disappeared),
                         "new_errors": self.has_new_errors},
             "heads": [h.to_dict() for h in self.heads],

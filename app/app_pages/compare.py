@@ -12,7 +12,7 @@ from app.server import cache, session, sources
 from app.kept import KEEP
 from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.compare import compare
-from diagnostics.reports.compare_report import pattern_name
+from diagnostics.reports.compare_report import first_changed, pattern_name
 
 
 def run(source_a, source_b, texts, n_heads=None) -> None:
@@ -51,6 +51,8 @@ def summary_ui(report, notes) -> None:
     cols[0].metric("Heads changed", f"{len(report.changed)} / {len(report.heads)}")
     cols[1].metric("Findings appeared", len(report.appeared))
     cols[2].metric("Findings disappeared", len(report.disappeared))
+    if report.changed:
+        st.markdown(for_markdown(first_changed(report)))  # a count of knock-on changes: where they start
     for title, findings in (("Appeared in B", report.appeared), ("Disappeared from A", report.disappeared)):
         for f in findings:
             st.markdown(f"**{title}** · {f.severity}: {f.title} (`{f.code}`)")

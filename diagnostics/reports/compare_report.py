@@ -43,11 +43,23 @@ def _changed(report) -> str:
             f"{report.thresholds['label_change_js']}{', or a map finite in one model only' if non_finite else ''})")
 
 
+def first_changed(report) -> str:
+    """"The first changed layer is 3: heads of later layers read its output, ..." (one sentence), or "" when no
+    head changed: the count alone read as if every changed head had been changed by itself."""
+    first = report.first_changed_layers
+    if not first:
+        return ""
+    where = ", ".join(f"{layer}" if part == "self" else f"{layer} of the {part}" for part, layer in first.items())
+    return (f"The first layer with a changed head is {where}: later layers read its output, so their heads may "
+            "have changed with it rather than by themselves.")
+
+
 def render_markdown(report):
     a, b = report.a.model, report.b.model
     lines = [f"# AttnScope comparison: {md(a['name'])} → {md(b['name'])}", "",
              f"{_changed(report)}; "
-             f"probes: {len(report.a.probes) or 'random token ids'}{', streamed' if report.streamed else ''}.", ""]
+             f"probes: {len(report.a.probes) or 'random token ids'}{', streamed' if report.streamed else ''}."
+             + (f" {first_changed(report)}" if report.changed else ""), ""]
     lines += _findings_markdown("Findings that appeared in B", report.appeared, advice=True)
     lines += _findings_markdown("Findings that disappeared from A", report.disappeared)
     lines += _notes_markdown(report.notes)
@@ -94,7 +106,7 @@ def render_html(report):
     a, b = report.a.model, report.b.model
     title = f"AttnScope comparison: {plain(str(a['name']))} → {plain(str(b['name']))}"
     body = [f"<h1>{title}</h1>",
-            f"<p>{_changed(report)}.</p>"]
+            f"<p>{_changed(report)}. {plain(first_changed(report))}</p>"]
     body += _findings_html("Findings that appeared in B", report.appeared, advice=True)
     body += _findings_html("Findings that disappeared from A", report.disappeared)
     if report.notes:

@@ -123,6 +123,29 @@ def test_compare_two_bare_weights_files_with_the_heads_field(monkeypatch, tmp_pa
     assert any(n.startswith("B: ") for n in notes) and len(notes) % 2 == 0
 
 
+def test_compare_says_where_the_changes_begin(monkeypatch, tmp_path):
+    """The page gave "36 / 72" heads changed for one damaged layer and its knock-on effects, and no more."""
+    from safetensors.torch import save_file
+    from tiny import tiny_bert
+
+    model = tiny_bert()
+    damaged = {k: v.contiguous() * (30.0 if k.startswith("encoder.layer.1.attention.self.") and k.endswith(
+        ("query.weight", "key.weight")) else 1.0) for k, v in model.state_dict().items()}
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "a.safetensors"))
+    save_file(damaged, str(tmp_path / "b.safetensors"))
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("compare")
+    for side in "ab":
+        at.radio(key=f"cmp_{side}_kind").set_value("Local folder").run()
+        at.text_input(key=f"cmp_{side}_path").set_value(str(tmp_path / f"{side}.safetensors"))
+    at.text_area(key="cmp_probes").set_value("the quick brown fox jumps over the lazy dog")
+    at.number_input(key="cmp_heads").set_value(4)
+    at = at.button(key="cmp_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    assert at.metric[0].value == "4 / 8"
+    assert any(m.value.startswith("The first layer with a changed head is 1: later layers") for m in at.markdown)
+
+
 def test_compare_refuses_more_probe_text_than_the_server_runs():
     from app.server.sources import MAX_PROBES
 

@@ -9,7 +9,7 @@ from transformers import GPTNeoConfig, GPTNeoModel
 
 from core.errors import InputError
 from diagnostics.compare import (
-    CHANGED_JS, LABEL_CHANGE_JS, CompareReport, compare, finding_changes, head_change,
+    CHANGED_JS, LABEL_CHANGE_JS, CompareReport, HeadChange, compare, finding_changes, head_change,
 )
 from diagnostics.findings import Finding
 from diagnostics.reports.report import HeadReport
@@ -166,6 +166,27 @@ def test_a_causal_model_against_a_bidirectional_one_is_refused():
             compare((a, wordpiece_tokenizer()), (b, wordpiece_tokenizer()), ["the cat sat on the mat"])
 
 
+def test_the_first_changed_layer_is_named_where_later_layers_change_with_it():
+    """MiniLM with layer 3's Q/K × 8 changed 36 of 72 heads, none before layer 3 (compare audit, stop 59): the count
+    read as 36 damaged heads, and nothing said where the change begins."""
+    model, tokenizer, texts = tiny_bert(), wordpiece_tokenizer(), ["the quick brown fox jumps over the lazy dog"]
+    damaged = copy.deepcopy(model)
+    with torch.no_grad():
+        for weights in (damaged.encoder.layer[1].attention.self.query, damaged.encoder.layer[1].attention.self.key):
+            weights.weight.mul_(30.0)  # layer 1, the last of its 2
+    report = compare((model, tokenizer), (damaged, tokenizer), texts)
+    assert report.changed and {h.layer for h in report.changed} == {1}
+    assert report.first_changed_layers == {"self": 1} and report.to_dict()["summary"]["first_changed_layers"] == {
+        "self": 1}
+    sentence = "The first layer with a changed head is 1: later layers read its output"
+    assert sentence in report.to_markdown() and sentence in report.to_html()
+    same = compare((model, tokenizer), (copy.deepcopy(model), tokenizer), texts)
+    assert same.first_changed_layers == {} and "first layer" not in same.to_markdown() + same.to_html()
+    heads = [HeadChange(part, layer, 0, 0.5, changed, ["distance"], {}, {}) for part, layer, changed in (
+        ("decoder", 3, True), ("decoder", 1, True), ("decoder", 0, False), ("cross", 2, True))]
+    assert CompareReport(None, None, heads, [], [], streamed=False).first_changed_layers == {"decoder": 1, "cross": 2}
+
+
 def test_a_diverged_head_is_changed_and_a_copy_of_it_is_not():
     """A NaN map's distance is NaN, and NaN >= CHANGED_JS was False: the head passed as unchanged."""
     model = tiny_bert()
@@ -178,7 +199,7 @@ def test_a_diverged_head_is_changed_and_a_copy_of_it_is_not():
     assert "| L1H0 | n/a | non_finite |" in report.to_markdown() and '"js_distance": null' in report.to_json()
     assert " → no label | " in report.to_markdown() and " → no label</td>" in report.to_html()  # NaN: no pattern
     rule = "or a map finite in one model only)"  # the line's rule had not covered the heads it counted
-    assert f"{rule}; probes: 1." in report.to_markdown() and f"{rule}.</p>" in report.to_html()
+    assert f"{rule}; probes: 1." in report.to_markdown() and f"{rule}. The first layer" in report.to_html()
     assert "finite in one model" not in compare((model, tokenizer), (qk_scaled(model, 8.0), tokenizer),
                                                 texts).to_markdown()
     same = compare((diverged, tokenizer), (copy.deepcopy(diverged), tokenizer), texts)
