@@ -34,7 +34,7 @@ from core.extraction.encode import encode, max_positions
 from core.extraction.streaming import can_stream
 from core.extraction.text_config import config_size, is_encoder_decoder, vocab_size
 from diagnostics.diagnose import _resolve, check_device_used, diagnose
-from diagnostics.findings import DESCRIBING, PROBE_NOTES, head_names, severity_rank
+from diagnostics.findings import DESCRIBING, PROBE_NOTES, SEVERITIES, head_names, severity_rank
 from diagnostics.measure.redundancy import paired_js_distance
 from diagnostics.paired_stream import stream_paired_js
 from diagnostics.probes import as_probes, user_texts
@@ -97,10 +97,11 @@ class CompareReport(Exports):
 
     @property
     def has_new_errors(self):
-        """B has an error finding A lacks, or has at a lower severity (the CLI exits 1); not one A has as an error on
-        other heads (``details["new_heads"]``): a fine-tune that moved one head of a layer-wide error failed a CI
-        gate."""
-        return any(f.severity == "error" and "new_heads" not in f.details for f in self.appeared)
+        """B has an error finding A lacks, or has at a lower severity (``details["severity_in_a"]``; the CLI exits
+        1); not one A has as an error on other heads (``details["new_heads"]`` alone): a fine-tune that moved one
+        head of a layer-wide error failed a CI gate."""
+        return any(f.severity == "error" and ("new_heads" not in f.details or "severity_in_a" in f.details)
+                   for f in self.appeared)
 
     @property
     def first_changed_layers(self) -> dict[str, int]:
@@ -337,11 +338,15 @@ def finding_changes(findings_a, findings_b):
 def _appeared(finding, findings_a, rank_a: int):
     """B's ``finding`` as the comparison lists it, or None: whole when A lacks its code (``rank_a`` 9); also when A
     has it less severe, then naming its heads A's do not name (a layer's Q/K × 0 raised demo-bert's diffuse heads
-    to a warning, and the two heads diffuse in A too read as part of the damage); else only for new heads."""
+    to a warning, and the two heads diffuse in A too read as part of the damage) and A's severity
+    (``details["severity_in_a"]``); else only for new heads."""
     if rank_a == 9:
         return finding
     named = _with_heads(finding, findings_a, "new_heads", "New in B")
-    return (named or finding) if severity_rank(finding.severity) < rank_a else named
+    if severity_rank(finding.severity) >= rank_a:
+        return named
+    raised = named or finding  # A's severity kept: an error raised from a warning is a new error (the CLI exits 1)
+    return replace(raised, details={**raised.details, "severity_in_a": SEVERITIES[rank_a]})
 
 
 def _with_heads(finding, others, key: str, words: str):

@@ -242,6 +242,7 @@ def _metrics(metrics: dict) -> dict:
 # monitor's JSON (ensure_ascii=False) leaves unescaped inside a string, and which split a record in two
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # "\ud800": JSON decodes a lone one to text no UTF-8 holds
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _NotJSON(InputError):
@@ -283,12 +284,18 @@ def _parse_line(line: str, number: int) -> dict:
 
 
 def _holds_lone_surrogate(record) -> bool:
-    """Whether the parsed ``record`` holds a lone surrogate (a pair is one character once parsed): Streamlit
-    cannot send one to the page, and a finding's message with one stopped the Timeline drawing every run."""
-    try:
-        json.dumps(record, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
+    """Whether the parsed ``record`` holds a lone surrogate in a key or a string (a pair is one character once
+    parsed): Streamlit cannot send one to the page, and a finding's message with one stopped the Timeline drawing
+    every run. Walked without recursion: a record nested nearly as deep as ``json.loads`` reads is no error."""
+    items = [record]
+    while items:
+        item = items.pop()
+        if isinstance(item, str) and _SURROGATE.search(item):
+            return True
+        if isinstance(item, dict):
+            items += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            items += item
     return False
 
 

@@ -328,8 +328,14 @@ def test_a_finding_that_grows_more_severe_names_its_new_heads():
     appeared, _ = finding_changes(a, b)
     assert [(f.severity, f.details["new_heads"], f.message) for f in appeared] == [
         ("warning", [[1, 0], [1, 1], [1, 2], [1, 3]], "6 heads New in B: L1H0, L1H1, L1H2, L1H3.")]
+    assert appeared[0].details["severity_in_a"] == "info"
     same = [Finding("diffuse_heads", "warning", [[3, 0], [3, 3]], "2 heads", "s")]  # raised on the same heads
-    assert finding_changes(a, same)[0] == same  # listed, whole
+    assert [(f.heads, f.message, f.details) for f in finding_changes(a, same)[0]] == [
+        ([[3, 0], [3, 3]], "2 heads", {"severity_in_a": "info"})]  # listed whole
+    worse = [Finding("diffuse_heads", "error", b[0].heads, "6 heads", "s")]  # an error, on new heads too (review)
+    report = CompareReport(None, None, [], *finding_changes([Finding("diffuse_heads", "warning", a[0].heads, "2",
+                                                                     "s")], worse), streamed=False)
+    assert report.appeared[0].details["new_heads"] and report.has_new_errors  # a new error: the CLI exits 1
 
 def test_renderings_escape_names():
     model, tokenizer = tiny_bert(), wordpiece_tokenizer()

@@ -100,6 +100,19 @@ def test_a_lone_surrogate_escape_is_damage_and_a_pair_is_a_character(log_text, f
     assert paired.records[0]["findings"][0]["message"].startswith("\U0001F600 \\ud800 ")  # the emoji; "\\ud800"
 
 
+def test_a_deeply_nested_line_with_an_escaped_pair_still_reads(log_text):
+    """The surrogate check re-encoded the record, a few frames deeper than ``json.loads`` had read it: an unread
+    field nested ~990 deep beside an escaped emoji was a RecursionError that lost every log of the Load (review)."""
+    import sys
+
+    first, rest = log_text.splitlines()[0], log_text.splitlines()[1:]
+    limit = sys.getrecursionlimit()
+    for depth in range(limit - 150, limit + 1):
+        line = first[:-1] + ', "note": "\\ud83d\\ude00", "x": ' + "[" * depth + "]" * depth + "}"
+        timeline = parse_log("\n".join([line, *rest]))  # read, or that line skipped as too deep
+        assert timeline.steps[-1] == 30 and len(timeline.steps) >= len(rest)
+
+
 def test_a_line_that_is_not_json_is_skipped_when_others_read(log_text):
     lines = log_text.splitlines()
     timeline = parse_log("\n".join([lines[0], lines[1][:500], lines[2]]))
