@@ -51,10 +51,11 @@ def _restored(model):
 
 
 @contextmanager
-def scaled_qk(model, factor):
-    """Q and K weights (not biases) times ``factor``: ×8 saturates every head, ×0 makes it uniform."""
+def scaled_qk(model, factor, layer=None):
+    """Q and K weights (not biases) times ``factor``, in every layer or one (``layer``): ×8 saturates every head, ×0
+    makes it uniform."""
     with _restored(model), torch.no_grad():
-        for layer in _projections(model):
+        for layer in _projections(model) if layer is None else [_projections(model)[layer]]:
             for name in ("q", "k"):
                 layer[name][0].weight.mul_(factor)
         yield model

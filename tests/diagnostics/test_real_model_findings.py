@@ -95,6 +95,19 @@ def test_q_k_times_8_saturates(loaded):
     assert min(h.metrics["max_score"] for h in report.heads) > SCORE_LIMIT
 
 
+def test_q_k_times_8_in_one_layer_is_a_warning(loaded):
+    """Q/K × 8 in MiniLM's layer 3 saturated 8 of its 12 heads: information, although every one of them was past
+    the Q/K scale and reachable-score lines, which healthy layers are far from (stop 59)."""
+    name, pair, _ = loaded
+    with scaled_qk(pair[0], 8, layer=1):
+        report = diagnose(pair, texts=SHORT)
+    scores = report.finding("large_qk_scores")
+    assert scores.severity == "warning" and scores.details["layers"] == [1], (name, severe(report))
+    if name in ("minilm", "smollm2"):  # the demo models' Q/K × 8 stay under RMS·√d_in 10
+        scale = report.finding("qk_scale_large")
+        assert scale.severity == "warning" and scale.details["layers"] == [1], (name, severe(report))
+
+
 def test_q_k_times_0_is_uniform(loaded):
     name, pair, _ = loaded
     with scaled_qk(pair[0], 0):
