@@ -380,6 +380,8 @@ def attention(key: tuple) -> core.AttentionResult:
 
     def extract():
         loaded = load_model(source, stamp, n_heads)
+        if loaded.tokenizer is None and loaded.notes:  # the loader said why there is none and what to do; the
+            raise core.ExtractionError("; ".join(loaded.notes))  # extraction would say only that there is none
         with holding(loaded, notice):  # the tokenizer too is shared: a fast one keeps its truncation setting
             _check_result_size(loaded, text, text_pair, target)
             with stop_between_layers(loaded.model, gone and (lambda: _everyone_gone(key))):

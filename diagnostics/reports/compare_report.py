@@ -44,14 +44,16 @@ def _changed(report) -> str:
 
 
 def first_changed(report) -> str:
-    """"The first changed layer is 3: heads of later layers read its output, ..." (one sentence), or "" when no
-    head changed: the count alone read as if every changed head had been changed by itself."""
+    """"The first layer whose heads changed is 3. ..." (two sentences), or "" when no head changed: the count
+    alone read as if every changed head had been changed by itself."""
     first = report.first_changed_layers
     if not first:
         return ""
     where = ", ".join(f"{layer}" if part == "self" else f"{layer} of the {part}" for part, layer in first.items())
-    return (f"The first layer with a changed head is {where}: later layers read its output, so their heads may "
-            "have changed with it rather than by themselves.")
+    return (f"The first layer whose heads changed is {where}. The change is there or in what comes before it (a "
+            "layer's values, output projection or MLP, and the embeddings, show only in later layers' maps); later "
+            "layers read its output, so their heads may have changed with it rather than by themselves, unless "
+            "their distances jump.")
 
 
 def render_markdown(report):

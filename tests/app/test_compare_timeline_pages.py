@@ -143,7 +143,8 @@ def test_compare_says_where_the_changes_begin(monkeypatch, tmp_path):
     at = at.button(key="cmp_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
     assert at.metric[0].value == "4 / 8"
-    assert any(m.value.startswith("The first layer with a changed head is 1: later layers") for m in at.markdown)
+    first = "The first layer whose heads changed is 1. The change is there"
+    assert any(m.value.startswith(first) for m in at.markdown)
 
 
 def test_compare_refuses_more_probe_text_than_the_server_runs():

@@ -530,6 +530,11 @@ def test_inspect_says_what_loading_the_checkpoint_said(tmp_path):
     assert not at.exception and not _errors(at) and len(_charts(at)) == 2
     assert any("no tokenizer in the checkpoint; using demo-bert's tokenizer" in w.value for w in at.warning), [
         w.value for w in at.warning]
+    from tiny import tiny_bert
+
+    tiny_bert().save_pretrained(tmp_path / "alone")  # no tokenizer, and no demo model's of its vocabulary size
+    at = _inspect(_app(), str(tmp_path / "alone"))  # the error had said only that there is no tokenizer
+    assert not at.exception and len(_errors(at)) == 1 and "add the tokenizer files" in _errors(at)[0], _errors(at)
 
 
 def test_inspect_names_the_model_by_its_folder_not_its_path(bert_folder):

@@ -178,7 +178,7 @@ def test_the_first_changed_layer_is_named_where_later_layers_change_with_it():
     assert report.changed and {h.layer for h in report.changed} == {1}
     assert report.first_changed_layers == {"self": 1} and report.to_dict()["summary"]["first_changed_layers"] == {
         "self": 1}
-    sentence = "The first layer with a changed head is 1: later layers read its output"
+    sentence = "The first layer whose heads changed is 1. The change is there or in what comes before it"
     assert sentence in report.to_markdown() and sentence in report.to_html()
     same = compare((model, tokenizer), (copy.deepcopy(model), tokenizer), texts)
     assert same.first_changed_layers == {} and "first layer" not in same.to_markdown() + same.to_html()
