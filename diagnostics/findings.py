@@ -12,8 +12,9 @@ severity (``LEVELS``):
   them; Michel et al. 2019 prune 20-40% of BERT's heads at no cost;
 - from ``WARNING_SHARE``: a sizeable part of the model is affected;
 - from ``ERROR_SHARE`` (half): most heads are affected, the model is broken.
-Uniform, one-hot or dead heads that are ``LAYER_SHARE`` of one layer's heads are at
-least a warning, however few they are of the whole: that layer is broken.
+Uniform, one-hot, dead, copied or word-parked heads, or heads whose Q/K weights or reachable scores are out of
+scale (``LAYER_CODES``), that are ``LAYER_SHARE`` of one layer's heads are at least a warning, however few they
+are of the whole: that layer is broken.
 Benign or early-warning codes (sinks, positional heads, large reachable
 scores) never go above "warning"; positional heads only warn when they are the
 majority, and sinks never do: trained models routinely have many (Clark et al.

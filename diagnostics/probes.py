@@ -265,7 +265,7 @@ def verdict_cap(lengths, limit, coverage=None, variety=()):
 def _outcome(worst, judged) -> str:
     """What a probe note says became of the findings: which probes they come from, and how severe they may be."""
     if judged is None:
-        return f"no finding goes above {worst}"
+        return f"no finding from the maps goes above {worst} (the weight checks are not capped)"
     numbers = [str(i + 1) for i, ok in enumerate(judged) if ok]
     which = f"probe {numbers[0]}" if len(numbers) == 1 else f"probes {', '.join(numbers)}"
     return f"the findings come from {which} alone" + (f", at most {worst}" if worst != "error" else "")

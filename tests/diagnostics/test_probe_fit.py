@@ -184,7 +184,7 @@ def test_what_the_unfit_probes_would_have_said():
     texts = [p.text for p in DEFAULT_PROBES if p.text_pair is None]  # 104-114 words: not too short to judge
     report = diagnose((model, words), texts=texts)
     assert report.finding("diffuse_heads").severity == "info"  # an error but for the caps
-    assert "they were kept; no finding goes above info" in report.finding("probes_unfit").message
+    assert "they were kept; no finding from the maps goes above info" in report.finding("probes_unfit").message
     assert max(report.finding("probes_repetitive").details["distinct"]) <= 4  # [UNK] and a few words
     assert verdict_cap([100], None, [0.5], [50])[:2] == ("warning", None)  # unfit but varied: at most a warning
     assert verdict_cap([100], None, [0.5], [4])[0] == "info"  # a run of [UNK]s: at most information
@@ -267,7 +267,8 @@ def test_verdict_is_judged_on_the_probes_that_can_be():
     assert [n.code for n in notes] == ["probes_unfit", "probes_short"]
     assert notes[1].message.endswith("probe 1 alone, at most warning.")
     worst, judged, notes = verdict_cap([20, 30], None, None, [10, 10])
-    assert (worst, judged) == ("info", None) and notes[0].message.endswith("no finding goes above info.")
+    assert (worst, judged) == ("info", None)
+    assert notes[0].message.endswith("no finding from the maps goes above info (the weight checks are not capped).")
     assert verdict_cap([], None, None, []) == ("error", None, [])  # random ids, no tokenizer: nothing to doubt
 
 
