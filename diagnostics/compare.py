@@ -106,7 +106,8 @@ class CompareReport(Exports):
     @property
     def first_changed_layers(self) -> dict[str, int]:
         """``{part: layer}``: the first layer of each part with a changed head. Every later layer reads its output,
-        so their heads change with it: MiniLM with layer 3's Q/K × 8 changes 36 of 72 heads, none before layer 3."""
+        so their heads may change with it: MiniLM with layer 3's Q/K × 8 changes 36 of 72 heads, none before layer
+        3 (the change may also be before it: a layer's values, output projection or MLP show only in later maps)."""
         first = {}
         for h in self.changed:
             first[h.part] = min(first.get(h.part, h.layer), h.layer)
