@@ -13,8 +13,8 @@ severity (``LEVELS``):
 - from ``WARNING_SHARE``: a sizeable part of the model is affected;
 - from ``ERROR_SHARE`` (half): most heads are affected, the model is broken.
 Uniform, one-hot, dead, copied or word-parked heads, or heads whose Q/K weights or reachable scores are out of
-scale (``LAYER_CODES``), that are ``LAYER_SHARE`` of one layer's heads are at least a warning, however few they
-are of the whole: that layer is broken.
+scale (``LAYER_CODES``; the last twice past their line, ``LAYER_FACTOR``), that are ``LAYER_SHARE`` of one layer's
+heads are at least a warning, however few they are of the whole: that layer is broken.
 Benign or early-warning codes (sinks, positional heads, large reachable
 scores) never go above "warning"; positional heads only warn when they are the
 majority, and sinks never do: trained models routinely have many (Clark et al.
@@ -65,10 +65,15 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
 # layer's heads diffuse on any probe measured; demo-bert (4 heads a layer) 50%, 75% on random numbers; none of the
 # four healthy models has a near copy on the default probes, 32 one-sentence texts or 6 odd ones. Healthy SmolLM2
 # parks up to 7 of a layer's 9 heads on an early "the", but heads of other layers park there too, which makes it
-# no ordinary word (``measure.word_sinks``). Q/K weights out of scale, or scores above ``SCORE_LIMIT`` within reach,
-# in most of one layer: Q/K × 8 in one layer of MiniLM saturated 2-8 of its 12 heads, information, while all 12
-# were past both lines; healthy, the score 75% of a layer's heads can reach is at most 80.6 on 35 varied texts.
+# no ordinary word (``measure.word_sinks``). Q/K weights out of scale, or scores within reach, ``LAYER_FACTOR``
+# times past their line (``VALUED``) in most of one layer: Q/K × 8 in one layer of MiniLM saturated 2-8 of its 12
+# heads, information, while every head's reachable score was past 4 times its line.
 LAYER_SHARE = 0.75
+# Healthy SmolLM2's layers come within 1.4x of the single-head lines: 75% of layer 0's heads have a Q/K scale of
+# 7.0 (line 10) and of a layer's heads a reachable score up to 89 on varied texts (line 128), and layer 0's Q/K
+# x 1.5 warned while its LM loss moved by 0.05. At twice the lines healthy SmolLM2 is 2.8x below, MiniLM and the
+# demo models 9x or more, and Q/K x 8 in any one layer of the four models is past it.
+LAYER_FACTOR = 2
 LAYER_CODES = ("diffuse_heads", "saturated_heads", "dead_heads", "redundant_heads", "word_sink_heads",
                "qk_scale_small", "qk_scale_large", "large_qk_scores")
 # Notes that say probes cannot bear a verdict (too short; out of vocabulary): the findings come from the others or
@@ -186,13 +191,32 @@ def make_finding(code, heads, total, part="self", details=None, layer_heads=None
               "heads": head_names(heads, part, values=numbers), **fields}
     finding = Finding(code, severity_for(code, len(heads), total), heads, text.message.format(**values),
                       text.suggestion, details or {}, part)
-    broken = _broken_layers(heads, layer_heads) if code in LAYER_CODES else []
+    far = _far_past(code, heads, numbers or {}, fields.get("threshold")) if code in VALUED else heads
+    broken = _broken_layers(far, layer_heads) if code in LAYER_CODES else []
     if broken:  # a broken layer: at least a warning, however few heads it is of the whole
         finding.severity = "warning" if finding.severity == "info" else finding.severity
         finding.details["layers"] = broken
-        finding.message += (f" They are {LAYER_SHARE:.0%} or more of the heads of layer "
-                            f"{', '.join(str(layer) for layer in broken)}.")
+        layers = ", ".join(str(layer) for layer in broken)
+        beyond = "" if far is heads else f", {_far_line(code, fields['threshold'])}"
+        finding.message += f" {LAYER_SHARE:.0%} or more of the heads of layer {layers} are among them{beyond}."
     return finding
+
+
+def _far_past(code, heads, values, line):
+    """The heads of a ``VALUED`` finding ``LAYER_FACTOR`` times past its line (see ``LAYER_FACTOR``): none where
+    the line or the heads' ``values`` are unknown."""
+    if line is None or any(f"L{layer}H{head}" not in values for layer, head in heads):
+        return []
+    if code == "qk_scale_small":
+        return [[layer, head] for layer, head in heads if values[f"L{layer}H{head}"] < line / LAYER_FACTOR]
+    return [[layer, head] for layer, head in heads if values[f"L{layer}H{head}"] > line * LAYER_FACTOR]
+
+
+def _far_line(code, line) -> str:
+    """How far past its line a ``VALUED`` finding's broken layer is, in words."""
+    if code == "qk_scale_small":
+        return f"below half that line ({line / LAYER_FACTOR:g})"
+    return f"past twice that line ({line * LAYER_FACTOR:g})"
 
 
 def _broken_layers(heads, layer_heads) -> list[int]:

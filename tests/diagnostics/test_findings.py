@@ -42,7 +42,7 @@ def test_most_of_one_layer_uniform_is_a_warning_however_few_heads_it_is_of_the_w
     """One re-initialised layer of SmolLM2 (loss 3.17 -> 12.15) was 9 of its 270 heads: information."""
     broken = attention_findings(metrics(8, 4, uniform_gap={(5, h): 0.0 for h in range(3)}))  # 3 of 4, 3 of 32
     assert broken[0].severity == "warning" and broken[0].details["layers"] == [5]
-    assert "75% or more of the heads of layer 5" in broken[0].message
+    assert "75% or more of the heads of layer 5 are among them." in broken[0].message
     spread = attention_findings(metrics(8, 4, uniform_gap={(layer, 0): 0.0 for layer in range(3)}))  # 1 per layer
     assert spread[0].severity == "info" and "layers" not in spread[0].details
     halves = attention_findings(metrics(8, 4, uniform_gap={(5, 0): 0.0, (5, 1): 0.0}))  # healthy demo-bert has such
@@ -50,6 +50,28 @@ def test_most_of_one_layer_uniform_is_a_warning_however_few_heads_it_is_of_the_w
     many = {(layer, 0): 0.0 for layer in range(8)} | {(2, h): 0.0 for h in range(4)}  # 11 of 32: a warning by share
     found = attention_findings(metrics(8, 4, uniform_gap=many))[0]
     assert found.severity == "warning" and found.details["layers"] == [2]  # named whatever made it a warning
+
+
+def test_out_of_scale_q_k_break_a_layer_only_twice_past_the_line():
+    """Healthy SmolLM2 has 75% of layer 0's heads at a Q/K scale of 7.0 against the line at 10: layer 0's Q/K x 1.5
+    warned while its LM loss moved by 0.05. And the sentence followed a list that held another layer's head."""
+    def scale_finding(values):
+        heads = [[int(name[1:name.index("H")]), int(name[name.index("H") + 1:])] for name in values]
+        return make_finding("qk_scale_large", heads, 32, details={"threshold": 10.0, "values": values},
+                            layer_heads=4, threshold=10.0)
+
+    near = scale_finding({"L0H3": 10.3, "L1H0": 10.5, "L1H1": 13.0, "L1H2": 19.9, "L1H3": 25.0})
+    assert near.severity == "info" and "layers" not in near.details
+    far = scale_finding({"L0H3": 10.3, "L1H0": 21.0, "L1H1": 30.0, "L1H2": 20.5, "L1H3": 12.0})
+    assert far.severity == "warning" and far.details["layers"] == [1]
+    assert far.message.endswith(" 75% or more of the heads of layer 1 are among them, past twice that line (20).")
+    values = {f"L2H{h}": 0.004 for h in range(3)}
+    small = make_finding("qk_scale_small", [[2, h] for h in range(3)], 16, details={"threshold": 0.01,
+                         "values": values}, layer_heads=4, threshold=0.01)
+    assert small.details["layers"] == [2] and small.message.endswith("below half that line (0.005).")
+    values["L2H2"] = 0.006
+    assert make_finding("qk_scale_small", [[2, h] for h in range(3)], 16, details={"threshold": 0.01,
+                        "values": values}, layer_heads=4, threshold=0.01).severity == "info"
 
 
 def test_a_collapse_after_the_first_layer_points_at_what_comes_before():

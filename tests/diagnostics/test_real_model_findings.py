@@ -103,9 +103,18 @@ def test_q_k_times_8_in_one_layer_is_a_warning(loaded):
         report = diagnose(pair, texts=SHORT)
     scores = report.finding("large_qk_scores")
     assert scores.severity == "warning" and scores.details["layers"] == [1], (name, severe(report))
-    if name in ("minilm", "smollm2"):  # the demo models' Q/K × 8 stay under RMS·√d_in 10
+    if name == "smollm2":  # the others' Q/K × 8 stay under twice the RMS·√d_in line (MiniLM 12.2, demo-gpt2 4.6)
         scale = report.finding("qk_scale_large")
         assert scale.severity == "warning" and scale.details["layers"] == [1], (name, severe(report))
+
+
+def test_q_k_times_1_5_in_one_layer_is_no_warning(loaded):
+    """SmolLM2's layer 0 Q/K × 1.5 took 8 of its 9 heads past RMS·√d_in 10 (healthy: 7.0 for 75% of them) and
+    warned, naming the layer, while the LM loss moved by 0.02-0.05 (judgement review, stop 59)."""
+    name, pair, _ = loaded
+    with scaled_qk(pair[0], 1.5, layer=0):
+        report = diagnose(pair, texts=SHORT)
+    assert not severe(report), name
 
 
 def test_q_k_times_0_is_uniform(loaded):
