@@ -12,7 +12,7 @@ from app.server import cache, session, sources
 from app.kept import KEEP
 from core.cancel import progress_span, stop_between_layers, stoppable
 from diagnostics.compare import compare
-from diagnostics.reports.compare_report import first_changed, pattern_name
+from diagnostics.reports.compare_report import first_changed, pattern_name, severity_title
 
 
 def run(source_a, source_b, texts, n_heads=None) -> None:
@@ -55,7 +55,7 @@ def summary_ui(report, notes) -> None:
         st.markdown(for_markdown(first_changed(report)))  # a count of knock-on changes: where they start
     for title, findings in (("Appeared in B", report.appeared), ("Disappeared from A", report.disappeared)):
         for f in findings:
-            st.markdown(f"**{title}** · {f.severity}: {f.title} (`{f.code}`)")
+            st.markdown(f"**{title}** · {severity_title(f)}: {f.title} (`{f.code}`)")
             st.text(f.body)  # plain text: messages name heads and tokens
             if findings is report.appeared and f.suggestion:
                 st.markdown(f"**Suggestion:** {for_markdown(f.suggestion)}")

@@ -84,12 +84,19 @@ def render_markdown(report):
     return "\n".join(lines) + "\n"
 
 
+def severity_title(finding) -> str:
+    """A compared finding's severity, with A's where B raised it ("Error (warning in A)"): a warning raised to an
+    error had read as an error A lacked."""
+    was = finding.details.get("severity_in_a")
+    return SEVERITY_TITLES[finding.severity] + (f" ({was} in A)" if was else "")
+
+
 def _findings_markdown(title, findings, advice=False):
     """A list of findings; ``advice``: each with its "What to do" (findings that appeared)."""
     lines = [f"## {title} ({len(findings)})", ""]
     for f in findings:
         title = md(FINDING_TEXTS[f.code].title)
-        lines.append(f"- **{SEVERITY_TITLES[f.severity]}**: {title} (`{f.code}`): {md(f.body)}")
+        lines.append(f"- **{severity_title(f)}**: {title} (`{f.code}`): {md(f.body)}")
         if advice and f.suggestion:
             lines.append(f"  *What to do:* {md(f.suggestion)}")
     return lines + ([""] if findings else ["None.", ""])
@@ -132,7 +139,7 @@ def render_html(report):
 
 
 def _findings_html(title, findings, advice=False):
-    items = "".join(f"<li><strong>{SEVERITY_TITLES[f.severity]}</strong>: {plain(FINDING_TEXTS[f.code].title)} "
+    items = "".join(f"<li><strong>{severity_title(f)}</strong>: {plain(FINDING_TEXTS[f.code].title)} "
                     f"(<code>{plain(f.code)}</code>): {plain(f.body)}"
                     + (f"<br><em>What to do:</em> {plain(f.suggestion)}" if advice and f.suggestion else "")
                     + "</li>" for f in findings)

@@ -337,6 +337,17 @@ def test_a_finding_that_grows_more_severe_names_its_new_heads():
                                                                      "s")], worse), streamed=False)
     assert report.appeared[0].details["new_heads"] and report.has_new_errors  # a new error: the CLI exits 1
 
+def test_a_raised_finding_shows_the_severity_it_had_in_a():
+    """A warning in A raised to an error in B read "Error" on the page and in the reports, as if A had none."""
+    model, tokenizer = tiny_bert(), wordpiece_tokenizer()
+    report = compare((model, tokenizer), (model, tokenizer))
+    a = [Finding("diffuse_heads", "warning", [[0, 0]], "1 head", "s")]
+    b = [Finding("diffuse_heads", "error", [[0, 0], [0, 1]], "2 heads", "s")]
+    report.appeared.extend(finding_changes(a, b)[0])
+    assert "- **Error (warning in A)**: " in report.to_markdown()
+    assert "<li><strong>Error (warning in A)</strong>: " in report.to_html()
+
+
 def test_renderings_escape_names():
     model, tokenizer = tiny_bert(), wordpiece_tokenizer()
     report = compare((model, tokenizer), (qk_scaled(model, 8.0), tokenizer))
