@@ -14,6 +14,7 @@ from functools import lru_cache
 FIRST = "DejaVu Sans"
 FALLBACK_PREFIX = "Noto Sans"  # "Noto Sans CJK JP", "Noto Sans Devanagari", ...: labels are sans-serif
 SCALABLE = (".ttf", ".otf", ".ttc")  # outline fonts: "Noto Color Emoji" has bitmaps matplotlib cannot scale
+ISOLATES = "\u2068\u2069"  # FSI and PDI around right-to-left labels (``app.plain.isolated``): layout, not glyphs
 
 
 @lru_cache(maxsize=1)
@@ -69,5 +70,6 @@ def undrawn(labels) -> list[str]:
     """The characters of ``labels`` that no font of ``families`` has, so the images draw them as boxes; each once,
     in order of first use."""
     drawn = _drawn()
-    missing = dict.fromkeys(ch for label in labels for ch in label if not ch.isspace() and ord(ch) not in drawn)
+    missing = dict.fromkeys(ch for label in labels for ch in label
+                            if not ch.isspace() and ch not in ISOLATES and ord(ch) not in drawn)
     return list(missing)

@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import torch
 
-from app.plain import short_label
+from app.plain import isolated, short_label
 from app.views import export_fonts
 from app.views.plots import LOG_FLOOR
 from core.extraction.tokens import visible
@@ -101,9 +101,10 @@ def image_bytes(weights: torch.Tensor, queries: list[str], keys: list[str], titl
 
 
 def _tick_labels(tokens: list[str], at) -> tuple[range, list[str]]:
-    """An axis's ticks and their labels: every token (cut: ``short_label``), or every n-th past ``LABELLED_TOKENS``."""
+    """An axis's ticks and their labels: every token (cut: ``short_label``), or every n-th past ``LABELLED_TOKENS``;
+    a right-to-left token isolated (``isolated``), or matplotlib drew "1 بيت" with the 1 on the right."""
     step = max(1, len(tokens) // LABELLED_TOKENS)
-    return range(0, len(tokens), step), numbered([_mpl_text(short_label(t)) for t in tokens], at)[::step]
+    return range(0, len(tokens), step), numbered([isolated(_mpl_text(short_label(t))) for t in tokens], at)[::step]
 
 
 def undrawn_characters(queries: list[str], keys: list[str], title: str, positions=None) -> list[str]:

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 
 import warnings
 
@@ -378,3 +379,20 @@ def test_a_long_token_leaves_the_image_its_map_and_every_label_inside_it():
         box = label.get_window_extent(renderer)
         assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0, (label.get_text(), box)
     assert ax.get_window_extent(renderer).width > 0.4 * fig.bbox.width  # the map keeps most of the width
+
+
+def _label_glyphs(svg: str, label: str) -> list[str]:
+    """The glyphs an SVG export draws for ``label`` (its text is in a comment before them), left to right."""
+    start = svg.index(f"<!-- {label} -->")
+    end = svg.index("</g>", svg.index("</defs>", start))
+    uses = re.findall(r'<use xlink:href="#([^"]+)"(?: transform="translate\(([-\d.]+))?', svg[start:end])
+    return [glyph for glyph, x in sorted(uses, key=lambda use: float(use[1] or 0))]
+
+
+def test_a_right_to_left_token_keeps_its_position_number_on_the_left():
+    """matplotlib lays text out by the Unicode bidi rules: "0 بيت" starts with an Arabic letter, so it read as a
+    right-to-left line and was drawn with the 0 on the right, unlike every other label of the axis."""
+    svg = exports.image_bytes(_weights()[:1, :1], ["بيت"], ["the"], "title", "svg").decode()
+    arabic, latin = _label_glyphs(svg, "0 \u2068بيت\u2069"), _label_glyphs(svg, "0 the")
+    assert arabic[0] == latin[0] and arabic.count(latin[0]) == 1  # the digit 0, first as in "0 the"
+    assert exports.undrawn_characters(["بيت"], ["the"], "title") == []  # the isolates are no missing glyph
