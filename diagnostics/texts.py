@@ -297,8 +297,8 @@ FINDING_TEXTS = {
     ),
     "qk_scale_large": FindingText(
         "Q/K weights too large",
-        "The query/key weights are far above the usual scale, so attention scores are huge and the softmax "
-        "saturates (entropy collapse).",
+        "The query/key weights are far above the usual scale, which can make attention scores huge and saturate "
+        "the softmax (entropy collapse).",
         "Where these heads are saturated too, or a whole layer is past twice the line, rescale or re-initialise "
         "W_Q/W_K (std ≈ 1/√d_in), use σReparam/spectral normalisation (Zhai et al. 2023), clamp the scaled scores "
         "(e.g. to ±5), lower the learning rate. A head or two just over the line with a sound map needs nothing "
