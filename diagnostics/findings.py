@@ -67,7 +67,7 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
 # parks up to 7 of a layer's 9 heads on an early "the", but heads of other layers park there too, which makes it
 # no ordinary word (``measure.word_sinks``). Q/K weights out of scale, or scores within reach, ``LAYER_FACTOR``
 # times past their line (``VALUED``) in most of one layer: Q/K × 8 in one layer of MiniLM saturated 2-8 of its 12
-# heads, information, while every head's reachable score was past 4 times its line.
+# heads, information, while every head's reachable score was 3.6 times its line or more.
 LAYER_SHARE = 0.75
 # Healthy SmolLM2's layers come within 1.4x of the single-head lines: 75% of layer 0's heads have a Q/K scale of
 # 7.0 (line 10) and of a layer's heads a reachable score up to 89 on varied texts (line 128), and layer 0's Q/K
