@@ -14,7 +14,8 @@ severity (``LEVELS``):
 - from ``ERROR_SHARE`` (half): most heads are affected, the model is broken.
 Uniform, one-hot, dead, copied or word-parked heads, or heads whose Q/K weights or reachable scores are out of
 scale (``LAYER_CODES``; the last twice past their line, ``LAYER_FACTOR``), that are ``LAYER_SHARE`` of one layer's
-heads are at least a warning, however few they are of the whole: that layer is broken.
+heads (word-parked ones half, ``SHARES``) are at least a warning, however few they are of the whole: that layer is
+broken.
 Benign or early-warning codes (sinks, positional heads, large reachable
 scores) never go above "warning"; positional heads only warn when they are the
 majority, and sinks never do: trained models routinely have many (Clark et al.
@@ -69,6 +70,11 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
 # times past their line (``VALUED``) in most of one layer: Q/K × 8 in one layer of MiniLM saturated 2-8 of its 12
 # heads, information, while every head's reachable score was 3.6 times its line or more.
 LAYER_SHARE = 0.75
+# Half a layer's heads parked on ordinary words is already its query bias broken: no head of the four healthy models
+# reaches 0.5 on a word on 35 varied texts (SmolLM2 0.496 on a chat transcript, demo-gpt2 0.495, MiniLM 0.31), and a
+# random query bias x 20 in MiniLM's layer 5 (mean-pooled output cosine 0.28-0.56 to the healthy one) parks 7-8 of
+# its 12 heads there, under 75%.
+SHARES = {"word_sink_heads": 0.5}
 # Healthy SmolLM2's layers come within 1.4x of the single-head lines: 75% of layer 0's heads have a Q/K scale of
 # 7.0 (line 10) and of a layer's heads a reachable score up to 89 on varied texts (line 128), and layer 0's Q/K
 # x 1.5 warned while its LM loss moved by 0.05. At twice the lines healthy SmolLM2 is 2.8x below, MiniLM and the
@@ -192,13 +198,14 @@ def make_finding(code, heads, total, part="self", details=None, layer_heads=None
     finding = Finding(code, severity_for(code, len(heads), total), heads, text.message.format(**values),
                       text.suggestion, details or {}, part)
     far = _far_past(code, heads, numbers or {}, fields.get("threshold")) if code in VALUED else heads
-    broken = _broken_layers(far, layer_heads) if code in LAYER_CODES else []
+    share = SHARES.get(code, LAYER_SHARE)
+    broken = _broken_layers(far, layer_heads, share) if code in LAYER_CODES else []
     if broken:  # a broken layer: at least a warning, however few heads it is of the whole
         finding.severity = "warning" if finding.severity == "info" else finding.severity
         finding.details["layers"] = broken
         layers = ", ".join(str(layer) for layer in broken)
         beyond = "" if far is heads else f", {_far_line(code, fields['threshold'])}"
-        finding.message += f" {LAYER_SHARE:.0%} or more of the heads of layer {layers} are among them{beyond}."
+        finding.message += f" {share:.0%} or more of the heads of layer {layers} are among them{beyond}."
     return finding
 
 
@@ -219,12 +226,12 @@ def _far_line(code, line) -> str:
     return f"past twice that line ({line * LAYER_FACTOR:g})"
 
 
-def _broken_layers(heads, layer_heads) -> list[int]:
-    """The layers of which ``heads`` hold at least ``LAYER_SHARE``."""
+def _broken_layers(heads, layer_heads, share) -> list[int]:
+    """The layers of which ``heads`` hold at least ``share``."""
     if not layer_heads:
         return []
     count = Counter(layer for layer, _ in heads)
-    return sorted(layer for layer, n in count.items() if n / layer_heads >= LAYER_SHARE)
+    return sorted(layer for layer, n in count.items() if n / layer_heads >= share)
 
 
 def note(code, part="self", **fields):
@@ -277,7 +284,7 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None, wor
     out = [make_finding("non_finite_attention", _flagged(broken), total, part)] if broken.any() else []
     saturated = saturated_mask(metrics, copying)  # (L, H)
     word_sink = metrics.get("word_sink_score", torch.zeros_like(entropy))  # (L, H)
-    on_word = _most_of_a_layer((word_sink >= SINK_SCORE) & ~saturated)  # (L, H): a few on words are a trained model's
+    on_word = _most_of_a_layer((word_sink >= SINK_SCORE) & ~saturated, SHARES["word_sink_heads"])  # (L, H)
     checks = [
         ("diffuse_heads", diffuse_mask(metrics), metrics["uniform_gap"], {"threshold": DIFFUSE_GAP}),
         ("saturated_heads", saturated, entropy,
@@ -302,9 +309,9 @@ def attention_findings(metrics, part="self", sink_tokens=None, copying=None, wor
     return out
 
 
-def _most_of_a_layer(mask):
-    """``mask`` (bool ``[L, H]``) kept in the layers where it holds for ``LAYER_SHARE`` of the heads or more."""
-    return mask & (mask.float().mean(-1, keepdim=True) >= LAYER_SHARE)  # (L, H)
+def _most_of_a_layer(mask, share):
+    """``mask`` (bool ``[L, H]``) kept in the layers where it holds for ``share`` of the heads or more."""
+    return mask & (mask.float().mean(-1, keepdim=True) >= share)  # (L, H)
 
 
 def explain_diffuse(finding, weight_numbers):

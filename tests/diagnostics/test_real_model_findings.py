@@ -191,6 +191,9 @@ def test_a_layer_whose_heads_all_read_one_ordinary_word_is_a_warning(loaded):
     assert all(word.isalpha() for word in found.details["sink_tokens"].values()), found.details  # L3H8: not ","
     sink = report.finding("sink_heads")
     assert sink is None or not set(map(tuple, sink.heads)) & set(map(tuple, found.heads))  # not benign sinks too
+    with random_query_bias(pair[0], 5, 20):  # 7 of the last layer's 12 heads on words, cosine 0.28-0.56: was info
+        last = diagnose(pair).finding("word_sink_heads")
+    assert last.severity == "warning" and last.details["layers"] == [5], last
 
 
 def test_most_of_a_layer_near_copies_is_a_warning(loaded):
