@@ -82,7 +82,7 @@ def grid_ui(report, part) -> tuple[int, int]:
              "roles": f"{', '.join(h.before['roles']) or '–'} → {', '.join(h.after['roles']) or '–'}"}
             for h in report.changed if h.part == part]
     if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        st.dataframe(pd.DataFrame(rows), hide_index=True, placeholder="n/a")  # a head whose map is not finite
     return layer, head
 
 

@@ -147,6 +147,28 @@ def test_compare_says_where_the_changes_begin(monkeypatch, tmp_path):
     assert any(m.value.startswith(first) for m in at.markdown)
 
 
+
+def test_a_head_whose_map_is_not_finite_reads_n_a_in_the_table(monkeypatch, tmp_path):
+    """The reports write "n/a" for a head with no finite distance; the page's table showed an empty cell (or "None")."""
+    from safetensors.torch import save_file
+    from tiny import tiny_bert
+
+    state = {k: v.contiguous() for k, v in tiny_bert().state_dict().items()}
+    save_file(state, str(tmp_path / "a.safetensors"))
+    state["encoder.layer.1.attention.self.query.weight"][0, 0] = float("nan")  # head 0 of layer 1, and all after it
+    save_file(state, str(tmp_path / "b.safetensors"))
+    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
+    at = _page("compare")
+    for side in "ab":
+        at.radio(key=f"cmp_{side}_kind").set_value("Local folder").run()
+        at.text_input(key=f"cmp_{side}_path").set_value(str(tmp_path / f"{side}.safetensors"))
+    at.text_area(key="cmp_probes").set_value("the quick brown fox jumps over the lazy dog")
+    at.number_input(key="cmp_heads").set_value(4)
+    at = at.button(key="cmp_run").click().run()
+    assert not at.exception and not _errors(at), _errors(at)
+    table = at.dataframe[0]
+    assert table.value["distance"].isna().any() and table.proto.placeholder == "n/a"
+
 def test_compare_refuses_more_probe_text_than_the_server_runs():
     from app.server.sources import MAX_PROBES
 
