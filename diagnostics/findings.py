@@ -13,9 +13,9 @@ severity (``LEVELS``):
 - from ``WARNING_SHARE``: a sizeable part of the model is affected;
 - from ``ERROR_SHARE`` (half): most heads are affected, the model is broken.
 Uniform, one-hot, dead, copied or word-parked heads, or heads whose Q/K weights or reachable scores are out of
-scale (``LAYER_CODES``; the last twice past their line, ``LAYER_FACTOR``), that are ``LAYER_SHARE`` of one layer's
-heads (word-parked ones half, ``SHARES``) are at least a warning, however few they are of the whole: that layer is
-broken.
+scale (``LAYER_CODES``; those also out of scale with the other layers, ``LAYER_RATIO``), that are ``LAYER_SHARE``
+of one layer's heads (word-parked ones half, ``SHARES``) are at least a warning, however few they are of the
+whole: that layer is broken.
 Benign or early-warning codes (sinks, positional heads, large reachable
 scores) never go above "warning"; positional heads only warn when they are the
 majority, and sinks never do: trained models routinely have many (Clark et al.
@@ -35,6 +35,7 @@ Thresholds on the attention metrics (``metrics.head_metrics``, averaged over
 the probe texts) are named below with their rationale.
 """
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -66,20 +67,23 @@ LEVELS = {  # severity at (share < WARNING_SHARE, < ERROR_SHARE, >= ERROR_SHARE)
 # layer's heads diffuse on any probe measured; demo-bert (4 heads a layer) 50%, 75% on random numbers; none of the
 # four healthy models has a near copy on the default probes, 32 one-sentence texts or 6 odd ones. Healthy SmolLM2
 # parks up to 7 of a layer's 9 heads on an early "the", but heads of other layers park there too, which makes it
-# no ordinary word (``measure.word_sinks``). Q/K weights out of scale, or scores within reach, ``LAYER_FACTOR``
-# times past their line (``VALUED``) in most of one layer: Q/K × 8 in one layer of MiniLM saturated 2-8 of its 12
-# heads, information, while every head's reachable score was 3.6 times its line or more.
+# no ordinary word (``measure.word_sinks``). Q/K weights out of scale, or scores within reach, in most of one layer
+# (and ``LAYER_RATIO``): Q/K × 8 in one layer of MiniLM saturated 2-8 of its 12 heads, information, while every
+# head's reachable score was 3.6 times its line or more.
 LAYER_SHARE = 0.75
 # Half a layer's heads parked on ordinary words is already its query bias broken: no head of the four healthy models
 # reaches 0.5 on a word on 35 varied texts (SmolLM2 0.496 on a chat transcript, demo-gpt2 0.495, MiniLM 0.31), and a
 # random query bias x 20 in MiniLM's layer 5 (mean-pooled output cosine 0.28-0.56 to the healthy one) parks 7-8 of
 # its 12 heads there, under 75%.
 SHARES = {"word_sink_heads": 0.5}
-# Healthy SmolLM2's layers come within 1.4x of the single-head lines: 75% of layer 0's heads have a Q/K scale of
-# 7.0 (line 10) and of a layer's heads a reachable score up to 89 on varied texts (line 128), and layer 0's Q/K
-# x 1.5 warned while its LM loss moved by 0.05. At twice the lines healthy SmolLM2 is 2.8x below, MiniLM and the
-# demo models 9x or more, and Q/K x 8 in any one layer of the four models is past it.
-LAYER_FACTOR = 2
+# A layer's Q/K out of scale (``VALUED``) stands out from the model's other layers: LAYER_SHARE of its heads past the
+# line, and the value they reach ``LAYER_RATIO`` times the typical layer's (``outlying_layers``). Healthy SmolLM2's
+# layers come within 1.4x of the lines (75% of layer 0's heads at a Q/K scale of 7.0, line 10; a layer's reachable
+# score up to 89 on varied texts, line 128), but at most 1.64x their typical layer; its layer 0 Q/K x 1.5 (LM loss
+# +0.05) is 2.5x and no longer warns, x 2 (+0.12) is 3.3x. One layer's Q/K x 4 in MiniLM or x 3 in demo-gpt2
+# collapses that layer (demo-gpt2's layer 0: entropy 0.85 -> 0.22 of uniform, LM loss +0.26) and is 7x or more;
+# twice the line, tried first, missed it.
+LAYER_RATIO = 3
 LAYER_CODES = ("diffuse_heads", "saturated_heads", "dead_heads", "redundant_heads", "word_sink_heads",
                "qk_scale_small", "qk_scale_large", "large_qk_scores")
 # Notes that say probes cannot bear a verdict (too short; out of vocabulary): the findings come from the others or
@@ -187,9 +191,10 @@ def percent(count: int, total: int) -> str:
     return "<1%" if 0 < share < 0.5 else f"{share:.0f}%"
 
 
-def make_finding(code, heads, total, part="self", details=None, layer_heads=None, **fields):
+def make_finding(code, heads, total, part="self", details=None, layer_heads=None, layers=None, **fields):
     """A finding on ``heads`` (sorted ``[layer, head]`` lists) out of ``total`` heads; ``layer_heads``: the heads
-    of one layer, for the codes a broken layer makes a warning (``LAYER_CODES``)."""
+    of one layer, for the codes a broken layer makes a warning (``LAYER_CODES``); ``layers``: the broken layers of a
+    ``VALUED`` code, which its caller finds from every head's value (``outlying_layers``)."""
     heads = sorted([int(layer), int(head)] for layer, head in heads)
     text = FINDING_TEXTS[code]
     numbers = (details or {}).get("values") if code in VALUED else None  # the number each head crossed the line by
@@ -197,33 +202,44 @@ def make_finding(code, heads, total, part="self", details=None, layer_heads=None
               "heads": head_names(heads, part, values=numbers), **fields}
     finding = Finding(code, severity_for(code, len(heads), total), heads, text.message.format(**values),
                       text.suggestion, details or {}, part)
-    far = _far_past(code, heads, numbers or {}, fields.get("threshold")) if code in VALUED else heads
     share = SHARES.get(code, LAYER_SHARE)
-    broken = _broken_layers(far, layer_heads, share) if code in LAYER_CODES else []
+    if code in VALUED:
+        broken = sorted(layers or [])
+    else:
+        broken = _broken_layers(heads, layer_heads, share) if code in LAYER_CODES else []
     if broken:  # a broken layer: at least a warning, however few heads it is of the whole
         finding.severity = "warning" if finding.severity == "info" else finding.severity
         finding.details["layers"] = broken
-        layers = ", ".join(str(layer) for layer in broken)
-        beyond = "" if far is heads else f", {_far_line(code, fields['threshold'])}"
-        finding.message += f" {share:.0%} or more of the heads of layer {layers} are among them{beyond}."
+        named = ", ".join(str(layer) for layer in broken)
+        beyond = f", {_outlying_words(code)}" if code in VALUED else ""
+        finding.message += f" {share:.0%} or more of the heads of layer {named} are among them{beyond}."
     return finding
 
 
-def _far_past(code, heads, values, line):
-    """The heads of a ``VALUED`` finding ``LAYER_FACTOR`` times past its line (see ``LAYER_FACTOR``): none where
-    the line or the heads' ``values`` are unknown."""
-    if line is None or any(f"L{layer}H{head}" not in values for layer, head in heads):
+def layer_level(values, small: bool) -> float:
+    """The value ``LAYER_SHARE`` of a layer's heads reach (``values``: ``[H]``): at least it, or at most it where
+    ``small``."""
+    reached = math.ceil(LAYER_SHARE * len(values))
+    return float(values.sort(descending=not small).values[reached - 1])
+
+
+def outlying_layers(levels: dict, line: float, small: bool = False) -> list[int]:
+    """The layers whose ``layer_level`` (``levels``: layer -> level) is past ``line`` and ``LAYER_RATIO`` times the
+    model's typical layer's (the lower median of the finite levels), beyond it or below it where ``small``."""
+    finite = sorted(level for level in levels.values() if math.isfinite(level))
+    if not finite:
         return []
-    if code == "qk_scale_small":
-        return [[layer, head] for layer, head in heads if values[f"L{layer}H{head}"] < line / LAYER_FACTOR]
-    return [[layer, head] for layer, head in heads if values[f"L{layer}H{head}"] > line * LAYER_FACTOR]
+    typical = finite[(len(finite) - 1) // 2]
+    if small:
+        return sorted(layer for layer, level in levels.items() if level < line and level <= typical / LAYER_RATIO)
+    return sorted(layer for layer, level in levels.items() if level > line and level >= typical * LAYER_RATIO)
 
 
-def _far_line(code, line) -> str:
-    """How far past its line a ``VALUED`` finding's broken layer is, in words."""
+def _outlying_words(code) -> str:
+    """How far a ``VALUED`` finding's broken layer stands from the model's other layers, in words."""
     if code == "qk_scale_small":
-        return f"below half that line ({line / LAYER_FACTOR:g})"
-    return f"past twice that line ({line * LAYER_FACTOR:g})"
+        return f"at 1/{LAYER_RATIO:g} of the model's typical layer or less"
+    return f"at {LAYER_RATIO:g} times the model's typical layer or more"
 
 
 def _broken_layers(heads, layer_heads, share) -> list[int]:

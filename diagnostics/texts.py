@@ -299,7 +299,7 @@ FINDING_TEXTS = {
         "Q/K weights too large",
         "The query/key weights are far above the usual scale, which can make attention scores huge and saturate "
         "the softmax (entropy collapse).",
-        "Where these heads are saturated too, or a whole layer is past twice the line, rescale or re-initialise "
+        "Where these heads are saturated too, or the message names a whole layer, rescale or re-initialise "
         "W_Q/W_K (std ≈ 1/√d_in), use σReparam/spectral normalisation (Zhai et al. 2023), clamp the scaled scores "
         "(e.g. to ±5), lower the learning rate. A head or two just over the line with a sound map needs nothing "
         "(healthy SmolLM2's L0H3 is 10.3).",
@@ -313,9 +313,9 @@ FINDING_TEXTS = {
         "Where these heads are saturated already, see that finding and check the scale the model puts on its "
         "scores (1/√d_k); otherwise watch their entropy while training: σReparam/spectral normalisation of Q/K, "
         "QK-LayerNorm, a lower learning rate and warm-up keep the scores in check. In a model that normalises its "
-        "queries and keys (q_norm/k_norm), those norms' gains set the scores' scale: check them first. A whole "
-        "layer past twice the line is out of scale with the model's other layers: compare it with the checkpoint "
-        "it came from (python -m diagnostics compare).",
+        "queries and keys (q_norm/k_norm), those norms' gains set the scores' scale: check them first. A layer "
+        "the message names stands out from the model's other layers: compare it with the checkpoint it came from "
+        "(python -m diagnostics compare).",
         "{count} of {total} heads ({percent}) can reach attention scores above {threshold} (scale · max‖q‖ · "
         "max‖k‖ on the probes): {heads}.",
     ),

@@ -30,7 +30,7 @@ import math
 import torch
 
 from core.extraction.head_weights import attention_weights
-from diagnostics.findings import make_finding, note
+from diagnostics.findings import VALUED, layer_level, make_finding, note, outlying_layers
 from diagnostics.weights.finite import non_finite_findings
 from diagnostics.weights.qk_norms import QKNorms
 from diagnostics.measure.redundancy import pairs_finding
@@ -173,6 +173,7 @@ def _part_findings(layers, stats, part):
     total = sum(lw.n_heads for lw in layers)
     flagged = {"qk_scale_small": [], "qk_scale_large": [], "large_qk_scores": [], "dead_heads": []}
     values = {code: {} for code in flagged}
+    levels = {code: {} for code in VALUED}  # code -> layer -> what LAYER_SHARE of its heads reach
     pairs = []
     reference = _median_strongest(stats)
     norms = {"reference": round(reference, 4), "strongest": {}}  # what the dead heads' thresholds are ratios of
@@ -187,6 +188,8 @@ def _part_findings(layers, stats, part):
         if "max_score" in s:
             rules["large_qk_scores"] = (s["max_score"] > SCORE_LIMIT, s["max_score"])
         for code, (mask, vals) in rules.items():
+            if code in VALUED:
+                levels[code][lw.layer] = layer_level(vals, small=code == "qk_scale_small")
             for h in torch.nonzero(mask).flatten().tolist():
                 flagged[code].append([lw.layer, h])
                 values[code][f"L{lw.layer}H{h}"] = round(float(vals[h]), 4)
@@ -199,8 +202,10 @@ def _part_findings(layers, stats, part):
                   "large_qk_scores": SCORE_LIMIT, "dead_heads": DEAD_RATIO}
     dead_layers = {f"L{layer}" for layer, _ in flagged["dead_heads"]}  # the layers it names
     norms["strongest"] = {name: norm for name, norm in norms["strongest"].items() if name in dead_layers}
+    outlying = {code: outlying_layers(levels[code], thresholds[code], small=code == "qk_scale_small")
+                for code in VALUED}
     findings = [make_finding(code, heads, total, part, _details(code, thresholds[code], values[code], norms),
-                             layer_heads=layers[0].n_heads, threshold=thresholds[code],
+                             layer_heads=layers[0].n_heads, layers=outlying.get(code), threshold=thresholds[code],
                              layer_threshold=DEAD_LAYER_RATIO)
                 for code, heads in flagged.items() if heads]
     similar = pairs_finding("similar_head_weights", pairs, total, part, SIMILAR_COSINE)

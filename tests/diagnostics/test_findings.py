@@ -52,27 +52,29 @@ def test_most_of_one_layer_uniform_is_a_warning_however_few_heads_it_is_of_the_w
     assert found.severity == "warning" and found.details["layers"] == [2]  # named whatever made it a warning
 
 
-def test_out_of_scale_q_k_break_a_layer_only_twice_past_the_line():
+def test_a_layer_breaks_by_its_q_k_only_when_it_stands_out_from_the_model_s_other_layers():
     """Healthy SmolLM2 has 75% of layer 0's heads at a Q/K scale of 7.0 against the line at 10: layer 0's Q/K x 1.5
-    warned while its LM loss moved by 0.05. And the sentence followed a list that held another layer's head."""
-    def scale_finding(values):
-        heads = [[int(name[1:name.index("H")]), int(name[name.index("H") + 1:])] for name in values]
-        return make_finding("qk_scale_large", heads, 32, details={"threshold": 10.0, "values": values},
-                            layer_heads=4, threshold=10.0)
+    warned while its LM loss moved by 0.05. Twice the line then missed MiniLM's one-layer Q/K x 4, which collapses
+    the layer. And the layer sentence followed a list that held another layer's head, as if it were that layer's."""
+    from diagnostics.findings import layer_level, outlying_layers
 
-    near = scale_finding({"L0H3": 10.3, "L1H0": 10.5, "L1H1": 13.0, "L1H2": 19.9, "L1H3": 25.0})
-    assert near.severity == "info" and "layers" not in near.details
-    far = scale_finding({"L0H3": 10.3, "L1H0": 21.0, "L1H1": 30.0, "L1H2": 20.5, "L1H3": 12.0})
+    assert layer_level(torch.tensor([1.0, 9.0, 12.0, 11.0]), small=False) == 9.0  # 3 of the 4 heads reach 9
+    assert layer_level(torch.tensor([0.001, 0.5, 0.002, 0.003]), small=True) == pytest.approx(0.003)
+    typical = {layer: 4.5 for layer in range(8)}
+    assert outlying_layers({**typical, 0: 10.5}, 10.0) == []  # past the line, 2.3x the typical layer
+    assert outlying_layers({**typical, 0: 14.0, 5: 30.0}, 10.0) == [0, 5]
+    assert outlying_layers({layer: 30.0 for layer in range(8)}, 10.0) == []  # all alike: the share rule's to say
+    assert outlying_layers({**typical, 3: float("nan")}, 10.0) == []
+    assert outlying_layers({**typical, 2: 0.001}, 0.01, small=True) == [2]
+    values = {"L0H3": 10.3, "L1H0": 21.0, "L1H1": 30.0, "L1H2": 20.5}
+    far = make_finding("qk_scale_large", [[0, 3], [1, 0], [1, 1], [1, 2]], 32, details={"threshold": 10.0,
+                       "values": values}, layer_heads=4, layers=[1], threshold=10.0)
     assert far.severity == "warning" and far.details["layers"] == [1]
-    assert far.message.endswith(" 75% or more of the heads of layer 1 are among them, past twice that line (20).")
-    values = {f"L2H{h}": 0.004 for h in range(3)}
-    small = make_finding("qk_scale_small", [[2, h] for h in range(3)], 16, details={"threshold": 0.01,
-                         "values": values}, layer_heads=4, threshold=0.01)
-    assert small.details["layers"] == [2] and small.message.endswith("below half that line (0.005).")
-    values["L2H2"] = 0.006
-    assert make_finding("qk_scale_small", [[2, h] for h in range(3)], 16, details={"threshold": 0.01,
-                        "values": values}, layer_heads=4, threshold=0.01).severity == "info"
-
+    assert far.message.endswith(" 75% or more of the heads of layer 1 are among them, at 3 times the model's "
+                                "typical layer or more.")
+    near = make_finding("qk_scale_large", [[0, 3], [1, 0], [1, 1], [1, 2]], 32, details={"threshold": 10.0,
+                        "values": values}, layer_heads=4, threshold=10.0)
+    assert near.severity == "info" and "layers" not in near.details  # the caller found no layer standing out
 
 def test_a_collapse_after_the_first_layer_points_at_what_comes_before():
     from diagnostics.findings import explain_diffuse, make_finding

@@ -103,9 +103,20 @@ def test_q_k_times_8_in_one_layer_is_a_warning(loaded):
         report = diagnose(pair, texts=SHORT)
     scores = report.finding("large_qk_scores")
     assert scores.severity == "warning" and scores.details["layers"] == [1], (name, severe(report))
-    if name == "smollm2":  # the others' Q/K × 8 stay under twice the RMS·√d_in line (MiniLM 12.2, demo-gpt2 4.6)
+    if name in ("minilm", "smollm2"):  # the demo models' Q/K × 8 stay under RMS·√d_in 10
         scale = report.finding("qk_scale_large")
         assert scale.severity == "warning" and scale.details["layers"] == [1], (name, severe(report))
+
+
+def test_q_k_scaled_less_in_one_layer_warns_where_it_collapses_the_layer(loaded):
+    """A rule of twice the line missed MiniLM's layer 3 Q/K × 4 (entropy 0.63 -> 0.03 of uniform, output as far from
+    the healthy one as at × 8) and demo-gpt2's layer 0 Q/K × 3 (LM loss +0.26), judgement review."""
+    name, pair, _ = loaded
+    layer, factor = {"minilm": (3, 4.0), "demo-gpt2": (0, 3.0), "smollm2": (10, 2.0), "demo-bert": (1, 8.0)}[name]
+    with scaled_qk(pair[0], factor, layer=layer):
+        report = diagnose(pair, texts=SHORT)
+    scores = report.finding("large_qk_scores")
+    assert scores.severity == "warning" and scores.details["layers"] == [layer], (name, severe(report))
 
 
 def test_q_k_times_1_5_in_one_layer_is_no_warning(loaded):

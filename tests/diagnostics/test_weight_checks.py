@@ -357,3 +357,25 @@ def test_non_finite_weights_are_an_error_wherever_they_are():
         model.h[-1].attn.c_proj.weight[:8, 0] = 0.0
     only_mlp = [f for f in weight_findings(model) if f.code == "non_finite_weights"]
     assert len(only_mlp) == 1 and only_mlp[0].heads == [] and only_mlp[0].severity == "error"
+
+
+@torch.no_grad()
+def test_one_layer_out_of_scale_with_the_others_is_named():
+    """One layer's Q/K x 200 is a broken layer (a warning naming it, 4 heads of 24); every layer's alike is no
+    outlying layer, and an error by its share of the heads."""
+    torch.manual_seed(0)
+    model = LlamaModel(LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=37, num_hidden_layers=6,
+                                   num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64))
+    ids = torch.arange(20).unsqueeze(0)
+    attention = [layer.self_attn for layer in model.layers]
+    for proj in (attention[2].q_proj, attention[2].k_proj):
+        proj.weight.mul_(200)
+    found = {f.code: f for f in weight_findings(model, recorded_norms(model, ids))}
+    for code in ("qk_scale_large", "large_qk_scores"):
+        assert found[code].severity == "warning" and found[code].details["layers"] == [2], found[code].message
+        assert "at 3 times the model's typical layer or more" in found[code].message
+    for attn in attention[:2] + attention[3:]:
+        for proj in (attn.q_proj, attn.k_proj):
+            proj.weight.mul_(200)
+    found = {f.code: f for f in weight_findings(model, recorded_norms(model, ids))}
+    assert found["qk_scale_large"].severity == "error" and "layers" not in found["qk_scale_large"].details
