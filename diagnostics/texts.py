@@ -258,8 +258,8 @@ FINDING_TEXTS = {
         "not on the first token, a special token or punctuation, where trained models park attention they do not "
         "use, and each head on a word of its own. A query bias that outweighs what each query says does this: "
         "every query of a head then prefers the same word, a different one in each text, and the layer passes "
-        "those words to every position. (A word that heads of several layers park on together is a sink the model made of it, such as "
-        "healthy SmolLM2-135M's early \"the\": those heads are named as sinks.)",
+        "those words to every position. (A word that heads of several layers park on together is a sink the "
+        "model made of it, such as healthy SmolLM2-135M's early \"the\": those heads are named as sinks.)",
         "Compare the model with an earlier checkpoint (python -m diagnostics compare OLD NEW) and restore these "
         "layers' query weights and biases, and the norm that feeds them, from one that is sound.",
         "{count} of {total} heads ({percent}) put ≥ {threshold} of the attention of the queries that see it on "
