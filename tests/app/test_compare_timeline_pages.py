@@ -123,39 +123,15 @@ def test_compare_two_bare_weights_files_with_the_heads_field(monkeypatch, tmp_pa
     assert any(n.startswith("B: ") for n in notes) and len(notes) % 2 == 0
 
 
-def test_compare_says_where_the_changes_begin(monkeypatch, tmp_path):
-    """The page gave "36 / 72" heads changed for one damaged layer and its knock-on effects, and no more."""
-    from safetensors.torch import save_file
-    from tiny import tiny_bert
-
-    model = tiny_bert()
-    damaged = {k: v.contiguous() * (30.0 if k.startswith("encoder.layer.1.attention.self.") and k.endswith(
-        ("query.weight", "key.weight")) else 1.0) for k, v in model.state_dict().items()}
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "a.safetensors"))
-    save_file(damaged, str(tmp_path / "b.safetensors"))
-    monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
-    at = _page("compare")
-    for side in "ab":
-        at.radio(key=f"cmp_{side}_kind").set_value("Local folder").run()
-        at.text_input(key=f"cmp_{side}_path").set_value(str(tmp_path / f"{side}.safetensors"))
-    at.text_area(key="cmp_probes").set_value("the quick brown fox jumps over the lazy dog")
-    at.number_input(key="cmp_heads").set_value(4)
-    at = at.button(key="cmp_run").click().run()
-    assert not at.exception and not _errors(at), _errors(at)
-    assert at.metric[0].value == "4 / 8"
-    first = "The first layer whose heads changed is 1. The change is there"
-    assert any(m.value.startswith(first) for m in at.markdown)
-
-
-
-def test_a_head_whose_map_is_not_finite_reads_n_a_in_the_table(monkeypatch, tmp_path):
-    """The reports write "n/a" for a head with no finite distance; the page's table showed an empty cell (or "None")."""
+def _compare_tiny_bert_with(damage, monkeypatch, tmp_path) -> AppTest:
+    """The Compare page after comparing a tiny BERT (A) with a copy whose state dict ``damage`` edited in place (B),
+    both bare safetensors files, checked free of errors."""
     from safetensors.torch import save_file
     from tiny import tiny_bert
 
     state = {k: v.contiguous() for k, v in tiny_bert().state_dict().items()}
     save_file(state, str(tmp_path / "a.safetensors"))
-    state["encoder.layer.1.attention.self.query.weight"][0, 0] = float("nan")  # head 0 of layer 1, and all after it
+    damage(state)
     save_file(state, str(tmp_path / "b.safetensors"))
     monkeypatch.setenv("ATTNSCOPE_ALLOWED_ROOTS", str(tmp_path))
     at = _page("compare")
@@ -166,8 +142,29 @@ def test_a_head_whose_map_is_not_finite_reads_n_a_in_the_table(monkeypatch, tmp_
     at.number_input(key="cmp_heads").set_value(4)
     at = at.button(key="cmp_run").click().run()
     assert not at.exception and not _errors(at), _errors(at)
-    table = at.dataframe[0]
+    return at
+
+
+def test_compare_says_where_the_changes_begin(monkeypatch, tmp_path):
+    """The page gave "36 / 72" heads changed for one damaged layer and its knock-on effects, and no more."""
+    def layer_1_q_k_times_30(state):
+        for name in ("query.weight", "key.weight"):
+            state[f"encoder.layer.1.attention.self.{name}"] *= 30.0
+
+    at = _compare_tiny_bert_with(layer_1_q_k_times_30, monkeypatch, tmp_path)
+    assert at.metric[0].value == "4 / 8"
+    first = "The first layer whose heads changed is 1. The change is there"
+    assert any(m.value.startswith(first) for m in at.markdown)
+
+
+def test_a_head_whose_map_is_not_finite_reads_n_a_in_the_table(monkeypatch, tmp_path):
+    """The reports write "n/a" for a head with no finite distance; the page's table showed an empty cell (or "None")."""
+    def one_nan_query_weight(state):  # head 0 of layer 1, and every head after it
+        state["encoder.layer.1.attention.self.query.weight"][0, 0] = float("nan")
+
+    table = _compare_tiny_bert_with(one_nan_query_weight, monkeypatch, tmp_path).dataframe[0]
     assert table.value["distance"].isna().any() and table.proto.placeholder == "n/a"
+
 
 def test_compare_refuses_more_probe_text_than_the_server_runs():
     from app.server.sources import MAX_PROBES
