@@ -226,13 +226,20 @@ def layer_level(values, small: bool) -> float:
 def outlying_layers(levels: dict, line: float, small: bool = False) -> list[int]:
     """The layers whose ``layer_level`` (``levels``: layer -> level) is past ``line`` and ``LAYER_RATIO`` times the
     model's typical layer's (the lower median of the finite levels), beyond it or below it where ``small``."""
-    finite = sorted(level for level in levels.values() if math.isfinite(level))
+    finite = [level for level in levels.values() if math.isfinite(level)]
     if not finite:
         return []
-    typical = finite[(len(finite) - 1) // 2]
+    typical = lower_median(finite)
     if small:
         return sorted(layer for layer, level in levels.items() if level < line and level <= typical / LAYER_RATIO)
     return sorted(layer for layer, level in levels.items() if level > line and level >= typical * LAYER_RATIO)
+
+
+def lower_median(values) -> float:
+    """The median of ``values``, the lower one of an even count: with half the layers grown, the upper one is a
+    grown layer's."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def _outlying_words(code) -> str:

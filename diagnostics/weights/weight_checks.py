@@ -30,7 +30,7 @@ import math
 import torch
 
 from core.extraction.head_weights import attention_weights
-from diagnostics.findings import VALUED, layer_level, make_finding, note, outlying_layers
+from diagnostics.findings import VALUED, layer_level, lower_median, make_finding, note, outlying_layers
 from diagnostics.weights.finite import non_finite_findings
 from diagnostics.weights.qk_norms import QKNorms
 from diagnostics.measure.redundancy import pairs_finding
@@ -164,8 +164,7 @@ def _median_strongest(stats) -> float:
     """The median over layers of each layer's strongest head's ‖W_O W_V‖, the lower one of an even count: with half
     the layers grown (a diverging run), the upper one made every other layer dead. Of two layers, or with half of
     them pruned, nothing tells pruned from grown, and no layer is dead by this rule. 0 when it is not finite."""
-    strongest = sorted(float(s["ov_norm"].max()) for s in stats)
-    median = strongest[(len(strongest) - 1) // 2]
+    median = lower_median(float(s["ov_norm"].max()) for s in stats)
     return median if math.isfinite(median) else 0.0
 
 
