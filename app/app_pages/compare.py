@@ -72,7 +72,7 @@ def grid_ui(report, part) -> tuple[int, int]:
     picking.head_chart(compare_plots.distance_grid_figure(grid, (s.cmp_layer, s.cmp_head)), "cmp_grid",
                        ("cmp_layer", "cmp_head"), "Distance grid: the JS distance between A's and B's attention of "
                        "every head, by layer (rows) and head (columns), its number in each cell; the table below "
-                       "lists the heads that changed", "below")
+                       "lists the heads that changed", "below", compare_plots.grid_min_width(len(grid[0])))
     cols = st.columns(2)  # the keyboard's way to a head: the grid's points take a mouse
     layer = cols[0].selectbox("Layer", range(len(grid)), key="cmp_layer", persist_state=KEEP)
     head = cols[1].selectbox("Head", range(len(grid[0])), key="cmp_head", persist_state=KEEP)

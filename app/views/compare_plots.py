@@ -19,6 +19,7 @@ from app.views.plots import MAX_CELLS, axis_labels, slant_room, title_lines
 
 GRID_COLOURS = get_colorscale("Reds")
 NO_DISTANCE = "rgb(217, 217, 217)"  # a diverged head's cell, in a light and a dark theme alike
+GRID_MIN_CELL_PX = 44  # the narrowest grid cell whose number stays apart from its neighbours
 
 
 def cell_colour(value: float, top: float) -> str:
@@ -37,6 +38,11 @@ def _no_distance_cells(z) -> list:
     grey = np.where(np.isnan(z), 0.0, np.nan)
     return [go.Heatmap(z=grey, x=list(range(z.shape[1])), y=list(range(z.shape[0])), showscale=False,
                        colorscale=[[0, NO_DISTANCE], [1, NO_DISTANCE]], hoverinfo="skip")]
+
+
+def grid_min_width(n_heads: int) -> int:
+    """The grid's narrowest width (px) before its cells' numbers ("0.123", 31 px at 12 px) run into each other."""
+    return GRID_MIN_CELL_PX * n_heads + 140  # 140: the margins and the colour bar
 
 
 def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure:
@@ -59,7 +65,7 @@ def distance_grid_figure(grid, selected=None, ceiling: float = 0.5) -> go.Figure
     if selected is not None:
         fig.add_shape(type="rect", x0=selected[1] - 0.5, x1=selected[1] + 0.5, y0=selected[0] - 0.5,
                       y1=selected[0] + 0.5, line=dict(color="#1f77b4", width=3))
-    fig.update_xaxes(title="head", dtick=1)
+    fig.update_xaxes(title="head", dtick=1, range=[-0.5, n_heads - 0.5])  # the markers had widened it to -1
     fig.update_yaxes(title="layer", dtick=1, autorange="reversed")
     # the markers are smaller than the cells of a wide grid: the nearest one answers anywhere (hover and click)
     fig.update_layout(height=32 * n_layers + 140, margin=dict(l=10, r=10, t=30, b=10), hoverdistance=-1)

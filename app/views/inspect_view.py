@@ -45,7 +45,7 @@ def overview_ui(result_id: str, result: core.AttentionResult, patterns) -> None:
     figure = plots.overview_figure(sheet, patterns, (result.n_layers, result.n_heads))
     picking.head_chart(figure, "overview", ("layer", "head"), "Overview: a thumbnail of every head's attention "
                        "map, by layer (rows) and head (columns), its pattern and roles written under it", "above",
-                       width="content")
+                       plots.overview_min_width(result.n_heads), width="content")
 
 
 def head_summary(result_id: str, result: core.AttentionResult, layer: int, head: int):

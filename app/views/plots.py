@@ -43,6 +43,7 @@ def _viridis_lut() -> np.ndarray:
 FRAME_PX = 3  # pattern-coloured frame around each thumbnail
 CAPTION_COLOR = "#31333F"  # Streamlit's text colour: 12.5:1 on white
 LABEL_PX = 24  # room under each thumbnail for its two-line caption, drawn by plotly
+CAPTION_MIN_PX = 60  # the narrowest cell whose captions stay apart: three roles ("next, sink, self") are 53 px wide
 
 
 def _hex_rgb(color: str) -> tuple[int, int, int]:
@@ -134,6 +135,11 @@ def overview_figure(sheet: bytes, patterns, shape: tuple[int, int]) -> go.Figure
     fig.update_yaxes(range=[-0.5, n_layers - 0.5], tickvals=[row(l) for l in range(n_layers)],
                      ticktext=[f"L{l}" for l in range(n_layers)], showgrid=False, zeroline=False, fixedrange=True)
     return fig
+
+
+def overview_min_width(n_heads: int) -> int:
+    """The overview's narrowest width (px) before its captions run into each other (``picking.head_chart``)."""
+    return CAPTION_MIN_PX * n_heads + 50  # 50: the margins, as in the figure's own width
 
 
 def axis_labels(tokens: list[str], block: int, positions: list[int]) -> list[str]:

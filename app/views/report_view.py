@@ -97,11 +97,13 @@ def pattern_map_ui(report, part: str, heads) -> None:
     """The same thumbnails as Inspect's overview (on the first probe), or coloured squares without maps."""
     shape = (len(heads), len(heads[0]))
     heads = [[h if h.pattern is not None else None for h in row] for row in heads]  # None: no label (NaN maps)
+    min_width = None  # the pattern map writes no text in its cells
     if report.samples:
         sample = report.samples[0].part(part)
         labels = [[plots.pattern_label(h) for h in row] for row in heads]
         sheet = _thumbnails(report_key(report, part), sample.attentions, labels)
         figure = plots.overview_figure(sheet, heads, shape)  # a head switch reruns only the explorer
+        min_width = plots.overview_min_width(shape[1])
         st.caption("Every head on the first probe text, framed in its pattern's colour (over all probes). "
                    "Click a head to open it below.")
     else:
@@ -109,7 +111,7 @@ def pattern_map_ui(report, part: str, heads) -> None:
         st.caption("Click a head in the pattern map to open it below.")
     picking.head_chart(figure, "pattern_map", ("diag_layer", "diag_head"), "Pattern map: every head's pattern, by "
                        "layer (rows) and head (columns); the findings above list the heads they name", "below",
-                       width="content")
+                       min_width, width="content")
 
 
 def explorer_ui(report, part: str | None) -> None:

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app_driver import (
-    ARTIFACTS, TOKENS_CHANGED, click_point, download, heatmap, idle, ink, no_errors, run_inspect, shot,
+    ARTIFACTS, TOKENS_CHANGED, click_point, download, heatmap, idle, ink, no_errors, open_page, run_inspect, shot,
     token_labels, until_shown, upload,
 )
 from tiny import MARKUP_TOKENS
@@ -109,6 +109,29 @@ def test_overview_click_selects_a_head(page):
     until_shown(page, choose_head_5, page.get_by_role("heading", name="Layer 0, head 5"))
     # the same head again, with one click: plotly had read it as a deselection, and nothing happened
     click_point(page, points.nth(1), page.get_by_role("heading", name="Layer 0, head 1"), tries=1)
+
+
+def test_a_phone_scrolls_the_overview_sideways_instead_of_running_its_captions_together(browser, app_url):
+    """At 390 px Streamlit shrank MiniLM's 12-head overview to the column, and the 9 px captions of neighbouring
+    heads ran into each other ("diagonalsparse"); the box now scrolls, and a head out of view is still a click away."""
+    phone = open_page(browser, app_url, {"width": 390, "height": 844})
+    try:
+        captions = phone.locator(".st-key-overview_box .textpoint text")  # one per head, layer by layer
+        captions.nth(11).wait_for(state="attached", timeout=COLD_START_MS)
+        boxes = phone.evaluate("""() => [...document.querySelectorAll('.st-key-overview_box .textpoint text')]
+            .slice(0, 12).map(t => { const r = t.getBBox(); return [r.x, r.x + r.width]; })""")  # layer 0
+        gaps = [right[0] - left[1] for left, right in zip(boxes, boxes[1:])]
+        assert min(gaps) > 0, f"captions of neighbouring heads overlap: gaps {gaps}"
+        box = phone.locator(".st-key-overview_box").bounding_box()
+        assert box["x"] + box["width"] <= 390, "the page itself got wider than the phone"
+        points = phone.locator(".st-key-overview_box .scatterlayer .point")
+        click_point(phone, points.nth(10), phone.get_by_role("heading", name="Layer 0, head 10"))
+        no_errors(phone)
+    finally:
+        shot(phone, "phone_overview")
+        blocked = list(phone.blocked)
+        phone.context.close()
+    assert not blocked, f"the page asked for something outside the machine: {blocked[:5]}"
 
 
 def test_text_typed_and_not_yet_run_outlives_a_rerun_of_the_page(page):
