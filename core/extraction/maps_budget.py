@@ -19,6 +19,7 @@ from ..checkpoints.archive import env_size
 from ..device import model_device
 from ..errors import InputError, counted, size_text
 from .machine_memory import machine_memory
+from .out_of_memory import WHOLE_MAPS, whole_maps_advice
 from .text_config import config_size, is_encoder_decoder
 
 ENV_MAX_MAPS = "ATTNSCOPE_MAX_MAPS_BYTES"
@@ -62,8 +63,14 @@ def check_maps_fit(model, tokens: int, target_tokens: int | None = None) -> None
         raise InputError(f"this text is {tokens:,} tokens for {type(model).__name__}, whose whole attention maps "
                          f"would take {over_text(needed, budget)} they may take here "
                          f"({ENV_MAX_MAPS}, by default half the memory this process may use, at most the GPU's "
-                         f"free memory); {shorten_advice(fits)}, or use diagnostics.stream_statistics, which never "
-                         "holds the maps")
+                         f"free memory); {shorten_advice(fits)}{_streaming_advice(model)}")
+
+
+def _streaming_advice(model) -> str:
+    """", or stream it" for a model ``stream_statistics`` reads whole; nothing for one it refuses (Bloom, GPT-Neo,
+    DeBERTa, T5) or reads only the encoder of: the advice had sent their users to an error."""
+    return ", or use diagnostics.stream_statistics, which never holds the maps" if whole_maps_advice(
+        model) == WHOLE_MAPS else ""
 
 
 NO_TOKEN_FITS = "not even one token fits: raise the limit"  # a budget too small for one token's maps

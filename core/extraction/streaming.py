@@ -38,7 +38,7 @@ from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from ..errors import ExtractionError, InputError
 from .encode import check_vocab, max_positions, segment_inputs
-from .extract import check_weights_loaded, eval_mode
+from .extract import check_weights_loaded, eval_mode, model_is_causal
 from .hf_extract import implementations
 from .out_of_memory import STREAMED, told_out_of_memory
 from .scratch import Scratch, buffer, release_freed_memory
@@ -96,6 +96,7 @@ class _Stream:
     kept: dict = field(default_factory=dict)
     n_heads: int = 0
     n_keys: int = 0
+    causal: bool = True  # the model's own, for an attention module that does not say (it had defaulted to causal)
 
     def attend(self, query, key, value, mask, causal: bool, scale: float, softcap: float | None = None,
                masked_rows_zero: bool = False):
@@ -208,7 +209,7 @@ def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropo
             "not handle yet; use core.extract_attention on shorter inputs"
         )
     is_causal = kwargs.get("is_causal")
-    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    is_causal = getattr(module, "is_causal", stream.causal) if is_causal is None else is_causal
     causal = bool(is_causal) and attention_mask is None and query.shape[2] > 1
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     out = stream.attend(query, key, value, attention_mask, causal, scale, kwargs.get("softcap"))  # (1, H, q, dv)
@@ -308,7 +309,8 @@ def stream_attention(
         raise InputError(f"chunk_rows must be at least 1; got {chunk_rows}")
     _check_ids(model, input_ids)
     check_weights_loaded(model)  # built on meta: "Tensor.item() cannot be called on meta tensors" from the forward
-    stream = _Stream(consumer_factory, _keep_pairs(model, keep), chunk_floats, chunk_rows)
+    stream = _Stream(consumer_factory, _keep_pairs(model, keep), chunk_floats, chunk_rows,
+                     causal=model_is_causal(model))
     device = model_device(model)  # an offloaded model's: where its hooks run it (``offload.execution_device``)
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).to(device)
@@ -320,7 +322,9 @@ def stream_attention(
     finally:
         _ACTIVE.reset(token)
     if not stream.consumers:
-        raise ExtractionError(f"{type(model).__name__} ran no attention layer through the streaming function")
+        raise ExtractionError(f"{type(model).__name__} ran no attention layer through the streaming function: it "
+                              "computes attention in its own code, which AttnScope cannot stream; use "
+                              "core.extract_attention on shorter inputs")
     missing = sorted(stream.keep - set(stream.kept))
     if missing:
         raise InputError(f"keep asks for layer {missing[0][0]}, head {missing[0][1]}, but the model has layers "

@@ -341,6 +341,20 @@ def test_out_of_memory_advice_streams_only_a_model_that_can_stream(monkeypatch):
     assert "stream_statistics" not in str(raised.value) and str(raised.value).endswith("where there is more memory")
 
 
+def test_maps_over_the_budget_advise_streaming_only_to_a_model_that_can_stream(monkeypatch):
+    """The refusal before the forward always ended "or use diagnostics.stream_statistics": GPT-Neo (and Bloom,
+    DeBERTa, T5) then got "ran no attention layer through the streaming function"."""
+    from transformers import GPTNeoConfig, GPTNeoModel
+
+    monkeypatch.setenv("ATTNSCOPE_MAX_MAPS_BYTES", "2000")
+    neo = GPTNeoModel(GPTNeoConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4,
+                                   attention_types=[[["global"], 2]], max_position_embeddings=64)).eval()
+    with pytest.raises(InputError, match=r"shorten it to about \d+ tokens$"):
+        extract_attention(neo, tiny.bpe_tokenizer(), TEXT)
+    with pytest.raises(InputError, match="shorten it to about .*, or use diagnostics.stream_statistics"):
+        extract_attention(tiny.tiny_gpt2(), tiny.bpe_tokenizer(), TEXT)
+
+
 def test_special_tokens_typed_in_the_text_are_flagged_special():
     """'A [SEP] B' gives the real [SEP]: it was flagged not special (no sink key, not hidden), while the decoder
     side of an encoder-decoder flagged the same id special."""

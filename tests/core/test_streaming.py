@@ -312,3 +312,26 @@ def test_each_streamed_layer_hands_freed_memory_back(monkeypatch):
     stream_statistics(model, tiny.bpe_tokenizer(), "The quick brown fox jumps over the lazy dog.")
     assert len(calls) == model.config.n_layer
     scratch.release_freed_memory()  # callable here, whatever the C library
+
+
+
+def test_an_attention_module_that_does_not_say_whether_it_is_causal_streams_as_its_model_is():
+    """Splinter's self-attention has no ``is_causal``: streaming read it as causal, zeroed the upper triangle and
+    renormalised (up to 0.96 off), with no word. A module that does not say now streams as its model is."""
+    torch.manual_seed(0)
+    model = tf.SplinterModel(tf.SplinterConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2,
+                                               num_attention_heads=4, intermediate_size=48)).eval()
+    ids = random_ids(12)
+    streamed = stream_attention(model, ids, lambda *a: None, keep=[0, 1])
+    kept = torch.stack([torch.stack([streamed.kept[(layer, h)] for h in range(4)]) for layer in range(2)])
+    assert kept.triu(1).amax() > 0.01  # an encoder attends forward too
+    torch.testing.assert_close(kept, naive_maps(model, ids), atol=1e-5, rtol=0)
+
+
+def test_a_model_that_computes_attention_in_its_own_code_is_told_why_it_cannot_stream():
+    """GPT-Neo got "ran no attention layer through the streaming function", and no way on."""
+    neo = tf.GPTNeoModel(tf.GPTNeoConfig(vocab_size=200, hidden_size=32, num_layers=2, num_heads=4,
+                                         attention_types=[[["global"], 2]], max_position_embeddings=64)).eval()
+    with pytest.raises(ExtractionError, match="GPTNeoModel ran no attention layer .*: it computes attention in its "
+                                              "own code, which AttnScope cannot stream; use core.extract_attention"):
+        stream_attention(neo, random_ids(12), lambda *a: None)
