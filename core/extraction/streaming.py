@@ -38,8 +38,8 @@ from ..custom_model import AttnScopeTransformer
 from ..device import model_device
 from ..errors import ExtractionError, InputError
 from .encode import check_vocab, max_positions, segment_inputs
-from .extract import check_weights_loaded, eval_mode, model_is_causal
-from .hf_extract import implementations
+from .extract import check_weights_loaded, eval_mode
+from .hf_extract import implementations, is_causal_model
 from .out_of_memory import STREAMED, told_out_of_memory
 from .scratch import Scratch, buffer, release_freed_memory
 from .text_config import config_size, is_encoder_decoder, vocab_size
@@ -241,6 +241,12 @@ def can_stream(model) -> bool:
     return isinstance(model, PreTrainedModel) and bool(getattr(model, "_supports_attention_backend", False))
 
 
+def _said_causal(model) -> bool:
+    """Whether a Hugging Face model's config says it is causal (read without a forward, which would run the
+    caller's layer hooks): how an attention module that does not say itself is streamed."""
+    return isinstance(model, PreTrainedModel) and not is_encoder_decoder(model) and is_causal_model(model)
+
+
 def _check_ids(model, input_ids) -> None:
     """InputError for token ids ``(1, T)`` the model cannot read, before it runs (it raised torch's own errors): none,
     more than its positions, or past its vocabulary."""
@@ -309,8 +315,7 @@ def stream_attention(
         raise InputError(f"chunk_rows must be at least 1; got {chunk_rows}")
     _check_ids(model, input_ids)
     check_weights_loaded(model)  # built on meta: "Tensor.item() cannot be called on meta tensors" from the forward
-    stream = _Stream(consumer_factory, _keep_pairs(model, keep), chunk_floats, chunk_rows,
-                     causal=model_is_causal(model))
+    stream = _Stream(consumer_factory, _keep_pairs(model, keep), chunk_floats, chunk_rows, causal=_said_causal(model))
     device = model_device(model)  # an offloaded model's: where its hooks run it (``offload.execution_device``)
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).to(device)
