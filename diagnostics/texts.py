@@ -369,9 +369,9 @@ FINDING_TEXTS = {
     ),
     "probes_repetitive": FindingText(
         "Probes too repetitive to judge",
-        "On a probe that repeats a word or two, every key is the same token, so even-handed rows are what a "
-        "healthy head gives; the findings come from the other probes, or, where none is varied enough, are shown "
-        "as information only.",
+        "On a probe that repeats a word or two, every key is the same token, and on one that repeats itself, "
+        "every key has many copies, so even-handed rows are what a healthy head gives; the findings come from the "
+        "other probes, or, where none is varied enough, are shown as information only.",
         "Give probe texts of varied wording, or leave them out to use AttnScope's seven default paragraphs.",
         "Probes too repetitive to judge: {detail}.",
     ),

@@ -16,12 +16,12 @@ from core.checkpoints.registry import resolve_source
 from core.errors import ExtractionError
 from core.extraction.encode import PAIR_JOINED
 from diagnostics.probe_texts import (
-    CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MIN_COVERAGE, MIN_DISTINCT_TOKENS, MIN_JUDGED_TOKENS,
-    PROBE_MAX_TOKENS, Probe,
+    CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MAX_REPEATED, MIN_COVERAGE, MIN_DISTINCT_TOKENS,
+    MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, Probe,
 )
 from diagnostics.probes import (
     RANDOM_LENGTH, REPEAT_HALF, default_probes, fitting_probes, probe_coverage, probe_tokens, repeated_probe,
-    verdict_cap, vocabulary_probe,
+    repeated_share, verdict_cap, vocabulary_probe,
 )
 from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bart, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
@@ -225,6 +225,35 @@ def test_a_probe_of_one_word_repeated_raises_no_alarm_on_a_healthy_model(text):
     note = report.finding("probes_repetitive")
     assert note.details["threshold"] == MIN_DISTINCT_TOKENS and note.details["distinct"][0] < MIN_DISTINCT_TOKENS
     assert report.findings[0] is note  # the probe notes come first: they qualify every finding
+
+
+SENTENCE_25 = ("The old lighthouse keeper walked slowly along the rocky shore every morning, counting gulls and "
+               "writing their numbers in a small blue notebook.")
+
+
+def test_a_sentence_repeated_raises_no_alarm_on_a_healthy_model():
+    """A 25-word sentence repeated has its 16 distinct tokens, so it passed as varied, and healthy demo-bert got a
+    diffuse_heads warning at 256-512 tokens: every key has many copies. Prose of the same length stays judged."""
+    report = diagnose("demo-bert", texts=[" ".join([SENTENCE_25] * 8)])  # 346 tokens
+    assert _alarms(report) == []
+    note = report.finding("probes_repetitive")
+    assert note.details["distinct"][0] >= MIN_DISTINCT_TOKENS and note.details["repeated"][0] > 0.8
+    assert note.details["repeated_threshold"] == MAX_REPEATED
+    assert "1 of 1 probes repeat themselves: 50% or more of their runs of 8 tokens came earlier in them" in note.message
+    prose = " ".join(p.text for p in DEFAULT_PROBES[:3] if p.text_pair is None)
+    assert diagnose("demo-bert", texts=[prose]).finding("probes_repetitive") is None
+
+
+def test_repeated_share_counts_the_runs_seen_before():
+    assert repeated_share(list(range(100))) == 0.0 and repeated_share([1, 2, 3]) == 0.0  # shorter than one run
+    assert repeated_share(list(range(10)) * 10) == pytest.approx(83 / 93)  # 93 runs, 10 of them different
+    assert verdict_cap([200], None, None, [100], [0.5])[0] == "info"  # half the runs repeat: not judged
+    assert verdict_cap([200], None, None, [100], [0.49])[0] == "error"
+    worst, judged, notes = verdict_cap([200, 30], None, None, [12, 20], [0.6, 0.9])  # one of each cause; one short
+    assert (worst, judged) == ("info", None)
+    assert notes[-1].message.startswith("Probes too repetitive to judge: 1 of 2 probes hold fewer than 16 distinct "
+                                        "tokens (fewest 12) or repeat themselves: 50% or more of their runs of 8 "
+                                        "tokens came earlier in them (most 60%)")
 
 
 def test_short_probes_show_what_they_measured_and_long_ones_judge_it():
