@@ -66,6 +66,8 @@ def load_model(
     model is a .gguf goes through ``core.checkpoints.checkpoint.load_checkpoint``
     (``n_heads`` is for bare state dicts, whose weights do not say how many heads they have).
     A path that cannot be read (no permission, a name too long) is a ``ModelLoadError`` naming it.
+    ``trust_remote_code=True`` imports and runs a folder's ``auto_map`` code: only for a checkpoint you trust (the
+    app and the CLI never pass it).
     """
     try:
         return _load_model(source, device, trust_remote_code, device_map, max_memory, n_heads, progress)
