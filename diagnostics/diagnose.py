@@ -40,7 +40,8 @@ from core.errors import InputError, counted
 from core.extraction.streaming import can_stream
 from core.extraction.text_config import is_encoder_decoder
 from diagnostics.findings import (
-    UNCAPPED, Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, sort_findings,
+    UNCAPPED, Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, qualify_benign,
+    sort_findings,
 )
 from diagnostics.measure.metrics import HeadMetrics, finite_head, layer_metrics
 from diagnostics.classify.patterns import classify_metrics
@@ -150,14 +151,14 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
         findings += cap_severity(part_findings, worst)
     tell(0.95, "checking weights")
     weight_findings, weight_numbers = check_weights(model, norms, layers)
-    findings = [explain_diffuse(f, weight_numbers) for f in findings]
+    findings = [explain_diffuse(f, weight_numbers, random_ids=tokenizer is None or replaced) for f in findings]
     for head in heads:
         head.metrics.update(weight_numbers.get((head.part, head.layer, head.head), {}))
     summary = _model_summary(model, tokenizer, name, parts, weight_numbers, time.perf_counter() - start)
     summary["streamed"] = streamed
     tell(1.0, "done")
     vocabulary = samples[len(probes):] if tokenizer is not None else []  # in-vocabulary probes, if any
-    return Report(summary, heads, sort_findings(findings + weight_findings), samples,
+    return Report(summary, heads, sort_findings(qualify_benign(findings + weight_findings)), samples,
                   [p.to_dict() for p in probes] + [_ids_probe(r) for r in vocabulary])
 
 

@@ -337,14 +337,17 @@ def _most_of_a_layer(mask, share):
     return mask & (mask.float().mean(-1, keepdim=True) >= share)  # (L, H)
 
 
-def explain_diffuse(finding, weight_numbers):
+def explain_diffuse(finding, weight_numbers, random_ids: bool = False):
     """``finding``, its suggestion told by the Q/K weights of its heads if it is a ``diffuse_heads`` above info
     (``weight_numbers``: ``check_weights``'s per-head numbers). As large as the part's other heads': Q/K did not
     make them uniform, what reaches them did (a zeroed norm), and the suggestion says where to look instead of
     "check the Q/K initialisation … candidates for pruning", which pointed at weights of normal scale. Much
     smaller: a re-initialised layer of a trained model, to restore rather than prune. When (nearly) every head is
     uniform there are too few others to compare with (compared with themselves, Q/K x 0.1 everywhere was said to
-    be "not Q/K"): the suggestion then names the causes it cannot tell apart, an untrained model first."""
+    be "not Q/K"): the suggestion then names the causes it cannot tell apart, an untrained model first. Zero: to
+    restore, as shrunk ones (the suggestion had been "check the Q/K initialisation ... can be pruned"). On random
+    ids (``random_ids``: no tokenizer) heads that read content have nothing to read: healthy demo-bert had been
+    told to restore a norm that was sound, and the suggestion now says to diagnose it on text first."""
     if finding.code != "diffuse_heads" or finding.severity == "info":
         return finding
     scale = {(layer, head): n["qk_scale"] for (part, layer, head), n in weight_numbers.items()
@@ -361,16 +364,37 @@ def explain_diffuse(finding, weight_numbers):
                    total=len(scale), before=f"the output norm of layer {first - 1}" if first else
                    "the embeddings' norm")
     few = len(others) < FEW_OTHERS * len(scale)  # Q/K x 0.3 everywhere left MiniLM 4 of 72: "not Q/K", they said
-    if flagged.median() <= 0:
-        return finding  # Q/K x 0: qk_scale_small says it, and "check the Q/K initialisation"
-    if few:
-        finding.suggestion += " " + text.everywhere.format(**numbers)
+    if flagged.median() <= 0:  # Q/K x 0
+        finding.suggestion = text.zeroed
+    elif few:
+        finding.suggestion += " " + text.everywhere.format(**numbers) + (" " + text.random_ids if random_ids else "")
     elif flagged.median() < ORDINARY_QK * others.median():  # a layer re-initialised in a trained model: not to prune
         finding.suggestion = text.shrunk.format(**numbers, median=float(others.median()),
                                                 ratio=number(float(others.median() / flagged.median())))
     else:  # not Q/K: the advice to check Q/K and prune would point away from the cause
-        finding.suggestion = text.upstream.format(**numbers)
+        finding.suggestion = (text.random_ids + " " if random_ids else "") + text.upstream.format(**numbers)
     return finding
+
+
+def qualify_benign(findings):
+    """The ``DESCRIBING`` findings ("usually benign", "fine for a few heads") with a sentence added where some of
+    their heads lie in a layer that a warning or error names broken (``details["layers"]``): damage there makes
+    heads sink or fix on one offset (MiniLM's layer 2 Q/K x 8 made L2H5-L2H7 sinks and L2H8, L2H11 positional),
+    and the reassurance had read as being about them too."""
+    broken = {}
+    for f in findings:
+        if f.code not in DESCRIBING and f.severity != "info":
+            for layer in f.details.get("layers", []):
+                broken.setdefault((f.part, layer), f.title)
+    for f in findings:
+        inside = [[layer, head] for layer, head in f.heads if (f.part, layer) in broken] if f.code in DESCRIBING else []
+        if inside:
+            layers = sorted({layer for layer, _ in inside})
+            titles = sorted({broken[(f.part, layer)] for layer in layers})
+            f.suggestion += " " + FINDING_TEXTS[f.code].in_broken.format(
+                heads=head_names(inside, f.part), layers=", ".join(map(str, layers)),
+                titles=" and ".join(f'"{title}"' for title in titles), s="s" if len(layers) > 1 else "")
+    return findings
 
 
 def cap_severity(findings, worst="warning"):

@@ -46,6 +46,10 @@ class FindingText:
     upstream: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are of ordinary scale
     everywhere: str = ""  # diffuse_heads only: the suggestion added when (nearly) every head is near uniform
     shrunk: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are far smaller than the others'
+    zeroed: str = ""  # diffuse_heads only: the suggestion when half or more of their Q/K weights are zero
+    random_ids: str = ""  # diffuse_heads only: said first when the probes were random token ids (no tokenizer)
+    in_broken: str = ""  # sink_heads, positional_heads: added for their heads in a layer another finding names broken
+    variants: str = ""  # for the Guide: when a report's suggestion differs from ``suggestion``
     roles: str = ""  # sink_heads, positional_heads: the sentence counting the heads with the matching roles
 
 
@@ -73,8 +77,8 @@ PATTERN_TEXTS = {
         f"≥ {DIFFUSE_MIN}).",
         "A broad head that averages its input (Clark et al. 2019); common in trained models. Only rows near "
         "uniform over every key (the diffuse_heads finding) point at an attention failure.",
-        "Nothing to do unless the diagnosis names the head among its near-uniform heads; then check that "
-        "gradients reach Q/K and how Q/K were initialised (std ≈ 1/√d_in, fan-in).",
+        "Nothing to do unless the diagnosis names the head among its near-uniform heads; then follow that "
+        "finding's suggestion, which tells from the heads' Q/K weights where to look.",
         "#BAB0AC",
     ),
     "sparse": PatternText(
@@ -217,6 +221,18 @@ FINDING_TEXTS = {
         "against a median of {median:.2g}): in a trained model, W_Q/W_K of these heads were re-initialised or "
         "damaged, so restore them from a good checkpoint (these are no heads to prune); while training, check "
         "their initialisation (std ≈ 1/√d_in, fan-in) and that gradients reach them.",
+        zeroed="Half or more of them have Q/K weights of zero, so every score is 0 and every row exactly uniform: "
+        "in a trained model, W_Q/W_K of these heads were zeroed or damaged, so restore them from a good checkpoint "
+        "(these are no heads to prune); while training, check their initialisation (std ≈ 1/√d_in, fan-in) and "
+        "that gradients reach them.",
+        variants="A report's suggestion depends on the heads' Q/K weights: as large as the other heads', it "
+        "points at the normalisation that feeds their layer; far smaller, or zero, it says to restore W_Q/W_K of "
+        "those heads from a good checkpoint; with (nearly) every head uniform, it names the causes it cannot tell "
+        "apart, an untrained model first. On random token ids (no tokenizer) it says to diagnose the model on "
+        "text first.",
+        random_ids="The probes were random token ids (there was no tokenizer), on which heads that read content "
+        "have nothing to read and spread out, so a healthy model can look like this: save its tokenizer next to "
+        "it and diagnose it on text before restoring anything.",
     ),
     "saturated_heads": FindingText(
         "Saturated heads (entropy collapse)",
@@ -249,6 +265,10 @@ FINDING_TEXTS = {
         "classifier once failed because a head over-attended to [CLS], fixed by constraining that attention.",
         "{count} of {total} heads ({percent}) are attention sinks (one key receives ≥ {threshold} of the "
         "attention of the queries that see it, beyond an even share): {heads}.",
+        in_broken="Not so for {heads}: they are in layer{s} {layers}, which {titles} names, where the damage "
+        "can make heads sink; judge them once that layer is restored.",
+        variants="Heads of a layer that a warning or error names broken get a sentence of their own: damage there "
+        "can make heads sink.",
         roles="{count} of {total} heads have the sink role, by its own bar: "
         f"≥ {SINK_MIN} of the mass on the first or a special token, carried to a 20-token text.",
     ),
@@ -274,6 +294,10 @@ FINDING_TEXTS = {
         "positions can move to relative ones (RoPE, ALiBi).",
         "{count} of {total} heads ({percent}) are positional (≥ {threshold} of their mass on one offset): "
         "{heads}.",
+        in_broken="Not so for {heads}: they are in layer{s} {layers}, which {titles} names, where the damage "
+        "can fix heads on one offset; judge them once that layer is restored.",
+        variants="Heads of a layer that a warning or error names broken get a sentence of their own: damage there "
+        "can fix heads on one offset.",
         roles="{count} of {total} heads have the previous-token, next-token or self role, by their own bar: "
         f"≥ {OFFSET_MIN} of the mass besides the sink on that offset.",
     ),
@@ -291,8 +315,10 @@ FINDING_TEXTS = {
         "Q/K weights too small",
         "The query/key weights are far below the usual initialisation scale, so all attention scores are "
         "near zero and every head is near uniform.",
-        "Re-initialise W_Q/W_K with std ≈ 1/√d (fan-in), and check that the attention weights receive "
-        "gradients; a learnable softmax temperature can help.",
+        "In a trained model, restore W_Q/W_K of these heads from a good checkpoint (python -m diagnostics compare "
+        "OLD NEW shows what changed): re-initialising them would throw away their training. While training from "
+        "scratch, initialise W_Q/W_K with std ≈ 1/√d (fan-in) and check that they receive gradients; a learnable "
+        "softmax temperature can help.",
         "{count} of {total} heads ({percent}) have Q/K weights with RMS·√d_in < {threshold}: {heads}.",
     ),
     "qk_scale_large": FindingText(

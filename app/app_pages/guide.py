@@ -30,7 +30,8 @@ def findings_ui() -> None:
     st.header("Findings")
     for code, text in FINDING_TEXTS.items():
         with st.expander(f"{text.title} (`{code}`)"):
-            st.markdown(f"**Meaning:** {text.meaning}\n\n**Suggestion:** {text.suggestion}")
+            st.markdown(f"**Meaning:** {text.meaning}\n\n**Suggestion:** {text.suggestion}"
+                        + (f"\n\n**In a report:** {text.variants}" if text.variants else ""))
 
 
 st.title("Guide")

@@ -109,6 +109,44 @@ def test_when_every_head_is_uniform_the_suggestion_says_it_cannot_tell_q_k_from_
     assert text.count("An untrained") == 1 and "2 of the 10 heads are not near uniform, too few" in text
 
 
+def test_zeroed_q_k_and_random_ids_get_their_own_suggestions():
+    """Q/K x 0 had the generic "check the Q/K initialisation ... can be pruned"; on random ids (no tokenizer)
+    healthy demo-bert was told to restore a norm that was sound."""
+    from diagnostics.findings import explain_diffuse, make_finding
+
+    later = [[1, h] for h in range(4)]
+    numbers = {("self", layer, head): {"qk_scale": 0.0 if layer == 1 else 1.5} for layer in range(3)
+               for head in range(4)}
+    zeroed = explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers).suggestion
+    assert zeroed.startswith("Half or more of them have Q/K weights of zero") and "restore them" in zeroed
+    assert "prune" not in zeroed.replace("no heads to prune", "")
+    numbers = {key: {"qk_scale": 1.5} for key in numbers}
+    on_ids = explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers, random_ids=True)
+    assert on_ids.suggestion.startswith("The probes were random token ids (there was no tokenizer)")
+    assert "diagnose it on text before restoring anything" in on_ids.suggestion
+
+
+def test_sinks_and_positional_heads_in_a_layer_named_broken_are_not_called_benign():
+    """MiniLM's layer 2 Q/K x 8 made L2H5-L2H7 sinks and L2H8, L2H11 positional, and the report called them
+    "usually benign" / "fine for a few heads" beside a warning naming layer 2."""
+    from diagnostics.findings import make_finding, qualify_benign
+
+    large = make_finding("qk_scale_large", [[2, h] for h in range(4)], 16, layer_heads=4, layers=[2],
+                         details={"values": {}}, threshold=10.0)
+    sinks = make_finding("sink_heads", [[1, 1], [2, 1], [2, 3]], 16, threshold=0.5)
+    positional = make_finding("positional_heads", [[0, 2]], 16, threshold=0.5)
+    other_part = make_finding("sink_heads", [[2, 0]], 16, part="decoder", threshold=0.5)
+    benign = sinks.suggestion
+    qualify_benign([large, sinks, positional, other_part])
+    assert sinks.suggestion == benign + (' Not so for L2H1, L2H3: they are in layer 2, which "Q/K weights too large" '
+                                         "names, where the damage can make heads sink; judge them once that layer "
+                                         "is restored.")
+    assert "Not so" not in positional.suggestion and "Not so" not in other_part.suggestion
+    large.severity = "info"  # a layer named at info (none is) or by a describing finding names nothing broken
+    fresh = make_finding("sink_heads", [[2, 1]], 16, threshold=0.5)
+    assert "Not so" not in qualify_benign([large, fresh])[1].suggestion
+
+
 def test_ordinary_heads_give_no_findings():
     assert attention_findings(metrics()) == []
 

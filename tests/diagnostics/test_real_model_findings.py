@@ -140,14 +140,30 @@ def test_q_k_times_0_is_blamed_on_q_k_and_a_collapsed_layer_norm_on_what_comes_b
     suggestion was to check the Q/K initialisation, though its Q/K weights were as trained."""
     name, pair, _ = loaded
     with scaled_qk(pair[0], 0):
-        qk_zero = diagnose(pair, texts=SHORT).finding("diffuse_heads")
-    assert "what reaches them" not in qk_zero.suggestion
+        zeroed = diagnose(pair, texts=SHORT)
+    qk_zero = zeroed.finding("diffuse_heads")
+    assert "what reaches them" not in qk_zero.suggestion and "restore them from a good checkpoint" in qk_zero.suggestion
+    # the Q/K finding agrees: "Re-initialise W_Q/W_K" would have thrown a trained layer's weights away
+    assert zeroed.finding("qk_scale_small").suggestion.startswith("In a trained model, restore W_Q/W_K")
     if not hasattr(pair[0], "encoder"):
         return  # pre-LN decoders: one norm collapses one sub-block only
     with zeroed_output_norm(pair[0], 1):
         collapsed = diagnose(pair, texts=SHORT).finding("diffuse_heads")
     assert collapsed.severity == "error" and min(layer for layer, _ in collapsed.heads) == 2
     assert "what reaches them" in collapsed.suggestion and "the output norm of layer 1" in collapsed.suggestion
+
+
+def test_sinks_made_by_one_damaged_layer_are_not_called_benign():
+    """MiniLM's layer 2 Q/K x 8: L2H5-L2H7 turned sinks, and the report called them "usually benign" beside the
+    warnings naming layer 2. The healthy model's own sinks (L1H9, L1H11) keep the plain text."""
+    pair = core.load_model("minilm")
+    with scaled_qk(pair[0], 8, layer=2):
+        report = diagnose(pair, texts=SHORT)
+    assert 2 in report.finding("qk_scale_large").details["layers"]
+    sinks = report.finding("sink_heads")
+    inside = [f"L{layer}H{head}" for layer, head in sinks.heads if layer == 2]
+    assert inside and f"Not so for {', '.join(inside)}: they are in layer 2" in sinks.suggestion
+    assert "L1H9" in {f"L{layer}H{head}" for layer, head in sinks.heads} and "L1H9:" not in sinks.suggestion
 
 
 def test_q_k_shrunk_everywhere_is_not_blamed_on_what_reaches_the_heads(loaded):
