@@ -151,7 +151,9 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
         findings += cap_severity(part_findings, worst)
     tell(0.95, "checking weights")
     weight_findings, weight_numbers = check_weights(model, norms, layers)
-    findings = [explain_diffuse(f, weight_numbers, random_ids=tokenizer is None or replaced) for f in findings]
+    copies = {f.part: {tuple(head) for head in f.heads} for f in weight_findings if f.code == "similar_head_weights"}
+    findings = [explain_diffuse(f, weight_numbers, tokenizer is None or replaced, copies.get(f.part, ()))
+                for f in findings]
     for head in heads:
         head.metrics.update(weight_numbers.get((head.part, head.layer, head.head), {}))
     summary = _model_summary(model, tokenizer, name, parts, weight_numbers, time.perf_counter() - start)

@@ -337,7 +337,7 @@ def _most_of_a_layer(mask, share):
     return mask & (mask.float().mean(-1, keepdim=True) >= share)  # (L, H)
 
 
-def explain_diffuse(finding, weight_numbers, random_ids: bool = False):
+def explain_diffuse(finding, weight_numbers, random_ids: bool = False, copies=()):
     """``finding``, its suggestion told by the Q/K weights of its heads if it is a ``diffuse_heads`` above info
     (``weight_numbers``: ``check_weights``'s per-head numbers). As large as the part's other heads': Q/K did not
     make them uniform, what reaches them did (a zeroed norm), and the suggestion says where to look instead of
@@ -347,7 +347,9 @@ def explain_diffuse(finding, weight_numbers, random_ids: bool = False):
     be "not Q/K"): the suggestion then names the causes it cannot tell apart, an untrained model first. Zero: to
     restore, as shrunk ones (the suggestion had been "check the Q/K initialisation ... can be pruned"). On random
     ids (``random_ids``: no tokenizer) heads that read content have nothing to read: healthy demo-bert had been
-    told to restore a norm that was sound, and the suggestion now says to diagnose it on text first."""
+    told to restore a norm that was sound, and the suggestion now says to diagnose it on text first. Copies
+    (``copies``: the ``(layer, head)`` of a ``similar_head_weights`` finding of the part) of one near-uniform
+    head are uniform because that head is: every head of SmolLM2 a copy of its layer's head 0 was sent to a norm."""
     if finding.code != "diffuse_heads" or finding.severity == "info":
         return finding
     scale = {(layer, head): n["qk_scale"] for (part, layer, head), n in weight_numbers.items()
@@ -371,6 +373,8 @@ def explain_diffuse(finding, weight_numbers, random_ids: bool = False):
     elif flagged.median() < ORDINARY_QK * others.median():  # a layer re-initialised in a trained model: not to prune
         finding.suggestion = text.shrunk.format(**numbers, median=float(others.median()),
                                                 ratio=number(float(others.median() / flagged.median())))
+    elif 2 * sum(head in copies for head in marked) >= len(marked):  # Q/K of ordinary size, but one head's copies
+        finding.suggestion = text.copies
     else:  # not Q/K: the advice to check Q/K and prune would point away from the cause
         finding.suggestion = (text.random_ids + " " if random_ids else "") + text.upstream.format(**numbers)
     return finding

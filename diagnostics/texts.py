@@ -48,6 +48,7 @@ class FindingText:
     shrunk: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are far smaller than the others'
     zeroed: str = ""  # diffuse_heads only: the suggestion when half or more of their Q/K weights are zero
     random_ids: str = ""  # diffuse_heads only: said first when the probes were random token ids (no tokenizer)
+    copies: str = ""  # diffuse_heads only: the suggestion when most of them have near-identical Q·Kᵀ weights
     in_broken: str = ""  # sink_heads, positional_heads: added for their heads in a layer another finding names broken
     variants: str = ""  # for the Guide: when a report's suggestion differs from ``suggestion``
     roles: str = ""  # sink_heads, positional_heads: the sentence counting the heads with the matching roles
@@ -228,8 +229,11 @@ FINDING_TEXTS = {
         variants="A report's suggestion depends on the heads' Q/K weights: as large as the other heads', it "
         "points at the normalisation that feeds their layer; far smaller, or zero, it says to restore W_Q/W_K of "
         "those heads from a good checkpoint; with (nearly) every head uniform, it names the causes it cannot tell "
-        "apart, an untrained model first. On random token ids (no tokenizer) it says to diagnose the model on "
-        "text first.",
+        "apart, an untrained model first; copies of one head are told to be restored. On random token ids (no "
+        "tokenizer) it says to diagnose the model on text first.",
+        copies="Most of them have near-identical Q·Kᵀ weights (see Near-identical head weights), so they are "
+        "copies of one near-uniform head: heads copied over each other, which nobody does on purpose, are a "
+        "copying or conversion bug; restore them from the source checkpoint.",
         random_ids="The probes were random token ids (there was no tokenizer), on which heads that read content "
         "have nothing to read and spread out, so a healthy model can look like this: save its tokenizer next to "
         "it and diagnose it on text before restoring anything.",

@@ -126,6 +126,21 @@ def test_zeroed_q_k_and_random_ids_get_their_own_suggestions():
     assert "diagnose it on text before restoring anything" in on_ids.suggestion
 
 
+def test_copies_of_one_near_uniform_head_are_not_blamed_on_a_norm():
+    """Every SmolLM2 head a copy of its layer's head 0: where that head was near uniform, the whole layer was,
+    and the suggestion sent the user to the norm that feeds it."""
+    from diagnostics.findings import explain_diffuse, make_finding
+
+    layer = [[1, h] for h in range(4)]
+    numbers = {("self", l, h): {"qk_scale": 1.5} for l in range(3) for h in range(4)}
+    copied = explain_diffuse(make_finding("diffuse_heads", layer, 12, threshold=0.1), numbers,
+                             copies={(1, h) for h in range(4)}).suggestion
+    assert "copies of one near-uniform head" in copied and "normalisation" not in copied
+    one_pair = explain_diffuse(make_finding("diffuse_heads", layer, 12, threshold=0.1), numbers,
+                               copies={(1, 0), (0, 1)}).suggestion  # one of four: the layer is not copies
+    assert "normalisation that feeds layer 1" in one_pair
+
+
 def test_sinks_and_positional_heads_in_a_layer_named_broken_are_not_called_benign():
     """MiniLM's layer 2 Q/K x 8 made L2H5-L2H7 sinks and L2H8, L2H11 positional, and the report called them
     "usually benign" / "fine for a few heads" beside a warning naming layer 2."""
