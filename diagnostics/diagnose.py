@@ -124,8 +124,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
                                                  max_positions(model, tokenizer))
     replaced = bool(fit_notes)  # unfit default probes, replaced by in-vocabulary ones
     lengths, limit = read_lengths(model, tokenizer, probes)  # tokens the model reads of each probe
-    variety, copies = probe_variety(tokenizer, probes, limit) if texts is not None else ([], [])  # defaults: varied
-    worst, judged, short_notes = verdict_cap(lengths, limit, coverage if texts is not None else None, variety, copies)
+    variety = probe_variety(tokenizer, probes, limit) if texts is not None else []  # the defaults are varied
+    worst, judged, short_notes = verdict_cap(lengths, limit, coverage if texts is not None else None, variety)
     streamed = not replaced and _streams(model, tokenizer, lengths, stream)
     if not streamed:
         _check_whole_maps(model, lengths)

@@ -150,10 +150,17 @@ MIN_JUDGED_TOKENS = 64
 # ... and from one of fewer distinct tokens than this ("the" x 150: every key the same word, so near-uniform rows
 # are right; healthy demo-bert and SmolLM2 got a diffuse_heads error on it). The default probes hold 76-195.
 MIN_DISTINCT_TOKENS = 16
-# ... nor from one that is mostly a copy of itself: half or more of its runs of REPEAT_RUN tokens seen earlier in
-# it. A 25-word sentence repeated has its 16 distinct tokens, and gave healthy demo-bert a diffuse_heads warning
-# at 64-512 tokens, as did Chinese read as [UNK]s between ASCII words (23-33 distinct). Such texts: 0.47-0.99 of
-# the runs repeat from 64 tokens on (2026-12-07; Chinese [UNK]s 0.56-0.74), prose, code, CSV, chat, JSON, Markdown,
-# German, Russian and Chinese that a tokenizer reads 0-0.30 up to 2,048 tokens, on the four shipped tokenizers.
+# ... nor from one that is mostly a copy of itself: MAX_REPEATED or more of its runs of REPEAT_RUN tokens seen
+# earlier in it. A 25-word sentence repeated has its 16 distinct tokens, and gave healthy demo-bert a
+# diffuse_heads warning at 256-512 tokens (0.83-0.91 of its runs seen before). Text with a recurring structure
+# around varied content stays under the line, so that damage on it is still judged: at 512 tokens logs, CSV,
+# JSON, Python, Markdown tables 0.32-0.51, stack traces 0.51-0.58, song lyrics with a chorus 0.50-0.65 (where
+# Q/K x 8 had lost its saturated_heads error at 0.5); SmolLM2 reads longer texts, where they climb: at 2,048
+# tokens logs 0.61, stack traces 0.76, a chat of recurring questions 0.70, but lyrics 0.86 are over it
+# (2026-12-07, the four shipped tokenizers).
 REPEAT_RUN = 8
-MAX_REPEATED = 0.5
+MAX_REPEATED = 0.8
+# ... nor from one that is mostly one token: Chinese that demo-bert reads as [UNK] between ASCII words (0.81-0.90
+# of it one token; 23-33 distinct, so not too few) gave it a diffuse_heads warning at 256-512 tokens. The most
+# frequent token of prose, code, logs, CSV, JSON or Markdown is 0.04-0.38 of it (2026-12-07).
+MAX_DOMINANT = 0.5

@@ -30,6 +30,7 @@ duplicate-token head to the previous occurrence itself (offset ``-half``).
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -48,8 +49,8 @@ from core.extraction.spelling import can_drop, characters_spelt
 from core.extraction.tokens import display_tokens, is_byte_level
 from core.result import AttentionResult
 from diagnostics.findings import note
-from diagnostics.probe_texts import (CAUSAL_PROBES, DEFAULT_PROBES, MAX_REPEATED, MIN_COVERAGE, MIN_DISTINCT_TOKENS,
-                                     MIN_JUDGED_TOKENS, REPEAT_RUN, Probe, decoder_probe)
+from diagnostics.probe_texts import (CAUSAL_PROBES, DEFAULT_PROBES, MAX_DOMINANT, MAX_REPEATED, MIN_COVERAGE,
+                                     MIN_DISTINCT_TOKENS, MIN_JUDGED_TOKENS, REPEAT_RUN, Probe, decoder_probe)
 
 RANDOM_PROBES = 4  # probes of random token ids when there is no tokenizer
 MIN_PROBE_TOKENS = 4  # a random probe shorter than this says nothing about a head
@@ -220,17 +221,32 @@ def _unfit_note(coverage, action):
     return note("probes_unfit", detail=detail, coverage=[round(c, 4) for c in coverage], threshold=MIN_COVERAGE)
 
 
-def verdict_cap(lengths, limit, coverage=None, variety=(), repeated=()):
+@dataclass(frozen=True)
+class Variety:
+    """How varied one probe is, as the model reads it (``probe_variety``): its distinct tokens, special ones aside;
+    the share of its runs of ``REPEAT_RUN`` tokens seen earlier in it (``repeated_share``); and the share of its
+    tokens that are its most frequent one (``dominant_share``)."""
+
+    distinct: int
+    repeated: float = 0.0
+    dominant: float = 0.0
+
+    def too_repetitive(self, least: int) -> bool:
+        """Whether every key is nearly the same word, or has many copies: near-uniform rows are then right."""
+        return self.distinct < least or self.repeated >= MAX_REPEATED or self.dominant >= MAX_DOMINANT
+
+
+def verdict_cap(lengths, limit, coverage=None, variety=()):
     """``(worst, judged, notes)``: the highest severity the probes' attention findings may have, the probes they
     are to come from (a bool per probe; None: all of them), and notes saying why some or all cannot be judged.
 
     ``lengths`` and ``limit`` are ``read_lengths``'s. A probe shorter than ``MIN_JUDGED_TOKENS`` (or than the
     model's position limit, if that is less: no probe can be longer) cannot be judged, for the thresholds do not
-    hold on it (the default probes are longer); nor can a caller's probe of fewer than ``MIN_DISTINCT_TOKENS``
-    distinct tokens, or a quarter of the tokens the model reads of it if that is less (``variety``,
-    ``probe_variety``'s), nor one whose runs of ``REPEAT_RUN`` tokens repeat earlier ones for ``MAX_REPEATED`` of
-    them or more (``repeated``, its share per probe): where every key is the same word, or has many copies,
-    near-uniform rows are right. Nor, at error severity,
+    hold on it (the default probes are longer); nor can a caller's probe that is too repetitive (``variety``,
+    ``probe_variety``'s ``Variety`` per probe, or the distinct tokens alone): of fewer than ``MIN_DISTINCT_TOKENS``
+    distinct tokens, or a quarter of the tokens the model reads of it if that is less, mostly a copy of itself
+    (``MAX_REPEATED``), or mostly one token (``MAX_DOMINANT``, a run of [UNK]s): where every key is the same word,
+    or has many copies, near-uniform rows are right. Nor, at error severity,
     a caller's probe that does not fit the vocabulary (``coverage`` under ``MIN_COVERAGE``; None: all fit).
     The findings come from the probes that can be judged, at any severity, so one short sentence beside a
     paragraph does not hide what the paragraph shows; failing those, from the long and varied ones that do not
@@ -240,10 +256,9 @@ def verdict_cap(lengths, limit, coverage=None, variety=(), repeated=()):
     short = [n < needed for n in lengths]
     # a model that reads few tokens needs fewer distinct ones (16 tokens: 4)
     least = [min(MIN_DISTINCT_TOKENS, n // 4) for n in lengths]
-    copies = list(repeated) + [0.0] * (len(lengths) - len(repeated))
-    repetitive = [not s and n < most for s, n, most in zip(short, variety, least)]  # no variety: none is
+    variety = [v if isinstance(v, Variety) else Variety(v) for v in variety]
+    repetitive = [not s and v.too_repetitive(most) for s, v, most in zip(short, variety, least)]  # no variety: none
     repetitive += [False] * (len(lengths) - len(repetitive))
-    repetitive = [r or not s and c >= MAX_REPEATED for r, s, c in zip(repetitive, short, copies)]
     varied = [not s and not r for s, r in zip(short, repetitive)]
     fits = [c >= MIN_COVERAGE for c in coverage] if coverage else [True] * len(lengths)
     fitting = [v and f for v, f in zip(varied, fits)]
@@ -258,21 +273,26 @@ def verdict_cap(lengths, limit, coverage=None, variety=(), repeated=()):
                   f"too few for the thresholds; {outcome}")
         notes.append(note("probes_short", detail=detail, tokens=lengths, threshold=needed))
     if any(repetitive):
-        notes.append(_repetitive_note(repetitive, variety, copies, least, short, outcome))
+        notes.append(_repetitive_note(repetitive, variety, least, short, outcome))
     return worst, judged, notes
 
 
-def _repetitive_note(repetitive, variety, copies, least, short, outcome):
-    """The ``probes_repetitive`` note: how many probes are too repetitive, and by which measure."""
+def _repetitive_note(repetitive, variety, least, short, outcome):
+    """The ``probes_repetitive`` note: how many probes are too repetitive, and by which measures."""
     most = max(m for m, s in zip(least, short) if not s)
-    few = [n for n, r in zip(variety, repetitive) if r and n < most]
-    copied = [c for c, r in zip(copies, repetitive) if r and c >= MAX_REPEATED]
+    chosen = [v for v, r in zip(variety, repetitive) if r]
+    few = [v.distinct for v in chosen if v.distinct < most]
+    copied = [v.repeated for v in chosen if v.repeated >= MAX_REPEATED]
+    one = [v.dominant for v in chosen if v.dominant >= MAX_DOMINANT]
+    down = lambda share: f"{math.floor(share * 100) / 100:.0%}"  # noqa: E731  0.795 had read "80%" under 80 %
     why = ([f"hold fewer than {most} distinct tokens (fewest {min(few)})"] if few else []) + (
-        [f"repeat themselves: {MAX_REPEATED:.0%} or more of their runs of {REPEAT_RUN} tokens came earlier in "
-         f"them (most {math.floor(max(copied) * 100) / 100:.0%})"] if copied else [])
+        [f"repeat themselves ({MAX_REPEATED:.0%} or more of their runs of {REPEAT_RUN} tokens came earlier in "
+         f"them; most {down(max(copied))})"] if copied else []) + (
+        [f"are one token for {MAX_DOMINANT:.0%} or more of their length (most {down(max(one))})"] if one else [])
     detail = f"{sum(repetitive)} of {len(repetitive)} probes {' or '.join(why)}; {outcome}"
-    return note("probes_repetitive", detail=detail, distinct=list(variety), threshold=most,
-                repeated=[round(c, 4) for c in copies], repeated_threshold=MAX_REPEATED)
+    return note("probes_repetitive", detail=detail, distinct=[v.distinct for v in variety], threshold=most,
+                repeated=[round(v.repeated, 4) for v in variety], repeated_threshold=MAX_REPEATED,
+                dominant=[round(v.dominant, 4) for v in variety], dominant_threshold=MAX_DOMINANT)
 
 
 def _outcome(worst, judged) -> str:
@@ -284,16 +304,16 @@ def _outcome(worst, judged) -> str:
     return f"the findings come from {which} alone" + (f", at most {worst}" if worst != "error" else "")
 
 
-def probe_variety(tokenizer, probes, limit=None) -> tuple[list[int], list[float]]:
-    """The distinct tokens of each probe as the model reads it (cut to ``limit``), its special tokens left out, and
-    the share of its runs of ``REPEAT_RUN`` tokens seen earlier in it (``repeated_share``); none without a
-    tokenizer."""
+def probe_variety(tokenizer, probes, limit=None) -> list[Variety]:
+    """Each probe's ``Variety`` as the model reads it (cut to ``limit``), its special tokens left out; none
+    without a tokenizer."""
     if tokenizer is None:
-        return [], []
+        return []
     special = typed_specials(tokenizer)  # a run of [UNK]s is one token repeated
     cut = {"truncation": True, "max_length": limit} if limit else {}
-    ids = [tokenizer(p.text, p.text_pair, verbose=False, **cut)["input_ids"] for p in probes]
-    return [len(set(i) - special) for i in ids], [repeated_share(i) for i in ids]
+    ids = [[i for i in tokenizer(p.text, p.text_pair, verbose=False, **cut)["input_ids"] if i not in special]
+           for p in probes]
+    return [Variety(len(set(i)), repeated_share(i), dominant_share(i)) for i in ids]
 
 
 def repeated_share(ids) -> float:
@@ -301,6 +321,12 @@ def repeated_share(ids) -> float:
     prose, near 1 for a sentence repeated over and over."""
     runs = [tuple(ids[i:i + REPEAT_RUN]) for i in range(len(ids) - REPEAT_RUN + 1)]
     return (len(runs) - len(set(runs))) / len(runs) if runs else 0.0
+
+
+def dominant_share(ids) -> float:
+    """The share of ``ids`` that are its most frequent id: ~0.05 ("the") for English prose, 0.9 for Chinese that
+    a word-piece vocabulary without it reads as [UNK]s."""
+    return Counter(ids).most_common(1)[0][1] / len(ids) if ids else 0.0
 
 
 def check_probes(tokenizer, probes) -> None:

@@ -188,11 +188,12 @@ def _read_json(path: Path) -> dict:
         raise ModelLoadError(f"{_shown(path)} is not valid JSON ({first_line(err)})") from None
 
 
-def _tokenizer_for(path: str, model, offline: bool = True, local: bool = True):
+def _tokenizer_for(path: str, model, offline: bool = True, local: bool = True, trust_remote_code: bool = False):
     """The folder's (or cached Hub model's) tokenizer; failing that, for a local folder, the demo tokenizer its upload
     would borrow (``choose_tokenizer``: the app and an archive of the folder borrowed it, the command line probed the
-    same folder with random ids and gave it other findings); else None. Why, in one warning, as an upload's note."""
-    tokenizer, why = _own_tokenizer(path, offline)
+    same folder with random ids and gave it other findings); else None. Why, in one warning, as an upload's note.
+    ``trust_remote_code``: as for the model (a trusted folder's own tokenizer code had been left out, silently)."""
+    tokenizer, why = _own_tokenizer(path, offline, trust_remote_code)
     if tokenizer is not None:
         note = checked_limit(tokenizer)
         if note:
@@ -204,7 +205,7 @@ def _tokenizer_for(path: str, model, offline: bool = True, local: bool = True):
     return borrowed
 
 
-def _own_tokenizer(path: str, offline: bool) -> tuple:
+def _own_tokenizer(path: str, offline: bool, trust_remote_code: bool = False) -> tuple:
     """``(tokenizer or None, why not: a note's prefix or "")`` from the folder's own files. transformers builds a
     tokenizer from config.json's model_type alone (BERT: its 5 special tokens, which turned every probe into
     [CLS] [SEP]; T5: 103 special tokens and "▁", every word <unk>): such a tokenizer is none (``has_vocabulary``).
@@ -215,7 +216,8 @@ def _own_tokenizer(path: str, offline: bool) -> tuple:
         return None, why
     try:
         with quiet_transformers():  # AttnScope's own config.json was "a model of type 'attnscope' … not supported"
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline,
+                                                      trust_remote_code=trust_remote_code)
     except Exception as err:  # noqa: BLE001  a custom model may ship without tokenizer files
         broken = any((folder / name).is_file() for name in TOKENIZER_FILES)  # there, but broken: say so
         return None, UNREADABLE.format(err=first_line(err, 120)) if broken else ""
@@ -296,7 +298,7 @@ def _load_hf(path: str, trust_remote_code: bool, device_map, max_memory):
     check_missing(model, config, info)  # refused as its upload is, not left random
     for note in dropped_note(model, info.get("unexpected_keys", ())):  # said as for an upload of the folder
         log.warning(note)
-    return model, _tokenizer_for(path, model, offline, local)
+    return model, _tokenizer_for(path, model, offline, local, trust_remote_code)
 
 
 def _from_pretrained(path: str, options: dict):

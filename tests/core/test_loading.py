@@ -212,14 +212,25 @@ def test_custom_folder_round_trip(tmp_path):
     assert torch.equal(extract_attention(loaded, tok, TEXT).attentions, extract_attention(model, tok, TEXT).attentions)
 
 
-def test_trust_remote_code_off_by_default(tmp_path, monkeypatch):
+@pytest.mark.parametrize("trusted", [False, True])
+def test_trust_remote_code_is_off_by_default_and_reaches_the_tokenizer_when_asked(tmp_path, monkeypatch, trusted):
+    """A trusted folder's own tokenizer code was left out: its tokenizer was loaded without the flag, silently
+    another class than transformers gives it."""
     tiny.tiny_bert().save_pretrained(tmp_path)
-    seen = []
-    original = transformers.AutoConfig.from_pretrained
-    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
-                        lambda *a, **k: seen.append(k.get("trust_remote_code")) or original(*a, **k))
-    load_model(str(tmp_path), device="cpu")
-    assert seen and not any(seen)
+    tiny.wordpiece_tokenizer().save_pretrained(tmp_path)
+    seen = {}
+    def spy(auto):
+        original = auto.from_pretrained
+        def read(*args, **kwargs):
+            seen.setdefault(auto.__name__, set()).add(kwargs.get("trust_remote_code"))
+            return original(*args, **kwargs)
+        return read
+
+    for auto in (transformers.AutoConfig, transformers.AutoTokenizer):
+        monkeypatch.setattr(auto, "from_pretrained", spy(auto))
+    load_model(str(tmp_path), device="cpu", **({"trust_remote_code": True} if trusted else {}))
+    assert seen["AutoTokenizer"] == {trusted} and trusted in seen["AutoConfig"]
+    assert seen["AutoConfig"] <= {trusted, None}  # the tokenizer's own read of the config says nothing
 
 
 def test_unknown_hub_id_offline_fails_fast_with_pointer(monkeypatch):

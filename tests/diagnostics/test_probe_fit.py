@@ -10,18 +10,20 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import AddedToken, AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerFast
 
 from broken_checkpoints import ALPHA
+from pathologies import scaled_qk
 from diagnostics import diagnose
 from diagnostics.monitor import AttentionMonitor
+from core import load_model
 from core.checkpoints.registry import resolve_source
 from core.errors import ExtractionError
 from core.extraction.encode import PAIR_JOINED
 from diagnostics.probe_texts import (
-    CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MAX_REPEATED, MIN_COVERAGE, MIN_DISTINCT_TOKENS,
+    CAUSAL_PROBES, DECODER_OPENER, DEFAULT_PROBES, MAX_DOMINANT, MAX_REPEATED, MIN_COVERAGE, MIN_DISTINCT_TOKENS,
     MIN_JUDGED_TOKENS, PROBE_MAX_TOKENS, Probe,
 )
 from diagnostics.probes import (
-    RANDOM_LENGTH, REPEAT_HALF, default_probes, fitting_probes, probe_coverage, probe_tokens, repeated_probe,
-    repeated_share, verdict_cap, vocabulary_probe,
+    RANDOM_LENGTH, REPEAT_HALF, Variety, default_probes, dominant_share, fitting_probes, probe_coverage,
+    probe_tokens, probe_variety, repeated_probe, repeated_share, verdict_cap, vocabulary_probe,
 )
 from tiny import bpe_tokenizer, long_bpe_tokenizer, tiny_bart, tiny_bert, tiny_gpt2, wordpiece_tokenizer
 
@@ -234,26 +236,60 @@ SENTENCE_25 = ("The old lighthouse keeper walked slowly along the rocky shore ev
 def test_a_sentence_repeated_raises_no_alarm_on_a_healthy_model():
     """A 25-word sentence repeated has its 16 distinct tokens, so it passed as varied, and healthy demo-bert got a
     diffuse_heads warning at 256-512 tokens: every key has many copies. Prose of the same length stays judged."""
-    report = diagnose("demo-bert", texts=[" ".join([SENTENCE_25] * 8)])  # 346 tokens
+    report = diagnose("demo-bert", texts=[" ".join([SENTENCE_25] * 12)])  # cut to its 512 tokens
     assert _alarms(report) == []
     note = report.finding("probes_repetitive")
-    assert note.details["distinct"][0] >= MIN_DISTINCT_TOKENS and note.details["repeated"][0] > 0.8
+    assert note.details["distinct"][0] >= MIN_DISTINCT_TOKENS and note.details["repeated"][0] > MAX_REPEATED
     assert note.details["repeated_threshold"] == MAX_REPEATED
-    assert "1 of 1 probes repeat themselves: 50% or more of their runs of 8 tokens came earlier in them" in note.message
+    assert "1 of 1 probes repeat themselves (80% or more of their runs of 8 tokens came earlier in them" in note.message
     prose = " ".join(p.text for p in DEFAULT_PROBES[:3] if p.text_pair is None)
     assert diagnose("demo-bert", texts=[prose]).finding("probes_repetitive") is None
 
 
-def test_repeated_share_counts_the_runs_seen_before():
+def test_a_text_read_as_mostly_one_unknown_token_raises_no_alarm_on_a_healthy_model():
+    """Chinese between ASCII words, read by demo-bert as 0.8-0.9 [UNK]s of 23-33 distinct tokens: unfit but
+    varied, it was judged up to a warning, and got a diffuse_heads one."""
+    chinese = "，".join(["我们今天在公园里散步看见很多花" + f" item {i} ok" for i in range(40)])
+    report = diagnose("demo-bert", texts=[chinese])
+    assert _alarms(report) == []
+    note = report.finding("probes_repetitive")
+    assert note.details["dominant"][0] >= MAX_DOMINANT and note.details["distinct"][0] >= MIN_DISTINCT_TOKENS
+    assert "are one token for 50% or more of their length" in note.message
+
+
+def test_structured_text_that_recurs_around_varied_content_is_still_judged():
+    """Logs, JSON and lyrics repeat their frame, not themselves: with half their 8-token runs seen before counted as
+    too repetitive, demo-gpt2 with Q/K x 8 lost its saturated_heads error on a stack-trace log (exit 0)."""
+    lines = []
+    for k in range(12):
+        lines.append(f"2024-05-14 10:{k:02d}:{(7 * k) % 60:02d},{(37 * k) % 1000:03d} ERROR worker-{k % 8 + 1} job "
+                     f"{1000 + 97 * k} failed")
+        lines.append('Traceback (most recent call last):\n  File "/srv/app/jobs/runner.py", line 88, in run\n'
+                     '    result = job.execute()\n  File "/srv/app/db/client.py", line 57, in fetch_rows\n'
+                     f"psycopg2.OperationalError: could not connect to server (attempt {k % 5 + 1})")
+    log = "\n".join(lines)
+    model, tokenizer = load_model("demo-gpt2")
+    (variety,) = probe_variety(tokenizer, [Probe(log)], 512)
+    assert 0.3 < variety.repeated < MAX_REPEATED and variety.dominant < MAX_DOMINANT
+    with scaled_qk(model, 8):
+        report = diagnose((model, tokenizer), texts=[log])
+    assert report.finding("probes_repetitive") is None
+    assert report.finding("saturated_heads").severity == "error"
+
+
+def test_repeated_and_dominant_shares():
     assert repeated_share(list(range(100))) == 0.0 and repeated_share([1, 2, 3]) == 0.0  # shorter than one run
     assert repeated_share(list(range(10)) * 10) == pytest.approx(83 / 93)  # 93 runs, 10 of them different
-    assert verdict_cap([200], None, None, [100], [0.5])[0] == "info"  # half the runs repeat: not judged
-    assert verdict_cap([200], None, None, [100], [0.49])[0] == "error"
-    worst, judged, notes = verdict_cap([200, 30], None, None, [12, 20], [0.6, 0.9])  # one of each cause; one short
-    assert (worst, judged) == ("info", None)
-    assert notes[-1].message.startswith("Probes too repetitive to judge: 1 of 2 probes hold fewer than 16 distinct "
-                                        "tokens (fewest 12) or repeat themselves: 50% or more of their runs of 8 "
-                                        "tokens came earlier in them (most 60%)")
+    assert dominant_share([5, 5, 5, 1]) == 0.75 and dominant_share([]) == 0.0
+    assert verdict_cap([200], None, None, [Variety(100, MAX_REPEATED)])[0] == "info"  # mostly a copy of itself
+    assert verdict_cap([200], None, None, [Variety(100, 0.79, 0.49)])[0] == "error"
+    assert verdict_cap([200], None, None, [Variety(100, 0.0, MAX_DOMINANT)])[0] == "info"
+    worst, judged, notes = verdict_cap([200, 30], None, None, [Variety(12, 0.85, 0.6), Variety(20, 0.9)])
+    assert (worst, judged) == ("info", None)  # the second is short: only the first is too repetitive
+    assert notes[-1].message.startswith(
+        "Probes too repetitive to judge: 1 of 2 probes hold fewer than 16 distinct tokens (fewest 12) or repeat "
+        "themselves (80% or more of their runs of 8 tokens came earlier in them; most 85%) or are one token for "
+        "50% or more of their length (most 60%)")
 
 
 def test_short_probes_show_what_they_measured_and_long_ones_judge_it():
