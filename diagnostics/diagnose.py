@@ -40,8 +40,8 @@ from core.errors import InputError, counted
 from core.extraction.streaming import can_stream
 from core.extraction.text_config import is_encoder_decoder
 from diagnostics.findings import (
-    UNCAPPED, Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, note, qualify_benign,
-    sort_findings,
+    UNCAPPED, Finding, attention_findings, cap_severity, diffuse_mask, explain_diffuse, explain_redundant, note,
+    qualify_benign, sort_findings,
 )
 from diagnostics.measure.metrics import HeadMetrics, finite_head, layer_metrics
 from diagnostics.classify.patterns import classify_metrics
@@ -152,8 +152,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
     tell(0.95, "checking weights")
     weight_findings, weight_numbers = check_weights(model, norms, layers)
     copies = {f.part: {tuple(head) for head in f.heads} for f in weight_findings if f.code == "similar_head_weights"}
-    findings = [explain_diffuse(f, weight_numbers, tokenizer is None or replaced, copies.get(f.part, ()))
-                for f in findings]
+    findings = [explain_redundant(explain_diffuse(f, weight_numbers, tokenizer is None or replaced,
+                                                  copies.get(f.part, ())), copies.get(f.part, ())) for f in findings]
     for head in heads:
         head.metrics.update(weight_numbers.get((head.part, head.layer, head.head), {}))
     summary = _model_summary(model, tokenizer, name, parts, weight_numbers, time.perf_counter() - start)

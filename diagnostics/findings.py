@@ -380,6 +380,18 @@ def explain_diffuse(finding, weight_numbers, random_ids: bool = False, copies=()
     return finding
 
 
+def explain_redundant(finding, copies=()):
+    """``finding``, if it is a ``redundant_heads`` above info whose heads mostly have Q·Kᵀ weights unlike each
+    other's (``copies``: the ``(layer, head)`` of the part's ``similar_head_weights``), told that something they
+    share may make them alike: MiniLM's layer 3 Q/K biases x 30 made 11 heads near copies, and the suggestion was
+    that they had converged in training, to prune."""
+    if finding.code != "redundant_heads" or finding.severity == "info":
+        return finding
+    if 2 * sum(tuple(head) in copies for head in finding.heads) < len(finding.heads):
+        finding.suggestion = FINDING_TEXTS["redundant_heads"].shared
+    return finding
+
+
 def qualify_benign(findings):
     """The ``DESCRIBING`` findings ("usually benign", "fine for a few heads") with a sentence added where some of
     their heads lie in a layer that a warning or error names broken (``details["layers"]``): damage there makes

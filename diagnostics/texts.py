@@ -49,6 +49,7 @@ class FindingText:
     zeroed: str = ""  # diffuse_heads only: the suggestion when half or more of their Q/K weights are zero
     random_ids: str = ""  # diffuse_heads only: said first when the probes were random token ids (no tokenizer)
     copies: str = ""  # diffuse_heads only: the suggestion when most of them have near-identical Q·Kᵀ weights
+    shared: str = ""  # redundant_heads only: the suggestion when most of them have Q·Kᵀ weights unlike each other's
     in_broken: str = ""  # sink_heads, positional_heads: added for their heads in a layer another finding names broken
     variants: str = ""  # for the Guide: when a report's suggestion differs from ``suggestion``
     roles: str = ""  # sink_heads, positional_heads: the sentence counting the heads with the matching roles
@@ -260,6 +261,14 @@ FINDING_TEXTS = {
         "re-initialise them and train with that penalty.",
         "{count} of {total} heads ({percent}) form {n_pairs} near-identical pair(s) (Jensen–Shannon distance "
         "< {threshold}): {pairs}.",
+        shared="Most of them attend alike with Q·Kᵀ weights unlike each other's (they are not among the "
+        "near-identical head weights), so something the heads share may outweigh what each computes, such as "
+        "the layer's query and key biases or the norm that feeds it: a damaged layer looks like this. Compare "
+        "the model with an earlier checkpoint (python -m diagnostics compare OLD NEW) before pruning any: if the "
+        "layer changed, restore it.",
+        variants="When most of the heads are alike in their maps but not in their Q·Kᵀ weights, a report's "
+        "suggestion says that something they share (biases, a norm) may make them so, and to compare with an "
+        "earlier checkpoint before pruning.",
     ),
     "sink_heads": FindingText(
         "Attention-sink heads",

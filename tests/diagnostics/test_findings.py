@@ -141,6 +141,23 @@ def test_copies_of_one_near_uniform_head_are_not_blamed_on_a_norm():
     assert "normalisation that feeds layer 1" in one_pair
 
 
+def test_heads_alike_in_maps_but_not_in_weights_are_not_called_converged():
+    """MiniLM's layer 3 Q/K biases x 30: 11 heads near copies, told they had converged in training, to prune."""
+    from diagnostics.findings import explain_redundant, make_finding
+
+    layer = [[3, h] for h in range(4)]
+    found = make_finding("redundant_heads", layer, 16, layer_heads=4, threshold=0.1, n_pairs=6, pairs="…")
+    generic = found.suggestion
+    assert found.severity == "warning" and "converged" in generic
+    copied = explain_redundant(make_finding("redundant_heads", layer, 16, layer_heads=4, threshold=0.1, n_pairs=6,
+                                            pairs="…"), copies={(3, h) for h in range(4)})
+    assert copied.suggestion == generic  # copied weights: the copying bug the text names
+    shared = explain_redundant(found, copies={(3, 0)}).suggestion
+    assert "something the heads share may outweigh what each computes" in shared and "before pruning" in shared
+    few = make_finding("redundant_heads", [[0, 0], [0, 1]], 16, layer_heads=4, threshold=0.1, n_pairs=1, pairs="…")
+    assert explain_redundant(few).suggestion == generic  # one pair, information: heads that converged
+
+
 def test_sinks_and_positional_heads_in_a_layer_named_broken_are_not_called_benign():
     """MiniLM's layer 2 Q/K x 8 made L2H5-L2H7 sinks and L2H8, L2H11 positional, and the report called them
     "usually benign" / "fine for a few heads" beside a warning naming layer 2."""

@@ -233,6 +233,9 @@ def test_most_of_a_layer_near_copies_is_a_warning(loaded):
         found = diagnose(pair).finding("redundant_heads")
     assert found.severity == "warning" and found.details["layers"] == [3], found
     assert "of the heads of layer 3" in found.message
+    # not "heads trained apart that converged: prune one head of each pair": their weights differ, their biases
+    # were damaged
+    assert "such as the layer's query and key biases" in found.suggestion and "converged" not in found.suggestion
 
 
 def test_sharp_heads_with_a_role_are_named_by_their_role(loaded):
