@@ -409,7 +409,8 @@ def qualify_benign(findings):
             titles = sorted({broken[(f.part, layer)] for layer in layers})
             f.suggestion += " " + FINDING_TEXTS[f.code].in_broken.format(
                 heads=head_names(inside, f.part), layers=", ".join(map(str, layers)),
-                titles=" and ".join(f'"{title}"' for title in titles), s="s" if len(layers) > 1 else "")
+                titles=" and ".join(f'"{title}"' for title in titles), s="s" if len(layers) > 1 else "",
+                that="those layers are" if len(layers) > 1 else "that layer is")
     return findings
 
 

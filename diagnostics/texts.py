@@ -279,7 +279,7 @@ FINDING_TEXTS = {
         "{count} of {total} heads ({percent}) are attention sinks (one key receives ≥ {threshold} of the "
         "attention of the queries that see it, beyond an even share): {heads}.",
         in_broken="Not so for {heads}: they are in layer{s} {layers}, which {titles} names, where the damage "
-        "can make heads sink; judge them once that layer is restored.",
+        "can make heads sink; judge them once {that} restored.",
         variants="Heads of a layer that a warning or error names broken get a sentence of their own: damage there "
         "can make heads sink.",
         roles="{count} of {total} heads have the sink role, by its own bar: "
@@ -308,7 +308,7 @@ FINDING_TEXTS = {
         "{count} of {total} heads ({percent}) are positional (≥ {threshold} of their mass on one offset): "
         "{heads}.",
         in_broken="Not so for {heads}: they are in layer{s} {layers}, which {titles} names, where the damage "
-        "can fix heads on one offset; judge them once that layer is restored.",
+        "can fix heads on one offset; judge them once {that} restored.",
         variants="Heads of a layer that a warning or error names broken get a sentence of their own: damage there "
         "can fix heads on one offset.",
         roles="{count} of {total} heads have the previous-token, next-token or self role, by their own bar: "
