@@ -151,9 +151,8 @@ def diagnose(source, texts=None, device=None, progress=None, n_heads=None, strea
         findings += cap_severity(part_findings, worst)
     tell(0.95, "checking weights")
     weight_findings, weight_numbers = check_weights(model, norms, layers)
-    copies = {f.part: {tuple(head) for head in f.heads} for f in weight_findings if f.code == "similar_head_weights"}
-    findings = [explain_redundant(explain_diffuse(f, weight_numbers, tokenizer is None or replaced,
-                                                  copies.get(f.part, ())), copies.get(f.part, ())) for f in findings]
+    findings = _explained(findings, weight_findings, weight_numbers,
+                          "random_ids" if tokenizer is None else "replaced_ids" if replaced else "")
     for head in heads:
         head.metrics.update(weight_numbers.get((head.part, head.layer, head.head), {}))
     summary = _model_summary(model, tokenizer, name, parts, weight_numbers, time.perf_counter() - start)
@@ -262,6 +261,15 @@ def _streams(model, tokenizer, lengths, stream) -> bool:
     longest = max(lengths, default=0)
     too_big = whole_maps_bytes(model, lengths) > _whole_maps_budget()
     return longest > STREAM_ABOVE_TOKENS or too_big or _over_device(model, longest)
+
+
+def _explained(findings, weight_findings, weight_numbers, random_ids):
+    """The findings with their suggestions told by the weights (``explain_diffuse``, ``explain_redundant``):
+    ``similar_head_weights`` names the copies, ``weight_numbers`` the parts whose Q/K weights were read."""
+    copies = {f.part: {tuple(head) for head in f.heads} for f in weight_findings if f.code == "similar_head_weights"}
+    read = {part for (part, _, _), numbers in weight_numbers.items() if "qk_scale" in numbers}
+    return [explain_redundant(explain_diffuse(f, weight_numbers, random_ids, copies.get(f.part, ())),
+                              copies.get(f.part, ()), f.part in read) for f in findings]
 
 
 def _whole_maps_budget() -> int:

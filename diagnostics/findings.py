@@ -337,7 +337,7 @@ def _most_of_a_layer(mask, share):
     return mask & (mask.float().mean(-1, keepdim=True) >= share)  # (L, H)
 
 
-def explain_diffuse(finding, weight_numbers, random_ids: bool = False, copies=()):
+def explain_diffuse(finding, weight_numbers, random_ids: str = "", copies=()):
     """``finding``, its suggestion told by the Q/K weights of its heads if it is a ``diffuse_heads`` above info
     (``weight_numbers``: ``check_weights``'s per-head numbers). As large as the part's other heads': Q/K did not
     make them uniform, what reaches them did (a zeroed norm), and the suggestion says where to look instead of
@@ -346,8 +346,9 @@ def explain_diffuse(finding, weight_numbers, random_ids: bool = False, copies=()
     uniform there are too few others to compare with (compared with themselves, Q/K x 0.1 everywhere was said to
     be "not Q/K"): the suggestion then names the causes it cannot tell apart, an untrained model first. Zero: to
     restore, as shrunk ones (the suggestion had been "check the Q/K initialisation ... can be pruned"). On random
-    ids (``random_ids``: no tokenizer) heads that read content have nothing to read: healthy demo-bert had been
-    told to restore a norm that was sound, and the suggestion now says to diagnose it on text first. Copies
+    ids (``random_ids``: "random_ids" without a tokenizer, "replaced_ids" for unfit default probes replaced) heads
+    that read content have nothing to read: healthy demo-bert had been told to restore a norm that was sound, and
+    the suggestion now says to diagnose it on text first. Copies
     (``copies``: the ``(layer, head)`` of a ``similar_head_weights`` finding of the part) of one near-uniform
     head are uniform because that head is: every head of SmolLM2 a copy of its layer's head 0 was sent to a norm."""
     if finding.code != "diffuse_heads" or finding.severity == "info":
@@ -369,23 +370,25 @@ def explain_diffuse(finding, weight_numbers, random_ids: bool = False, copies=()
     if flagged.median() <= 0:  # Q/K x 0
         finding.suggestion = text.zeroed
     elif few:
-        finding.suggestion += " " + text.everywhere.format(**numbers) + (" " + text.random_ids if random_ids else "")
+        finding.suggestion += " " + text.everywhere.format(**numbers) + (
+            " " + getattr(text, random_ids) if random_ids else "")
     elif flagged.median() < ORDINARY_QK * others.median():  # a layer re-initialised in a trained model: not to prune
         finding.suggestion = text.shrunk.format(**numbers, median=float(others.median()),
                                                 ratio=number(float(others.median() / flagged.median())))
     elif 2 * sum(head in copies for head in marked) >= len(marked):  # Q/K of ordinary size, but one head's copies
         finding.suggestion = text.copies
     else:  # not Q/K: the advice to check Q/K and prune would point away from the cause
-        finding.suggestion = (text.random_ids + " " if random_ids else "") + text.upstream.format(**numbers)
+        finding.suggestion = (getattr(text, random_ids) + " " if random_ids else "") + text.upstream.format(**numbers)
     return finding
 
 
-def explain_redundant(finding, copies=()):
+def explain_redundant(finding, copies=(), weights_read: bool = True):
     """``finding``, if it is a ``redundant_heads`` above info whose heads mostly have Q·Kᵀ weights unlike each
     other's (``copies``: the ``(layer, head)`` of the part's ``similar_head_weights``), told that something they
     share may make them alike: MiniLM's layer 3 Q/K biases x 30 made 11 heads near copies, and the suggestion was
-    that they had converged in training, to prune."""
-    if finding.code != "redundant_heads" or finding.severity == "info":
+    that they had converged in training, to prune. Not where the part's Q/K weights were not read
+    (``weights_read``): there no copy could have been found."""
+    if finding.code != "redundant_heads" or finding.severity == "info" or not weights_read:
         return finding
     if 2 * sum(tuple(head) in copies for head in finding.heads) < len(finding.heads):
         finding.suggestion = FINDING_TEXTS["redundant_heads"].shared

@@ -284,7 +284,7 @@ def _repetitive_note(repetitive, variety, least, short, outcome):
     few = [v.distinct for v in chosen if v.distinct < most]
     copied = [v.repeated for v in chosen if v.repeated >= MAX_REPEATED]
     one = [v.dominant for v in chosen if v.dominant >= MAX_DOMINANT]
-    down = lambda share: f"{math.floor(share * 100) / 100:.0%}"  # noqa: E731  0.795 had read "80%" under 80 %
+    down = lambda share: f"{math.floor(round(share * 100, 6))}%"  # noqa: E731  0.795 read "80%" under 80 %; 0.57 "56%"
     why = ([f"hold fewer than {most} distinct tokens (fewest {min(few)})"] if few else []) + (
         [f"repeat themselves ({MAX_REPEATED:.0%} or more of their runs of {REPEAT_RUN} tokens came earlier in "
          f"them; most {down(max(copied))})"] if copied else []) + (

@@ -48,6 +48,7 @@ class FindingText:
     shrunk: str = ""  # diffuse_heads only: the suggestion when their Q/K weights are far smaller than the others'
     zeroed: str = ""  # diffuse_heads only: the suggestion when half or more of their Q/K weights are zero
     random_ids: str = ""  # diffuse_heads only: said first when the probes were random token ids (no tokenizer)
+    replaced_ids: str = ""  # diffuse_heads only: said first when unfit default probes were replaced by random ids
     copies: str = ""  # diffuse_heads only: the suggestion when most of them have near-identical Q·Kᵀ weights
     shared: str = ""  # redundant_heads only: the suggestion when most of them have Q·Kᵀ weights unlike each other's
     in_broken: str = ""  # sink_heads, positional_heads: added for their heads in a layer another finding names broken
@@ -232,12 +233,15 @@ FINDING_TEXTS = {
         "those heads from a good checkpoint; with (nearly) every head uniform, it names the causes it cannot tell "
         "apart, an untrained model first; copies of one head are told to be restored. On random token ids (no "
         "tokenizer) it says to diagnose the model on text first.",
-        copies="Most of them have near-identical Q·Kᵀ weights (see Near-identical head weights), so they are "
+        copies="Half or more of them have near-identical Q·Kᵀ weights (see Near-identical head weights), so they are "
         "copies of one near-uniform head: heads copied over each other, which nobody does on purpose, are a "
         "copying or conversion bug; restore them from the source checkpoint.",
         random_ids="The probes were random token ids (there was no tokenizer), on which heads that read content "
         "have nothing to read and spread out, so a healthy model can look like this: save its tokenizer next to "
         "it and diagnose it on text before restoring anything.",
+        replaced_ids="Default probes that did not fit the vocabulary were replaced by random in-vocabulary tokens, "
+        "on which heads that read content have nothing to read and spread out, so a healthy model can look like "
+        "this: diagnose it on texts in its own language before restoring anything.",
     ),
     "saturated_heads": FindingText(
         "Saturated heads (entropy collapse)",

@@ -154,7 +154,14 @@ def _read(module, name):
 
 
 def _first_reading(module):
-    return next((r for r in (reader(module) for reader in _READERS) if r is not None), None)
+    for reader in _READERS:
+        try:
+            found = reader(module)
+        except AttributeError:  # a reader's layout with a part it cannot read (a query wrapped in nn.Sequential had
+            continue  # stopped the whole diagnosis with "'Sequential' object has no attribute 'weight'")
+        if found is not None:
+            return found
+    return None
 
 
 def _found(heads, q, k, v, o, scale, q_source=None, k_source=None, kv_heads=None):

@@ -121,9 +121,13 @@ def test_zeroed_q_k_and_random_ids_get_their_own_suggestions():
     assert zeroed.startswith("Half or more of them have Q/K weights of zero") and "restore them" in zeroed
     assert "prune" not in zeroed.replace("no heads to prune", "")
     numbers = {key: {"qk_scale": 1.5} for key in numbers}
-    on_ids = explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers, random_ids=True)
+    on_ids = explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers, "random_ids")
     assert on_ids.suggestion.startswith("The probes were random token ids (there was no tokenizer)")
     assert "diagnose it on text before restoring anything" in on_ids.suggestion
+    # a tokenizer whose vocabulary the default probes do not fit: no "there was no tokenizer"
+    replaced = explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers, "replaced_ids")
+    assert replaced.suggestion.startswith("Default probes that did not fit the vocabulary were replaced")
+    assert "no tokenizer" not in replaced.suggestion
 
 
 def test_copies_of_one_near_uniform_head_are_not_blamed_on_a_norm():
@@ -156,6 +160,8 @@ def test_heads_alike_in_maps_but_not_in_weights_are_not_called_converged():
     assert "something the heads share may outweigh what each computes" in shared and "before pruning" in shared
     few = make_finding("redundant_heads", [[0, 0], [0, 1]], 16, layer_heads=4, threshold=0.1, n_pairs=1, pairs="…")
     assert explain_redundant(few).suggestion == generic  # one pair, information: heads that converged
+    unread = make_finding("redundant_heads", layer, 16, layer_heads=4, threshold=0.1, n_pairs=6, pairs="…")
+    assert explain_redundant(unread, weights_read=False).suggestion == generic  # no copy could have been found
 
 
 def test_sinks_and_positional_heads_in_a_layer_named_broken_are_not_called_benign():

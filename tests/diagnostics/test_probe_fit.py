@@ -284,6 +284,7 @@ def test_repeated_and_dominant_shares():
     assert verdict_cap([200], None, None, [Variety(100, MAX_REPEATED)])[0] == "info"  # mostly a copy of itself
     assert verdict_cap([200], None, None, [Variety(100, 0.79, 0.49)])[0] == "error"
     assert verdict_cap([200], None, None, [Variety(100, 0.0, MAX_DOMINANT)])[0] == "info"
+    assert "(most 57%)" in verdict_cap([200], None, None, [Variety(100, 0.0, 0.57)])[2][0].message  # not 56%
     worst, judged, notes = verdict_cap([200, 30], None, None, [Variety(12, 0.85, 0.6), Variety(20, 0.9)])
     assert (worst, judged) == ("info", None)  # the second is short: only the first is too repetitive
     assert notes[-1].message.startswith(

@@ -100,6 +100,20 @@ def test_unknown_architecture_is_an_info_note():
     assert [(f.code, f.severity) for f in findings] == [("weights_unavailable", "info")] and per_head == {}
 
 
+def test_a_layout_with_a_part_no_reader_knows_is_skipped_not_a_traceback():
+    """A BERT whose queries are wrapped in nn.Sequential stopped the diagnosis with "'Sequential' object has no
+    attribute 'weight'"; its layers are now simply not read."""
+    from diagnostics import diagnose
+    from tiny import wordpiece_tokenizer
+
+    model = tiny_bert()
+    for layer in model.encoder.layer:
+        layer.attention.self.query = nn.Sequential(layer.attention.self.query)
+    assert attention_weights(model) == []
+    report = diagnose((model, wordpiece_tokenizer()))
+    assert report.finding("weights_unavailable") is not None and report.heads
+
+
 def test_random_init_has_no_weight_findings():
     for build in (tiny_bert, tiny_gpt2, custom, tiny_t5):
         assert weight_findings(build()) == [], build.__name__
