@@ -17,6 +17,9 @@ from app.views.head_detail import view_title
 from core.extraction.query_key import query_key_vectors, reproduces, supports_neuron_view
 
 FRAME_PX = 280  # frame height per layer shown (bertviz draws one row of thumbnails per layer)
+# BertViz's pages answer the mouse alone (hover, click): no Tab stop, no key. The Head view is their keyboard way.
+MOUSE_ONLY = ("It answers the mouse only; from the keyboard, the Head view shows the same links (Tab to a token, "
+              "arrow keys within a column).")
 MAX_FRAME_PX = 900
 
 
@@ -52,7 +55,7 @@ def model_view_ui(prefix: str, result_id: str, result: core.AttentionResult, lay
     page = _page(result_id, layers, heads, title, False, result)
     st.caption("BertViz (Vig 2019): one thumbnail per layer × head; click a thumbnail to enlarge it. "
                f"Weights rounded to whole percent; the view holds at most {MAX_BYTES / 1e6:g} MB of weights and "
-               f"{MAX_DRAWN:,} lines.")
+               f"{MAX_DRAWN:,} lines. {MOUSE_ONLY}")
     if page.note:
         st.info(page.note)
     st.iframe(page.html, height=min(MAX_FRAME_PX, 60 + FRAME_PX * len(page.layers)), alt=title)
@@ -137,7 +140,7 @@ def neuron_view_ui(prefix: str, result_id: str, result: core.AttentionResult, la
         st.info(NOT_SUPPORTED)
         return
     st.caption(f"BertViz neuron view of layer {layer}, head {head}: hover a query token to see its query vector "
-               "meet every key vector (elementwise product, dot product, softmax).")
+               f"meet every key vector (elementwise product, dot product, softmax). {MOUSE_ONLY}")
     st.iframe(page, height=min(900, 120 + 26 * len(result.tokens)), alt=title)
     name = file_stem(model, "bertviz-neuron-view", f"layer-{layer}", f"head-{head}")
     st.download_button("Save this view (standalone HTML)",

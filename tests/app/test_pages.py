@@ -58,8 +58,11 @@ def test_inspect_local_folder_draws_every_section(bert_folder):
     assert not at.exception and not _errors(at)
     frame = at.get("iframe")[0].proto.srcdoc
     assert "/app/static/js/d3-5.7.0.min.js" in frame and "cdnjs" not in frame
+    # BertViz answers the mouse alone: the page says so, and where the keyboard's way is
+    assert any("answers the mouse only; from the keyboard, the Head view" in c.value for c in at.caption)
     at.segmented_control(key="inspect_extra_view").set_value("BertViz neuron view").run()
     assert not at.exception and not _errors(at)
+    assert any("answers the mouse only" in c.value for c in at.caption)
     assert "bertviz_params" in at.get("iframe")[0].proto.srcdoc and "cdnjs" not in at.get("iframe")[0].proto.srcdoc
     assert "<html lang='en'>" in at.get("iframe")[0].proto.srcdoc
     _every_view_is_named(at)
