@@ -367,18 +367,18 @@ def explain_diffuse(finding, weight_numbers, random_ids: str = "", copies=()):
                    total=len(scale), before=f"the output norm of layer {first - 1}" if first else
                    "the embeddings' norm")
     few = len(others) < FEW_OTHERS * len(scale)  # Q/K x 0.3 everywhere left MiniLM 4 of 72: "not Q/K", they said
+    caveat = getattr(text, random_ids) if random_ids else ""  # the probes, not the model, may flatten the heads
     if flagged.median() <= 0:  # Q/K x 0
         finding.suggestion = text.zeroed
     elif few:
-        finding.suggestion += " " + text.everywhere.format(**numbers) + (
-            " " + getattr(text, random_ids) if random_ids else "")
+        finding.suggestion += " " + text.everywhere.format(**numbers) + (" " + caveat if caveat else "")
     elif flagged.median() < ORDINARY_QK * others.median():  # a layer re-initialised in a trained model: not to prune
         finding.suggestion = text.shrunk.format(**numbers, median=float(others.median()),
                                                 ratio=number(float(others.median() / flagged.median())))
-    elif 2 * sum(head in copies for head in marked) >= len(marked):  # Q/K of ordinary size, but one head's copies
+    elif _half_copies(finding.heads, copies):  # Q/K of ordinary size, but one head's copies
         finding.suggestion = text.copies
     else:  # not Q/K: the advice to check Q/K and prune would point away from the cause
-        finding.suggestion = (getattr(text, random_ids) + " " if random_ids else "") + text.upstream.format(**numbers)
+        finding.suggestion = (caveat + " " if caveat else "") + text.upstream.format(**numbers)
     return finding
 
 
@@ -390,9 +390,15 @@ def explain_redundant(finding, copies=(), weights_read: bool = True):
     (``weights_read``): there no copy could have been found."""
     if finding.code != "redundant_heads" or finding.severity == "info" or not weights_read:
         return finding
-    if 2 * sum(tuple(head) in copies for head in finding.heads) < len(finding.heads):
+    if not _half_copies(finding.heads, copies):
         finding.suggestion = FINDING_TEXTS["redundant_heads"].shared
     return finding
+
+
+def _half_copies(heads, copies) -> bool:
+    """Whether half or more of ``heads`` (``[layer, head]``) are among ``copies`` (``(layer, head)`` of the part's
+    ``similar_head_weights``)."""
+    return 2 * sum(tuple(head) in copies for head in heads) >= len(heads)
 
 
 def qualify_benign(findings):
