@@ -937,6 +937,9 @@ def test_guide_renders_every_pattern_and_finding():
     for t in [*PATTERN_TEXTS.values(), *FINDING_TEXTS.values()]:
         assert t.title in text
     assert "Borderline heads" in text
+    # a finding whose report suggestion can differ from the general one says when (it showed the general one alone)
+    varied = [t for t in FINDING_TEXTS.values() if t.variants]
+    assert len(varied) >= 4 and all(f"**In a report:** {t.variants}" in text for t in varied)
 
 
 def test_inspect_local_gguf_file(tmp_path, monkeypatch):
