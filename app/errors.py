@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
@@ -11,6 +12,7 @@ import streamlit as st
 
 import core
 from app.plain import for_markdown
+from core.errors import first_line, panicked
 
 log = logging.getLogger("attnscope.app")
 # core's limits tell a library or CLI user how to raise them; on a page, only whoever runs the server can
@@ -20,10 +22,13 @@ _OPERATOR_TOLD: dict[str, float] = {}  # what the log has told whoever runs the 
 RETELL_S = 3600.0  # a kind told again after this long (a disk that fills again); never once per page view
 
 
-def message(err: Exception) -> str:
+def message(err: BaseException) -> str:
     """AttnScope's own errors carry an actionable message; anything else gets a one-line summary. What only whoever
     runs the server can fix (a setting, the installation, the disk, the memory, a limit of theirs that turned a
     visitor away) is also logged for them: only visitors' pages had said it."""
+    if panicked(err):
+        log.error("a library panicked: %s", first_line(err))
+        return panicked(err)[0].upper() + panicked(err)[1:]
     if isinstance(err, core.AttnScopeError):
         text = _RAISE_LIMIT.sub(FOR_THE_PAGE, str(err))
         limit = _RAISE_LIMIT.search(str(err))
@@ -54,10 +59,23 @@ def caught(draw):
     @functools.wraps(draw)
     def drawn(*args, **kwargs):
         try:
-            return draw(*args, **kwargs)
+            with panics_shown():
+                return draw(*args, **kwargs)
         except Exception as err:  # noqa: BLE001  Streamlit's rerun and stop signals are BaseExceptions: they pass
             show(err)
     return drawn
+
+
+@contextlib.contextmanager
+def panics_shown():
+    """A native library's panic (``core.errors.panicked``) shown as one line; every other BaseException passes
+    (Streamlit's rerun and stop signals). Unshown, it ended Streamlit's script thread and left the page "running"."""
+    try:
+        yield
+    except BaseException as err:
+        if not panicked(err):
+            raise
+        show(err)
 
 
 def shown(text: str) -> None:

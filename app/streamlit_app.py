@@ -19,6 +19,7 @@ if str(ROOT) not in sys.path:  # streamlit puts only app/ on the path; core/ and
 # ``import core`` alone imports nothing (``core.lazy``).
 import core  # noqa: E402
 import diagnostics  # noqa: E402
+from app.errors import panics_shown  # noqa: E402
 from app.server.log_lines import log_to_stderr  # noqa: E402
 from core.lazy import import_whole  # noqa: E402
 
@@ -41,4 +42,5 @@ navigation = st.navigation([
     st.Page(PAGES / "timeline.py", title="Timeline", icon=":material/timeline:"),
     st.Page(PAGES / "guide.py", title="Guide", icon=":material/menu_book:"),
 ])
-navigation.run()
+with panics_shown():  # a page's `except Exception` does not catch a native library's panic
+    navigation.run()

@@ -99,3 +99,16 @@ def first_line(err: Exception, limit: int = 160) -> str:
     """``"TypeName: first non-blank line"`` of ``err``, cut to ``limit`` characters, for one-line messages."""
     lines = [line for line in str(err).strip().splitlines() if line.strip()]
     return f"{type(err).__name__}: {lines[0][:limit]}" if lines else type(err).__name__
+
+
+def panicked(err: BaseException) -> str:
+    """One line for a Rust library's panic, or "" for any other error. The ``tokenizers`` library panics when a
+    tokenizer's regex backtracks past Oniguruma's retry limit, with ``pyo3_runtime.PanicException``: a
+    ``BaseException``, not an ``Exception``, so it passed every ``except Exception`` (the CLI printed a traceback, and
+    the app's script thread ended with its page left "running"). Its class cannot be imported, hence the name."""
+    if type(err).__name__ != "PanicException":
+        return ""
+    if "Regex" in str(err):
+        return (f"the tokenizer failed on this text ({first_line(err)}): one of its regexes backtracks too much on "
+                "it; give shorter or other text, or use another tokenizer")
+    return f"a library failed in its native code ({first_line(err)}); try another input"

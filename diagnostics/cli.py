@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from core.checkpoints.paths import readable
-from core.errors import AttnScopeError, InputError, first_line, one_line
+from core.errors import AttnScopeError, InputError, first_line, one_line, panicked
 from core.extraction.tokens import visible
 from diagnostics.probe_texts import MIN_JUDGED_TOKENS
 from diagnostics.reports.exports import unwritable
@@ -119,6 +119,10 @@ def main(argv=None):
             return _fail(f"out of memory ({first_line(err)}); give shorter or fewer probes, or run where there is "
                          "more memory", EXIT_BAD_INPUT)
         return _fail(f"internal error ({type(err).__name__}: {err}); please report it", EXIT_INTERNAL)
+    except BaseException as err:  # SystemExit passes; a native library's panic is one line too
+        if not panicked(err):
+            raise
+        return _fail(panicked(err), EXIT_BAD_INPUT)
     failed = report.has_new_errors if comparing else report.has_errors
     return EXIT_FINDINGS if failed else EXIT_OK
 

@@ -20,6 +20,28 @@ def save_markup_bert(folder: Path) -> Path:
     return folder
 
 
+def save_splitting_bert(folder: Path, pattern: str) -> Path:
+    """A tiny BERT whose tokenizer.json splits text on the regex ``pattern`` first (read as a plain fast tokenizer:
+    transformers' BertTokenizer puts its own pre-tokenizer in place of the file's)."""
+    import copy
+    import json
+
+    from tokenizers import Regex, pre_tokenizers
+
+    tokenizer = copy.deepcopy(wordpiece_tokenizer())  # the cached one is shared by every test
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+    tiny_bert().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    return folder
+
+
+# Past Oniguruma's retry limit on the default probes: the tokenizers library panics (a BaseException, not an Exception)
+PANICKING_PATTERN = r"[\s\S]*[\s\S]*[\s\S]*[\s\S]*\d"
+
+
 def zip_folder(folder: Path, prefix: str = "tiny-bert") -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:

@@ -41,9 +41,9 @@ NOT_A_TOKENIZER = ("the checkpoint's {file} names {named!r} as its tokenizer_cla
 BAD_LIMIT = ("the checkpoint's tokenizer gives model_max_length {value}, not a number of tokens; it is ignored (the "
              "model's positions still limit what it reads)")
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
-BACKTRACKS = ("the checkpoint's tokenizer.json splits text with the regex {pattern}, which repeats a group that can "
-              "match the same text in several ways and took over {seconds:g} s on a few hundred characters, so it was "
-              "not used; ")
+BACKTRACKS = ("the checkpoint's tokenizer.json splits or rewrites text with the regex {pattern}, and it took over "
+              "{seconds:g} s or crashed on a few long runs of one character (a regex that backtracks), so it was not "
+              "used; ")
 TOO_LARGE = "the checkpoint's tokenizer has {n} tokens but the model only {vocab} embeddings, so it was not used; "
 BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because the vocabulary sizes match ({vocab}) — "
             "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")

@@ -127,6 +127,23 @@ def test_two_uploads_in_a_row_each_give_a_report(bert_zip):
     assert any("Uploaded: second.zip" in t.value for t in at.text)
 
 
+def test_a_tokenizer_that_panics_on_the_probes_gives_one_line_and_the_page_goes_on(tmp_path, monkeypatch):
+    """tokenizers' panic is a BaseException: it passed the page's `except Exception` and ended Streamlit's script
+    thread, the Diagnose page left "running" with no message until another page was opened."""
+    from core.checkpoints import tokenizer as checkpoint_tokenizer
+    from tiny_checkpoints import PANICKING_PATTERN, save_splitting_bert, zip_folder
+
+    monkeypatch.setattr(checkpoint_tokenizer, "slow_pattern", lambda path: None)  # as a regex that passed the timing
+    at = _app()
+    at.switch_page("app_pages/diagnose.py").run()
+    at = _upload_and_run(at, "panics.zip", zip_folder(save_splitting_bert(tmp_path / "panics", PANICKING_PATTERN)))
+    assert not at.exception
+    [error] = _errors(at)
+    assert error.startswith("The tokenizer failed on this text (PanicException: Onig: Regex search error: ")
+    at.switch_page("app_pages/inspect.py").run()  # the session goes on
+    assert not at.exception and not _errors(at)
+
+
 def test_clear_removes_the_staged_upload(bert_zip):
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()

@@ -282,6 +282,22 @@ def test_out_of_memory_outside_a_forward_is_bad_input_too(bert_dir, capsys, monk
     assert "internal" not in lines[0]
 
 
+def test_a_tokenizer_that_panics_on_the_probes_is_one_line(tmp_path, capsys, monkeypatch):
+    """The tokenizers library panics past Oniguruma's retry limit with a BaseException: it passed `except Exception`
+    and the CLI printed a Python traceback. A regex that passed the timing in a child process (monkeypatched here:
+    no texts of the check's can foresee every probe) may still do so on a caller's text."""
+    from core.checkpoints import tokenizer as checkpoint_tokenizer
+    from tiny_checkpoints import PANICKING_PATTERN, save_splitting_bert
+
+    monkeypatch.setattr(checkpoint_tokenizer, "slow_pattern", lambda path: None)
+    folder = save_splitting_bert(tmp_path / "panics", PANICKING_PATTERN)
+    capsys.readouterr()  # save_pretrained's progress bar
+    assert cli.main([str(folder), "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: the tokenizer failed on this text (PanicException: Onig: Regex search error: ")
+
+
 @pytest.mark.parametrize("argv", [["demo-bert"], ["compare", "demo-bert", "demo-gpt2"]])
 @pytest.mark.parametrize("device", ["mps", "vulkan", "meta", "quantum"])
 def test_an_unusable_device_is_refused_before_the_model_is_loaded(capsys, monkeypatch, argv, device):
