@@ -336,10 +336,10 @@ def _unpack_tar(path: Path, writer: _Writer) -> None:
             if not (member.isreg() or member.isdir()):
                 raise CheckpointError(BAD_ENTRY.format(name=writer.name, entry=clipped(member.name),
                                                        why="a device or pipe"))
+            writer.declare(member.size)  # a skipped member too: tarfile inflates its data to seek past it
             if _skipped(member.name):
                 continue
             _safe_relpath(writer.name, member.name, member.name)
-            writer.declare(member.size)
             members.append(member)
         for member in members:
             rel = _safe_relpath(writer.name, member.name, member.name)

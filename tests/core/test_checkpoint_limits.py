@@ -559,6 +559,22 @@ def test_an_archive_entry_with_a_control_character_is_skipped(tmp_path):
         load_untrusted([("m.zip", _zip(in_folder))])
 
 
+def test_a_skipped_tar_member_counts_against_the_budget(tmp_path, monkeypatch):
+    """tarfile inflates a skipped member's data to seek past it: 10 GB of zeros named "Icon\\r" in a 15 MB .tar.gz
+    held a server thread for 68 s and loaded, uncounted; 100 MB per 100 kB packed, so 2 GB took hours."""
+    monkeypatch.setattr(archive, "RATIO_FLOOR_BYTES", 1000)
+    folder = bert_folder(tmp_path / "m")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in folder.iterdir():
+            tar.add(path, f"m/{path.name}")
+        skipped = tarfile.TarInfo("m/Icon\r")
+        skipped.size = 50 * MB  # zeros: ~50 kB packed
+        tar.addfile(skipped, io.BytesIO(bytes(skipped.size)))
+    with pytest.raises(CheckpointError, match=r"over 20 times its own .* bytes; .*zip bomb"):
+        load_untrusted([("m.tar.gz", buffer.getvalue())])
+
+
 def test_a_folder_inside_whose_file_links_outside_is_refused(tmp_path):
     folder = bert_folder(tmp_path / "root" / "bert")
     (folder / "tokenizer.json").unlink()
