@@ -96,6 +96,7 @@ class AttentionMonitor:
         self._writer = None
         self._warned: set = set()  # (code, part) of the findings already warned about
         self._warned_uniform = False
+        self._learned: dict = {}  # part: the last step it was measured with no near-uniform heads above "info"
         self.seconds = 0.0  # spent measuring, in total
         # the Trainer callback's optimiser steps over its train() calls, and (a weak reference to) the model they
         # trained: a later call on that same model goes on from them
@@ -212,11 +213,15 @@ class AttentionMonitor:
     def _warn(self, record):
         for f in record["findings"]:
             key = (f["code"], f["part"])
-            alarming = f["severity"] == "error" and f["code"] not in EXPECTED_EARLY
+            learned = self._learned.get(f["part"]) if f["code"] in EXPECTED_EARLY else None
+            alarming = f["severity"] == "error" and (f["code"] not in EXPECTED_EARLY or learned is not None)
             if (alarming or f["code"] in INPUT_NOTES) and key not in self._warned:
                 self._warned.add(key)
-                log.warning(MONITOR_TEXTS["error_appeared"].format(step=record["step"], message=f["message"],
-                                                                   suggestion=f["suggestion"]))
+                text = MONITOR_TEXTS["error_appeared" if learned is None else "uniform_again"]
+                self._warned_uniform |= learned is not None  # said: not again as "still near uniform"
+                log.warning(text.format(step=record["step"], message=f["message"], suggestion=f["suggestion"],
+                                        learned=learned))
+        self._note_learned(record)
         # not an "info" finding: a few broad heads are a trained model's normal state, and short probes cap it
         diffuse = next((f for f in record["findings"] if f["code"] == "diffuse_heads" and f["severity"] != "info"),
                        None)
@@ -226,6 +231,15 @@ class AttentionMonitor:
             log.warning(MONITOR_TEXTS["still_uniform"].format(  # the finding's own advice: Q/K, or what feeds them
                 step=record["step"], message=diffuse["message"], heads=f"{count} head{'s' * (count != 1)}",
                 suggestion=diffuse["suggestion"]))
+
+
+    def _note_learned(self, record):
+        """Parts whose heads are not near uniform in ``record``: a ``diffuse_heads`` error in them later is no longer
+        a new model's normal state but heads that lost what they had learned (a fine-tune at a learning rate too
+        high: MiniLM at 1e-2 was near uniform by step 10, and nothing was said before ``uniform_after``)."""
+        uniform = {f["part"] for f in record["findings"] if f["code"] == "diffuse_heads" and f["severity"] != "info"}
+        for part in {head["part"] for head in record["heads"]} - uniform:
+            self._learned[part] = record["step"]
 
 
 def unwrap(model):

@@ -50,6 +50,7 @@ class FindingText:
     random_ids: str = ""  # diffuse_heads only: said first when the probes were random token ids (no tokenizer)
     replaced_ids: str = ""  # diffuse_heads only: said first when unfit default probes were replaced by random ids
     copies: str = ""  # diffuse_heads only: the suggestion when most of them have near-identical Q·Kᵀ weights
+    grown: str = ""  # diffuse_heads only: the suggestion when every head's Q/K grew too large (qk_scale_large error)
     shared: str = ""  # redundant_heads only: the suggestion when most of them have Q·Kᵀ weights unlike each other's
     in_broken: str = ""  # sink_heads, positional_heads: added for their heads in a layer another finding names broken
     variants: str = ""  # for the Guide: when a report's suggestion differs from ``suggestion``
@@ -214,12 +215,15 @@ FINDING_TEXTS = {
         "what reaches them that has no structure left, not Q/K: look at the normalisation that feeds layer "
         "{layer}, its own input norm in a pre-LN model (GPT-2's ln_1, Llama's input_layernorm) or {before} in a "
         "post-LN one (BERT), and restore it from a good checkpoint: a zeroed or diverged norm flattens what "
-        "follows it.",
+        "follows it, and so does an earlier layer whose output grew until it is alike for every token (a "
+        "fine-tune at a learning rate too high); compare with an earlier checkpoint (python -m diagnostics "
+        "compare OLD NEW) to see which.",
         "{left} of the {total} heads are not near uniform, too few to compare their Q/K weights with (RMS·√d_in "
         "{low:.2g}–{high:.2g}): a Q/K shrunk everywhere shrinks those too. An untrained (randomly initialised) "
         "model looks like this. If this one was trained, compare its Q/K weights with an earlier checkpoint's: "
         "smaller ones point at Q/K, as above; ones of the same size at the normalisation that feeds layer "
-        "{layer} (its input norm, or {before}).",
+        "{layer} (its input norm, or {before}), or at an earlier layer whose output grew until it is alike for "
+        "every token (training that diverged: a learning rate too high).",
         "Their Q/K weights are {ratio}× smaller than the model's other heads' (RMS·√d_in {low:.2g}–{high:.2g} "
         "against a median of {median:.2g}): in a trained model, W_Q/W_K of these heads were re-initialised or "
         "damaged, so restore them from a good checkpoint (these are no heads to prune); while training, check "
@@ -228,9 +232,15 @@ FINDING_TEXTS = {
         "in a trained model, W_Q/W_K of these heads were zeroed or damaged, so restore them from a good checkpoint "
         "(these are no heads to prune); while training, check their initialisation (std ≈ 1/√d_in, fan-in) and "
         "that gradients reach them.",
+        grown="Their Q/K weights grew far past the usual scale, as every head's did (see Q/K weights too "
+        "large; RMS·√d_in {low:.2g}–{high:.2g} here), and still their rows are near uniform: what reaches them is "
+        "alike for every token, so no Q/K can tell the tokens apart. Training diverged (a learning rate too high, no "
+        "warm-up): restore a checkpoint from before it (python -m diagnostics compare OLD NEW shows which heads "
+        "changed), and lower the learning rate or add warm-up.",
         variants="A report's suggestion depends on the heads' Q/K weights: as large as the other heads', it "
-        "points at the normalisation that feeds their layer; far smaller, or zero, it says to restore W_Q/W_K of "
-        "those heads from a good checkpoint; with (nearly) every head uniform, it names the causes it cannot tell "
+        "points at the normalisation that feeds their layer, or an earlier layer grown too large; far smaller, or "
+        "zero, it says to restore W_Q/W_K of those heads from a good checkpoint; far larger, as every head's, it "
+        "says that training diverged; with (nearly) every head uniform, it names the causes it cannot tell "
         "apart, an untrained model first; copies of one head are told to be restored. On random token ids (no "
         "tokenizer) it says to diagnose the model on text first.",
         copies="Half or more of them have near-identical Q·Kᵀ weights (see Near-identical head weights), so they are "
@@ -444,6 +454,8 @@ SEVERITY_TITLES = {"error": "Error", "warning": "Warning", "info": "Info"}
 # What the training monitor (``diagnostics.monitor``) logs; fields in braces.
 MONITOR_TEXTS = {
     "error_appeared": "attention monitor, step {step}: {message} {suggestion}",
+    "uniform_again": ("attention monitor, step {step}: {message} At step {learned} they were not: heads that had "
+                      "learned where to look lost it, as a learning rate too high does. {suggestion}"),
     "still_uniform": "attention monitor, step {step}: {heads} still near uniform ({message}) – {suggestion}",
     "measure_failed": "attention monitor, step {step}: the measurement failed and was skipped ({error}){where}; "
                       "training goes on",

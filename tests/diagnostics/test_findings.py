@@ -93,6 +93,20 @@ def test_a_collapse_after_the_first_layer_points_at_what_comes_before():
     assert "7.50× smaller than the model's other heads' (RMS·√d_in 0.2–0.2 against a median of 1.5)" in shrunk
 
 
+def test_uniform_heads_whose_q_k_grew_everywhere_are_told_that_training_diverged():
+    """MiniLM fine-tuned at learning rate 0.1: 48 heads near uniform with Q/K at RMS·√d_in 11-12, as large as the
+    others' because every head's grew (qk_scale_large: an error on 72 of 72), was told "not Q/K: look at the
+    normalisation that feeds layer 2", a norm that was sound."""
+    from diagnostics.findings import explain_diffuse, make_finding
+
+    later = [[layer, h] for layer in (1, 2) for h in range(4)]
+    numbers = {("self", layer, head): {"qk_scale": 10.3 + layer} for layer in range(3) for head in range(4)}
+    text = explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers, grown=True).suggestion
+    assert "what reaches them" in text and "not Q/K" not in text and "normalisation" not in text
+    assert "Training diverged" in text and "lower the learning rate" in text and "11–12" in text
+    assert "not Q/K" in explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers).suggestion
+
+
 def test_when_every_head_is_uniform_the_suggestion_says_it_cannot_tell_q_k_from_what_reaches_them():
     """Compared with themselves, every head's Q/K passed as "as large as the model's other heads'": Q/K x 0.1
     everywhere, and an untrained model, were told "not Q/K: look at the embeddings and their LayerNorm"."""

@@ -395,6 +395,24 @@ def test_no_uniform_warning_from_findings_that_are_only_information(caplog):
     assert not [r.getMessage() for r in caplog.records if "still near uniform" in r.getMessage()]
 
 
+def test_heads_that_go_near_uniform_after_they_had_learned_are_warned_about_at_once(caplog):
+    """A MiniLM fine-tune at learning rate 1e-2 had a diffuse_heads error (60 of 72 heads) from step 10 on, and the
+    monitor said nothing: near-uniform heads were taken for a new model's normal state until uniform_after (1000)."""
+    import core
+
+    model, tokenizer = core.load_model("demo-bert")
+    monitor = AttentionMonitor(tokenizer=tokenizer, every=1)  # uniform_after: 1000
+    with caplog.at_level(logging.WARNING, logger="attnscope.monitor"):
+        monitor.on_step(model, 0)
+        with torch.no_grad():
+            model.embeddings.LayerNorm.weight.zero_()  # every layer's input carries no token's content
+        records = [monitor.on_step(model, step) for step in (1, 2)]
+    assert all(("diffuse_heads", "error") in [(f["code"], f["severity"]) for f in r["findings"]] for r in records)
+    warned = [r.getMessage() for r in caplog.records if "near uniform" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("attention monitor, step 1: "), warned
+    assert "At step 0 they were not: heads that had learned where to look lost it" in warned[0]
+
+
 def test_a_model_that_changes_shape_is_not_appended_to_its_log(tmp_path, caplog):
     """A layer dropped mid-run was written to the same log, and the Timeline then refused the whole log, earlier
     steps included, blaming two runs. Now the changed model's measurement is logged as an error and skipped."""
