@@ -98,6 +98,28 @@ def tiny_bert(max_positions: int = 64) -> BertModel:
     return _seeded(lambda: BertModel(config, add_pooling_layer=False))
 
 
+def pruned_bert(layer: int = 1, heads: tuple = (0, 1)) -> BertModel:
+    """``tiny_bert`` with ``heads`` of ``layer`` cut out, as transformers' ``prune_heads`` did before version 5:
+    their Q/K/V rows and output columns sliced away, and ``config.pruned_heads`` saying so."""
+    model = tiny_bert()
+    attention, size = model.encoder.layer[layer].attention, model.config.hidden_size // 4
+    keep = torch.cat([torch.arange(h * size, (h + 1) * size) for h in range(4) if h not in heads])  # (kept dims,)
+    with torch.no_grad():
+        for name in ("query", "key", "value"):
+            old = getattr(attention.self, name)
+            new = torch.nn.Linear(old.in_features, len(keep))
+            new.weight.copy_(old.weight[keep])  # (kept dims, hidden)
+            new.bias.copy_(old.bias[keep])
+            setattr(attention.self, name, new)
+        old = attention.output.dense
+        attention.output.dense = torch.nn.Linear(len(keep), old.out_features)
+        attention.output.dense.weight.copy_(old.weight[:, keep])  # (hidden, kept dims)
+        attention.output.dense.bias.copy_(old.bias)
+    attention.self.num_attention_heads, attention.self.all_head_size = 4 - len(heads), len(keep)
+    model.config.pruned_heads = {str(layer): list(heads)}
+    return model.eval()
+
+
 def tiny_gpt2(max_positions: int = 64) -> GPT2Model:
     config = GPT2Config(vocab_size=300, n_embd=32, n_layer=2, n_head=4, n_positions=max_positions,
                         bos_token_id=0, eos_token_id=0)

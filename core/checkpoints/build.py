@@ -25,7 +25,7 @@ from .archive import ENV_MAX_MODEL, NO_ROOM, Limits, check_room, no_room
 from ..custom_model import (
     CONFIG_NAME, AttnScopeTransformer, TransformerConfig, check_real, load_custom_state, parameter_count,
 )
-from ..errors import CheckpointError, DiskFull, ModelLoadError
+from ..errors import CheckpointError, DiskFull, ModelLoadError, clipped
 from ..errors import first_line as _short
 from .quiet import quiet_transformers
 from ..whole import is_count
@@ -117,6 +117,10 @@ DROPPED = ("the {model_type} model built from config.json does not use {n} of th
            "they were dropped, so the model read is not all of the one saved — check config.json's settings")
 SHAPE = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
          "this config; give the config.json saved with these weights")
+PRUNED = ("the weights do not match config.json: {key} is {got} in the weights but {want} in a {model_type} model with "
+          "this config, which lists heads pruned from layer(s) {layers} (pruned_heads): transformers no longer "
+          "builds pruned models, and AttnScope reads models with as many heads in every layer; give the checkpoint "
+          "from before pruning")
 MISSING = ("the weights do not match config.json: {n} of the model's {total} tensors are missing from the weights "
            "(e.g. {key}); give the weights saved with this config.json")
 UNWRAPPED = ("the weights' names start with {prefix!r} (a training wrapper's, as DDP or Lightning save them); read "
@@ -400,9 +404,18 @@ def _check_shapes(skeleton, state, model_type: str) -> None:
         if want is None:
             continue
         if tuple(tensor.shape) != tuple(want.shape):
-            raise CheckpointError(SHAPE.format(key=key, got=list(tensor.shape), want=list(want.shape),
-                                               model_type=model_type))
+            raise CheckpointError(shape_message(key, tensor.shape, want.shape, skeleton.config, model_type))
         check_real(key, tensor, want, model_type, CheckpointError)
+
+
+def shape_message(key: str, got, want, config, model_type: str) -> str:
+    """``SHAPE`` for tensor ``key``, ``got`` in the weights and ``want`` in the model ``config`` builds; ``PRUNED`` when
+    the config lists pruned heads, which transformers 5 ignores (it builds every head): "give the config.json saved
+    with these weights" had sent the user to the very config.json they gave."""
+    pruned = getattr(config, "pruned_heads", None)
+    text = PRUNED if pruned and isinstance(pruned, dict) else SHAPE
+    layers = ", ".join(clipped(str(layer), 10) for layer in list(pruned or {})[:8])
+    return text.format(key=key, got=list(got), want=list(want), model_type=model_type, layers=layers)
 
 
 def _numel(state: dict[str, torch.Tensor], skip=()) -> int:

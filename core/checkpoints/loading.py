@@ -26,7 +26,8 @@ from ..custom_model import CONFIG_NAME, is_custom_config, load_custom_model
 from ..device import pick_device
 from ..errors import CheckpointError, InputError, ModelLoadError, first_line, one_line, quoted
 from .archive import ARCHIVE_SUFFIXES, is_archive, model_limits
-from .build import SHAPE, UNWRAPPED, check_config_sizes, check_missing, dropped_note, load_dtype, wrapper_prefix
+from .build import (UNWRAPPED, check_config_sizes, check_missing, dropped_note, load_dtype, shape_message,
+                    wrapper_prefix)
 from .checkpoint import expand_user, gguf_in_folder, heads_ignored, load_checkpoint, token_reading
 from .gguf import is_gguf, load_gguf
 from .layout import holds_model_files
@@ -330,9 +331,9 @@ def _load_as_upload(path: str, n_heads=None, device=None, progress=None):
 
 
 def _mismatched(path: str, config, offline: bool, trust_remote_code: bool) -> str | None:
-    """``build.SHAPE`` for the first tensor the weights hold in another shape than ``config`` builds it: transformers
-    said only "look at the above report", which it had been told not to print. Loads the folder once more, the
-    mismatched tensors left as built."""
+    """``build.shape_message`` for the first tensor the weights hold in another shape than ``config`` builds it:
+    transformers said only "look at the above report", which it had been told not to print. Loads the folder once
+    more, the mismatched tensors left as built."""
     try:
         with quiet_transformers():
             _, info = AutoModel.from_pretrained(path, config=config, attn_implementation="eager",
@@ -341,7 +342,7 @@ def _mismatched(path: str, config, offline: bool, trust_remote_code: bool) -> st
         key, got, want = sorted(info["mismatched_keys"])[0]
     except Exception:  # noqa: BLE001 - the first error's own message is said instead
         return None
-    return SHAPE.format(key=key, got=list(got), want=list(want), model_type=config.model_type)
+    return shape_message(key, got, want, config, config.model_type)
 
 
 def _not_found_message(path: str, local: bool, err: Exception) -> str:

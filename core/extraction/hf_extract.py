@@ -198,6 +198,19 @@ def taken(out, name: str) -> list | None:
     return list(maps)
 
 
+def _uneven_layers(model, shapes) -> str:
+    """Why maps of ``shapes`` (``(heads, q, k)``, more than one) cannot be one ``[layers, heads, q, k]`` tensor."""
+    name = type(model).__name__
+    if len({shape[1:] for shape in shapes}) == 1:  # every token kept: the head counts differ (pruned heads)
+        counts = ", ".join(str(shape[0]) for shape in shapes[:3])
+        return (f"{name}'s layers have different numbers of heads ({counts}): heads pruned from some layers, or a "
+                "model that counts them per layer; AttnScope reads models with as many heads in every layer (one "
+                "[layers, heads, q, k] map) — use the model from before pruning")
+    listed = ", ".join("×".join(map(str, shape)) for shape in shapes[:3])
+    return (f"{name}'s layers return attention maps of different shapes ({listed}): a model that pools or downsamples "
+            "its tokens between layers; AttnScope reads models that keep every token")
+
+
 def stack_layers(attentions, what: str, model) -> torch.Tensor:
     """Per-layer ``(1, H, q, k)`` tensors -> ``(L, H, q, k)`` float32 on CPU. A list is emptied as it is copied
     (each entry set to None), so a list only the caller held (``taken``) costs one layer beyond the result when
@@ -216,9 +229,7 @@ def stack_layers(attentions, what: str, model) -> torch.Tensor:
         raise ExtractionError(f"{type(model).__name__} returned no {what} attention weights {why}")
     shapes = sorted({tuple(a.shape[1:]) for a in attentions})
     if len(shapes) > 1:
-        raise ExtractionError(f"{type(model).__name__}'s layers return attention maps of different shapes "
-                              f"({', '.join('×'.join(map(str, s)) for s in shapes[:3])}): a model that pools or "
-                              "downsamples its tokens between layers; AttnScope reads models that keep every token")
+        raise ExtractionError(_uneven_layers(model, shapes))
     shape = (len(attentions), *attentions[0].shape[1:])  # (L, H, q, k)
     with told_out_of_memory(model):  # the copy the maps go into: where a CPU out of memory struck first (exit 3)
         stacked = torch.empty(shape, dtype=torch.float32, device="cpu")  # whatever torch's default dtype and device

@@ -324,6 +324,19 @@ def test_regexes_of_released_tokenizers_are_timed_and_used(tmp_path, name):
     assert loaded.tokenizer is not None and not loaded.notes
 
 
+def test_a_checkpoint_saved_after_pruning_heads_is_told_so(tmp_path):
+    """Its config.json lists pruned_heads, which transformers 5 ignores: the refusal said "give the config.json saved
+    with these weights", and that was the one given."""
+    from tiny import pruned_bert
+
+    folder = hf_folder(tmp_path, pruned_bert(), wordpiece_tokenizer())
+    told = r"^the weights do not match config.json: .* which lists heads pruned from layer\(s\) 1 \(pruned_heads\)"
+    with pytest.raises(CheckpointError, match=told + r".* from before pruning$"):
+        load(folder)  # an upload's path
+    with pytest.raises(core.ModelLoadError, match=told):
+        load_model(str(folder))  # a local folder's: transformers' own loading
+
+
 def test_tokenizer_files_without_a_vocabulary_are_no_tokenizer(tmp_path):
     """tokenizer_config.json alone gave a tokenizer of 5 special tokens: every word [UNK], every probe unfit, and
     a report of 0 heads (load_model already refused it)."""

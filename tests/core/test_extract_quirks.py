@@ -113,6 +113,14 @@ def test_causal_is_what_the_maps_show(build, causal):
     assert bool(result.attentions.triu(1).max() == 0) is causal
 
 
+def test_a_model_with_pruned_heads_is_told_so_not_that_it_pools_its_tokens():
+    """Layers of 4 and 2 heads were "maps of different shapes (2×16×16, 4×16×16): a model that pools or downsamples
+    its tokens between layers", though every layer kept every token."""
+    with pytest.raises(ExtractionError, match=r"^BertModel's layers have different numbers of heads \(2, 4\): heads "
+                                              r"pruned from some layers.* use the model from before pruning$"):
+        extract_attention(tiny.pruned_bert(), tiny.wordpiece_tokenizer(), TEXT)
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda: tf.FunnelModel(tf.FunnelConfig(vocab_size=300, d_model=32, n_head=4, d_head=8, d_inner=37,
                                             block_sizes=[1, 1])),
