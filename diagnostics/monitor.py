@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from core.errors import AttnScopeError, InputError, clipped, first_line
+from core.errors import AttnScopeError, InputError, clipped, first_line, panicked
 from core.extraction.extract import check_tokenizer
 from core.extraction.streaming import can_stream
 from core.extraction.text_config import is_encoder_decoder
@@ -112,7 +112,9 @@ class AttentionMonitor:
         try:
             record = self.measure(model, step)
             self.publish(record)
-        except Exception as error:  # noqa: BLE001  a measurement that fails (disk full, ...) must not end the run
+        except BaseException as error:  # a measurement that fails (disk full, ...) must not end the run
+            if not isinstance(error, Exception) and not panicked(error):  # Ctrl-C, SystemExit: they do
+                raise
             where = f"; {self.log_path} has no line for it" if self.log_path else ""
             log.error(MONITOR_TEXTS["measure_failed"].format(step=step, error=_why(error), where=where))
             log.debug("the failed measurement", exc_info=True)
@@ -126,7 +128,9 @@ class AttentionMonitor:
         shape than the last record in ``log_path``. Returns the record."""
         try:
             record = self.measure(model, step)
-        except Exception as error:  # noqa: BLE001  any cause, told in one line
+        except BaseException as error:  # any cause, told in one line; a native library's panic too
+            if not isinstance(error, Exception) and not panicked(error):
+                raise
             raise InputError(f"the attention monitor cannot measure this model: {_why(error)}") from error
         if not record["heads"]:  # only its weights checked (no tokenizer, no vocab_size): every record would be empty
             note = next((f["message"] for f in record["findings"] if f["code"] == "no_tokenizer"), "")
@@ -260,9 +264,10 @@ def _check_probes(probes):
             raise InputError(f"every monitor probe must be non-empty text (or a pair of texts); got {probe.text!r}")
 
 
-def _why(error: Exception) -> str:
-    """An AttnScope error's own message, or any other's type and first line."""
-    return str(error) if isinstance(error, AttnScopeError) else first_line(error)
+def _why(error: BaseException) -> str:
+    """An AttnScope error's own message, a native library's panic told (``panicked``), or any other's type and
+    first line."""
+    return str(error) if isinstance(error, AttnScopeError) else panicked(error) or first_line(error)
 
 
 def model_shape(record: dict) -> str:

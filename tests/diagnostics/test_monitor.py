@@ -413,6 +413,25 @@ def test_heads_that_go_near_uniform_after_they_had_learned_are_warned_about_at_o
     assert "At step 0 they were not: heads that had learned where to look lost it" in warned[0]
 
 
+def test_a_tokenizer_panic_during_a_measurement_does_not_end_the_run(tmp_path, caplog):
+    """tokenizers panics past Oniguruma's retry limit with a BaseException, which passed the measurement's
+    `except Exception`: the training run ended, though a failed measurement is promised never to end it."""
+    from transformers import AutoTokenizer
+
+    from tiny import tiny_bert
+    from tiny_checkpoints import PANICKING_PATTERN, save_splitting_bert
+
+    tokenizer = AutoTokenizer.from_pretrained(save_splitting_bert(tmp_path / "panics", PANICKING_PATTERN))
+    monitor = AttentionMonitor(tokenizer=tokenizer, every=1)  # the default probes: the regex panics on them
+    with caplog.at_level(logging.ERROR, logger="attnscope.monitor"):
+        assert monitor.on_step(tiny_bert(), 0) is None
+    [failed] = [r.getMessage() for r in caplog.records]
+    assert failed.startswith("attention monitor, step 0: the measurement failed and was skipped (the tokenizer "
+                             "failed on this text (PanicException: "), failed
+    with pytest.raises(InputError, match=r"^the attention monitor cannot measure this model: the tokenizer failed"):
+        monitor.check(tiny_bert())
+
+
 def test_a_model_that_changes_shape_is_not_appended_to_its_log(tmp_path, caplog):
     """A layer dropped mid-run was written to the same log, and the Timeline then refused the whole log, earlier
     steps included, blaming two runs. Now the changed model's measurement is logged as an error and skipped."""
