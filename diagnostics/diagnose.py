@@ -268,9 +268,11 @@ def _explained(findings, weight_findings, weight_numbers, random_ids):
     ``similar_head_weights`` names the copies, ``weight_numbers`` the parts whose Q/K weights were read."""
     copies = {f.part: {tuple(head) for head in f.heads} for f in weight_findings if f.code == "similar_head_weights"}
     read = {part for (part, _, _), numbers in weight_numbers.items() if "qk_scale" in numbers}
-    grown = {f.part for f in weight_findings if f.code == "qk_scale_large" and f.severity == "error"}
-    return [explain_redundant(explain_diffuse(f, weight_numbers, random_ids, copies.get(f.part, ()), f.part in grown),
-                              copies.get(f.part, ()), f.part in read) for f in findings]
+    grown = {f.part: {tuple(head) for head in f.heads} for f in weight_findings
+             if f.code == "qk_scale_large" and f.severity == "error"}
+    return [explain_redundant(explain_diffuse(f, weight_numbers, random_ids, copies.get(f.part, ()),
+                                              grown.get(f.part, ())), copies.get(f.part, ()), f.part in read)
+            for f in findings]
 
 
 def _whole_maps_budget() -> int:

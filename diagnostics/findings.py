@@ -337,7 +337,7 @@ def _most_of_a_layer(mask, share):
     return mask & (mask.float().mean(-1, keepdim=True) >= share)  # (L, H)
 
 
-def explain_diffuse(finding, weight_numbers, random_ids: str = "", copies=(), grown: bool = False):
+def explain_diffuse(finding, weight_numbers, random_ids: str = "", copies=(), grown=()):
     """``finding``, its suggestion told by the Q/K weights of its heads if it is a ``diffuse_heads`` above info
     (``weight_numbers``: ``check_weights``'s per-head numbers). As large as the part's other heads': Q/K did not
     make them uniform, what reaches them did (a zeroed norm), and the suggestion says where to look instead of
@@ -351,9 +351,9 @@ def explain_diffuse(finding, weight_numbers, random_ids: str = "", copies=(), gr
     the suggestion now says to diagnose it on text first. Copies
     (``copies``: the ``(layer, head)`` of a ``similar_head_weights`` finding of the part) of one near-uniform
     head are uniform because that head is: every head of SmolLM2 a copy of its layer's head 0 was sent to a norm.
-    Q/K grown in every head (``grown``: the part's ``qk_scale_large`` is an error) and still uniform: training
-    diverged (MiniLM fine-tuned at learning rate 0.1 was told "not Q/K" and sent to a sound norm, beside the
-    `qk_scale_large` error on 72 of 72 heads)."""
+    Q/K grown (half or more of them among ``grown``, the ``(layer, head)`` of the part's ``qk_scale_large`` error)
+    and still uniform: training diverged (MiniLM fine-tuned at learning rate 0.1 was told "not Q/K" and sent to a
+    sound norm, beside the `qk_scale_large` error on 72 of 72 heads)."""
     if finding.code != "diffuse_heads" or finding.severity == "info":
         return finding
     scale = {(layer, head): n["qk_scale"] for (part, layer, head), n in weight_numbers.items()
@@ -373,7 +373,7 @@ def explain_diffuse(finding, weight_numbers, random_ids: str = "", copies=(), gr
     caveat = getattr(text, random_ids) if random_ids else ""  # the probes, not the model, may flatten the heads
     if flagged.median() <= 0:  # Q/K x 0
         finding.suggestion = text.zeroed
-    elif grown:
+    elif _half_copies(finding.heads, grown):  # not those of a part grown elsewhere: MiniLM's layers 4-5 shrank
         finding.suggestion = text.grown.format(**numbers)
     elif few:
         finding.suggestion += " " + text.everywhere.format(**numbers) + (" " + caveat if caveat else "")
@@ -402,7 +402,7 @@ def explain_redundant(finding, copies=(), weights_read: bool = True):
 
 def _half_copies(heads, copies) -> bool:
     """Whether half or more of ``heads`` (``[layer, head]``) are among ``copies`` (``(layer, head)`` of the part's
-    ``similar_head_weights``)."""
+    ``similar_head_weights``, or of another finding's heads)."""
     return 2 * sum(tuple(head) in copies for head in heads) >= len(heads)
 
 

@@ -232,14 +232,14 @@ FINDING_TEXTS = {
         "in a trained model, W_Q/W_K of these heads were zeroed or damaged, so restore them from a good checkpoint "
         "(these are no heads to prune); while training, check their initialisation (std ≈ 1/√d_in, fan-in) and "
         "that gradients reach them.",
-        grown="Their Q/K weights grew far past the usual scale, as every head's did (see Q/K weights too "
+        grown="Their Q/K weights grew far past the usual scale, as most of the model's did (see Q/K weights too "
         "large; RMS·√d_in {low:.2g}–{high:.2g} here), and still their rows are near uniform: what reaches them is "
         "alike for every token, so no Q/K can tell the tokens apart. Training diverged (a learning rate too high, no "
         "warm-up): restore a checkpoint from before it (python -m diagnostics compare OLD NEW shows which heads "
         "changed), and lower the learning rate or add warm-up.",
         variants="A report's suggestion depends on the heads' Q/K weights: as large as the other heads', it "
         "points at the normalisation that feeds their layer, or an earlier layer grown too large; far smaller, or "
-        "zero, it says to restore W_Q/W_K of those heads from a good checkpoint; far larger, as every head's, it "
+        "zero, it says to restore W_Q/W_K of those heads from a good checkpoint; far larger, as most heads', it "
         "says that training diverged; with (nearly) every head uniform, it names the causes it cannot tell "
         "apart, an untrained model first; copies of one head are told to be restored. On random token ids (no "
         "tokenizer) it says to diagnose the model on text first.",

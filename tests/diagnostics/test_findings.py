@@ -101,10 +101,17 @@ def test_uniform_heads_whose_q_k_grew_everywhere_are_told_that_training_diverged
 
     later = [[layer, h] for layer in (1, 2) for h in range(4)]
     numbers = {("self", layer, head): {"qk_scale": 10.3 + layer} for layer in range(3) for head in range(4)}
-    text = explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers, grown=True).suggestion
+    grown = {(layer, head) for layer in range(3) for head in range(4)}  # qk_scale_large, an error on every head
+    text = explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers, grown=grown).suggestion
     assert "what reaches them" in text and "not Q/K" not in text and "normalisation" not in text
     assert "Training diverged" in text and "lower the learning rate" in text and "11–12" in text
     assert "not Q/K" in explain_diffuse(make_finding("diffuse_heads", later, 12, threshold=0.1), numbers).suggestion
+    # layers 0-1 grew, layer 2 shrank (a review: MiniLM's layers 0-3 Q/K x 8, 4-5 x 0.02): not "grew", but "smaller"
+    numbers.update({("self", 2, head): {"qk_scale": 0.03} for head in range(4)})
+    shrunk = [[2, h] for h in range(4)]
+    text = explain_diffuse(make_finding("diffuse_heads", shrunk, 12, threshold=0.1), numbers,
+                           grown={(layer, head) for layer in range(2) for head in range(4)}).suggestion
+    assert "grew" not in text and "smaller than the model's other heads'" in text
 
 
 def test_when_every_head_is_uniform_the_suggestion_says_it_cannot_tell_q_k_from_what_reaches_them():
