@@ -66,6 +66,12 @@ def caught(draw):
     return drawn
 
 
+def to_show(err: BaseException) -> bool:
+    """Whether ``err`` is a failure to show on the page: an ``Exception``, or a native library's panic (a
+    ``BaseException``); not Streamlit's rerun and stop signals."""
+    return isinstance(err, Exception) or bool(panicked(err))
+
+
 @contextlib.contextmanager
 def panics_shown():
     """A native library's panic (``core.errors.panicked``) shown as one line; every other BaseException passes
@@ -73,7 +79,7 @@ def panics_shown():
     try:
         yield
     except BaseException as err:
-        if not panicked(err):
+        if not to_show(err):
             raise
         show(err)
 

@@ -73,7 +73,9 @@ def attention_or_error():
         key = kept[1] if kept and kept[0] == args else cache.result_key(*args)  # result shows is read on the next Run
         st.session_state.run_key = (args, key)
         return cache.attention(key), key
-    except Exception as err:  # noqa: BLE001  every error becomes a message on the page
+    except BaseException as err:  # every error, a native library's panic too, becomes a message on the page
+        if not errors.to_show(err):  # Streamlit's rerun and stop signals
+            raise
         st.session_state.failed = (args, errors.message(err))
         errors.shown(st.session_state.failed[1])
         return None

@@ -133,7 +133,7 @@ def test_a_tokenizer_that_panics_on_the_probes_gives_one_line_and_the_page_goes_
     from core.checkpoints import tokenizer as checkpoint_tokenizer
     from tiny_checkpoints import PANICKING_PATTERN, save_splitting_bert, zip_folder
 
-    monkeypatch.setattr(checkpoint_tokenizer, "slow_pattern", lambda path: None)  # as a regex that passed the timing
+    monkeypatch.setattr(checkpoint_tokenizer, "risky_pattern", lambda path: None)  # as a panic the check misses
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
     at = _upload_and_run(at, "panics.zip", zip_folder(save_splitting_bert(tmp_path / "panics", PANICKING_PATTERN)))
@@ -142,6 +142,28 @@ def test_a_tokenizer_that_panics_on_the_probes_gives_one_line_and_the_page_goes_
     assert error.startswith("The tokenizer failed on this text (PanicException: Onig: Regex search error: ")
     at.switch_page("app_pages/inspect.py").run()  # the session goes on
     assert not at.exception and not _errors(at)
+
+
+def test_a_panic_on_inspect_is_kept_as_its_failure_and_not_run_again_on_every_rerun(tmp_path, monkeypatch):
+    """The panic passed Inspect's `except Exception`, so its failure was not kept: every rerun of the page (any
+    click) tokenized the text again and panicked again."""
+    from app.server import cache
+    from core.checkpoints import tokenizer as checkpoint_tokenizer
+    from tiny_checkpoints import PANICKING_PATTERN, save_splitting_bert
+
+    monkeypatch.setattr(checkpoint_tokenizer, "risky_pattern", lambda path: None)  # as a panic the check misses
+    calls, attention = [], cache.attention
+    monkeypatch.setattr(cache, "attention", lambda key: calls.append(key) or attention(key))
+    at = _app()
+    at.radio(key="model_kind").set_value("Local folder").run()
+    at.text_input(key="model_path").set_value(str(save_splitting_bert(tmp_path / "panics", PANICKING_PATTERN)))
+    at.text_area(key="text").set_value("The cat sat on the mat because it was warm, and the birds sang. " * 8)
+    at.button(key="run").click().run()
+    at.run()
+    at.run()
+    assert not at.exception and len([key for key in calls if "birds" in str(key)]) == 1  # no digit: it panics
+    [error] = _errors(at)
+    assert error.startswith("The tokenizer failed on this text (PanicException: ")
 
 
 def test_clear_removes_the_staged_upload(bert_zip):

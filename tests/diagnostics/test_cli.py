@@ -284,12 +284,12 @@ def test_out_of_memory_outside_a_forward_is_bad_input_too(bert_dir, capsys, monk
 
 def test_a_tokenizer_that_panics_on_the_probes_is_one_line(tmp_path, capsys, monkeypatch):
     """The tokenizers library panics past Oniguruma's retry limit with a BaseException: it passed `except Exception`
-    and the CLI printed a Python traceback. A regex that passed the timing in a child process (monkeypatched here:
-    no texts of the check's can foresee every probe) may still do so on a caller's text."""
+    and the CLI printed a Python traceback. The check of a tokenizer's regexes refuses this one (monkeypatched here);
+    a panic it does not foresee is one line too."""
     from core.checkpoints import tokenizer as checkpoint_tokenizer
     from tiny_checkpoints import PANICKING_PATTERN, save_splitting_bert
 
-    monkeypatch.setattr(checkpoint_tokenizer, "slow_pattern", lambda path: None)
+    monkeypatch.setattr(checkpoint_tokenizer, "risky_pattern", lambda path: None)
     folder = save_splitting_bert(tmp_path / "panics", PANICKING_PATTERN)
     capsys.readouterr()  # save_pretrained's progress bar
     assert cli.main([str(folder), "--quiet"]) == 2
