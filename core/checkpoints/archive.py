@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..errors import CheckpointError, DiskFull, SettingError, clipped
+from ..errors import CheckpointError, DiskFull, SettingError, clipped, quoted
 from .paths import MAX_NAME_BYTES
 
 CHUNK = 1 << 20
@@ -302,12 +302,20 @@ def zip_directory(path: Path) -> tuple[int, int]:
 
 
 class _BoundedTarInfo(tarfile.TarInfo):
-    """A tar header whose long-name and PAX records are refused before they are read (tarfile reads them whole)."""
+    """A tar header whose long-name and PAX records are refused before they are read (tarfile reads them whole), and
+    a sparse file refused before its map is read: tarfile reads a GNU sparse header's extension blocks (or a PAX 1.0
+    sparse map from the member's data) for as long as they say more follow, into a list, before the member is
+    counted (1.5 MB of gzip held 14.6 s of CPU, 2.2 MB 3.9 GB of memory). No model folder holds a sparse file."""
 
     def _proc_member(self, tarfile_):
         if self.type in _RECORD_TYPES and self.size > MAX_HEADER_RECORD_BYTES:
             raise _RecordTooLarge(f"{self.name!r}, a header record of {self.size:,} bytes")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise _RecordTooLarge(f"{quoted(self.name)}, a sparse file")
         return super()._proc_member(tarfile_)
+
+    def _proc_gnusparse_10(self, next, pax_headers, tarfile_):
+        raise _RecordTooLarge(f"{quoted(next.name)}, a sparse file")
 
 
 class _RecordTooLarge(Exception):
@@ -322,7 +330,8 @@ def _extract_tar(path: Path, writer: _Writer) -> None:
     try:
         _unpack_tar(path, writer)
     except _RecordTooLarge as err:
-        raise CheckpointError(f"{writer.name} contains {err}; an archive of a model folder has short headers") from None
+        raise CheckpointError(f"{writer.name} contains {err}; an archive of a model folder has short headers and "
+                              "plain files") from None
 
 
 def _unpack_tar(path: Path, writer: _Writer) -> None:

@@ -575,6 +575,36 @@ def test_a_skipped_tar_member_counts_against_the_budget(tmp_path, monkeypatch):
         load_untrusted([("m.tar.gz", buffer.getvalue())])
 
 
+def _gnu_sparse_header(extensions: int) -> bytes:
+    """A GNU sparse member's header ('S') followed by ``extensions`` extension blocks, each saying another follows."""
+    header = bytearray(tarfile.TarInfo("m/weights.bin").tobuf(tarfile.GNU_FORMAT)[:512])
+    header[156:157], header[482] = b"S", 1  # sparse; an extension block follows
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    extension = bytearray(512)
+    extension[0:24] = b"%011o\0%011o\0" % (1, 1)
+    extension[504] = 1  # and another
+    return bytes(header) + bytes(extension) * extensions
+
+
+def test_sparse_tar_members_are_refused_before_their_map_is_read(tmp_path):
+    """tarfile reads a GNU sparse header's extension blocks while each says another follows, into a list, before
+    the member is counted: 2.2 MB of gzip took 23 s and 3.9 GB. A PAX 1.0 sparse map is read from the data alike."""
+    gnu = gzip.compress(_gnu_sparse_header(2000) + bytes(1024))
+    with pytest.raises(CheckpointError, match=r"^m.tar.gz contains 'm/weights.bin', a sparse file; an archive of a "
+                                              r"model folder has short headers and plain files$"):
+        load_untrusted([("m.tar.gz", gnu)])
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("m/GNUSparseFile.0/weights.bin")
+        info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "m/weights.bin",
+                            "GNU.sparse.realsize": "10"}
+        info.size = 512
+        tar.addfile(info, io.BytesIO(b"99999999999\n" + bytes(500)))  # the map says 99,999,999,999 pieces
+    with pytest.raises(CheckpointError, match=r"a sparse file; an archive of a model folder"):
+        load_untrusted([("m.tar", buffer.getvalue())])
+
+
 def test_a_folder_inside_whose_file_links_outside_is_refused(tmp_path):
     folder = bert_folder(tmp_path / "root" / "bert")
     (folder / "tokenizer.json").unlink()
