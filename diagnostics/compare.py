@@ -188,7 +188,7 @@ def compare(a, b, texts=None, device=None, progress=None, n_heads=None) -> Compa
         distances = _map_distances(report_a.samples, report_b.samples)
     heads = [head_change(ha, hb, float(distances[ha.part][ha.layer, ha.head]))
              for ha, hb in zip(report_a.heads, report_b.heads)]
-    appeared, disappeared = finding_changes(report_a.findings, report_b.findings)
+    appeared, disappeared = finding_changes(report_a.findings, report_b.findings, *unmeasured_heads(heads))
     tell(1.0, "done")
     return CompareReport(report_a, report_b, heads, appeared, disappeared, streamed)
 
@@ -320,41 +320,54 @@ def role_names(head) -> list[str]:
     return sorted(set(names))
 
 
-def finding_changes(findings_a, findings_b):
+def unmeasured_heads(heads) -> tuple[set, set]:
+    """``(part, layer, head)`` of the ``HeadChange``s whose maps are not finite in A, and in B."""
+    return tuple({(h.part, h.layer, h.head) for h in heads if not math.isfinite(getattr(h, side)["entropy"])}
+                 for side in ("before", "after"))
+
+
+def finding_changes(findings_a, findings_b, unmeasured_a=frozenset(), unmeasured_b=frozenset()):
     """``(appeared, disappeared)``: B's findings A lacks, has less severe, or has on fewer heads; A's findings B
     lacks, or has on fewer heads. A finding listed for its heads names them (``details["new_heads"]`` in B,
     ``"cleared_heads"`` in A) at the end of its message: two more dead heads in a layer of their own had changed
-    neither the code nor the severity, and the comparison named neither."""
+    neither the code nor the severity, and the comparison named neither. Heads the other model could not measure
+    (``unmeasured_a`` / ``_b``: ``(part, layer, head)`` of maps not finite there) neither appear nor disappear:
+    demo-bert's near-uniform L3H0 and L3H3, NaN in a copy with one NaN query weight, had "disappeared"."""
     worst_a = {}
     for f in findings_a:
         key = (f.code, f.part)
         worst_a[key] = min(worst_a.get(key, 9), severity_rank(f.severity))
     codes_b = {(f.code, f.part) for f in findings_b}
-    appeared = [_appeared(f, findings_a, worst_a.get((f.code, f.part), 9)) for f in findings_b]
-    disappeared = [f if (f.code, f.part) not in codes_b else _with_heads(f, findings_b, "cleared_heads",
-                                                                          "No longer in B") for f in findings_a]
+    appeared = [_appeared(f, findings_a, worst_a.get((f.code, f.part), 9), unmeasured_a) for f in findings_b]
+    disappeared = [f if (f.code, f.part) not in codes_b and not _touches(f, unmeasured_b) else
+                   _with_heads(f, findings_b, "cleared_heads", "No longer in B", unmeasured_b) for f in findings_a]
     return [f for f in appeared if f is not None], [f for f in disappeared if f is not None]
 
 
-def _appeared(finding, findings_a, rank_a: int):
-    """B's ``finding`` as the comparison lists it, or None: whole when A lacks its code (``rank_a`` 9); also when A
-    has it less severe, then naming its heads A's do not name (a layer's Q/K × 0 raised demo-bert's diffuse heads
-    to a warning, and the two heads diffuse in A too read as part of the damage) and A's severity
-    (``details["severity_in_a"]``); else only for new heads."""
-    if rank_a == 9:
+def _appeared(finding, findings_a, rank_a: int, unmeasured_a=frozenset()):
+    """B's ``finding`` as the comparison lists it, or None: whole when A lacks its code (``rank_a`` 9) and measured
+    its heads; also when A has it less severe, then naming its heads A's do not name (a layer's Q/K × 0 raised
+    demo-bert's diffuse heads to a warning, and the two heads diffuse in A too read as part of the damage) and A's
+    severity (``details["severity_in_a"]``); else only for new heads."""
+    if rank_a == 9 and not _touches(finding, unmeasured_a):
         return finding
-    named = _with_heads(finding, findings_a, "new_heads", "New in B")
-    if severity_rank(finding.severity) >= rank_a:
+    named = _with_heads(finding, findings_a, "new_heads", "New in B", unmeasured_a)
+    if rank_a == 9 or severity_rank(finding.severity) >= rank_a:
         return named
     raised = named or finding  # A's severity kept: an error raised from a warning is a new error (the CLI exits 1)
     return replace(raised, details={**raised.details, "severity_in_a": SEVERITIES[rank_a]})
 
 
-def _with_heads(finding, others, key: str, words: str):
-    """A copy of ``finding`` naming its heads that ``others``' findings of its code and part do not name, or None
-    when there are none (or it describes, ``DESCRIBING``)."""
+def _touches(finding, unmeasured) -> bool:
+    """Whether ``finding`` names a head of ``unmeasured`` (``(part, layer, head)``)."""
+    return any((finding.part, *head) in unmeasured for head in finding.heads) and finding.code not in DESCRIBING
+
+
+def _with_heads(finding, others, key: str, words: str, unmeasured=frozenset()):
+    """A copy of ``finding`` naming its heads that ``others``' findings of its code and part do not name and the
+    other model measured (not in ``unmeasured``), or None when there are none (or it describes, ``DESCRIBING``)."""
     named = {tuple(h) for f in others if (f.code, f.part) == (finding.code, finding.part) for h in f.heads}
-    heads = [h for h in finding.heads if tuple(h) not in named]
+    heads = [h for h in finding.heads if tuple(h) not in named and (finding.part, *h) not in unmeasured]
     if not heads or finding.code in DESCRIBING:
         return None
     return replace(finding, details={**finding.details, key: heads},

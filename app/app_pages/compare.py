@@ -86,6 +86,10 @@ def grid_ui(report, part) -> tuple[int, int]:
     return layer, head
 
 
+NOT_FINITE_MAP = ("No map of {title}: this head's attention holds NaN or infinite weights there (a weight or "
+                  "activation overflowed), so there is nothing to draw; the table names it non_finite.")
+
+
 def maps_ui(report, part, layer, head) -> None:
     st.subheader(f"Layer {layer}, head {head}")
     if not report.a.samples:
@@ -102,6 +106,9 @@ def maps_ui(report, part, layer, head) -> None:
     # one map per tab, at the page's width: three columns left a 190-token map 64 px wide at 1280 px
     maps = (("A", map_a, False), ("B", map_b, False), ("B − A", map_b - map_a, True))
     for tab, (title, weights, diff) in zip(st.tabs([title for title, _, _ in maps]), maps):
+        if not bool(weights.isfinite().all()):  # plotly drew a blank white box, axes and all gone
+            tab.info(NOT_FINITE_MAP.format(title=title))
+            continue
         tab.plotly_chart(compare_plots.map_figure(weights, sa.tokens, sa.keys, title, diff), key=f"cmp_map_{title}",
                          alt=f"{title}: attention map of layer {layer}, head {head}, queries (rows) by keys (columns)")
 

@@ -162,8 +162,15 @@ def test_a_head_whose_map_is_not_finite_reads_n_a_in_the_table(monkeypatch, tmp_
     def one_nan_query_weight(state):  # head 0 of layer 1, and every head after it
         state["encoder.layer.1.attention.self.query.weight"][0, 0] = float("nan")
 
-    table = _compare_tiny_bert_with(one_nan_query_weight, monkeypatch, tmp_path).dataframe[0]
+    at = _compare_tiny_bert_with(one_nan_query_weight, monkeypatch, tmp_path)
+    table = at.dataframe[0]
     assert table.value["distance"].isna().any() and table.proto.placeholder == "n/a"
+    at.selectbox(key="cmp_layer").set_value(1)  # its B and B − A maps were blank, with no word why
+    at.selectbox(key="cmp_head").set_value(0)
+    at.run()
+    assert len(at.get("plotly_chart")) == 2  # the grid and A's map
+    said = [i.value for i in at.info if "NaN or infinite" in i.value]
+    assert [s.split(":")[0] for s in said] == ["No map of B", "No map of B − A"], said
 
 
 def test_compare_refuses_more_probe_text_than_the_server_runs():

@@ -206,6 +206,24 @@ def test_a_diverged_head_is_changed_and_a_copy_of_it_is_not():
     assert not same.changed and max(h.js_distance for h in same.heads) == 0.0
 
 
+def test_findings_on_heads_one_model_could_not_measure_neither_appear_nor_disappear():
+    """demo-bert with one NaN in layer 2's queries: its NaN reaches L3H0 and L3H3, whose near-uniform maps (info in
+    A) were listed as "disappeared from A", as if mended, and "appeared in B" the other way round."""
+    import core
+
+    model, tokenizer = core.load_model("demo-bert")
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.encoder.layer[2].attention.self.query.weight[0, 0] = float("nan")
+    forward = compare((model, tokenizer), (broken, tokenizer))
+    unmeasured = {(h.layer, h.head) for h in forward.heads if "non_finite" in h.reasons}
+    assert {(3, 0), (3, 3)} <= unmeasured
+    nan = ["non_finite_attention", "non_finite_weights"]
+    assert sorted(f.code for f in forward.appeared) == nan and not forward.disappeared
+    backward = compare((broken, tokenizer), (model, tokenizer))
+    assert not backward.appeared and sorted(f.code for f in backward.disappeared) == nan
+
+
 def test_a_copy_of_a_diverged_model_is_at_zero_when_streamed_too(monkeypatch):
     """The streamed path had no "same maps, NaN included" step: the copy's diverged head was at null / n/a."""
     tokenizer, model = long_bpe_tokenizer(), tiny_gpt2(1024)
