@@ -309,17 +309,21 @@ class _BoundedTarInfo(tarfile.TarInfo):
 
     def _proc_member(self, tarfile_):
         if self.type in _RECORD_TYPES and self.size > MAX_HEADER_RECORD_BYTES:
-            raise _RecordTooLarge(f"{self.name!r}, a header record of {self.size:,} bytes")
+            raise _RecordTooLarge(f"{self.name!r}, a header record of {self.size:,} bytes; an archive of a model "
+                                  "folder has short headers")
         if self.type == tarfile.GNUTYPE_SPARSE:
-            raise _RecordTooLarge(f"{quoted(self.name)}, a sparse file")
+            raise _RecordTooLarge(f"{quoted(self.name)}, {_SPARSE}")
         return super()._proc_member(tarfile_)
 
     def _proc_gnusparse_10(self, next, pax_headers, tarfile_):
-        raise _RecordTooLarge(f"{quoted(next.name)}, a sparse file")
+        raise _RecordTooLarge(f"{quoted(next.name)}, {_SPARSE}")
 
 
 class _RecordTooLarge(Exception):
     pass
+
+
+_SPARSE = "a sparse file; an archive of a model folder holds none"
 
 
 _RECORD_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
@@ -330,8 +334,7 @@ def _extract_tar(path: Path, writer: _Writer) -> None:
     try:
         _unpack_tar(path, writer)
     except _RecordTooLarge as err:
-        raise CheckpointError(f"{writer.name} contains {err}; an archive of a model folder has short headers and "
-                              "plain files") from None
+        raise CheckpointError(f"{writer.name} contains {err}") from None
 
 
 def _unpack_tar(path: Path, writer: _Writer) -> None:

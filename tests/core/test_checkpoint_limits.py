@@ -592,7 +592,7 @@ def test_sparse_tar_members_are_refused_before_their_map_is_read(tmp_path):
     the member is counted: 2.2 MB of gzip took 23 s and 3.9 GB. A PAX 1.0 sparse map is read from the data alike."""
     gnu = gzip.compress(_gnu_sparse_header(2000) + bytes(1024))
     with pytest.raises(CheckpointError, match=r"^m.tar.gz contains 'm/weights.bin', a sparse file; an archive of a "
-                                              r"model folder has short headers and plain files$"):
+                                              r"model folder holds none$"):
         load_untrusted([("m.tar.gz", gnu)])
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -601,7 +601,7 @@ def test_sparse_tar_members_are_refused_before_their_map_is_read(tmp_path):
                             "GNU.sparse.realsize": "10"}
         info.size = 512
         tar.addfile(info, io.BytesIO(b"99999999999\n" + bytes(500)))  # the map says 99,999,999,999 pieces
-    with pytest.raises(CheckpointError, match=r"a sparse file; an archive of a model folder"):
+    with pytest.raises(CheckpointError, match=r"a sparse file; an archive of a model folder holds none$"):
         load_untrusted([("m.tar", buffer.getvalue())])
 
 
