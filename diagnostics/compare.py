@@ -349,24 +349,32 @@ def _appeared(finding, findings_a, rank_a: int, unmeasured_a=frozenset()):
     its heads; also when A has it less severe, then naming its heads A's do not name (a layer's Q/K × 0 raised
     demo-bert's diffuse heads to a warning, and the two heads diffuse in A too read as part of the damage) and A's
     severity (``details["severity_in_a"]``); else only for new heads."""
-    if rank_a == 9 and not _touches(finding, unmeasured_a):
-        return finding
+    if rank_a == 9:  # new in B: whole (the CLI's gate counts it), unless A measured none of its heads
+        return None if _touches(finding, unmeasured_a, every=True) else finding
     named = _with_heads(finding, findings_a, "new_heads", "New in B", unmeasured_a)
-    if rank_a == 9 or severity_rank(finding.severity) >= rank_a:
+    if severity_rank(finding.severity) >= rank_a:
         return named
     raised = named or finding  # A's severity kept: an error raised from a warning is a new error (the CLI exits 1)
     return replace(raised, details={**raised.details, "severity_in_a": SEVERITIES[rank_a]})
 
 
-def _touches(finding, unmeasured) -> bool:
-    """Whether ``finding`` names a head of ``unmeasured`` (``(part, layer, head)``)."""
-    return any((finding.part, *head) in unmeasured for head in finding.heads) and finding.code not in DESCRIBING
+# Findings read from the weights: a head whose maps are NaN still has them measured
+FROM_WEIGHTS = ("qk_scale_small", "qk_scale_large", "dead_heads", "similar_head_weights", "non_finite_weights")
+
+
+def _touches(finding, unmeasured, every: bool = False) -> bool:
+    """Whether ``finding`` names a head of ``unmeasured`` (``(part, layer, head)``; ``every``: only such heads),
+    where its code reads maps (not ``FROM_WEIGHTS``, nor ``DESCRIBING``)."""
+    if finding.code in FROM_WEIGHTS or finding.code in DESCRIBING or not finding.heads:
+        return False
+    return (all if every else any)((finding.part, *head) in unmeasured for head in finding.heads)
 
 
 def _with_heads(finding, others, key: str, words: str, unmeasured=frozenset()):
     """A copy of ``finding`` naming its heads that ``others``' findings of its code and part do not name and the
     other model measured (not in ``unmeasured``), or None when there are none (or it describes, ``DESCRIBING``)."""
     named = {tuple(h) for f in others if (f.code, f.part) == (finding.code, finding.part) for h in f.heads}
+    unmeasured = () if finding.code in FROM_WEIGHTS else unmeasured
     heads = [h for h in finding.heads if tuple(h) not in named and (finding.part, *h) not in unmeasured]
     if not heads or finding.code in DESCRIBING:
         return None

@@ -87,7 +87,7 @@ def grid_ui(report, part) -> tuple[int, int]:
 
 
 NOT_FINITE_MAP = ("No map of {title}: this head's attention holds NaN or infinite weights there (a weight or "
-                  "activation overflowed), so there is nothing to draw; the table names it non_finite.")
+                  "activation overflowed), so there is nothing to draw.")
 
 
 def maps_ui(report, part, layer, head) -> None:

@@ -222,6 +222,14 @@ def test_findings_on_heads_one_model_could_not_measure_neither_appear_nor_disapp
     assert sorted(f.code for f in forward.appeared) == nan and not forward.disappeared
     backward = compare((broken, tokenizer), (model, tokenizer))
     assert not backward.appeared and sorted(f.code for f in backward.disappeared) == nan
+    zeroed = copy.deepcopy(model)  # new errors beside the NaN heads still fail the gate, and name every head
+    with torch.no_grad():
+        for layer in zeroed.encoder.layer:
+            layer.attention.self.query.weight.zero_()
+            layer.attention.self.query.bias.zero_()
+    gate = compare((broken, tokenizer), (zeroed, tokenizer))
+    assert gate.has_new_errors and {"diffuse_heads", "qk_scale_small"} <= {f.code for f in gate.appeared}
+    assert len(next(f for f in gate.appeared if f.code == "qk_scale_small").heads) == 16  # weights: all measured
 
 
 def test_a_copy_of_a_diverged_model_is_at_zero_when_streamed_too(monkeypatch):
