@@ -21,7 +21,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER, PreTrainedT
 from ..errors import clipped, first_line
 from .json_items import MAX_DATA_ITEMS, json_items
 from .quiet import quiet_transformers
-from .regex_risk import MAX_REPETITIONS, risky_pattern
+from .regex_risk import risky_pattern
 from .registry import DEMO_MODELS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -41,9 +41,9 @@ NOT_A_TOKENIZER = ("the checkpoint's {file} names {named!r} as its tokenizer_cla
 BAD_LIMIT = ("the checkpoint's tokenizer gives model_max_length {value}, not a number of tokens; it is ignored (the "
              "model's positions still limit what it reads)")
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
-BACKTRACKS = ("the checkpoint's tokenizer.json splits or rewrites text with the regex {pattern}, whose shape can "
-              "backtrack for minutes on some text (a repeated group, two repetitions in one alternative, or over "
-              "{most} repetitions in all its regexes), so it was not used; ")
+BACKTRACKS = ("the checkpoint's tokenizer.json splits or rewrites text with the regex {pattern}, which is not one of "
+              "the released tokenizers' regexes AttnScope runs (an unknown one may backtrack for minutes, holding the "
+              "server), so it was not used; ")
 TOO_LARGE = "the checkpoint's tokenizer has {n} tokens but the model only {vocab} embeddings, so it was not used; "
 BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because the vocabulary sizes match ({vocab}) — "
             "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")
@@ -109,7 +109,7 @@ def _own_tokenizer(clean: Path):
     try:
         risky = risky_pattern(clean / "tokenizer.json") if (clean / "tokenizer.json").is_file() else None
         if risky:
-            return None, BACKTRACKS.format(pattern=risky[:60], most=MAX_REPETITIONS)
+            return None, BACKTRACKS.format(pattern=risky[:60])
         with quiet_transformers():  # it reads config.json again: transformers logs what it holds, as it is
             tokenizer = AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
