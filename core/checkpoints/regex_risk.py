@@ -10,7 +10,8 @@ comment or extended mode; past Oniguruma's retry limit the library panics with a
 nor judging its shape (Oniguruma's syntax has too many ways to repeat) cleared them: both were tried on
 2026-12-07 and bypassed the same day. So an upload's tokenizer runs only regexes known by their exact pattern, those
 of released tokenizers (``KNOWN_PATTERNS``), each measured on 50,000 characters of 26 runs of one or two kinds of
-character; at most ``MAX_REGEXES`` of them. A local folder given on the command line is trusted and not checked.
+character; at most ``MAX_REGEXES`` of them; and no step that lengthens the text (``growing``). A local folder given
+on the command line is trusted and not checked.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-MAX_REGEXES = 8  # in one tokenizer.json: DeepSeek V3 has 3
+from ..errors import clipped
+
+MAX_REGEXES = 4  # in one tokenizer: DeepSeek V3 has 3
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
            r"\s+(?!\S)|\s+")
 _O200K_WORDS = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+{s}|"
                 r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*{s}|")
 _CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-# Each at most 0.03 s on 50,000 characters of any of the 26 runs (tests/core/test_checkpoint.py), but SuperBPE's
+# Each at most 0.03 s on 50,000 characters of any of 26 runs, and 0.34 s on mixes (tests/core/test_checkpoint.py).
+# Not SuperBPE's digit groups, (?=(\d{3})+(?!\d)): quadratic in a run of digits, 15 s on 50,000 mixed ones.
 KNOWN_PATTERNS = frozenset({
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",  # GPT-2's
     _LLAMA3,  # Llama 3's, GPT-4's cl100k
@@ -36,28 +40,56 @@ KNOWN_PATTERNS = frozenset({
     r"""\s*[\r\n]+|\s+(?!\S)|\s+""",  # DeepSeek V3's words
     r"[一-龥぀-ゟ゠-ヿ]+",  # DeepSeek V3's CJK
     r"\p{N}{1,3}",  # DeepSeek V3's digits
-    r"(?=(\d{3})+(?!\d))",  # SuperBPE's digit groups: quadratic in a run of digits, 6 s on 50,000
 })
 
 
+MAX_ADDED_CHARS = 16  # a Prepend's text; a Replace may not lengthen what it replaces
+
+
 def risky_pattern(path: Path) -> str | None:
-    """The first regex of the ``tokenizer.json`` at ``path`` that is not in ``KNOWN_PATTERNS``, or the one past
-    ``MAX_REGEXES``; None when every regex may run."""
-    for i, pattern in enumerate(regex_patterns(json.loads(path.read_bytes()))):
+    """``risky_step`` of the ``tokenizer.json`` at ``path``."""
+    return risky_step(json.loads(path.read_bytes()))
+
+
+def risky_step(tree) -> str | None:
+    """What in a parsed tokenizer (``tokenizer.json``, or a built tokenizer's ``to_str()``) must not run, or None:
+    a regex not in ``KNOWN_PATTERNS`` or past ``MAX_REGEXES``, or a step that lengthens the text (``growing``)."""
+    for i, pattern in enumerate(regex_patterns(tree)):
         if pattern not in KNOWN_PATTERNS or i >= MAX_REGEXES:
             return pattern
+    return growing(tree)
+
+
+def growing(node) -> str | None:
+    """A step of a parsed tokenizer that may lengthen the text it reads, as text: a ``Replace`` whose content is
+    longer than its literal pattern (or than one character, for a regex), or a ``Prepend`` of over
+    ``MAX_ADDED_CHARS``. 20 ``Replace`` steps of "a" by "aa" made 100 characters 4 GB in 18 s, and 1,000 aborted
+    the process (a Rust allocation failure no handler catches)."""
+    for item in _nodes(node):
+        kind = item.get("type")
+        if kind == "Replace":
+            pattern, content = item.get("pattern") or {}, item.get("content")
+            literal = pattern.get("String") if isinstance(pattern, dict) else None
+            most = len(literal) if isinstance(literal, str) and literal else 1
+            if not isinstance(content, str) or len(content) > most or not isinstance(pattern, dict):
+                return f"Replace {clipped(json.dumps(pattern)[:40])} by {clipped(json.dumps(content)[:40])}"
+        elif kind == "Prepend" and len(str(item.get("prepend", ""))) > MAX_ADDED_CHARS:
+            return f"Prepend {clipped(json.dumps(item.get('prepend'))[:40])}"
     return None
+
+
+def _nodes(node):
+    """Every dict in a parsed JSON tree."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            yield item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def regex_patterns(node) -> list[str]:
     """Every ``{"Regex": pattern}`` in a parsed ``tokenizer.json``, at any depth."""
-    found, stack = [], [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if isinstance(item.get("Regex"), str):
-                found.append(item["Regex"])
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
+    return [item["Regex"] for item in _nodes(node) if isinstance(item.get("Regex"), str)]

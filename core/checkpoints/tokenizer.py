@@ -21,7 +21,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER, PreTrainedT
 from ..errors import clipped, first_line
 from .json_items import MAX_DATA_ITEMS, json_items
 from .quiet import quiet_transformers
-from .regex_risk import risky_pattern
+from .regex_risk import growing, risky_step
 from .registry import DEMO_MODELS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -41,9 +41,10 @@ NOT_A_TOKENIZER = ("the checkpoint's {file} names {named!r} as its tokenizer_cla
 BAD_LIMIT = ("the checkpoint's tokenizer gives model_max_length {value}, not a number of tokens; it is ignored (the "
              "model's positions still limit what it reads)")
 NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {n} special tokens; "
-BACKTRACKS = ("the checkpoint's tokenizer.json splits or rewrites text with the regex {pattern}, which is not one of "
-              "the released tokenizers' regexes AttnScope runs (an unknown one may backtrack for minutes, holding the "
+BACKTRACKS = ("the checkpoint's tokenizer splits or rewrites text with the regex {pattern}, which is not one of the "
+              "released tokenizers' regexes AttnScope runs (an unknown one may backtrack for minutes, holding the "
               "server), so it was not used; ")
+GROWS = "the checkpoint's tokenizer has a step that lengthens the text it reads ({step}), so it was not used; "
 TOO_LARGE = "the checkpoint's tokenizer has {n} tokens but the model only {vocab} embeddings, so it was not used; "
 BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because the vocabulary sizes match ({vocab}) — "
             "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")
@@ -107,16 +108,30 @@ def _own_tokenizer(clean: Path):
     if why:
         return None, why
     try:
-        risky = risky_pattern(clean / "tokenizer.json") if (clean / "tokenizer.json").is_file() else None
-        if risky:
-            return None, BACKTRACKS.format(pattern=risky[:60])
+        risky = _risky(json.loads((clean / "tokenizer.json").read_bytes())) if (clean / "tokenizer.json").is_file() \
+            else ""
+        if risky:  # before it is built: building normalizes its added tokens
+            return None, risky
         with quiet_transformers():  # it reads config.json again: transformers logs what it holds, as it is
             tokenizer = AutoTokenizer.from_pretrained(clean, local_files_only=True, trust_remote_code=False)
+        backend = getattr(tokenizer, "backend_tokenizer", None)  # as built, from whichever files
+        risky = _risky(json.loads(backend.to_str())) if backend is not None else ""
     except Exception as err:  # noqa: BLE001 - any malformed tokenizer file
         return None, UNREADABLE.format(err=first_line(err, 120))
+    if risky:  # a SentencePiece model's user-defined pieces become one regex, which no tokenizer.json shows
+        return None, risky
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
         return None, UNREADABLE.format(err=f"they give a {type(tokenizer).__name__}, not a tokenizer")
     return tokenizer, ""
+
+
+def _risky(tree) -> str:
+    """The note refusing a parsed tokenizer that could hold the server (``regex_risk``), or ""."""
+    step = risky_step(tree)
+    if not step:
+        return ""
+    grows = growing(tree)
+    return GROWS.format(step=grows) if grows == step else BACKTRACKS.format(pattern=step[:60])
 
 
 def unusable_files(folder: Path) -> str:

@@ -133,7 +133,7 @@ def test_a_tokenizer_that_panics_on_the_probes_gives_one_line_and_the_page_goes_
     from core.checkpoints import tokenizer as checkpoint_tokenizer
     from tiny_checkpoints import PANICKING_PATTERN, save_splitting_bert, zip_folder
 
-    monkeypatch.setattr(checkpoint_tokenizer, "risky_pattern", lambda path: None)  # as a panic the check misses
+    monkeypatch.setattr(checkpoint_tokenizer, "_risky", lambda tree: "")  # as a panic the check misses
     at = _app()
     at.switch_page("app_pages/diagnose.py").run()
     at = _upload_and_run(at, "panics.zip", zip_folder(save_splitting_bert(tmp_path / "panics", PANICKING_PATTERN)))
@@ -151,7 +151,7 @@ def test_a_panic_on_inspect_is_kept_as_its_failure_and_not_run_again_on_every_re
     from core.checkpoints import tokenizer as checkpoint_tokenizer
     from tiny_checkpoints import PANICKING_PATTERN, save_splitting_bert
 
-    monkeypatch.setattr(checkpoint_tokenizer, "risky_pattern", lambda path: None)  # as a panic the check misses
+    monkeypatch.setattr(checkpoint_tokenizer, "_risky", lambda tree: "")  # as a panic the check misses
     calls, attention = [], cache.attention
     monkeypatch.setattr(cache, "attention", lambda key: calls.append(key) or attention(key))
     at = _app()

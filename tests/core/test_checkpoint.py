@@ -292,7 +292,7 @@ def test_a_tokenizer_splitting_on_a_backtracking_regex_is_not_used(tmp_path):
     catches) and, bounded ({1,22}), took 12 s on 180 characters holding the GIL: the server froze for everyone."""
     loaded = load(_splitting_on(tmp_path, r"(\D\D?){1,22}\d", "slow"))  # times out in the child process
     assert loaded.tokenizer is None
-    assert loaded.notes[0].startswith("the checkpoint's tokenizer.json splits or rewrites text with the regex "
+    assert loaded.notes[0].startswith("the checkpoint's tokenizer splits or rewrites text with the regex "
                                       "(\\D\\D?){1,22}\\d,")
     assert load(_splitting_on(tmp_path, r"(\D?\D?)+\d", "panics")).tokenizer is None  # crashes the child
 
@@ -311,7 +311,7 @@ def test_a_tokenizer_splitting_on_an_unknown_regex_is_not_used(tmp_path, pattern
     (a comment, extended mode, {1,3}+, the absent operator, recursion, a backreference)."""
     loaded = load(_splitting_on(tmp_path, pattern, "chain"))
     assert loaded.tokenizer is None
-    assert loaded.notes[0].startswith(f"the checkpoint's tokenizer.json splits or rewrites text with the regex "
+    assert loaded.notes[0].startswith(f"the checkpoint's tokenizer splits or rewrites text with the regex "
                                       f"{pattern[:60]}, which is not one of the released tokenizers' regexes")
 
 
@@ -329,6 +329,55 @@ def test_only_known_regexes_run_at_most_eight_wherever_they_are(tmp_path):
     assert risky_pattern(tmp_path / "tokenizer.json") is None
 
 
+def test_a_tokenizer_step_that_lengthens_the_text_is_not_used(tmp_path):
+    """20 Replace steps of "a" by "aa" (no regex at all) made 100 characters 4 GB in 18 s; 1,000 aborted the server
+    process with a Rust allocation failure."""
+    folder = _splitting_on(tmp_path, r"\p{N}{1,3}", "grows")
+    tree = json.loads((folder / "tokenizer.json").read_text())
+    tree["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Replace", "pattern": {"String": "a"},
+                                                               "content": "aa"}] * 20}
+    (folder / "tokenizer.json").write_text(json.dumps(tree))
+    loaded = load(folder)
+    assert loaded.tokenizer is None
+    grows = 'the checkpoint\'s tokenizer has a step that lengthens the text it reads (Replace {"String": "a"} by "aa")'
+    assert loaded.notes[0].startswith(grows)
+
+
+def test_the_tokenizer_as_built_is_checked_not_only_its_file(tmp_path, monkeypatch):
+    """transformers builds a SentencePiece model's tokenizer itself, its user-defined pieces joined into one regex
+    that no tokenizer.json shows (190 pieces of 10,000 characters: 29 s on 50,000 characters)."""
+    from tokenizers import Regex, pre_tokenizers
+    from transformers import AutoTokenizer
+
+    built = AutoTokenizer.from_pretrained
+    def converted(*args, **kwargs):  # as the SentencePiece converter builds it
+        tokenizer = built(*args, **kwargs)
+        tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("aaaa+b0|aaaa+b1"), "isolated")
+        return tokenizer
+
+    monkeypatch.setattr(checkpoint_tokenizer.AutoTokenizer, "from_pretrained", converted)
+    loaded = load(_splitting_on(tmp_path, r"\p{N}{1,3}", "built"))
+    assert loaded.tokenizer is None and "with the regex aaaa+b0|aaaa+b1, which is not one" in loaded.notes[0]
+
+
+def test_a_sentencepiece_model_s_user_defined_pieces_are_checked(tmp_path):
+    pb = pytest.importorskip("sentencepiece.sentencepiece_model_pb2")
+    folder = _splitting_on(tmp_path, r"\p{N}{1,3}", "spm")
+    for name in ("tokenizer.json", "vocab.txt", "special_tokens_map.json"):
+        (folder / name).unlink(missing_ok=True)
+    proto = pb.ModelProto()
+    proto.trainer_spec.model_type = pb.TrainerSpec.UNIGRAM
+    piece = proto.pieces.add()
+    piece.piece, piece.score, piece.type = "<unk>", 0, pb.ModelProto.SentencePiece.UNKNOWN
+    for i in range(3):
+        piece = proto.pieces.add()
+        piece.piece, piece.score, piece.type = "a" * 50 + f"b{i}", 0, pb.ModelProto.SentencePiece.USER_DEFINED
+    (folder / "tokenizer.model").write_bytes(proto.SerializeToString())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TokenizersBackend"}))
+    loaded = load(folder)
+    assert loaded.tokenizer is None and "splits or rewrites text with the regex" in loaded.notes[0]
+
+
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
            r"\s+(?!\S)|\s+")
 RELEASED_PATTERNS = {
@@ -339,7 +388,6 @@ RELEASED_PATTERNS = {
              r"'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|"
              r"'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "bloom": r" ?[^(\s|[.,!?…。，、।۔،])]+",
-    "superbpe": r"(?=(\d{3})+(?!\d))",  # a repeated group, harmless but for runs of digits
     "tekken": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?"
               r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|"
               r"\s+(?!\S)|\s+",  # Mistral's
@@ -366,7 +414,7 @@ def test_the_known_regexes_take_milliseconds_on_long_runs():
             start = time.perf_counter()
             tokenizer.encode(run * (50_000 // len(run)))
             took = time.perf_counter() - start
-            assert took < (10.0 if "(\\d{3})+" in pattern else 0.3), (pattern, run, took)
+            assert took < 0.3, (pattern, run, took)
 
 
 @pytest.mark.parametrize("name", RELEASED_PATTERNS)
@@ -495,7 +543,7 @@ def test_a_tokenizer_file_over_the_cap_is_not_parsed(tmp_path, monkeypatch):
     size = (folder / "tokenizer.json").stat().st_size
     monkeypatch.setattr(checkpoint_tokenizer, "MAX_TOKENIZER_FILE_BYTES", size - 1)
     parsed = []
-    monkeypatch.setattr(checkpoint_tokenizer, "risky_pattern", lambda path: parsed.append(path))
+    monkeypatch.setattr(checkpoint_tokenizer, "_risky", lambda tree: parsed.append(tree) or "")
     loaded = load(zip_folder(folder, tmp_path / "big.zip"))
     assert loaded.tokenizer is None and not parsed
     assert any(n.startswith(f"the checkpoint's tokenizer.json is {size:,} bytes, more than the {size - 1:,}")
