@@ -40,10 +40,13 @@ KNOWN_PATTERNS = frozenset({
     r"""\s*[\r\n]+|\s+(?!\S)|\s+""",  # DeepSeek V3's words
     r"[一-龥぀-ゟ゠-ヿ]+",  # DeepSeek V3's CJK
     r"\p{N}{1,3}",  # DeepSeek V3's digits
+    " {2,}",  # transformers' SentencePiece converter's (T5, mT5, XLM-R, ALBERT, XLNet, DeBERTa-v2): runs of spaces
 })
 
 
 MAX_ADDED_CHARS = 16  # a Prepend's text; a Replace may not lengthen what it replaces
+# WordPiece's longest-match search costs the cube of a word's length: BERT's 100; 10**9 took 8 s on 8,000 letters
+MAX_WORD_CHARS = 1000
 
 
 def risky_pattern(path: Path) -> str | None:
@@ -61,10 +64,11 @@ def risky_step(tree) -> str | None:
 
 
 def growing(node) -> str | None:
-    """A step of a parsed tokenizer that may lengthen the text it reads, as text: a ``Replace`` whose content is
-    longer than its literal pattern (or than one character, for a regex), or a ``Prepend`` of over
-    ``MAX_ADDED_CHARS``. 20 ``Replace`` steps of "a" by "aa" made 100 characters 4 GB in 18 s, and 1,000 aborted
-    the process (a Rust allocation failure no handler catches)."""
+    """A step of a parsed tokenizer that may lengthen the text it reads, or make it costly, as text: a ``Replace``
+    whose content is longer than its literal pattern (or than one character, for a regex), a ``Prepend`` of over
+    ``MAX_ADDED_CHARS``, or a WordPiece model that searches words of over ``MAX_WORD_CHARS``. 20 ``Replace`` steps
+    of "a" by "aa" made 100 characters 4 GB in 18 s, and 1,000 aborted the process (a Rust allocation failure no
+    handler catches)."""
     for item in _nodes(node):
         kind = item.get("type")
         if kind == "Replace":
@@ -75,7 +79,13 @@ def growing(node) -> str | None:
                 return f"Replace {clipped(json.dumps(pattern)[:40])} by {clipped(json.dumps(content)[:40])}"
         elif kind == "Prepend" and len(str(item.get("prepend", ""))) > MAX_ADDED_CHARS:
             return f"Prepend {clipped(json.dumps(item.get('prepend'))[:40])}"
+        elif kind == "WordPiece" and not _at_most(item.get("max_input_chars_per_word", 100), MAX_WORD_CHARS):
+            return f"WordPiece words of up to {clipped(str(item.get('max_input_chars_per_word')), 20)} characters"
     return None
+
+
+def _at_most(value, most: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value <= most
 
 
 def _nodes(node):

@@ -44,7 +44,8 @@ NO_VOCABULARY = "the checkpoint's tokenizer files hold no vocabulary, only its {
 BACKTRACKS = ("the checkpoint's tokenizer splits or rewrites text with the regex {pattern}, which is not one of the "
               "released tokenizers' regexes AttnScope runs (an unknown one may backtrack for minutes, holding the "
               "server), so it was not used; ")
-GROWS = "the checkpoint's tokenizer has a step that lengthens the text it reads ({step}), so it was not used; "
+GROWS = ("the checkpoint's tokenizer has a step that lengthens the text or makes it slow to read ({step}), so it "
+         "was not used; ")
 TOO_LARGE = "the checkpoint's tokenizer has {n} tokens but the model only {vocab} embeddings, so it was not used; "
 BORROWED = ("no tokenizer in the checkpoint; using {demo}'s tokenizer because the vocabulary sizes match ({vocab}) — "
             "if the model was trained with another tokenizer, the tokens shown are not the ones it learned")

@@ -339,8 +339,14 @@ def test_a_tokenizer_step_that_lengthens_the_text_is_not_used(tmp_path):
     (folder / "tokenizer.json").write_text(json.dumps(tree))
     loaded = load(folder)
     assert loaded.tokenizer is None
-    grows = 'the checkpoint\'s tokenizer has a step that lengthens the text it reads (Replace {"String": "a"} by "aa")'
-    assert loaded.notes[0].startswith(grows)
+    grows = 'the checkpoint\'s tokenizer has a step that lengthens the text or makes it slow to read (Replace {"String"'
+    assert loaded.notes[0].startswith(grows + ': "a"} by "aa")')
+    tree["normalizer"] = {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "\u2581"}  # T5's, XLM-R's
+    (folder / "tokenizer.json").write_text(json.dumps(tree))
+    assert load(folder).tokenizer is not None
+    tree["model"]["max_input_chars_per_word"] = 10**9  # WordPiece's search is cubic in a word: 8 s on 8,000 letters
+    (folder / "tokenizer.json").write_text(json.dumps(tree))
+    assert "(WordPiece words of up to 1000000000 characters)" in load(folder).notes[0]
 
 
 def test_the_tokenizer_as_built_is_checked_not_only_its_file(tmp_path, monkeypatch):
