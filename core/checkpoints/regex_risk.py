@@ -16,7 +16,9 @@ on the command line is trusted and not checked.
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 from pathlib import Path
 
 from ..errors import clipped
@@ -47,6 +49,8 @@ KNOWN_PATTERNS = frozenset({
 MAX_ADDED_CHARS = 16  # a Prepend's text; a Replace may not lengthen what it replaces
 # WordPiece's longest-match search costs the cube of a word's length: BERT's 100; 10**9 took 8 s on 8,000 letters
 MAX_WORD_CHARS = 1000
+# A SentencePiece character map's longest replacement, in UTF-8 bytes: nmt_nfkc's is 33 (a map of 240 kB)
+MAX_REPLACEMENT_BYTES = 64
 
 
 def risky_pattern(path: Path) -> str | None:
@@ -66,12 +70,20 @@ def risky_step(tree) -> str | None:
 def growing(node) -> str | None:
     """A step of a parsed tokenizer that may lengthen the text it reads, or make it costly, as text: a ``Replace``
     whose content is longer than its literal pattern (or than one character, for a regex), a ``Prepend`` of over
-    ``MAX_ADDED_CHARS``, or a WordPiece model that searches words of over ``MAX_WORD_CHARS``. 20 ``Replace`` steps
-    of "a" by "aa" made 100 characters 4 GB in 18 s, and 1,000 aborted the process (a Rust allocation failure no
-    handler catches)."""
+    ``MAX_ADDED_CHARS``, a WordPiece model that searches words of over ``MAX_WORD_CHARS``, or a SentencePiece
+    character map past ``MAX_REPLACEMENT_BYTES`` (or a second one, each pass growing the text again). 20
+    ``Replace`` steps of "a" by "aa" made 100 characters 4 GB in 18 s, and 1,000 aborted the process (a Rust
+    allocation failure no handler catches)."""
+    maps = 0
     for item in _nodes(node):
         kind = item.get("type")
-        if kind == "Replace":
+        if kind == "Precompiled":  # one character may map to a string as long as the map holds
+            maps += 1
+            longest = _longest_replacement(item.get("precompiled_charsmap"))
+            if maps > 1 or longest is None or longest > MAX_REPLACEMENT_BYTES:
+                return f"a character map {'after another' if maps > 1 else 'of replacements up to'}" + (
+                    "" if maps > 1 else f" {longest if longest is not None else '?'} bytes long")
+        elif kind == "Replace":
             pattern, content = item.get("pattern") or {}, item.get("content")
             literal = pattern.get("String") if isinstance(pattern, dict) else None
             most = len(literal) if isinstance(literal, str) and literal else 1
@@ -82,6 +94,19 @@ def growing(node) -> str | None:
         elif kind == "WordPiece" and not _at_most(item.get("max_input_chars_per_word", 100), MAX_WORD_CHARS):
             return f"WordPiece words of up to {clipped(str(item.get('max_input_chars_per_word')), 20)} characters"
     return None
+
+
+def _longest_replacement(charsmap) -> int | None:
+    """The longest string a SentencePiece ``precompiled_charsmap`` (base64: a little-endian trie size, the trie, then
+    its replacements, each ended by a NUL) can put in place of a character; 0 without a map, None when unreadable."""
+    if not charsmap:
+        return 0
+    try:
+        data = base64.b64decode(charsmap, validate=True)
+        trie = struct.unpack("<I", data[:4])[0]
+    except (ValueError, TypeError, struct.error):
+        return None
+    return max(map(len, data[4 + trie:].split(b"\0"))) if 4 + trie <= len(data) else None
 
 
 def _at_most(value, most: int) -> bool:

@@ -349,6 +349,27 @@ def test_a_tokenizer_step_that_lengthens_the_text_is_not_used(tmp_path):
     assert "(WordPiece words of up to 1000000000 characters)" in load(folder).notes[0]
 
 
+def test_a_character_map_of_long_replacements_is_refused():
+    """A SentencePiece character map may put any string it holds in place of one character: one of 1 MB would make
+    a 50,000-character probe 50 GB. nmt_nfkc's longest replacement is 33 bytes."""
+    import base64
+    import struct
+
+    from core.checkpoints.regex_risk import growing
+
+    def charsmap(*replacements: bytes) -> dict:
+        data = struct.pack("<I", 4) + bytes(4) + b"\0".join(replacements) + b"\0"  # a trie of 4 bytes, then them
+        return {"type": "Precompiled", "precompiled_charsmap": base64.b64encode(data).decode()}
+
+    nfkc = charsmap(b"a" * 33, "\u2581".encode())
+    assert growing({"normalizer": {"type": "Sequence", "normalizers": [nfkc]}}) is None
+    assert growing({"normalizer": charsmap(b"x" * 1_000_000)}) == "a character map of replacements up to 1000000 " \
+                                                                  "bytes long"
+    assert growing({"normalizer": [nfkc, nfkc]}) == "a character map after another"  # each pass grows it again
+    assert growing({"normalizer": {"type": "Precompiled", "precompiled_charsmap": "not base64!"}}) is not None
+    assert growing({"normalizer": {"type": "Precompiled", "precompiled_charsmap": None}}) is None
+
+
 def test_the_tokenizer_as_built_is_checked_not_only_its_file(tmp_path, monkeypatch):
     """transformers builds a SentencePiece model's tokenizer itself, its user-defined pieces joined into one regex
     that no tokenizer.json shows (190 pieces of 10,000 characters: 29 s on 50,000 characters)."""
