@@ -12,7 +12,7 @@ import streamlit as st
 
 import core
 from app.plain import for_markdown
-from core.errors import first_line, panicked
+from core.errors import first_line, is_failure, panicked
 
 log = logging.getLogger("attnscope.app")
 # core's limits tell a library or CLI user how to raise them; on a page, only whoever runs the server can
@@ -66,12 +66,6 @@ def caught(draw):
     return drawn
 
 
-def to_show(err: BaseException) -> bool:
-    """Whether ``err`` is a failure to show on the page: an ``Exception``, or a native library's panic (a
-    ``BaseException``); not Streamlit's rerun and stop signals."""
-    return isinstance(err, Exception) or bool(panicked(err))
-
-
 @contextlib.contextmanager
 def panics_shown():
     """A native library's panic (``core.errors.panicked``) shown as one line; every other BaseException passes
@@ -79,7 +73,7 @@ def panics_shown():
     try:
         yield
     except BaseException as err:
-        if not to_show(err):
+        if not is_failure(err):
             raise
         show(err)
 

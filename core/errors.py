@@ -112,3 +112,9 @@ def panicked(err: BaseException) -> str:
         return (f"the tokenizer failed on this text ({first_line(err)}): one of its regexes backtracks too much on "
                 "it; give shorter or other text, or use another tokenizer")
     return f"a library failed in its native code ({first_line(err)}); try another input"
+
+
+def is_failure(err: BaseException) -> bool:
+    """Whether ``err`` is a failure to report and go on from: an ``Exception``, or a native library's panic
+    (``panicked``); not Ctrl-C, ``SystemExit`` or Streamlit's rerun and stop signals."""
+    return isinstance(err, Exception) or bool(panicked(err))

@@ -373,14 +373,14 @@ def explain_diffuse(finding, weight_numbers, random_ids: str = "", copies=(), gr
     caveat = getattr(text, random_ids) if random_ids else ""  # the probes, not the model, may flatten the heads
     if flagged.median() <= 0:  # Q/K x 0
         finding.suggestion = text.zeroed
-    elif _half_copies(finding.heads, grown):  # not those of a part grown elsewhere: MiniLM's layers 4-5 shrank
+    elif _half_among(finding.heads, grown):  # not those of a part grown elsewhere: MiniLM's layers 4-5 shrank
         finding.suggestion = text.grown.format(**numbers)
     elif few:
         finding.suggestion += " " + text.everywhere.format(**numbers) + (" " + caveat if caveat else "")
     elif flagged.median() < ORDINARY_QK * others.median():  # a layer re-initialised in a trained model: not to prune
         finding.suggestion = text.shrunk.format(**numbers, median=float(others.median()),
                                                 ratio=number(float(others.median() / flagged.median())))
-    elif _half_copies(finding.heads, copies):  # Q/K of ordinary size, but one head's copies
+    elif _half_among(finding.heads, copies):  # Q/K of ordinary size, but one head's copies
         finding.suggestion = text.copies
     else:  # not Q/K: the advice to check Q/K and prune would point away from the cause
         finding.suggestion = (caveat + " " if caveat else "") + text.upstream.format(**numbers)
@@ -395,15 +395,15 @@ def explain_redundant(finding, copies=(), weights_read: bool = True):
     (``weights_read``): there no copy could have been found."""
     if finding.code != "redundant_heads" or finding.severity == "info" or not weights_read:
         return finding
-    if not _half_copies(finding.heads, copies):
+    if not _half_among(finding.heads, copies):
         finding.suggestion = FINDING_TEXTS["redundant_heads"].shared
     return finding
 
 
-def _half_copies(heads, copies) -> bool:
-    """Whether half or more of ``heads`` (``[layer, head]``) are among ``copies`` (``(layer, head)`` of the part's
-    ``similar_head_weights``, or of another finding's heads)."""
-    return 2 * sum(tuple(head) in copies for head in heads) >= len(heads)
+def _half_among(heads, named) -> bool:
+    """Whether half or more of ``heads`` (``[layer, head]``) are among ``named`` (``(layer, head)`` of another
+    finding's heads: the part's ``similar_head_weights``, or its ``qk_scale_large``)."""
+    return 2 * sum(tuple(head) in named for head in heads) >= len(heads)
 
 
 def qualify_benign(findings):

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from core.errors import AttnScopeError, InputError, clipped, first_line, panicked
+from core.errors import AttnScopeError, InputError, clipped, first_line, is_failure, panicked
 from core.extraction.extract import check_tokenizer
 from core.extraction.streaming import can_stream
 from core.extraction.text_config import is_encoder_decoder
@@ -113,7 +113,7 @@ class AttentionMonitor:
             record = self.measure(model, step)
             self.publish(record)
         except BaseException as error:  # a measurement that fails (disk full, ...) must not end the run
-            if not isinstance(error, Exception) and not panicked(error):  # Ctrl-C, SystemExit: they do
+            if not is_failure(error):  # Ctrl-C, SystemExit: they do
                 raise
             where = f"; {self.log_path} has no line for it" if self.log_path else ""
             log.error(MONITOR_TEXTS["measure_failed"].format(step=step, error=_why(error), where=where))
@@ -129,7 +129,7 @@ class AttentionMonitor:
         try:
             record = self.measure(model, step)
         except BaseException as error:  # any cause, told in one line; a native library's panic too
-            if not isinstance(error, Exception) and not panicked(error):
+            if not is_failure(error):
                 raise
             raise InputError(f"the attention monitor cannot measure this model: {_why(error)}") from error
         if not record["heads"]:  # only its weights checked (no tokenizer, no vocab_size): every record would be empty

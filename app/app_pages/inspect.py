@@ -11,6 +11,7 @@ from app import errors
 from app.server import cache
 from app.views.inspect_view import results_ui
 from app.kept import KEEP
+from core.errors import is_failure
 
 EXAMPLE = "The cat sat on the mat because it was tired."
 MODEL_KINDS = ("Known model", "Hugging Face id", "Local folder")
@@ -74,7 +75,7 @@ def attention_or_error():
         st.session_state.run_key = (args, key)
         return cache.attention(key), key
     except BaseException as err:  # every error, a native library's panic too, becomes a message on the page
-        if not errors.to_show(err):  # Streamlit's rerun and stop signals
+        if not is_failure(err):  # Streamlit's rerun and stop signals
             raise
         st.session_state.failed = (args, errors.message(err))
         errors.shown(st.session_state.failed[1])

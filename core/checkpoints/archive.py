@@ -314,20 +314,20 @@ class _BoundedTarInfo(tarfile.TarInfo):
         if self.type == tarfile.XGLTYPE:  # kept for the rest of the archive, and copied into every member after it
             tarfile_.attnscope_global_bytes = getattr(tarfile_, "attnscope_global_bytes", 0) + self.size
             if tarfile_.attnscope_global_bytes > MAX_GLOBAL_HEADER_BYTES:
-                raise _RecordTooLarge(f"global header records of {tarfile_.attnscope_global_bytes:,} bytes or more "
+                raise _HeaderRefused(f"global header records of {tarfile_.attnscope_global_bytes:,} bytes or more "
                                       "in all; an archive of a model folder has short headers")
         if self.type in _RECORD_TYPES and self.size > MAX_HEADER_RECORD_BYTES:
-            raise _RecordTooLarge(f"{self.name!r}, a header record of {self.size:,} bytes; an archive of a model "
+            raise _HeaderRefused(f"{self.name!r}, a header record of {self.size:,} bytes; an archive of a model "
                                   "folder has short headers")
         if self.type == tarfile.GNUTYPE_SPARSE:
-            raise _RecordTooLarge(f"{quoted(self.name)}, {_SPARSE}")
+            raise _HeaderRefused(f"{quoted(self.name)}, {_SPARSE}")
         return super()._proc_member(tarfile_)
 
     def _proc_gnusparse_10(self, next, pax_headers, tarfile_):
-        raise _RecordTooLarge(f"{quoted(next.name)}, {_SPARSE}")
+        raise _HeaderRefused(f"{quoted(next.name)}, {_SPARSE}")
 
 
-class _RecordTooLarge(Exception):
+class _HeaderRefused(Exception):
     pass
 
 
@@ -341,7 +341,7 @@ _RECORD_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHD
 def _extract_tar(path: Path, writer: _Writer) -> None:
     try:
         _unpack_tar(path, writer)
-    except _RecordTooLarge as err:
+    except _HeaderRefused as err:
         raise CheckpointError(f"{writer.name} contains {err}") from None
 
 

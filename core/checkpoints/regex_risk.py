@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from pathlib import Path
 
 from ..errors import clipped
 
@@ -53,18 +52,13 @@ MAX_WORD_CHARS = 1000
 MAX_REPLACEMENT_BYTES = 64
 
 
-def risky_pattern(path: Path) -> str | None:
-    """``risky_step`` of the ``tokenizer.json`` at ``path``."""
-    return risky_step(json.loads(path.read_bytes()))
-
-
-def risky_step(tree) -> str | None:
-    """What in a parsed tokenizer (``tokenizer.json``, or a built tokenizer's ``to_str()``) must not run, or None:
-    a regex not in ``KNOWN_PATTERNS`` or past ``MAX_REGEXES``, or a step that lengthens the text (``growing``)."""
+def unknown_regex(tree) -> str | None:
+    """The first regex of a parsed tokenizer (``tokenizer.json``, or a built tokenizer's ``to_str()``) that is not
+    in ``KNOWN_PATTERNS``, or the one past ``MAX_REGEXES``; None when every regex may run."""
     for i, pattern in enumerate(regex_patterns(tree)):
         if pattern not in KNOWN_PATTERNS or i >= MAX_REGEXES:
             return pattern
-    return growing(tree)
+    return None
 
 
 def growing(node) -> str | None:

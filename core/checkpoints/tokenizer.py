@@ -21,7 +21,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER, PreTrainedT
 from ..errors import clipped, first_line
 from .json_items import MAX_DATA_ITEMS, json_items
 from .quiet import quiet_transformers
-from .regex_risk import growing, risky_step
+from .regex_risk import growing, unknown_regex
 from .registry import DEMO_MODELS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -128,11 +128,11 @@ def _own_tokenizer(clean: Path):
 
 def _risky(tree) -> str:
     """The note refusing a parsed tokenizer that could hold the server (``regex_risk``), or ""."""
-    step = risky_step(tree)
-    if not step:
-        return ""
-    grows = growing(tree)
-    return GROWS.format(step=grows) if grows == step else BACKTRACKS.format(pattern=step[:60])
+    pattern = unknown_regex(tree)
+    if pattern:
+        return BACKTRACKS.format(pattern=pattern[:60])
+    step = growing(tree)
+    return GROWS.format(step=step) if step else ""
 
 
 def unusable_files(folder: Path) -> str:
